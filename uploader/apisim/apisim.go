@@ -1,0 +1,569 @@
+// Package apisim is an in-process simulator of the splat publishing API and
+// its object storage, written from api-spec.md alone so that it can catch the
+// client's misreadings of the spec instead of sharing them.
+//
+// A Server listens on two loopback TLS ports: the API (signed-url, publish,
+// get-splat, checkpoints) and the object storage that the signed URLs point
+// at. It issues HMAC-signed expiring PUT URLs, streams uploads to disk while
+// hashing them, moves published splats from "running" to a terminal status
+// after a delay, enforces fixed-window rate limits per token and class with
+// the X-RateLimit-* headers on every API response, and can inject faults
+// (5xx, storage resets mid-upload, latency, 429 storms, publishes whose
+// outcome is uncertain) that tests switch at runtime. Counters (requests per
+// route and status, publishes per content sha256, storage Authorization
+// headers seen) let tests assert what the client really did.
+//
+// It is used by the test suites, the benchmarks, `splatd sim` and
+// `splatd demo`; production code paths never import it.
+package apisim
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Route names used as keys of Stats.Requests, Options.Classes and
+// Faults.ErrorRate. They match the uploader package's route constants so that
+// test output reads the same on both sides, but are declared here because
+// the simulator must not import the client it is meant to check.
+const (
+	RouteSignedURL   = "signed_url"  // POST /api/upload/signed-url
+	RouteStoragePut  = "storage_put" // PUT {signedUrl} on the storage listener
+	RoutePublish     = "publish"     // POST /api/splats/publish
+	RouteGetSplat    = "get_splat"   // GET /api/splats/{id}
+	RouteCheckpoints = "checkpoints" // GET /api/branches/{branchId}/checkpoints
+	RouteOther       = "other"       // anything else (404s, the /view page)
+)
+
+// Class is a rate-limit class of api-spec.md's "Limits" table.
+type Class string
+
+// The three rate-limit classes.
+const (
+	ClassNormal Class = "normal"
+	ClassStrict Class = "strict"
+	ClassAssets Class = "assets"
+)
+
+// Key field names of the signed-URL response (see API-NOTES.md).
+const (
+	KeyFieldStorageKey = "storageKey"
+	KeyFieldS3Key      = "s3Key"
+)
+
+// Defaults applied by New to zero-valued Options fields. The limits are the
+// "personal or organization account" column of api-spec.md.
+const (
+	DefaultListen          = "127.0.0.1:0"
+	DefaultWindow          = time.Minute
+	DefaultNormalLimit     = 240
+	DefaultStrictLimit     = 10
+	DefaultAssetsLimit     = 120
+	DefaultProcessingDelay = time.Second
+	DefaultURLExpiry       = 15 * time.Minute
+	DefaultSuccessStatus   = "completed"
+	DefaultUserID          = 1001
+	DefaultCheckpointLimit = 20
+)
+
+// Options configures a Server. The zero value is usable: every field has a
+// default, documented on the field.
+type Options struct {
+	// Listen is the API listen address. Default "127.0.0.1:0" (a free port).
+	Listen string
+	// StorageListen is the storage listen address. Default: Listen's host
+	// with port 0, so storage is always a different origin than the API.
+	StorageListen string
+	// StorageHost, if set, is the host name put in signed URLs instead of
+	// the storage listener's IP (e.g. "localhost", so that the storage host
+	// differs from the API host by name and not only by port). It must be
+	// covered by the certificate: loopback names always are, see Hosts.
+	StorageHost string
+	// Hosts are extra DNS names or IPs for the leaf certificate, besides
+	// 127.0.0.1, ::1, localhost and the Listen host.
+	Hosts []string
+
+	// Dir receives the CA PEM (CAFile) and the stored objects. Empty: a
+	// temporary directory created by New and removed by Close.
+	Dir string
+	// DiscardObjects hashes uploads without writing them to Dir, for
+	// benchmarks with multi-GiB files. Object still reports sha256 and size.
+	DiscardObjects bool
+
+	// Token is the primary valid bearer token. Empty: a random one.
+	Token string
+	// ExtraTokens are further valid tokens (each gets its own rate-limit
+	// windows). SetTokens replaces the whole set at runtime.
+	ExtraTokens []string
+
+	// KeyField is the name of the key field in the signed-URL response:
+	// "storageKey" (default, api-spec.md) or "s3Key" (API-NOTES.md).
+	KeyField string
+	// NumericIDs makes splat ids JSON numbers (50) instead of strings ("50").
+	NumericIDs bool
+	// AltFields uses the other observed spellings of the splat record:
+	// release_notes, thumbnails (number) and version as a string.
+	AltFields bool
+	// StrictStorageAuth makes storage answer 400 to a PUT that carries an
+	// Authorization header, as S3 does for presigned URLs. Either way the
+	// header is counted in Stats.StorageAuthHeaders.
+	StrictStorageAuth bool
+
+	// Window is the fixed rate-limit window. Default 1m. Windows are aligned
+	// to whole seconds and their length is rounded up to a whole second, so
+	// that the advertised X-RateLimit-Reset (epoch seconds) is exactly the
+	// moment the next window opens.
+	Window time.Duration
+	// Limits per class; missing or non-positive entries take the defaults
+	// (normal 240, strict 10, assets 120).
+	Limits map[Class]int
+	// Classes maps a route (Route* constant) to its class; unlisted routes
+	// are ClassNormal. Pacing tests set e.g. {RoutePublish: ClassStrict}.
+	Classes map[string]Class
+
+	// ProcessingDelay is the time from publish to the terminal task status.
+	// Zero means the default (1s); negative means no delay: the publish
+	// response still says "running" but the next GET sees the terminal status.
+	ProcessingDelay time.Duration
+	// SuccessStatus is the terminal task.status on success. Default "completed".
+	SuccessStatus string
+	// URLExpiry is the lifetime of a signed URL. Default 15m.
+	URLExpiry time.Duration
+	// StorageLimit, if positive, is the total bytes of published objects
+	// per server; a publish beyond it is a 400 "storage limit exceeded".
+	StorageLimit int64
+
+	// Faults are the initial fault settings; see SetFaults.
+	Faults Faults
+	// Seed makes keys, ids, hashes, checkpoints and fault draws repeatable.
+	// Zero: a random seed.
+	Seed uint64
+	// Branches are seeded branches and their number of checkpoints, e.g.
+	// {"main": 123}.
+	Branches map[string]int
+	// ViewerURL is the base of each splat's viewer link
+	// ({ViewerURL}/view?id=<hash>). Default: the simulator's own URL, which
+	// serves a small /view page.
+	ViewerURL string
+	// UserID is the owner id put in splat records. Default 1001.
+	UserID int64
+
+	// Now is the clock (tests inject a fake one to expire URLs or roll rate
+	// windows without sleeping). Default time.Now.
+	Now func() time.Time
+	// Logger receives debug lines per request (never the token or a query).
+	Logger zerolog.Logger
+}
+
+// Server is a running simulator. All methods are safe for concurrent use.
+type Server struct {
+	o       Options
+	log     zerolog.Logger
+	now     func() time.Time
+	dir     string
+	tempDir bool // dir was created by New and is removed by Close
+	objDir  string
+	caFile  string
+	pool    *x509.CertPool
+	secret  []byte // HMAC key of signed URLs
+
+	apiLn, stLn   net.Listener
+	apiSrv, stSrv *http.Server
+	apiURL, stURL string
+	serveErr      chan error
+
+	mu         sync.Mutex
+	rng        *mrand.Rand
+	tokens     map[string]bool
+	primary    string
+	faults     Faults
+	limiter    *limiter
+	issued     map[string]issuedKey // storage key → issue data
+	objects    map[string]*object   // storage key → last completed upload
+	splats     []*splat             // in creation order; id = index+1
+	byHash     map[string]*splat    // viewer hash → splat
+	published  map[string]int       // object sha256 → publishes
+	pubBytes   int64
+	branches   map[string][]Checkpoint // oldest first
+	stats      Stats
+	closeOnce  sync.Once
+	closeErr   error
+	closedChan chan struct{}
+}
+
+// New validates o, generates the CA and the leaf certificate, and starts
+// both TLS listeners. The server serves until Close (or Run's ctx ends).
+func New(o Options) (*Server, error) {
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		o:          o,
+		log:        o.Logger.With().Str("component", "apisim").Logger(),
+		now:        o.Now,
+		tokens:     map[string]bool{},
+		faults:     o.Faults.clone(),
+		issued:     map[string]issuedKey{},
+		objects:    map[string]*object{},
+		byHash:     map[string]*splat{},
+		published:  map[string]int{},
+		branches:   map[string][]Checkpoint{},
+		serveErr:   make(chan error, 2),
+		closedChan: make(chan struct{}),
+		stats:      newStats(),
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = mrand.Uint64()
+	}
+	s.rng = mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s.limiter = newLimiter(o.Window, o.Limits)
+
+	s.primary = o.Token
+	if s.primary == "" {
+		s.primary = "sim_" + randomHex(24)
+	}
+	s.tokens[s.primary] = true
+	for _, t := range o.ExtraTokens {
+		if t != "" {
+			s.tokens[t] = true
+		}
+	}
+	s.secret = []byte(randomHex(32))
+
+	if err := s.setupDir(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.cleanup()
+		}
+	}()
+
+	for name, n := range o.Branches {
+		s.seedBranch(name, n)
+	}
+
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	ok = true
+	s.log.Info().Str("api", s.apiURL).Str("storage", s.stURL).Str("ca_file", s.caFile).Msg("simulator listening")
+	return s, nil
+}
+
+func (o *Options) setDefaults() error {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.StorageListen == "" {
+		host, _, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return fmt.Errorf("apisim: Listen %q: %w", o.Listen, err)
+		}
+		o.StorageListen = net.JoinHostPort(host, "0")
+	}
+	switch o.KeyField {
+	case "":
+		o.KeyField = KeyFieldStorageKey
+	case KeyFieldStorageKey, KeyFieldS3Key:
+	default:
+		return fmt.Errorf("apisim: KeyField %q: want %q or %q", o.KeyField, KeyFieldStorageKey, KeyFieldS3Key)
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	limits := map[Class]int{ClassNormal: DefaultNormalLimit, ClassStrict: DefaultStrictLimit, ClassAssets: DefaultAssetsLimit}
+	for c, n := range o.Limits {
+		if n > 0 {
+			limits[c] = n
+		}
+	}
+	o.Limits = limits
+	classes := map[string]Class{}
+	for r, c := range o.Classes {
+		if _, known := limits[c]; !known {
+			return fmt.Errorf("apisim: Classes[%q]: unknown class %q", r, c)
+		}
+		classes[r] = c
+	}
+	o.Classes = classes
+	if o.ProcessingDelay == 0 {
+		o.ProcessingDelay = DefaultProcessingDelay
+	} else if o.ProcessingDelay < 0 {
+		o.ProcessingDelay = 0
+	}
+	if o.SuccessStatus == "" {
+		o.SuccessStatus = DefaultSuccessStatus
+	}
+	if o.URLExpiry <= 0 {
+		o.URLExpiry = DefaultURLExpiry
+	}
+	if o.UserID == 0 {
+		o.UserID = DefaultUserID
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	for name, n := range o.Branches {
+		if name == "" || strings.Contains(name, "/") || n < 0 {
+			return fmt.Errorf("apisim: Branches[%q]=%d: invalid", name, n)
+		}
+	}
+	return nil
+}
+
+func (s *Server) setupDir() error {
+	s.dir = s.o.Dir
+	if s.dir == "" {
+		d, err := os.MkdirTemp("", "splatd-apisim-*")
+		if err != nil {
+			return fmt.Errorf("apisim: %w", err)
+		}
+		s.dir, s.tempDir = d, true
+	}
+	s.objDir = filepath.Join(s.dir, "objects")
+	if err := os.MkdirAll(s.objDir, 0o755); err != nil {
+		return fmt.Errorf("apisim: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) listen() error {
+	apiLn, err := net.Listen("tcp", s.o.Listen)
+	if err != nil {
+		return fmt.Errorf("apisim: listen API: %w", err)
+	}
+	s.apiLn = apiLn
+	stLn, err := net.Listen("tcp", s.o.StorageListen)
+	if err != nil {
+		return fmt.Errorf("apisim: listen storage: %w", err)
+	}
+	s.stLn = stLn
+
+	hosts := append([]string{"127.0.0.1", "::1", "localhost"}, s.o.Hosts...)
+	for _, addr := range []string{s.o.Listen, s.o.StorageListen} {
+		if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !isUnspecified(h) {
+			hosts = append(hosts, h)
+		}
+	}
+	if s.o.StorageHost != "" {
+		hosts = append(hosts, s.o.StorageHost)
+	}
+	// Certificates use the real clock: a fake test clock must not make
+	// TLS verification (which always uses real time) fail.
+	cert, caPEM, pool, err := newCertificates(hosts, time.Now())
+	if err != nil {
+		return fmt.Errorf("apisim: certificates: %w", err)
+	}
+	s.pool = pool
+	s.caFile = filepath.Join(s.dir, "ca.pem")
+	if err := os.WriteFile(s.caFile, caPEM, 0o644); err != nil {
+		return fmt.Errorf("apisim: write CA: %w", err)
+	}
+
+	s.apiURL = "https://" + urlHost(apiLn.Addr().(*net.TCPAddr), "")
+	s.stURL = "https://" + urlHost(stLn.Addr().(*net.TCPAddr), s.o.StorageHost)
+	if s.o.ViewerURL == "" {
+		s.o.ViewerURL = s.apiURL
+	}
+	s.o.ViewerURL = strings.TrimRight(s.o.ViewerURL, "/")
+
+	errLog := log.New(logWriter{s.log}, "", 0)
+	tlsConf := func() *tls.Config {
+		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	s.apiSrv = &http.Server{
+		Handler:           s.Handler(),
+		TLSConfig:         tlsConf(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          errLog,
+	}
+	s.stSrv = &http.Server{
+		Handler:           s.StorageHandler(),
+		TLSConfig:         tlsConf(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          errLog,
+		// HTTP/1.1 only, like S3, and because the reset fault hijacks the
+		// connection, which HTTP/2 does not allow.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	for _, p := range []struct {
+		srv *http.Server
+		ln  net.Listener
+	}{{s.apiSrv, apiLn}, {s.stSrv, stLn}} {
+		go func() {
+			err := p.srv.ServeTLS(p.ln, "", "")
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			s.serveErr <- err
+		}()
+	}
+	return nil
+}
+
+// urlHost formats a listener address for a URL, replacing an unspecified
+// address (0.0.0.0, ::) by loopback, which the certificate covers.
+func urlHost(a *net.TCPAddr, name string) string {
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	if name != "" {
+		host = name
+	}
+	return net.JoinHostPort(host, fmt.Sprint(a.Port))
+}
+
+func isUnspecified(h string) bool {
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// URL is the API base URL, e.g. "https://127.0.0.1:40123" (no trailing slash).
+func (s *Server) URL() string { return s.apiURL }
+
+// StorageURL is the storage base URL that signed URLs start with.
+func (s *Server) StorageURL() string { return s.stURL }
+
+// CAFile is the path of the PEM file holding the simulator's CA certificate,
+// for clients configured with api.ca_file.
+func (s *Server) CAFile() string { return s.caFile }
+
+// CertPool returns a pool holding only the simulator's CA, for in-process
+// clients (tls.Config.RootCAs).
+func (s *Server) CertPool() *x509.CertPool { return s.pool.Clone() }
+
+// Dir is the directory holding the CA file and stored objects.
+func (s *Server) Dir() string { return s.dir }
+
+// Client returns an http.Client that trusts the simulator's CA; a
+// convenience for tests, not a model for the real client.
+func (s *Server) Client() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: s.CertPool(), MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}
+}
+
+// Token returns the primary bearer token (the first one given to SetTokens).
+func (s *Server) Token() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.primary
+}
+
+// SetTokens replaces the set of valid tokens; tests call it to revoke the
+// token mid-run (SetTokens() with no argument refuses everyone) and restore
+// it later. The first token becomes the primary one returned by Token.
+// Rate-limit windows are kept per token across changes.
+func (s *Server) SetTokens(tokens ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens = map[string]bool{}
+	for _, t := range tokens {
+		if t != "" {
+			s.tokens[t] = true
+		}
+	}
+	if len(tokens) > 0 && tokens[0] != "" {
+		s.primary = tokens[0]
+	}
+}
+
+// Run blocks until ctx is done, then closes the server. It returns early
+// with the error if a listener fails. `splatd sim` calls New then Run.
+func (s *Server) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return s.Close()
+	case err := <-s.serveErr:
+		cerr := s.Close()
+		if err != nil {
+			return fmt.Errorf("apisim: serve: %w", err)
+		}
+		return cerr
+	case <-s.closedChan:
+		return nil
+	}
+}
+
+// Close stops both listeners at once (in-flight requests are cut; this is a
+// test double, not a service) and removes Dir if New created it. It is safe
+// to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closedChan)
+		var errs []error
+		for _, srv := range []*http.Server{s.apiSrv, s.stSrv} {
+			if srv != nil {
+				if err := srv.Close(); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if s.apiSrv == nil && s.apiLn != nil {
+			s.apiLn.Close()
+		}
+		if s.stSrv == nil && s.stLn != nil {
+			s.stLn.Close()
+		}
+		if s.tempDir {
+			if err := os.RemoveAll(s.dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// cleanup undoes a half-finished New.
+func (s *Server) cleanup() {
+	if s.apiLn != nil {
+		s.apiLn.Close()
+	}
+	if s.stLn != nil {
+		s.stLn.Close()
+	}
+	if s.tempDir {
+		os.RemoveAll(s.dir)
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n/2)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b)
+}
+
+// logWriter sends net/http's internal errors (TLS handshake noise from
+// clients that hang up) to the debug log instead of stderr.
+type logWriter struct{ l zerolog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.l.Debug().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+var _ io.Writer = logWriter{}

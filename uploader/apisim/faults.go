@@ -1,0 +1,103 @@
+package apisim
+
+import (
+	"maps"
+	"net/http"
+	"time"
+)
+
+// Faults are the failure knobs. Tests change them at runtime with SetFaults;
+// every request reads them under the server's lock, so a change applies to
+// the next request. Rates are probabilities in [0, 1] drawn from the seeded
+// generator.
+type Faults struct {
+	// ErrorRate maps an API route (Route* constant) to the probability of
+	// answering ErrorStatus with an {"error": ...} body before doing
+	// anything: the request has no effect (a certain failure).
+	ErrorRate map[string]float64
+	// ErrorStatus is the status of ErrorRate answers. Default 500.
+	ErrorStatus int
+
+	// StorageErrorRate is the probability that a storage PUT is answered
+	// 503 SlowDown (S3-style XML body) after reading up to 64 MiB of its
+	// body (beyond that the connection is closed after the answer).
+	StorageErrorRate float64
+	// StorageResetRate is the probability that a storage PUT's connection is
+	// reset after reading part of its body (no object is stored).
+	StorageResetRate float64
+	// StorageForbiddenRate is the probability that a storage PUT with a
+	// valid signature is refused 403 as expired, as when the client was
+	// slower than the URL's life.
+	StorageForbiddenRate float64
+
+	// Latency is added before every request (API and storage) is handled.
+	Latency time.Duration
+
+	// Force429 answers every API request 429 with Remaining 0 (not charged
+	// to the window): a server shedding load.
+	Force429 bool
+	// Neighbour is the number of requests, per class, that another machine
+	// sharing the token spends at the start of every window of every token.
+	// Set it to the class limit for a 429 storm the headers announce.
+	Neighbour map[Class]int
+
+	// UncertainPublishes makes the next N publishes create the splat and
+	// then answer 500: the client cannot know that it succeeded. Each such
+	// publish decrements it; Faults() shows what is left.
+	UncertainPublishes int
+	// ProcessingFailRate is the probability that processing of a valid file
+	// ends "failed" anyway.
+	ProcessingFailRate float64
+}
+
+func (f Faults) clone() Faults {
+	f.ErrorRate = maps.Clone(f.ErrorRate)
+	f.Neighbour = maps.Clone(f.Neighbour)
+	return f
+}
+
+// SetFaults replaces all fault settings.
+func (s *Server) SetFaults(f Faults) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = f.clone()
+}
+
+// UpdateFaults applies fn to the current settings under the lock, for
+// changing one knob without losing the others (e.g. a counter left in
+// UncertainPublishes).
+func (s *Server) UpdateFaults(fn func(*Faults)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.faults.clone()
+	fn(&f)
+	s.faults = f
+}
+
+// Faults returns a copy of the current fault settings.
+func (s *Server) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults.clone()
+}
+
+// Consume charges n requests of an outside party to token's current window
+// of class, as a neighbour sharing the token would; the client sees it only
+// through X-RateLimit-Remaining (and 429s).
+func (s *Server) Consume(token string, class Class, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limiter.consume(s.now(), bucketKey{token, class}, n)
+}
+
+// roll draws a fault with probability p. Callers hold s.mu.
+func (s *Server) roll(p float64) bool {
+	return p > 0 && s.rng.Float64() < p
+}
+
+func (f Faults) errorStatus() int {
+	if f.ErrorStatus >= 400 && f.ErrorStatus <= 599 {
+		return f.ErrorStatus
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,174 @@
+package apisim
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Stats are the server's counters, as tests read them. Every count is since
+// New (or the last ResetStats).
+type Stats struct {
+	// Requests counts answers per route and HTTP status. Status 0 means the
+	// connection was dropped on purpose (StorageResetRate); 499 means the
+	// client gave up during injected Latency.
+	Requests map[string]map[int]int
+	// RateLimited counts 429 answers (by the window or by Force429).
+	RateLimited int
+	// Unauthorized counts 401 answers.
+	Unauthorized int
+	// Faults counts answers caused by fault knobs (5xx, storage 503/403,
+	// resets, uncertain publishes).
+	Faults int
+
+	// SignedURLs counts signed URLs issued.
+	SignedURLs int
+	// Uploads counts completed storage PUTs; UploadBytes their bytes.
+	Uploads     int
+	UploadBytes int64
+	// UploadResets counts PUTs cut by StorageResetRate.
+	UploadResets int
+	// StorageAuthHeaders counts storage requests that carried an
+	// Authorization header; a correct client keeps it at 0.
+	StorageAuthHeaders int
+	// StorageOddContentType counts storage PUTs whose Content-Type was not
+	// api-spec.md's binary/octet-stream (accepted anyway; a presigned URL
+	// that signs the type would refuse them).
+	StorageOddContentType int
+	// StorageRefused counts storage PUTs refused for a bad or expired
+	// signature (not counting StorageForbiddenRate).
+	StorageRefused int
+
+	// Publishes counts publishes that created a splat (including
+	// uncertain ones); Duplicates counts those whose object sha256 had
+	// already been published.
+	Publishes  int
+	Duplicates int
+	// KeyFieldMismatches counts publishes that sent the key under the other
+	// name than the signed-URL response used (accepted anyway).
+	KeyFieldMismatches int
+}
+
+func newStats() Stats { return Stats{Requests: map[string]map[int]int{}} }
+
+func (st Stats) clone() Stats {
+	c := st
+	c.Requests = make(map[string]map[int]int, len(st.Requests))
+	for r, m := range st.Requests {
+		c.Requests[r] = maps.Clone(m)
+	}
+	return c
+}
+
+// Count returns the number of answers on route with status code.
+func (st Stats) Count(route string, code int) int { return st.Requests[route][code] }
+
+// Total returns the number of answers on route, whatever their status.
+func (st Stats) Total(route string) int {
+	n := 0
+	for _, c := range st.Requests[route] {
+		n += c
+	}
+	return n
+}
+
+// Stats returns a copy of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.clone()
+}
+
+// ResetStats zeroes the counters (not the splats, objects or windows), for
+// a test that measures one phase.
+func (s *Server) ResetStats() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats = newStats()
+}
+
+// count records one answer. Callers hold s.mu.
+func (s *Server) count(route string, code int) {
+	m := s.stats.Requests[route]
+	if m == nil {
+		m = map[int]int{}
+		s.stats.Requests[route] = m
+	}
+	m[code]++
+	switch code {
+	case 429:
+		s.stats.RateLimited++
+	case 401:
+		s.stats.Unauthorized++
+	}
+}
+
+// PublishesByHash returns, per sha256 (hex) of a published object, how many
+// splats were created from it: the server-side view of duplicates.
+func (s *Server) PublishesByHash() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.published)
+}
+
+// SplatRecord is the server's view of one splat, with its task status as of
+// the call.
+type SplatRecord struct {
+	ID           string // string form of the id
+	Hash         string // viewer hash
+	URL          string // viewer link
+	Title        string
+	Description  string
+	Listed       bool
+	Format       string         // the requested output format
+	Settings     map[string]any // the settings object as sent (nil if none)
+	Key          string         // storage key published
+	ObjectSHA256 string         // sha256 of the object at publish time
+	Size         int64          // object size
+	Status       string         // task.status now
+	Message      string         // task.message now
+	Uncertain    bool           // publish answered 500 although the splat was created
+	CreatedAt    time.Time
+	CompletedAt  *time.Time // set when Status is terminal
+}
+
+// Splats returns every splat created, oldest first.
+func (s *Server) Splats() []SplatRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]SplatRecord, 0, len(s.splats))
+	for _, sp := range s.splats {
+		out = append(out, sp.record(now, s.o))
+	}
+	return out
+}
+
+// Splat returns one splat by id (its string form).
+func (s *Server) Splat(id string) (SplatRecord, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := s.splatByID(id)
+	if sp == nil {
+		return SplatRecord{}, false
+	}
+	return sp.record(s.now(), s.o), true
+}
+
+// Object reports the last completed upload to key: its sha256 (hex) and size.
+func (s *Server) Object(key string) (sha256 string, size int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.objects[key]
+	if o == nil {
+		return "", 0, false
+	}
+	return o.sha256, o.size, true
+}
+
+// Objects returns the keys of all stored objects, sorted.
+func (s *Server) Objects() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.objects))
+}
