@@ -1,0 +1,219 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// maxRetry bounds how long a missing or unreadable root waits between tries.
+const maxRetry = 30 * time.Second
+
+// scanLoop runs the startup scan of every root, then rescans each root when
+// its interval passes or a rescan is asked for: periodic rescans of notify
+// roots, every PollInterval for poll roots and roots in fallback, and
+// retries of missing roots.
+func (w *Watcher) scanLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		var next time.Time
+		for _, r := range w.roots {
+			if ctx.Err() != nil {
+				return
+			}
+			if r.rescan.Swap(false) || !now.Before(r.nextScan) {
+				w.scanRoot(r)
+			}
+			if !r.nextScan.IsZero() && (next.IsZero() || r.nextScan.Before(next)) {
+				next = r.nextScan
+			}
+		}
+		var fire <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-fire:
+		case <-w.scanNow:
+			timer.Stop()
+		}
+	}
+}
+
+// requestRescan asks the scanner to rescan r as soon as it can.
+func (w *Watcher) requestRescan(r *root) {
+	r.rescan.Store(true)
+	select {
+	case w.scanNow <- struct{}{}:
+	default:
+	}
+}
+
+// scanState collects what one walk learnt.
+type scanState struct {
+	tryWatch bool            // add inotify watches for folders that lack one
+	dirs     map[string]bool // folders seen (full scans only)
+	files    int
+	limitHit bool // an Add failed with an inotify limit
+}
+
+// scanRoot walks all of r: feeds every candidate to the tracker, adds
+// missing watches, forgets watches and emitted files that are gone, and
+// sets r's next scan time and health.
+func (w *Watcher) scanRoot(r *root) {
+	start := time.Now()
+	notify := w.fsw != nil && !w.notifyDead.Load() && !r.poll
+	st := &scanState{dirs: make(map[string]bool)}
+	// In fallback, only full rescans (not every poll) try to watch again:
+	// each failing Add is a wasted syscall and a log line.
+	if notify && (!r.fallback.Load() || w.rescanEvery == 0 || start.Sub(r.lastWatchTry) >= w.rescanEvery) {
+		st.tryWatch = true
+		r.lastWatchTry = start
+	}
+	r.resolve()
+	scanNo := r.scanNo.Add(1)
+
+	fi, err := os.Stat(r.path)
+	if err == nil && !fi.IsDir() {
+		err = errors.New("not a directory")
+	}
+	if err == nil {
+		err = w.walk(r, r.path, st)
+	}
+	if err != nil {
+		if r.healthy.Swap(false) || r.nextScan.IsZero() {
+			w.log.Error().Err(err).Str("root", r.Path).Msg("watch root is missing or unreadable; retrying")
+		}
+		w.obs.WatchError("root")
+		r.nextScan = start.Add(min(r.pollEvery, maxRetry))
+		return
+	}
+	if !r.healthy.Swap(true) && !r.nextScan.IsZero() {
+		w.log.Info().Str("root", r.Path).Msg("watch root is available again")
+	}
+
+	w.tr.prune(r, scanNo)
+	if notify {
+		w.pruneWatches(r, st.dirs)
+		if st.tryWatch && !st.limitHit && r.fallback.Load() {
+			w.leaveFallback(r)
+		}
+	}
+
+	switch {
+	case r.poll || r.fallback.Load():
+		r.nextScan = start.Add(r.pollEvery)
+	case w.rescanEvery > 0:
+		r.nextScan = start.Add(w.rescanEvery)
+	default:
+		r.nextScan = start.Add(100 * 365 * 24 * time.Hour)
+	}
+	w.log.Debug().Str("root", r.Path).Int("files", st.files).Int("dirs", len(st.dirs)).
+		Dur("took", time.Since(start)).Msg("scan done")
+}
+
+// walk visits dir and (for recursive roots) its subfolders. A folder gets
+// its watch before it is listed, so a file created between the two is seen
+// by the listing or by an event, never by neither. Only an error on dir
+// itself is returned; unreadable subfolders are logged and skipped.
+func (w *Watcher) walk(r *root, dir string, st *scanState) error {
+	// A trailing "/." makes WalkDir enter dir even when it is a symlink (a
+	// root may be one); paths below it come out clean.
+	start := dir + string(filepath.Separator) + "."
+	return filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		top := p == start
+		if top {
+			p = dir
+		}
+		if err != nil {
+			if top {
+				return err
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				w.log.Warn().Err(err).Str("path", p).Msg("cannot read folder; skipping it")
+			}
+			return nil
+		}
+		if d.IsDir() {
+			if !top && (!r.Recursive || r.skipsDir(d.Name()) || w.otherRoot(p, r)) {
+				return filepath.SkipDir
+			}
+			if st.dirs != nil {
+				st.dirs[p] = true
+			}
+			if st.tryWatch {
+				w.watchDir(r, p, st)
+			}
+			return nil
+		}
+		if !r.wants(d.Name()) {
+			return nil
+		}
+		st.files++
+		fi, err := d.Info()
+		if err != nil {
+			return nil // vanished since the listing
+		}
+		if fi, ok := r.candidateInfo(p, fi); ok {
+			w.tr.observe(r, p, fi, false)
+		}
+		return nil
+	})
+}
+
+// watchDir adds an inotify watch on dir unless it has one. Running out of
+// watches switches r to polling (with a log line naming the sysctl).
+func (w *Watcher) watchDir(r *root, dir string, st *scanState) {
+	w.dirMu.Lock()
+	_, ok := w.dirs[dir]
+	w.dirMu.Unlock()
+	if ok {
+		return
+	}
+	err := w.addWatch(dir)
+	switch {
+	case err == nil:
+		w.dirMu.Lock()
+		w.dirs[dir] = r
+		w.dirMu.Unlock()
+	case errors.Is(err, syscall.ENOSPC):
+		st.limitHit = true
+		w.fallBack(r, "watch_limit", err)
+	case errors.Is(err, syscall.EMFILE):
+		st.limitHit = true
+		w.fallBack(r, "instance_limit", err)
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		// Removed or replaced since the listing: nothing to watch.
+	default:
+		w.obs.WatchError("add")
+		w.log.Warn().Err(err).Str("path", dir).Msg("cannot watch folder; the periodic rescan still covers it")
+	}
+}
+
+// pruneWatches drops watches on r's folders that the scan did not find and
+// that are gone; events for their removal may have been lost to an overflow.
+func (w *Watcher) pruneWatches(r *root, seen map[string]bool) {
+	var stale []string
+	w.dirMu.Lock()
+	for p, owner := range w.dirs {
+		if owner == r && !seen[p] {
+			stale = append(stale, p)
+		}
+	}
+	w.dirMu.Unlock()
+	for _, p := range stale {
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			continue // created after the walk passed by
+		}
+		w.unwatch(p)
+	}
+}

@@ -1,0 +1,334 @@
+package watcher
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// stamp is one look at a file: what "unchanged" compares.
+type stamp struct {
+	size  int64
+	mtime int64 // UnixNano
+}
+
+func stampOf(fi fs.FileInfo) stamp {
+	return stamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+}
+
+// entry is a file waiting to settle. st is the latest look; due is when the
+// next look is taken: settle after the latest event or change.
+type entry struct {
+	path  string
+	r     *root
+	st    stamp
+	mtime time.Time
+	due   time.Time
+	idx   int    // position in the heap, -1 while out of it
+	gen   uint64 // bumped by every event, so a look taken meanwhile is stale
+}
+
+// doneEntry remembers a file version already emitted (or Known), so that
+// rescans skip it; seen is the root's scan number that last found it.
+type doneEntry struct {
+	st   stamp
+	r    *root
+	seen uint32
+}
+
+// tracker decides when files are finished. All pending files share one
+// timer: events only move an entry within a min-heap of due times, so a
+// copy producing thousands of Write events costs thousands of O(log n) heap
+// fixes and no timer resets or goroutines. Nothing is persisted.
+type tracker struct {
+	settle time.Duration
+	known  func(string, int64, time.Time) bool
+	obs    Observer
+
+	mu      sync.Mutex
+	pending map[string]*entry
+	queue   entryHeap
+	done    map[string]*doneEntry
+	armed   time.Time     // when the scheduler wakes next; zero while idle
+	wake    chan struct{} // tells the scheduler an earlier due time exists
+}
+
+func newTracker(settle time.Duration, known func(string, int64, time.Time) bool, obs Observer) *tracker {
+	return &tracker{
+		settle:  settle,
+		known:   known,
+		obs:     obs,
+		pending: make(map[string]*entry),
+		done:    make(map[string]*doneEntry),
+		wake:    make(chan struct{}, 1),
+	}
+}
+
+// observe records a look at a candidate file. fromEvent means fsnotify
+// reported activity: the quiet period restarts even when the look shows no
+// change yet (the write may not be visible in the size and mtime).
+func (t *tracker) observe(r *root, path string, fi fs.FileInfo, fromEvent bool) {
+	st := stampOf(fi)
+	now := time.Now()
+	t.mu.Lock()
+	if e := t.pending[path]; e != nil {
+		t.update(e, st, fi.ModTime(), fromEvent, now)
+		t.mu.Unlock()
+		return
+	}
+	if d := t.done[path]; d != nil && d.st == st {
+		d.seen = r.scanNo.Load()
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+
+	// Known may read a database: call it without the lock.
+	if t.known != nil && t.known(path, st.size, fi.ModTime()) {
+		t.mu.Lock()
+		if t.pending[path] == nil {
+			t.done[path] = &doneEntry{st: st, r: r, seen: r.scanNo.Load()}
+		}
+		t.mu.Unlock()
+		return
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.pending[path]; e != nil { // another goroutine got here first
+		t.update(e, st, fi.ModTime(), fromEvent, now)
+		return
+	}
+	e := &entry{path: path, r: r, st: st, mtime: fi.ModTime(), idx: -1}
+	t.pending[path] = e
+	t.schedule(e, now.Add(t.settle))
+}
+
+// update is observe for a file already pending; t.mu is held.
+func (t *tracker) update(e *entry, st stamp, mtime time.Time, fromEvent bool, now time.Time) {
+	if e.st == st && !fromEvent {
+		return // a scan saw the same look: the quiet period goes on
+	}
+	e.st, e.mtime = st, mtime
+	e.gen++
+	t.schedule(e, now.Add(t.settle))
+}
+
+// schedule sets e's due time; t.mu is held.
+func (t *tracker) schedule(e *entry, due time.Time) {
+	e.due = due
+	if e.idx < 0 {
+		heap.Push(&t.queue, e)
+	} else {
+		heap.Fix(&t.queue, e.idx)
+	}
+	if t.armed.IsZero() || due.Before(t.armed) {
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// forget drops a removed or renamed-away file, so that a file appearing
+// later under the same name is judged afresh.
+func (t *tracker) forget(path string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.pending[path]; e != nil {
+		if e.idx >= 0 {
+			heap.Remove(&t.queue, e.idx)
+		}
+		delete(t.pending, path)
+	}
+	delete(t.done, path)
+}
+
+// touchSidecar re-arms the settle timer of the splat a sidecar belongs to,
+// so a splat is not emitted between its copy and its sidecar's.
+func (t *tracker) touchSidecar(sidecar string) {
+	stem := strings.TrimSuffix(sidecar, sidecarSuffix)
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ext := range []string{".ply", ".sog", ".PLY", ".SOG", ".compressed.ply"} {
+		if e := t.pending[stem+ext]; e != nil {
+			e.gen++
+			t.schedule(e, now.Add(t.settle))
+		}
+	}
+}
+
+// prune forgets emitted files of r that the scan numbered scanNo did not
+// see and that no longer exist (moved away after upload, deleted).
+func (t *tracker) prune(r *root, scanNo uint32) {
+	var gone []string
+	t.mu.Lock()
+	for p, d := range t.done {
+		if d.r == r && d.seen != scanNo {
+			gone = append(gone, p)
+		}
+	}
+	t.mu.Unlock()
+	for _, p := range gone {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		t.mu.Lock()
+		if d := t.done[p]; d != nil && d.seen != scanNo {
+			delete(t.done, p)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// run is the scheduler: it sleeps until the earliest due time, takes the
+// second look at that file and emits it if nothing changed.
+func (t *tracker) run(ctx context.Context, out chan<- Candidate) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		var e *entry
+		var gen uint64
+		t.mu.Lock()
+		switch {
+		case len(t.queue) == 0:
+			t.armed = time.Time{}
+		case t.queue[0].due.After(now):
+			t.armed = t.queue[0].due
+		default:
+			e = heap.Pop(&t.queue).(*entry)
+			gen = e.gen
+			t.armed = now // no wake-ups while checking: the loop looks again after
+		}
+		armed := t.armed
+		t.mu.Unlock()
+
+		if e != nil {
+			if !t.check(ctx, e, gen, out) {
+				return
+			}
+			continue
+		}
+		var fire <-chan time.Time
+		if !armed.IsZero() {
+			timer.Reset(armed.Sub(now))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-fire:
+		case <-t.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// check takes the second look at a due file and emits it when the look
+// matches the first. It returns false when ctx ended while sending.
+func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Candidate) bool {
+	fi, ok := e.r.candidateInfo(e.path, nil) // outside the lock: stat may be slow on NFS
+	t.mu.Lock()
+	if t.pending[e.path] != e || e.gen != gen {
+		t.mu.Unlock() // forgotten, or re-armed by an event during the stat
+		return true
+	}
+	if !ok {
+		delete(t.pending, e.path) // gone, or no longer a regular file
+		t.mu.Unlock()
+		return true
+	}
+	if st := stampOf(fi); st != e.st {
+		e.st, e.mtime = st, fi.ModTime()
+		e.gen++
+		t.schedule(e, time.Now().Add(t.settle))
+		t.mu.Unlock()
+		return true
+	}
+	delete(t.pending, e.path)
+	t.done[e.path] = &doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load()}
+	t.mu.Unlock()
+
+	c := Candidate{Path: e.path, Root: e.r.Root.Path, Size: e.st.size, ModTime: e.mtime}
+	select {
+	case out <- c:
+		t.obs.FileDiscovered()
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// candidateInfo returns the FileInfo of a file that may be a candidate: a
+// regular file, or with FollowSymlinks a symlink resolving to a regular file
+// inside the root. fi is the file's Lstat result if the caller has it.
+func (r *root) candidateInfo(path string, fi fs.FileInfo) (fs.FileInfo, bool) {
+	if fi == nil {
+		var err error
+		if fi, err = os.Lstat(path); err != nil {
+			return nil, false
+		}
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		if !r.FollowSymlinks {
+			return nil, false
+		}
+		target, err := filepath.EvalSymlinks(path)
+		if err != nil || !within(r.realPath(), target) {
+			return nil, false
+		}
+		if fi, err = os.Stat(target); err != nil {
+			return nil, false
+		}
+	}
+	return fi, fi.Mode().IsRegular()
+}
+
+// realPath is the root with symlinks resolved (refreshed by every scan).
+func (r *root) realPath() string {
+	if p := r.real.Load(); p != nil {
+		return *p
+	}
+	return r.resolve()
+}
+
+func (r *root) resolve() string {
+	p, err := filepath.EvalSymlinks(r.path)
+	if err != nil {
+		p = r.path
+	}
+	r.real.Store(&p)
+	return p
+}
+
+// entryHeap orders pending files by due time.
+type entryHeap []*entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *entryHeap) Push(x any) {
+	e := x.(*entry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
+}

@@ -1,0 +1,372 @@
+// Package watcher turns activity in watched folders into one "this file is
+// finished" Candidate per file version: fsnotify on every folder (with
+// polling where notifications never come), a full scan at start, periodic
+// and on-demand rescans, include/exclude filters, and a settle timer that
+// waits until a file has been quiet, with unchanged size and mtime across
+// two looks.
+//
+// It keeps no state on disk: a restart rescans everything and relies on
+// Options.Known (the queue) to skip files already taken. It never talks to
+// the store or the API.
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
+)
+
+// Watch modes of a Root.
+const (
+	ModeNotify = "notify" // inotify events plus periodic rescans (the default)
+	ModePoll   = "poll"   // scans every PollInterval: NFS, SMB, FUSE, where no events come
+)
+
+// Defaults used when the corresponding Options or Root field is zero.
+const (
+	DefaultSettle         = 5 * time.Second
+	DefaultRescanInterval = 5 * time.Minute
+	DefaultPollInterval   = 10 * time.Second
+)
+
+// DefaultInclude and DefaultExclude are the base-name patterns a Root uses
+// when its Include or Exclude is nil. The excludes are the temporary names
+// capture and copy tools write under before renaming into place.
+var (
+	DefaultInclude = []string{"*.ply", "*.sog"}
+	DefaultExclude = []string{".*", "*.tmp", "*.part", "*~"}
+)
+
+// sidecarSuffix names the per-file settings that travel with a splat;
+// writing one re-arms the settle timer of its splat so that both are
+// picked up together.
+const sidecarSuffix = ".splat.yaml"
+
+// Root is one watched folder.
+type Root struct {
+	Path string
+	// Recursive watches and scans every subfolder. The configuration's
+	// default is true; the zero value watches the top folder only.
+	Recursive bool
+	// Include and Exclude are filepath.Match patterns on the base name,
+	// matched case-insensitively (capture rigs write X.PLY as often as
+	// x.ply). A file is a candidate if it matches an Include pattern and no
+	// Exclude pattern; folders matching an Exclude pattern are not entered.
+	// nil means DefaultInclude / DefaultExclude; an empty non-nil Exclude
+	// excludes nothing.
+	Include, Exclude []string
+	// Mode is ModeNotify ("" means notify) or ModePoll.
+	Mode string
+	// PollInterval is the scan period in poll mode, and also while a notify
+	// root has fallen back to polling because inotify ran out of watches.
+	// Zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// FollowSymlinks makes a symlink to a regular file a candidate, provided
+	// its target resolves inside the watch root. Symlinked folders are never
+	// entered (they could loop or leave the root).
+	FollowSymlinks bool
+}
+
+// Candidate is a file that has been quiet for the settle time. Path is
+// absolute and lies under the (absolute) root path; Root is the Root.Path
+// as configured, so the caller can find the root's settings.
+type Candidate struct {
+	Path, Root string
+	Size       int64
+	ModTime    time.Time
+}
+
+// Observer receives the watcher's measurements; the metrics package
+// implements it. Calls come from the watcher's goroutines, so
+// implementations must be safe for concurrent use and must not block.
+// A nil Observer in Options records nothing.
+type Observer interface {
+	// FileDiscovered is called once per Candidate delivered on out.
+	FileDiscovered()
+	// WatchError counts one problem with watching. kind is one of
+	// "overflow" (the kernel event queue overflowed: rescanning),
+	// "watch_limit" (fs.inotify.max_user_watches reached),
+	// "instance_limit" (fs.inotify.max_user_instances reached),
+	// "notify" (another fsnotify error), "add" (a folder could not be
+	// watched) or "root" (a watch root is missing or unreadable).
+	WatchError(kind string)
+	// PollingFallback reports whether any notify root is currently polling
+	// because inotify ran out of watches or instances. It is called on each
+	// change, true when the first root falls back, false when the last one
+	// is watched again.
+	PollingFallback(active bool)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) FileDiscovered()      {}
+func (nopObserver) WatchError(string)    {}
+func (nopObserver) PollingFallback(bool) {}
+
+// Options configure a Watcher.
+type Options struct {
+	Roots []Root
+	// Settle is how long a file must stay unchanged (no events, same size
+	// and mtime) before it is a Candidate. Zero means DefaultSettle.
+	Settle time.Duration
+	// RescanInterval is the period of full rescans of notify roots, which
+	// catch anything events missed. Zero means DefaultRescanInterval; a
+	// negative value disables periodic rescans (overflow rescans remain).
+	RescanInterval time.Duration
+	Logger         zerolog.Logger
+	// Known, if set, reports whether a file with this size and mtime is
+	// already queued; such a file is not emitted, so a restart over 10,000
+	// processed files emits nothing. It is called from the watcher's
+	// goroutines (concurrently) and should be fast.
+	Known    func(path string, size int64, mtime time.Time) bool
+	Observer Observer
+}
+
+// Watcher finds finished files under its roots. Create it with New and
+// start it with Run.
+type Watcher struct {
+	log         zerolog.Logger
+	obs         Observer
+	roots       []*root // longest path first, so rootOf finds the innermost root
+	rescanEvery time.Duration
+	tr          *tracker
+
+	started atomic.Bool
+	alive   atomic.Bool
+
+	fsw        *fsnotify.Watcher
+	notifyDead atomic.Bool // fsnotify stopped unexpectedly: all roots poll
+	dirMu      sync.Mutex
+	dirs       map[string]*root // folders with an inotify watch
+	nFallen    int              // roots polling in fallback; under dirMu
+
+	scanNow chan struct{} // wakes the scanner for roots with rescan set
+
+	// Test hooks: replace inotify calls, and lose or inject events.
+	newNotify  func() (*fsnotify.Watcher, error)
+	addWatch   func(path string) error
+	dropEvents atomic.Bool
+	inject     chan error
+}
+
+// New checks o and returns a Watcher. It touches no files: roots that are
+// missing are reported (and retried) by Run, because a mount may come later.
+func New(o Options) (*Watcher, error) {
+	if len(o.Roots) == 0 {
+		return nil, errors.New("watcher: no roots")
+	}
+	w := &Watcher{
+		log:         o.Logger,
+		obs:         o.Observer,
+		rescanEvery: o.RescanInterval,
+		dirs:        make(map[string]*root),
+		scanNow:     make(chan struct{}, 1),
+		inject:      make(chan error, 1),
+		newNotify:   fsnotify.NewWatcher,
+	}
+	if w.obs == nil {
+		w.obs = nopObserver{}
+	}
+	switch {
+	case w.rescanEvery == 0:
+		w.rescanEvery = DefaultRescanInterval
+	case w.rescanEvery < 0:
+		w.rescanEvery = 0
+	}
+	settle := o.Settle
+	if settle <= 0 {
+		settle = DefaultSettle
+	}
+	seen := make(map[string]bool)
+	for i, cfg := range o.Roots {
+		r, err := newRoot(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("watcher: root %d (%q): %w", i, cfg.Path, err)
+		}
+		if seen[r.path] {
+			return nil, fmt.Errorf("watcher: root %q listed twice", cfg.Path)
+		}
+		seen[r.path] = true
+		w.roots = append(w.roots, r)
+	}
+	slices.SortStableFunc(w.roots, func(a, b *root) int { return len(b.path) - len(a.path) })
+	w.tr = newTracker(settle, o.Known, w.obs)
+	return w, nil
+}
+
+// Run watches until ctx is done, sending each finished file on out, and
+// returns nil then. It blocks on out while the consumer is busy (events are
+// still tracked meanwhile) but never past ctx. A Candidate lost to
+// cancellation is found again by the next run's startup scan.
+func (w *Watcher) Run(ctx context.Context, out chan<- Candidate) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("watcher: Run called twice")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if slices.ContainsFunc(w.roots, func(r *root) bool { return !r.poll }) {
+		fsw, err := w.newNotify()
+		if err != nil {
+			w.fallBackAll("instance_limit", err)
+		} else {
+			w.fsw = fsw
+			if w.addWatch == nil {
+				w.addWatch = fsw.Add
+			}
+		}
+	}
+
+	var wg sync.WaitGroup
+	if w.fsw != nil {
+		wg.Go(func() { w.eventLoop(ctx) })
+	}
+	wg.Go(func() { w.scanLoop(ctx) })
+	wg.Go(func() { w.tr.run(ctx, out) })
+	w.alive.Store(true)
+
+	<-ctx.Done()
+	w.alive.Store(false)
+	// Closing fsnotify ends its reader; the event loop returns on ctx.
+	if w.fsw != nil {
+		if err := w.fsw.Close(); err != nil {
+			w.log.Warn().Err(err).Msg("closing fsnotify")
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// Healthy reports whether Run is running and every root was scanned
+// successfully the last time (a notify root polling in fallback counts as
+// healthy: files are still found). It is false until the startup scan of
+// every root has finished.
+func (w *Watcher) Healthy() bool {
+	if !w.alive.Load() {
+		return false
+	}
+	for _, r := range w.roots {
+		if !r.healthy.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// root is a Root with its derived, normalised settings and runtime state.
+type root struct {
+	Root
+	path             string // absolute and clean
+	include, exclude []string
+	poll             bool
+	pollEvery        time.Duration
+
+	real     atomic.Pointer[string] // path with symlinks resolved, for containment checks
+	healthy  atomic.Bool
+	fallback atomic.Bool   // notify root polling because inotify ran out
+	rescan   atomic.Bool   // a rescan was asked for (overflow, error, root event)
+	scanNo   atomic.Uint32 // counts full scans; marks files seen by the latest
+
+	// Owned by the scanner goroutine.
+	nextScan     time.Time
+	lastWatchTry time.Time
+}
+
+func newRoot(cfg Root) (*root, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("empty path")
+	}
+	abs, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	r := &root{Root: cfg, path: abs, pollEvery: cfg.PollInterval}
+	switch cfg.Mode {
+	case "", ModeNotify:
+	case ModePoll:
+		r.poll = true
+	default:
+		return nil, fmt.Errorf("mode %q: want %q or %q", cfg.Mode, ModeNotify, ModePoll)
+	}
+	if r.pollEvery <= 0 {
+		r.pollEvery = DefaultPollInterval
+	}
+	include, exclude := cfg.Include, cfg.Exclude
+	if include == nil {
+		include = DefaultInclude
+	}
+	if exclude == nil {
+		exclude = DefaultExclude
+	}
+	for _, p := range append(slices.Clone(include), exclude...) {
+		if _, err := filepath.Match(p, "x"); err != nil || strings.ContainsRune(p, filepath.Separator) {
+			return nil, fmt.Errorf("bad pattern %q: a pattern matches a base name", p)
+		}
+	}
+	for _, p := range include {
+		r.include = append(r.include, strings.ToLower(p))
+	}
+	for _, p := range exclude {
+		r.exclude = append(r.exclude, strings.ToLower(p))
+	}
+	return r, nil
+}
+
+func matchAny(patterns []string, name string) bool {
+	name = strings.ToLower(name)
+	for _, p := range patterns {
+		if ok, _ := filepath.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// wants reports whether a file's base name makes it a candidate.
+func (r *root) wants(name string) bool {
+	return matchAny(r.include, name) && !matchAny(r.exclude, name)
+}
+
+// skipsDir reports whether a folder's base name keeps the walk out of it.
+func (r *root) skipsDir(name string) bool { return matchAny(r.exclude, name) }
+
+// within reports whether p is dir or inside it.
+func within(dir, p string) bool {
+	if p == dir {
+		return true
+	}
+	if !strings.HasSuffix(dir, string(filepath.Separator)) {
+		dir += string(filepath.Separator)
+	}
+	return strings.HasPrefix(p, dir)
+}
+
+// rootOf returns the innermost root containing p, or nil.
+func (w *Watcher) rootOf(p string) *root {
+	for _, r := range w.roots {
+		if within(r.path, p) {
+			return r
+		}
+	}
+	return nil
+}
+
+// otherRoot reports whether dir is the path of a root other than r: nested
+// roots are walked and watched by themselves, with their own settings.
+func (w *Watcher) otherRoot(dir string, r *root) bool {
+	for _, o := range w.roots {
+		if o != r && o.path == dir {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,590 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
+)
+
+// deadline bounds every wait. It is generous on purpose: the tests assert
+// what is emitted, never how fast (speed is in the benchmarks).
+const deadline = 30 * time.Second
+
+// fakeObserver records Observer calls.
+type fakeObserver struct {
+	mu         sync.Mutex
+	discovered int
+	errs       []string
+	fallback   []bool
+}
+
+func (o *fakeObserver) FileDiscovered() { o.mu.Lock(); o.discovered++; o.mu.Unlock() }
+func (o *fakeObserver) WatchError(kind string) {
+	o.mu.Lock()
+	o.errs = append(o.errs, kind)
+	o.mu.Unlock()
+}
+func (o *fakeObserver) PollingFallback(active bool) {
+	o.mu.Lock()
+	o.fallback = append(o.fallback, active)
+	o.mu.Unlock()
+}
+
+func (o *fakeObserver) hasError(kind string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Contains(o.errs, kind)
+}
+
+// harness runs a Watcher for one test.
+type harness struct {
+	t   *testing.T
+	w   *Watcher
+	out chan Candidate
+	dir string
+}
+
+// start builds a Watcher over one root (dir = t.TempDir() unless r.Path is
+// set), lets setup adjust it, runs it and waits for its startup scan.
+func start(t *testing.T, o Options, r Root, setup func(*Watcher)) *harness {
+	t.Helper()
+	if r.Path == "" {
+		r.Path = t.TempDir()
+	}
+	o.Roots = []Root{r}
+	if o.Settle == 0 {
+		o.Settle = 200 * time.Millisecond
+	}
+	if testing.Verbose() {
+		o.Logger = zerolog.New(zerolog.NewTestWriter(t))
+	}
+	w, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(w)
+	}
+	h := &harness{t: t, w: w, out: make(chan Candidate, 16), dir: r.Path}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx, h.out) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	h.eventually("startup scan", w.Healthy)
+	return h
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func (h *harness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			h.t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// next returns the next Candidate.
+func (h *harness) next() Candidate {
+	h.t.Helper()
+	select {
+	case c := <-h.out:
+		return c
+	case <-time.After(deadline):
+		h.t.Fatal("no candidate emitted")
+		return Candidate{}
+	}
+}
+
+// until collects candidates until one for path arrives, returning all of
+// them (path's last). A sentinel file written after the files under test
+// makes "nothing else was emitted" checkable without sleeping: the watcher
+// handles events in order and settles each for the same time.
+func (h *harness) until(path string) []Candidate {
+	h.t.Helper()
+	var got []Candidate
+	for {
+		c := h.next()
+		got = append(got, c)
+		if c.Path == path {
+			return got
+		}
+	}
+}
+
+func (h *harness) path(rel string) string { return filepath.Join(h.dir, rel) }
+
+func (h *harness) write(rel, data string) string {
+	h.t.Helper()
+	p := h.path(rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// sentinel writes a fresh candidate file and returns everything emitted up
+// to and including it, sentinel excluded.
+func (h *harness) sentinel() []Candidate {
+	h.t.Helper()
+	p := h.write(fmt.Sprintf("zz-sentinel-%d.ply", time.Now().UnixNano()), "s")
+	got := h.until(p)
+	return got[:len(got)-1]
+}
+
+func paths(cs []Candidate) []string {
+	var ps []string
+	for _, c := range cs {
+		ps = append(ps, c.Path)
+	}
+	return ps
+}
+
+func TestSlowWriterEmittedOnceAfterItStops(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{Settle: 500 * time.Millisecond}, Root{Recursive: true}, nil)
+	p := h.path("slow.ply")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	var size int64
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		n, err := f.Write(chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += int64(n)
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.Close()
+	fi, _ := os.Stat(p)
+
+	c := h.next()
+	if c.Path != p || c.Size != size || !c.ModTime.Equal(fi.ModTime()) || c.Root != h.dir {
+		t.Fatalf("got %+v, want %s with %d bytes, mtime %v", c, p, size, fi.ModTime())
+	}
+	if extra := h.sentinel(); len(extra) != 0 {
+		t.Fatalf("emitted again: %v", paths(extra))
+	}
+}
+
+func TestTempNameThenRename(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Recursive: true}, nil)
+	tmp := h.write("scan.ply.part", "partial data")
+	for i := 0; i < 5; i++ {
+		f, _ := os.OpenFile(tmp, os.O_APPEND|os.O_WRONLY, 0)
+		f.WriteString(" more")
+		f.Close()
+	}
+	final := h.path("scan.ply")
+	if err := os.Rename(tmp, final); err != nil {
+		t.Fatal(err)
+	}
+	got := h.until(final)
+	if len(got) != 1 {
+		t.Fatalf("emitted %v, want only %s", paths(got), final)
+	}
+	if got[0].Size != int64(len("partial data")+5*len(" more")) {
+		t.Errorf("size %d", got[0].Size)
+	}
+	if extra := h.sentinel(); len(extra) != 0 {
+		t.Fatalf("emitted again: %v", paths(extra))
+	}
+}
+
+// TestNestedFoldersCreatedWithFile is `mkdir -p a/b/c && write` repeated:
+// the file lands before the watch on c exists, so only "watch, then list"
+// finds it.
+func TestNestedFoldersCreatedWithFile(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Recursive: true}, nil)
+	const n = 60
+	want := make(map[string]bool)
+	for i := 0; i < n; i++ {
+		want[h.write(fmt.Sprintf("run%d/a/b/c/splat.ply", i), "x")] = true
+	}
+	for len(want) > 0 {
+		c := h.next()
+		if !want[c.Path] {
+			t.Fatalf("unexpected or repeated candidate %s", c.Path)
+		}
+		delete(want, c.Path)
+	}
+	if extra := h.sentinel(); len(extra) != 0 {
+		t.Fatalf("emitted again: %v", paths(extra))
+	}
+}
+
+func TestBurstEmittedExactlyOnce(t *testing.T) {
+	t.Parallel()
+	obs := &fakeObserver{}
+	h := start(t, Options{Observer: obs}, Root{Recursive: true}, nil)
+	const n = 2000
+	want := make(map[string]bool, n)
+	for i := 0; i < n; i++ {
+		want[h.write(fmt.Sprintf("d%d/f%04d.ply", i%10, i), "data")] = true
+	}
+	for len(want) > 0 {
+		c := h.next()
+		if !want[c.Path] {
+			t.Fatalf("unexpected or repeated candidate %s", c.Path)
+		}
+		delete(want, c.Path)
+	}
+	if extra := h.sentinel(); len(extra) != 0 {
+		t.Fatalf("emitted again: %v", paths(extra))
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.discovered != n+1 {
+		t.Errorf("FileDiscovered called %d times, want %d", obs.discovered, n+1)
+	}
+}
+
+// TestOverflowRescan loses every event, as a kernel queue overflow does,
+// and checks that the rescan ErrEventOverflow triggers finds the file.
+func TestOverflowRescan(t *testing.T) {
+	t.Parallel()
+	obs := &fakeObserver{}
+	h := start(t, Options{Observer: obs, RescanInterval: time.Hour}, Root{Recursive: true}, nil)
+	h.w.dropEvents.Store(true)
+	p := h.write("lost/event.ply", "x")
+	h.w.inject <- fsnotify.ErrEventOverflow
+	if c := h.next(); c.Path != p {
+		t.Fatalf("got %s, want %s", c.Path, p)
+	}
+	if !obs.hasError("overflow") {
+		t.Errorf("WatchError(overflow) not reported: %v", obs.errs)
+	}
+	// The rescan also watched the folder the lost event created.
+	h.w.dropEvents.Store(false)
+	q := h.write("lost/second.ply", "y")
+	if got := h.until(q); len(got) != 1 {
+		t.Fatalf("emitted %v", paths(got))
+	}
+}
+
+func TestPollMode(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Recursive: true, Mode: ModePoll, PollInterval: 100 * time.Millisecond}, nil)
+	if h.w.fsw != nil {
+		t.Fatal("poll mode opened an inotify instance")
+	}
+	p := h.write("deep/er/polled.ply", "one")
+	c := h.next()
+	if c.Path != p || c.Size != 3 {
+		t.Fatalf("got %+v", c)
+	}
+	// A file that changes after it was emitted is emitted again.
+	h.write("deep/er/polled.ply", "one two")
+	if c := h.next(); c.Path != p || c.Size != 7 {
+		t.Fatalf("after change got %+v", c)
+	}
+	if extra := h.sentinel(); len(extra) != 0 {
+		t.Fatalf("emitted again: %v", paths(extra))
+	}
+}
+
+func TestChangedFileEmittedAgain(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Recursive: true}, nil)
+	p := h.write("a.ply", "v1")
+	if c := h.next(); c.Path != p || c.Size != 2 {
+		t.Fatalf("got %+v", c)
+	}
+	h.write("a.ply", "version 2")
+	if c := h.next(); c.Path != p || c.Size != 9 {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestSymlinks(t *testing.T) {
+	t.Parallel()
+	outside := filepath.Join(t.TempDir(), "outside.ply")
+	os.WriteFile(outside, []byte("outside"), 0o644)
+
+	t.Run("ignored by default", func(t *testing.T) {
+		t.Parallel()
+		h := start(t, Options{}, Root{Recursive: true}, nil)
+		real := h.write("sub/real.ply", "real")
+		if got := h.until(real); len(got) != 1 {
+			t.Fatalf("emitted %v", paths(got))
+		}
+		os.Symlink(real, h.path("link.ply"))
+		os.Symlink(filepath.Join(h.dir, "sub"), h.path("linkdir"))
+		if extra := h.sentinel(); len(extra) != 0 {
+			t.Fatalf("symlinks emitted: %v", paths(extra))
+		}
+	})
+	t.Run("followed inside the root only", func(t *testing.T) {
+		t.Parallel()
+		h := start(t, Options{}, Root{Recursive: true, FollowSymlinks: true}, nil)
+		real := h.write("sub/real.ply", "real")
+		h.until(real)
+		link := h.path("link.ply")
+		os.Symlink(real, link)
+		os.Symlink(outside, h.path("escape.ply"))
+		os.Symlink("../"+filepath.Base(filepath.Dir(outside))+"/outside.ply", h.path("relescape.ply"))
+		got := h.sentinel()
+		if len(got) != 1 || got[0].Path != link || got[0].Size != 4 {
+			t.Fatalf("got %v, want only %s (4 bytes)", got, link)
+		}
+	})
+}
+
+func TestIncludeExclude(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Recursive: true}, nil)
+	for _, name := range []string{".hidden.ply", "scan.tmp", "scan.ply.part", "scan.ply~", ".cache/inner.ply",
+		"x.tmp/inner.ply", "notes.txt", "scan.ply.tmp"} {
+		h.write(name, "x")
+	}
+	upper := h.write("UPPER.PLY", "x")
+	sog := h.write("b.sog", "x")
+	got := paths(h.sentinel())
+	slices.Sort(got)
+	want := []string{upper, sog}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("emitted %v, want %v", got, want)
+	}
+
+	t.Run("custom", func(t *testing.T) {
+		t.Parallel()
+		h := start(t, Options{}, Root{Include: []string{"*.sog", "zz-*"}, Exclude: []string{"draft-*"}}, nil)
+		h.write("a.ply", "x")
+		h.write("draft-b.sog", "x")
+		h.write("sub/c.sog", "x") // not recursive
+		keep := h.write("d.sog", "x")
+		if got := h.sentinel(); len(got) != 1 || got[0].Path != keep {
+			t.Fatalf("emitted %v, want only %s", paths(got), keep)
+		}
+	})
+}
+
+func TestKnownSkipsQueuedFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queued := make(map[string]bool)
+	for i := 0; i < 50; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("old%02d.ply", i))
+		os.WriteFile(p, []byte("done"), 0o644)
+		queued[p] = true
+	}
+	var mu sync.Mutex
+	calls := 0
+	known := func(path string, size int64, mtime time.Time) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		fi, err := os.Stat(path)
+		return queued[path] && err == nil && fi.Size() == size && fi.ModTime().Equal(mtime)
+	}
+	h := start(t, Options{Known: known}, Root{Path: dir, Recursive: true}, nil)
+	if got := h.sentinel(); len(got) != 0 {
+		t.Fatalf("known files emitted: %v", paths(got))
+	}
+	// Rescans do not ask again about files already known.
+	mu.Lock()
+	before := calls
+	mu.Unlock()
+	h.w.requestRescan(h.w.roots[0])
+	h.sentinel()
+	mu.Lock()
+	defer mu.Unlock()
+	if calls-before > 1 {
+		t.Errorf("rescan called Known %d times, want only for the new sentinel", calls-before)
+	}
+}
+
+// TestWatchLimitFallsBackToPolling makes every folder below the root fail
+// to be watched with ENOSPC, as when fs.inotify.max_user_watches is reached.
+func TestWatchLimitFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	obs := &fakeObserver{}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+	h := start(t, Options{Observer: obs}, Root{Path: dir, Recursive: true, PollInterval: 100 * time.Millisecond},
+		func(w *Watcher) {
+			w.addWatch = func(p string) error {
+				if p != dir {
+					return syscall.ENOSPC
+				}
+				return w.fsw.Add(p)
+			}
+		})
+	p := h.write("sub/deep/found-by-polling.ply", "x")
+	if c := h.next(); c.Path != p {
+		t.Fatalf("got %s", c.Path)
+	}
+	if !obs.hasError("watch_limit") {
+		t.Errorf("WatchError(watch_limit) not reported: %v", obs.errs)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if !slices.Equal(obs.fallback, []bool{true}) {
+		t.Errorf("PollingFallback calls %v, want [true]", obs.fallback)
+	}
+	if !h.w.Healthy() {
+		t.Error("not healthy while polling")
+	}
+}
+
+func TestInstanceLimitFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	obs := &fakeObserver{}
+	h := start(t, Options{Observer: obs}, Root{Recursive: true, PollInterval: 100 * time.Millisecond},
+		func(w *Watcher) {
+			w.newNotify = func() (*fsnotify.Watcher, error) { return nil, syscall.EMFILE }
+		})
+	p := h.write("a/b.ply", "x")
+	if c := h.next(); c.Path != p {
+		t.Fatalf("got %s", c.Path)
+	}
+	if !obs.hasError("instance_limit") {
+		t.Errorf("WatchError(instance_limit) not reported: %v", obs.errs)
+	}
+}
+
+// TestRenamedFolderDropsWatches moves a watched folder out of the tree and
+// another into it.
+func TestRenamedFolderDropsWatches(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Recursive: true}, nil)
+	first := h.write("move/me/a.ply", "x")
+	h.until(first)
+	watched := func(p string) func() bool {
+		return func() bool { h.w.dirMu.Lock(); defer h.w.dirMu.Unlock(); _, ok := h.w.dirs[p]; return ok }
+	}
+	h.eventually("watch on move/me", watched(h.path("move/me")))
+
+	away := filepath.Join(t.TempDir(), "away")
+	if err := os.Rename(h.path("move"), away); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("watches dropped", func() bool { return !watched(h.path("move"))() && !watched(h.path("move/me"))() })
+	os.WriteFile(filepath.Join(away, "me", "outside-now.ply"), []byte("x"), 0o644)
+
+	incoming := filepath.Join(t.TempDir(), "incoming")
+	os.MkdirAll(filepath.Join(incoming, "x"), 0o755)
+	os.WriteFile(filepath.Join(incoming, "x", "in.ply"), []byte("x"), 0o644)
+	if err := os.Rename(incoming, h.path("incoming")); err != nil {
+		t.Fatal(err)
+	}
+	in := h.path("incoming/x/in.ply")
+	if got := h.until(in); len(got) != 1 {
+		t.Fatalf("emitted %v, want only %s", paths(got), in)
+	}
+	later := h.write("incoming/x/later.ply", "x")
+	if got := h.until(later); len(got) != 1 {
+		t.Fatalf("emitted %v", paths(got))
+	}
+}
+
+func TestSidecarRearmsSettle(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{Settle: 300 * time.Millisecond}, Root{Recursive: true}, nil)
+	p := h.write("s.ply", "splat")
+	h.write("s.splat.yaml", "title: x")
+	if c := h.next(); c.Path != p {
+		t.Fatalf("got %s", c.Path)
+	}
+}
+
+func TestRunStopsWhileBlockedOnOut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.ply"), []byte("x"), 0o644)
+	w, err := New(Options{Roots: []Root{{Path: dir}}, Settle: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx, make(chan Candidate)) }() // nobody reads
+	// Wait until a.ply has settled: the scheduler is then blocked on out.
+	h := &harness{t: t, w: w}
+	h.eventually("a.ply settled", func() bool {
+		w.tr.mu.Lock()
+		defer w.tr.mu.Unlock()
+		return len(w.tr.done) == 1
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(deadline):
+		t.Fatal("Run did not return after cancel")
+	}
+	if w.Healthy() {
+		t.Error("healthy after Run returned")
+	}
+	if err := w.Run(context.Background(), nil); err == nil {
+		t.Error("second Run accepted")
+	}
+}
+
+func TestMissingRootRecovers(t *testing.T) {
+	t.Parallel()
+	obs := &fakeObserver{}
+	dir := filepath.Join(t.TempDir(), "later")
+	w, err := New(Options{Roots: []Root{{Path: dir, Recursive: true, PollInterval: 100 * time.Millisecond}},
+		Settle: 100 * time.Millisecond, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan Candidate, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx, out)
+	h := &harness{t: t, w: w, out: out, dir: dir}
+	h.eventually("root error reported", func() bool { return obs.hasError("root") })
+	if w.Healthy() {
+		t.Fatal("healthy without its root")
+	}
+	p := h.write("f.ply", "x")
+	if c := h.next(); c.Path != p {
+		t.Fatalf("got %s", c.Path)
+	}
+	h.eventually("healthy", w.Healthy)
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	for name, o := range map[string]Options{
+		"no roots":    {},
+		"empty path":  {Roots: []Root{{}}},
+		"bad mode":    {Roots: []Root{{Path: "/x", Mode: "inotify"}}},
+		"bad pattern": {Roots: []Root{{Path: "/x", Include: []string{"[.ply"}}}},
+		"path glob":   {Roots: []Root{{Path: "/x", Exclude: []string{"a/*.ply"}}}},
+		"duplicate":   {Roots: []Root{{Path: "/x"}, {Path: "/x/"}}},
+	} {
+		if _, err := New(o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
