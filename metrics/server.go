@@ -1,0 +1,172 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// shutdownGrace bounds how long Run waits for in-flight scrapes and probes
+// once its context is done; they are short, and the daemon's stop budget
+// belongs to the uploads.
+const shutdownGrace = 5 * time.Second
+
+// ServerOptions configures NewServer.
+type ServerOptions struct {
+	// Listen is the TCP address, e.g. "127.0.0.1:9464" (metrics.listen).
+	// Port 0 picks a free port; Addr reports it.
+	Listen string
+	// Registry is served on /metrics. It must not be nil.
+	Registry *prometheus.Registry
+	// Ready reports whether the daemon can make progress (state open,
+	// watches active, token not refused); a non-nil error's text is the
+	// /readyz body. Nil means always ready.
+	Ready func() error
+	// Logger receives listen, serve and scrape errors.
+	Logger zerolog.Logger
+}
+
+// Server serves /metrics, /healthz and /readyz.
+//
+// /healthz answers 200 as long as the process can answer at all: it is the
+// liveness probe, and restarting a daemon because the API is down or the
+// token is wrong would not help. /readyz carries those conditions instead.
+type Server struct {
+	opts ServerOptions
+	srv  *http.Server
+
+	mu sync.Mutex
+	ln net.Listener
+}
+
+// NewServer returns a server for o; nothing is bound until Listen or Run.
+func NewServer(o ServerOptions) *Server {
+	s := &Server{opts: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.index)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	if o.Registry != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{
+			ErrorLog:      promLogger{o.Logger},
+			ErrorHandling: promhttp.ContinueOnError,
+			// Registry counts failed scrapes as promhttp_metric_handler_errors_total.
+			Registry:          o.Registry,
+			EnableOpenMetrics: true,
+		}))
+	}
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	return s
+}
+
+// Listen binds the address. The daemon calls it before starting its other
+// components so that a port already in use is reported at once, with a
+// clear error, instead of after the first files have been claimed. Run calls
+// it when it has not been called.
+func (s *Server) Listen() error {
+	if s.opts.Registry == nil {
+		return errors.New("metrics: ServerOptions.Registry is nil")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %q: %w", s.opts.Listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the bound address, or "" before Listen.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Run serves until ctx is done, then shuts down gracefully and returns nil.
+// A listen error is returned at once.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	s.opts.Logger.Info().Str("component", "metrics").Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		// Serve only returns on its own for a broken listener.
+		return fmt.Errorf("metrics: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: serve: %w", serr)
+	}
+	if err != nil {
+		// Probes that outlive the grace period are cut off; that is not
+		// worth failing the daemon's shutdown for.
+		s.opts.Logger.Warn().Str("component", "metrics").Err(err).Msg("shutdown of the metrics server cut connections")
+		_ = s.srv.Close()
+	}
+	return nil
+}
+
+func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprint(w, `<html><head><title>splatd</title></head><body><h1>splatd</h1>
+<p><a href="/metrics">/metrics</a> · <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p></body></html>
+`)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if s.opts.Ready != nil {
+		if err := s.opts.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// promLogger adapts zerolog to promhttp's error log.
+type promLogger struct{ log zerolog.Logger }
+
+func (l promLogger) Println(v ...any) {
+	l.log.Error().Str("component", "metrics").Msg(fmt.Sprint(v...))
+}
