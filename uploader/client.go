@@ -1,0 +1,582 @@
+package uploader
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Client limits and defaults.
+const (
+	// DefaultTimeout bounds one API call (and a storage PUT's wait for
+	// response headers and its longest pause) when ClientOptions.Timeout is 0.
+	DefaultTimeout = 60 * time.Second
+
+	clientErrorBodyLimit    = 64 << 10 // error bodies are read this far, no further
+	clientResponseBodyLimit = 4 << 20  // a 2xx JSON body larger than this is refused
+	clientDrainLimit        = 64 << 10 // drained after use so the connection is reused
+	clientMaxRedirects      = 5
+	clientIdleConnsPerHost  = 16 // enough for every worker plus polling
+)
+
+// ClientOptions configures a Client.
+type ClientOptions struct {
+	BaseURL   string         // must be https
+	Token     string         // bearer token; only ever sent to BaseURL's origin
+	RootCAs   *x509.CertPool // nil = system roots (cmd adds api.ca_file to the system pool)
+	Timeout   time.Duration  // per API call; the storage PUT uses it as an idle/progress timeout instead
+	UserAgent string
+	Pacer     *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
+	Observer  Observer // metrics hooks; nil = no-op
+	Logger    zerolog.Logger
+}
+
+// Client is the concrete client of the splat publishing API. It is safe for
+// concurrent use. Each method makes one attempt; retrying is the caller's
+// decision (see the package doc).
+type Client struct {
+	baseURL   *url.URL // scheme, host and path prefix; no query
+	token     string
+	userAgent string
+	timeout   time.Duration
+	api       *http.Client // API calls: bearer header, same-origin redirects only
+	storage   *http.Client // signed-URL PUTs: no bearer, no redirects, no overall timeout
+	pacer     *Pacer
+	obs       Observer
+	log       zerolog.Logger
+	now       func() time.Time
+}
+
+// NewClient checks o and builds a Client. Only https base URLs are accepted:
+// the bearer token must never cross the network in clear.
+func NewClient(o ClientOptions) (*Client, error) {
+	raw := strings.TrimSpace(o.BaseURL)
+	if raw == "" {
+		return nil, errors.New("uploader: API base URL is empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", clientRedactURL(raw))
+	}
+	if !strings.EqualFold(u.Scheme, "https") {
+		return nil, fmt.Errorf("uploader: API base URL scheme %q is not allowed: only https is accepted", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("uploader: API base URL %q has no host", clientRedactURL(raw))
+	}
+	if u.User != nil {
+		return nil, errors.New("uploader: API base URL must not carry credentials; use the token")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("uploader: API base URL must not have a query or fragment")
+	}
+	u.Scheme = "https"
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	token := strings.TrimSpace(o.Token)
+	if strings.ContainsAny(token, "\r\n\x00") {
+		return nil, errors.New("uploader: API token contains a control character")
+	}
+
+	c := &Client{
+		baseURL:   u,
+		token:     token,
+		userAgent: o.UserAgent,
+		timeout:   o.Timeout,
+		pacer:     o.Pacer,
+		obs:       o.Observer,
+		log:       o.Logger.With().Str("component", "client").Logger(),
+		now:       time.Now,
+	}
+	if c.userAgent == "" {
+		c.userAgent = "splatd"
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.obs == nil {
+		c.obs = NopObserver{}
+	}
+	if c.pacer == nil {
+		c.pacer = NewPacer(PacerOptions{Logger: c.log, Observer: c.obs})
+	}
+
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	tlsConf := func() *tls.Config { return &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12} }
+	apiTransport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       tlsConf(),
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   clientIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	// Storage gets its own transport: HTTP/1.1 (one TCP stream per upload,
+	// like S3 clients; Go's HTTP/2 flow control caps upload throughput), a
+	// larger write buffer for fewer TLS records, and a response-header
+	// timeout instead of an overall one, because the body may take hours.
+	storageTransport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       tlsConf(),
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   clientIdleConnsPerHost,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: c.timeout,
+		WriteBufferSize:       128 << 10,
+	}
+	c.api = &http.Client{Transport: apiTransport, CheckRedirect: c.checkAPIRedirect}
+	c.storage = &http.Client{
+		Transport: storageTransport,
+		// A streamed body cannot be replayed, and a redirect could lead the
+		// upload anywhere: hand any 3xx back as an APIError.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c, nil
+}
+
+// checkAPIRedirect follows a redirect only within the API's origin (scheme,
+// host and port): Go drops Authorization on a cross-host redirect but would
+// still send the request, and a downgrade or another port is not our API.
+// A refused redirect comes back to checkResponse as the 3xx itself.
+func (c *Client) checkAPIRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= clientMaxRedirects || !c.sameOrigin(req.URL) {
+		return http.ErrUseLastResponse
+	}
+	return nil
+}
+
+// sameOrigin reports whether u has the base URL's scheme, host and port.
+func (c *Client) sameOrigin(u *url.URL) bool {
+	return strings.EqualFold(u.Scheme, c.baseURL.Scheme) &&
+		strings.EqualFold(u.Hostname(), c.baseURL.Hostname()) &&
+		clientPort(u) == clientPort(c.baseURL)
+}
+
+func clientPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "http") {
+		return "80"
+	}
+	return "443"
+}
+
+// newRequest builds an API request. path is already escaped and starts with
+// "/"; body, when not nil, is sent as JSON. The bearer header is added here
+// and only for the API's origin.
+func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, body any) (*http.Request, error) {
+	s := c.baseURL.String() + path
+	if len(query) > 0 {
+		s += "?" + query.Encode()
+	}
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("uploader: encoding request: %w", err)
+		}
+		r = bytes.NewReader(b) // NewRequest sets GetBody, so a same-origin 307 can replay it
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s, r)
+	if err != nil {
+		return nil, fmt.Errorf("uploader: building request: %s", clientScrub(err.Error(), []string{c.token}))
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.token != "" && c.sameOrigin(req.URL) {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+// do paces, sends and checks one API exchange and decodes a 2xx JSON body
+// into v (when not nil). The pacer's wait is outside the per-call timeout: a
+// request held for a rate-limit window has not started yet.
+func (c *Client) do(ctx context.Context, route string, req *http.Request, v any) error {
+	release, err := c.pacer.Wait(ctx, route)
+	if err != nil {
+		return fmt.Errorf("%s: waiting for rate limit: %w", route, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req = req.WithContext(ctx)
+
+	start := c.now()
+	resp, err := c.api.Do(req)
+	if err != nil {
+		release(nil)
+		c.obs.APIRequest(route, 0, c.now().Sub(start))
+		err = clientNetErr(route, err, c.secrets(nil))
+		c.log.Debug().Str("route", route).Err(err).Msg("API request failed")
+		return err
+	}
+	release(resp) // the headers are all the pacer needs; free the slot now
+	defer resp.Body.Close()
+
+	err = c.checkResponse(route, resp, nil)
+	if err == nil && v != nil {
+		err = c.decode(route, resp.Body, v)
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, clientDrainLimit)
+	d := c.now().Sub(start)
+	c.obs.APIRequest(route, resp.StatusCode, d)
+	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Dur("took", d).Msg("API request")
+	return err
+}
+
+// decode reads a JSON body of at most clientResponseBodyLimit bytes.
+func (c *Client) decode(route string, body io.Reader, v any) error {
+	lr := &io.LimitedReader{R: body, N: clientResponseBodyLimit + 1}
+	err := json.NewDecoder(lr).Decode(v)
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case lr.N <= 0:
+		return &ProtocolError{Route: route, Reason: "response body exceeds " + strconv.Itoa(clientResponseBodyLimit) + " bytes"}
+	case errors.Is(err, io.EOF):
+		return &ProtocolError{Route: route, Reason: "empty response body"}
+	case errors.As(err, &se), errors.As(err, &te):
+		return &ProtocolError{Route: route, Reason: "response is not the expected JSON", Err: err}
+	}
+	return clientNetErr(route, err, c.secrets(nil))
+}
+
+// checkResponse turns a non-2xx response into *APIError, reading at most
+// clientErrorBodyLimit bytes of its body. extra lists secrets (a signed URL's
+// query) to scrub from the server's message, which may echo the request.
+func (c *Client) checkResponse(route string, resp *http.Response, extra []string) error {
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return nil
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, clientErrorBodyLimit))
+	e := &APIError{Route: route, Status: resp.StatusCode}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			e.Message = "redirect without a Location"
+		} else {
+			e.Message = "redirect to " + clientRedactURL(loc) + " not followed (only same-origin redirects are)"
+		}
+	} else {
+		e.Message = clientErrorMessage(body, resp.StatusCode)
+	}
+	e.Message = clientScrub(e.Message, c.secrets(extra))
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		e.Reset = clientResetTime(resp.Header)
+		e.RetryAfter = clientRetryAfter(resp.Header, c.now())
+	case http.StatusServiceUnavailable:
+		e.RetryAfter = clientRetryAfter(resp.Header, c.now())
+	}
+	return e
+}
+
+// secrets lists what must never appear in an error text: the token and extra.
+func (c *Client) secrets(extra []string) []string {
+	if c.token == "" {
+		return extra
+	}
+	return append([]string{c.token}, extra...)
+}
+
+// SignedURL asks for a signed upload URL for fileName (a name with its
+// extension, e.g. "scan.ply"). The key comes back under storageKey or s3Key;
+// Upload.KeyField remembers which so Publish can echo it. A response with
+// neither, or without a URL, is a *ProtocolError.
+func (c *Client) SignedURL(ctx context.Context, fileName string) (Upload, error) {
+	req, err := c.newRequest(ctx, http.MethodPost, "/api/upload/signed-url", nil, map[string]string{"fileName": fileName})
+	if err != nil {
+		return Upload{}, err
+	}
+	var w wireSigned
+	if err := c.do(ctx, RouteSignedURL, req, &w); err != nil {
+		return Upload{}, err
+	}
+	up := Upload{URL: strings.TrimSpace(string(w.SignedURL)), IssuedAt: c.now()}
+	switch {
+	case w.StorageKey != nil && *w.StorageKey != "":
+		up.Key, up.KeyField = string(*w.StorageKey), KeyFieldStorageKey
+	case w.S3Key != nil && *w.S3Key != "":
+		up.Key, up.KeyField = string(*w.S3Key), KeyFieldS3Key
+	default:
+		return Upload{}, &ProtocolError{Route: RouteSignedURL, Reason: "no storageKey or s3Key"}
+	}
+	if up.URL == "" {
+		return Upload{}, &ProtocolError{Route: RouteSignedURL, Reason: "no signedUrl"}
+	}
+	if u, err := url.Parse(up.URL); err != nil || !u.IsAbs() || u.Host == "" {
+		return Upload{}, &ProtocolError{Route: RouteSignedURL, Reason: "signedUrl is not an absolute URL"}
+	}
+	return up, nil
+}
+
+// Publish starts processing of an uploaded file. The key is sent under the
+// field name it arrived with. If the server answers 2xx without a splat id,
+// Publish returns the decoded record together with a *ProtocolError: the
+// splat probably exists, so a caller must not simply publish again.
+func (c *Client) Publish(ctx context.Context, r PublishRequest) (Splat, error) {
+	field := r.KeyField
+	if field == "" {
+		field = KeyFieldStorageKey
+	}
+	if field != KeyFieldStorageKey && field != KeyFieldS3Key {
+		return Splat{}, fmt.Errorf("%s: unknown key field %q (want %s or %s)", RoutePublish, field, KeyFieldStorageKey, KeyFieldS3Key)
+	}
+	if r.Key == "" {
+		return Splat{}, fmt.Errorf("%s: empty storage key", RoutePublish)
+	}
+	body := map[string]any{
+		field:         r.Key,
+		"title":       r.Title,
+		"description": r.Description,
+		"listed":      r.Listed,
+	}
+	if r.Format != "" {
+		body["format"] = r.Format
+	}
+	if r.Settings != nil {
+		body["settings"] = r.Settings
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, "/api/splats/publish", nil, body)
+	if err != nil {
+		return Splat{}, err
+	}
+	var w wireSplat
+	if err := c.do(ctx, RoutePublish, req, &w); err != nil {
+		return Splat{}, err
+	}
+	s := w.splat()
+	if s.ID == "" {
+		return s, &ProtocolError{Route: RoutePublish, Reason: "no splat id in the publish response (the splat may exist)"}
+	}
+	return s, nil
+}
+
+// Splat fetches a splat record, to poll its processing task.
+func (c *Client) Splat(ctx context.Context, id string) (Splat, error) {
+	if strings.TrimSpace(id) == "" {
+		return Splat{}, fmt.Errorf("%s: empty splat id", RouteGetSplat)
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/splats/"+url.PathEscape(id), nil, nil)
+	if err != nil {
+		return Splat{}, err
+	}
+	var w wireSplat
+	if err := c.do(ctx, RouteGetSplat, req, &w); err != nil {
+		return Splat{}, err
+	}
+	return w.splat(), nil
+}
+
+// Checkpoints lists one page of branch's checkpoints, newest first. limit 0
+// leaves the server's default; skip is the id of the last checkpoint of the
+// previous page ("" for the first page).
+func (c *Client) Checkpoints(ctx context.Context, branch string, limit int, skip string) (CheckpointPage, error) {
+	if strings.TrimSpace(branch) == "" {
+		return CheckpointPage{}, fmt.Errorf("%s: empty branch id", RouteCheckpoints)
+	}
+	if limit < 0 {
+		return CheckpointPage{}, fmt.Errorf("%s: negative limit %d", RouteCheckpoints, limit)
+	}
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if skip != "" {
+		q.Set("skip", skip)
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/branches/"+url.PathEscape(branch)+"/checkpoints", q, nil)
+	if err != nil {
+		return CheckpointPage{}, err
+	}
+	var w wireCheckpointPage
+	if err := c.do(ctx, RouteCheckpoints, req, &w); err != nil {
+		return CheckpointPage{}, err
+	}
+	page := CheckpointPage{Checkpoints: make([]Checkpoint, 0, len(w.Result)), HasMore: bool(w.Pagination.HasMore)}
+	for i, raw := range w.Result {
+		var wc wireCheckpoint
+		if err := json.Unmarshal(raw, &wc); err != nil {
+			return CheckpointPage{}, &ProtocolError{Route: RouteCheckpoints, Reason: "checkpoint " + strconv.Itoa(i) + " is not an object", Err: err}
+		}
+		page.Checkpoints = append(page.Checkpoints, wc.checkpoint())
+	}
+	return page, nil
+}
+
+// Put streams body (exactly size bytes) to the signed URL with Content-Length
+// and Content-Type binary/octet-stream. It never sends the bearer token (the
+// URL's signature is the credential, and storage is another party) and is
+// not paced. Memory use does not depend on size: the body is copied through
+// the transport's fixed buffers, never held.
+//
+// There is no overall deadline (a large file may take hours): the upload is
+// aborted when no byte has been taken from body for the client's Timeout, or
+// when the response headers take longer than that after the last byte.
+// progress (may be nil) receives the cumulative bytes sent, from the
+// goroutine writing the request; it is never called after Put returns.
+// Every error text has the signed URL's query removed.
+func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size int64, progress func(sent int64)) error {
+	u, err := url.Parse(signedURL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return fmt.Errorf("%s: invalid signed URL %s", RouteStoragePut, clientRedactURL(signedURL))
+	}
+	if !strings.EqualFold(u.Scheme, "https") {
+		return fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted", RouteStoragePut, u.Scheme)
+	}
+	if size < 0 {
+		return fmt.Errorf("%s: negative size %d", RouteStoragePut, size)
+	}
+	secrets := c.secrets(clientURLSecrets(u))
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pr := &clientPutReader{r: body, obs: c.obs, progress: progress}
+	pr.last.Store(c.now().UnixNano())
+	var rb io.Reader = pr
+	if size == 0 {
+		rb = http.NoBody
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), rb)
+	if err != nil {
+		return fmt.Errorf("%s: building request: %s", RouteStoragePut, clientScrub(err.Error(), secrets))
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "binary/octet-stream")
+	req.Header.Set("User-Agent", c.userAgent)
+	// Deliberately no Authorization header, even when storage shares the
+	// API's host.
+
+	stop := clientPutWatchdog(c.timeout, size, pr, c.now, func() { cancel(errClientPutStalled) })
+	defer stop()
+	defer pr.finish()
+
+	start := c.now()
+	resp, err := c.storage.Do(req)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errClientPutStalled) {
+			err = fmt.Errorf("%w after %d of %d bytes (%w)", errClientPutStalled, pr.count(), size, err)
+		}
+		c.obs.APIRequest(RouteStoragePut, 0, c.now().Sub(start))
+		err = clientNetErr(RouteStoragePut, err, secrets)
+		c.log.Debug().Str("route", RouteStoragePut).Str("url", clientRedactURL(signedURL)).Err(err).Msg("storage PUT failed")
+		return err
+	}
+	defer resp.Body.Close()
+	err = c.checkResponse(RouteStoragePut, resp, secrets)
+	_, _ = io.CopyN(io.Discard, resp.Body, clientDrainLimit)
+	d := c.now().Sub(start)
+	c.obs.APIRequest(RouteStoragePut, resp.StatusCode, d)
+	if err != nil {
+		return err
+	}
+	c.obs.UploadDone(d)
+	c.log.Debug().Str("url", clientRedactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
+	return nil
+}
+
+// clientPutReader counts the bytes the transport takes from the body, feeds
+// progress and UploadBytes, and stamps the time of the last progress for the
+// watchdog. The transport may still read after Do returns (it closes the body
+// asynchronously); finish makes sure no callback runs after Put returns.
+type clientPutReader struct {
+	r        io.Reader
+	obs      Observer
+	progress func(int64)
+	last     atomic.Int64 // UnixNano of the last Read that returned data
+
+	mu   sync.Mutex
+	sent int64
+	done bool
+}
+
+func (p *clientPutReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.last.Store(time.Now().UnixNano())
+		p.mu.Lock()
+		if !p.done {
+			p.sent += int64(n)
+			p.obs.UploadBytes(int64(n))
+			if p.progress != nil {
+				p.progress(p.sent)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return n, err
+}
+
+func (p *clientPutReader) count() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent
+}
+
+func (p *clientPutReader) finish() {
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
+}
+
+// clientPutWatchdog calls abort when the body has made no progress for idle
+// while it is still being sent. Once all size bytes are out, the transport's
+// ResponseHeaderTimeout takes over. It re-arms itself instead of resetting a
+// timer on every Read, which keeps the hot path to one atomic store.
+func clientPutWatchdog(idle time.Duration, size int64, pr *clientPutReader, now func() time.Time, abort func()) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	var check func()
+	check = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || pr.count() >= size {
+			return
+		}
+		quiet := now().Sub(time.Unix(0, pr.last.Load()))
+		if quiet >= idle {
+			abort()
+			return
+		}
+		t = time.AfterFunc(idle-quiet, check)
+	}
+	mu.Lock()
+	t = time.AfterFunc(idle, check)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}

@@ -1,0 +1,197 @@
+package uploader
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// APIError is every non-2xx answer, from the API or from object storage.
+// Callers classify it with errors.As; state's retry policy reads it through
+// HTTPStatus and FromStorage.
+type APIError struct {
+	Route   string // one of the Route* constants
+	Status  int    // HTTP status code
+	Message string // the server's `error` text, else a short body excerpt, else the status text
+	// Reset is the server's X-RateLimit-Reset (by the server's clock) on a
+	// 429, zero otherwise. The pacer has already translated it to local time
+	// and holds the class; callers only need it for messages.
+	Reset time.Time
+	// RetryAfter is the server's Retry-After on a 429 or 503, zero if absent.
+	RetryAfter time.Duration
+}
+
+// Error reads like `publish: HTTP 400: storage limit exceeded`.
+func (e *APIError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.Status)
+	}
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Route, e.Status, msg)
+}
+
+// HTTPStatus returns the status code; it lets the state package classify
+// errors without importing net/http or this package.
+func (e *APIError) HTTPStatus() int { return e.Status }
+
+// FromStorage reports whether the answer came from object storage (the
+// signed-URL PUT), where a 403 means "URL expired or refused: sign again"
+// rather than "forbidden".
+func (e *APIError) FromStorage() bool { return e.Route == RouteStoragePut }
+
+// ProtocolError is a 2xx answer the client cannot use: not JSON, or missing
+// a field the next step needs (a signed-URL response with neither storageKey
+// nor s3Key, a publish response without an id). Retrying rarely helps; for
+// publish it also means the splat may exist already.
+type ProtocolError struct {
+	Route  string
+	Reason string
+	Err    error // underlying decode error, if any
+}
+
+// Error reads like `signed_url: unusable response: no storageKey or s3Key`.
+func (e *ProtocolError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: unusable response: %s: %v", e.Route, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("%s: unusable response: %s", e.Route, e.Reason)
+}
+
+// Unwrap returns the underlying decode error.
+func (e *ProtocolError) Unwrap() error { return e.Err }
+
+// clientNetError is a transport failure (no HTTP answer). Its text has been
+// scrubbed of signed-URL queries and the token; Unwrap still reaches the
+// original error (with *url.Error's URL scrubbed in place) so errors.Is
+// (context.Canceled, os.ErrDeadlineExceeded) and errors.As work.
+type clientNetError struct {
+	route string
+	text  string
+	err   error
+}
+
+func (e *clientNetError) Error() string { return e.route + ": " + e.text }
+func (e *clientNetError) Unwrap() error { return e.err }
+
+// errClientPutStalled is the cause given when a storage PUT made no progress
+// for the idle timeout.
+var errClientPutStalled = errors.New("storage upload stalled: no bytes sent within the idle timeout")
+
+// clientErrorMessage extracts the human part of an error body: the JSON
+// `error` field (or `message`, or `error.message`), S3's XML Code/Message,
+// else a one-line excerpt, else the status text.
+func clientErrorMessage(body []byte, status int) string {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '{' {
+		var o struct {
+			Error   json.RawMessage `json:"error"`
+			Message jsonText        `json:"message"`
+		}
+		if json.Unmarshal(body, &o) == nil {
+			var s jsonText
+			if len(o.Error) > 0 && o.Error[0] == '{' {
+				var inner struct {
+					Message jsonText `json:"message"`
+				}
+				_ = json.Unmarshal(o.Error, &inner)
+				s = inner.Message
+			} else if len(o.Error) > 0 {
+				_ = s.UnmarshalJSON(o.Error)
+			}
+			if m := clientOneLine(string(s)); m != "" {
+				return m
+			}
+			if m := clientOneLine(string(o.Message)); m != "" {
+				return m
+			}
+		}
+	}
+	if len(body) > 0 && body[0] == '<' {
+		var x struct {
+			Code    string `xml:"Code"`
+			Message string `xml:"Message"`
+		}
+		if xml.Unmarshal(body, &x) == nil && (x.Code != "" || x.Message != "") {
+			switch {
+			case x.Code == "":
+				return clientOneLine(x.Message)
+			case x.Message == "":
+				return clientOneLine(x.Code)
+			}
+			return clientOneLine(x.Code + ": " + x.Message)
+		}
+	}
+	if m := clientOneLine(string(body)); m != "" && utf8.ValidString(m) {
+		return clientExcerpt(m, 200)
+	}
+	if t := http.StatusText(status); t != "" {
+		return t
+	}
+	return "HTTP " + strconv.Itoa(status)
+}
+
+// clientOneLine collapses whitespace so a message fits one log line.
+func clientOneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// clientExcerpt cuts s to at most n runes, marking the cut.
+func clientExcerpt(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "…"
+}
+
+// clientResetTime parses X-RateLimit-Reset (UTC epoch seconds); zero if absent
+// or malformed.
+func clientResetTime(h http.Header) time.Time {
+	v := strings.TrimSpace(h.Get("X-RateLimit-Reset"))
+	if v == "" {
+		return time.Time{}
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	if n > 1e11 { // some servers send milliseconds
+		return time.UnixMilli(int64(n)).UTC()
+	}
+	return time.Unix(int64(n), 0).UTC()
+}
+
+// clientRetryAfter parses Retry-After as delay-seconds or an HTTP-date. A date
+// is measured against the response's Date header when present (both are the
+// server's clock, so skew cancels), else against now.
+func clientRetryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(n * float64(time.Second))
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	ref := now
+	if d, err := http.ParseTime(h.Get("Date")); err == nil {
+		ref = d
+	}
+	if d := t.Sub(ref); d > 0 {
+		return d
+	}
+	return 0
+}

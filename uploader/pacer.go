@@ -1,0 +1,487 @@
+package uploader
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The pacer keeps the daemon's own traffic from ever earning a 429.
+//
+// Model. The API limits requests per account and per limit class ("normal",
+// "strict", ...), and tells every response's X-RateLimit-Limit, -Remaining and
+// -Reset. Which class a route uses is not documented, so the pacer learns it:
+// the first response of a route names its limit, and routes reporting the same
+// limit share one bucket (sharing is the safe guess: if they really are
+// separate budgets, we only go slower). A route whose class is not yet known
+// sends one probe request and holds the others until the probe's headers
+// arrive.
+//
+// Within a known window the bucket spreads what is left evenly until Reset:
+// with A requests still available (Remaining minus requests in flight, which
+// may or may not have been counted yet), the next request may leave at
+// lastSend + (reset-lastSend)/(A+1). An idle client therefore sends at once,
+// and a busy one ends the window with budget to spare instead of a burst that
+// a second machine on the same token would turn into 429s. With nothing
+// available it waits for Reset. When Reset has passed, the window is assumed
+// renewed but unknown: one probe goes, the rest wait for its headers.
+//
+// A 429 holds the whole class until the later of Reset and Retry-After, plus
+// jitter, so that several daemons on one token do not return in lockstep.
+//
+// Clocks. Reset is epoch seconds by the server's clock. When the response has a
+// Date header, Reset is translated through it (local = now + (Reset - Date)),
+// which cancels clock skew; a Reset in the past by the server's own clock
+// means the window has renewed. No single wait exceeds MaxWait (+ jitter), and
+// a capped wait is logged, so a wild Reset cannot stall the daemon.
+
+// Class labels. Limits are per minute: 5/10 are the documented strict class,
+// 120/240 the normal class (free/paid). Anything else is labelled by its
+// number, which stays low-cardinality because one token has few classes.
+const (
+	PacerClassStrict = "strict" // X-RateLimit-Limit <= 10
+	PacerClassNormal = "normal" // X-RateLimit-Limit 120 or 240
+)
+
+// PacerClass returns the metric label of a limit class: "strict" for limits
+// up to 10, "normal" for 120 and 240, else "limit_<N>".
+func PacerClass(limit int) string {
+	switch {
+	case limit <= 10:
+		return PacerClassStrict
+	case limit == 120 || limit == 240:
+		return PacerClassNormal
+	}
+	return "limit_" + strconv.Itoa(limit)
+}
+
+// Pacer defaults.
+const (
+	DefaultPacerJitter  = time.Second
+	DefaultPacerMaxWait = 2 * time.Minute
+	// pacer429Fallback is the first hold after a 429 that names neither a
+	// future Reset nor Retry-After; it doubles on each consecutive 429.
+	pacer429Fallback = 5 * time.Second
+	// pacerAssumedWindow is the window used when a response carries
+	// Remaining but no Reset: the documented limits are per minute.
+	pacerAssumedWindow = time.Minute
+)
+
+// PacerOptions configures a Pacer. Every field is optional; the clock fields
+// exist so tests can drive the pacer without sleeping.
+type PacerOptions struct {
+	Now   func() time.Time                     // default time.Now
+	After func(time.Duration) <-chan time.Time // default time.After
+	Rand  func() float64                       // uniform in [0,1), for jitter; default math/rand/v2
+	// Jitter is the largest random delay added after a Reset or a 429 hold;
+	// default DefaultPacerJitter. Negative means none.
+	Jitter time.Duration
+	// MaxWait caps any single hold (a Reset far away, a huge Retry-After);
+	// default DefaultPacerMaxWait.
+	MaxWait  time.Duration
+	Logger   zerolog.Logger
+	Observer Observer // RateLimit and RateLimitWait; nil = no-op
+}
+
+// Pacer paces API requests of one token. It is safe for concurrent use; give
+// every client (and every goroutine) using the same token the same Pacer.
+// Storage PUTs are not paced: storage is another host with its own limits.
+type Pacer struct {
+	now     func() time.Time
+	after   func(time.Duration) <-chan time.Time
+	rand    func() float64
+	jitter  time.Duration
+	maxWait time.Duration
+	log     zerolog.Logger
+	obs     Observer
+
+	mu      sync.Mutex
+	routes  map[string]*pacerRoute
+	buckets map[int]*pacerBucket // by X-RateLimit-Limit
+	changed chan struct{}        // closed and replaced on every release
+	blocked int                  // goroutines waiting in Wait (read by tests)
+}
+
+// pacerRoute is what the pacer knows about one route.
+type pacerRoute struct {
+	name       string
+	bucket     *pacerBucket // nil until a response named the route's class
+	probing    bool         // class unknown and a probe is in flight
+	probeStart time.Time
+}
+
+// pacerBucket is one limit class, or (limit 0) a route that sends no
+// rate-limit headers and is only held after a 429.
+type pacerBucket struct {
+	class      string
+	limit      int
+	remaining  int       // last reported, min over responses of the same window
+	known      bool      // remaining/resetAt describe a current window
+	resetRaw   int64     // the server's Reset of that window, epoch seconds
+	resetAt    time.Time // local time after which the window counts as renewed
+	holdUntil  time.Time // after a 429
+	inFlight   int       // reserved and not yet released
+	probing    bool      // window unknown and a probe is in flight
+	probeStart time.Time
+	lastSend   time.Time
+	strikes    int // consecutive 429s
+}
+
+// pacerTicket is one reservation, released exactly once.
+type pacerTicket struct {
+	route      *pacerRoute
+	bucket     *pacerBucket // nil for a class probe
+	routeProbe bool
+	probe      bool
+}
+
+// NewPacer returns a Pacer with o's clock, jitter and limits.
+func NewPacer(o PacerOptions) *Pacer {
+	p := &Pacer{
+		now:     o.Now,
+		after:   o.After,
+		rand:    o.Rand,
+		jitter:  o.Jitter,
+		maxWait: o.MaxWait,
+		log:     o.Logger,
+		obs:     o.Observer,
+		routes:  map[string]*pacerRoute{},
+		buckets: map[int]*pacerBucket{},
+		changed: make(chan struct{}),
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.after == nil {
+		p.after = time.After
+	}
+	if p.rand == nil {
+		p.rand = rand.Float64
+	}
+	if p.jitter == 0 {
+		p.jitter = DefaultPacerJitter
+	}
+	if p.jitter < 0 {
+		p.jitter = 0
+	}
+	if p.maxWait <= 0 {
+		p.maxWait = DefaultPacerMaxWait
+	}
+	if p.obs == nil {
+		p.obs = NopObserver{}
+	}
+	return p
+}
+
+// Wait blocks until route may send one request and returns the function to
+// call with that request's response (nil when none came). The release must be
+// called exactly once (later calls are ignored); until it is, the request
+// counts as in flight. Wait returns ctx's error as soon as ctx is done.
+func (p *Pacer) Wait(ctx context.Context, route string) (release func(*http.Response), err error) {
+	var start time.Time
+	waited, logged := false, false
+	for {
+		if err := ctx.Err(); err != nil {
+			p.recordWait(waited, start)
+			return nil, err
+		}
+		now := p.now()
+		p.mu.Lock()
+		t, d, why := p.reserveLocked(route, now)
+		ch := p.changed
+		if t == nil {
+			p.blocked++
+		}
+		p.mu.Unlock()
+
+		if t != nil {
+			p.recordWait(waited, start)
+			var once sync.Once
+			return func(resp *http.Response) {
+				once.Do(func() { p.release(t, resp) })
+			}, nil
+		}
+		if !waited {
+			waited, start = true, now
+		}
+		if !logged {
+			logged = true
+			p.log.Debug().Str("route", route).Str("reason", why).Dur("wait", d).Msg("pacer holding request")
+		}
+		if d <= 0 {
+			d = time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-ch:
+		case <-p.after(d):
+		}
+		p.mu.Lock()
+		p.blocked--
+		p.mu.Unlock()
+	}
+}
+
+func (p *Pacer) recordWait(waited bool, start time.Time) {
+	if waited {
+		if d := p.now().Sub(start); d > 0 {
+			p.obs.RateLimitWait(d)
+		}
+	}
+}
+
+// reserveLocked either reserves a slot for route (ticket != nil) or says how
+// long to wait before asking again (a release may wake the caller sooner).
+func (p *Pacer) reserveLocked(name string, now time.Time) (*pacerTicket, time.Duration, string) {
+	rt := p.routes[name]
+	if rt == nil {
+		rt = &pacerRoute{name: name}
+		p.routes[name] = rt
+	}
+	b := rt.bucket
+	if b == nil {
+		// Class unknown: one probe at a time. The probe is also held while
+		// any known class is exhausted or on hold, since the route may well
+		// belong to it. A probe that never reports (a caller that forgot
+		// release) stops blocking the route after maxWait.
+		if rt.probing && now.Sub(rt.probeStart) < p.maxWait {
+			return nil, rt.probeStart.Add(p.maxWait).Sub(now), "class probe in flight"
+		}
+		if d := p.exhaustedLocked(now); d > 0 {
+			return nil, d, "a known class is exhausted"
+		}
+		rt.probing, rt.probeStart = true, now
+		return &pacerTicket{route: rt, routeProbe: true}, 0, ""
+	}
+	if now.Before(b.holdUntil) {
+		return nil, b.holdUntil.Sub(now), "class on hold after 429"
+	}
+	t := &pacerTicket{route: rt, bucket: b}
+	if b.limit == 0 {
+		b.inFlight++
+		return t, 0, ""
+	}
+	if !b.known || !now.Before(b.resetAt) {
+		if b.probing && now.Sub(b.probeStart) < p.maxWait {
+			return nil, b.probeStart.Add(p.maxWait).Sub(now), "window probe in flight"
+		}
+		b.known = false
+		b.probing, b.probeStart = true, now
+		b.inFlight++
+		b.lastSend = now
+		t.probe = true
+		return t, 0, ""
+	}
+	avail := b.remaining - b.inFlight
+	if avail <= 0 {
+		return nil, b.resetAt.Sub(now), "no requests left before reset"
+	}
+	if !b.lastSend.IsZero() {
+		next := b.lastSend.Add(b.resetAt.Sub(b.lastSend) / time.Duration(avail+1))
+		if now.Before(next) {
+			return nil, next.Sub(now), "spreading remaining budget"
+		}
+	}
+	b.inFlight++
+	b.lastSend = now
+	return t, 0, ""
+}
+
+// exhaustedLocked returns how long until no known class is exhausted or on
+// hold (0 when none is).
+func (p *Pacer) exhaustedLocked(now time.Time) time.Duration {
+	var d time.Duration
+	for _, b := range p.buckets {
+		var w time.Duration
+		switch {
+		case now.Before(b.holdUntil):
+			w = b.holdUntil.Sub(now)
+		case b.known && now.Before(b.resetAt) && b.remaining-b.inFlight <= 0:
+			w = b.resetAt.Sub(now)
+		}
+		if w > 0 && (d == 0 || w < d) {
+			d = w
+		}
+	}
+	return d
+}
+
+func (p *Pacer) bucketLocked(limit int) *pacerBucket {
+	b := p.buckets[limit]
+	if b == nil {
+		b = &pacerBucket{class: PacerClass(limit), limit: limit}
+		p.buckets[limit] = b
+	}
+	return b
+}
+
+func (p *Pacer) jitterDur() time.Duration {
+	if p.jitter <= 0 {
+		return 0
+	}
+	r := p.rand()
+	if r < 0 || r >= 1 {
+		r = 0
+	}
+	return time.Duration(r * float64(p.jitter))
+}
+
+// pacerHeaders is what a response says about the rate limit.
+type pacerHeaders struct {
+	limit        int
+	remaining    int
+	hasRemaining bool
+	resetRaw     int64         // server epoch seconds, 0 if absent
+	resetIn      time.Duration // Reset minus the server's now (Date), or minus local now
+	hasReset     bool
+	retryAfter   time.Duration
+}
+
+func pacerParseHeaders(h http.Header, now time.Time) pacerHeaders {
+	var r pacerHeaders
+	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("X-RateLimit-Limit"))); err == nil && v > 0 {
+		r.limit = v
+	}
+	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("X-RateLimit-Remaining"))); err == nil {
+		r.remaining, r.hasRemaining = max(v, 0), true
+	}
+	if reset := clientResetTime(h); !reset.IsZero() {
+		ref := now
+		if d, err := http.ParseTime(h.Get("Date")); err == nil {
+			ref = d
+		}
+		r.resetRaw, r.resetIn, r.hasReset = reset.Unix(), reset.Sub(ref), true
+	}
+	r.retryAfter = clientRetryAfter(h, now)
+	return r
+}
+
+// release reconciles a reservation with the response's headers.
+func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() {
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}()
+
+	rt := t.route
+	if t.routeProbe {
+		rt.probing = false
+	}
+	if b := t.bucket; b != nil {
+		b.inFlight--
+		if t.probe {
+			b.probing = false
+		}
+	}
+	if resp == nil {
+		// No answer: the request may or may not have been counted; assume
+		// it was.
+		if b := t.bucket; b != nil && b.known && b.remaining > 0 {
+			b.remaining--
+		}
+		return
+	}
+
+	h := pacerParseHeaders(resp.Header, now)
+	b := rt.bucket
+	switch {
+	case h.limit > 0:
+		nb := p.bucketLocked(h.limit)
+		if b != nb {
+			p.log.Debug().Str("route", rt.name).Str("class", nb.class).Int("limit", h.limit).Msg("pacer learned rate-limit class")
+			rt.bucket = nb
+		}
+		b = nb
+	case b == nil:
+		// The route sends no rate-limit headers: let it run, holding it
+		// only after a 429. Such a bucket is private to the route.
+		b = &pacerBucket{class: "route_" + rt.name}
+		rt.bucket = b
+	}
+
+	if b.limit > 0 && h.hasRemaining {
+		p.updateWindowLocked(b, h, now)
+		p.obs.RateLimit(b.class, h.remaining)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		p.holdLocked(rt, b, h, now)
+	} else if resp.StatusCode < 400 {
+		b.strikes = 0
+	}
+}
+
+// updateWindowLocked folds a response's Remaining/Reset into b. Responses can
+// arrive out of order: within one window the lowest Remaining wins, and a
+// response from an older window is ignored.
+func (p *Pacer) updateWindowLocked(b *pacerBucket, h pacerHeaders, now time.Time) {
+	if h.hasReset && b.resetRaw != 0 && h.resetRaw < b.resetRaw {
+		return
+	}
+	sameWindow := h.hasReset && h.resetRaw == b.resetRaw
+	if sameWindow && b.known {
+		b.remaining = min(b.remaining, h.remaining)
+		return
+	}
+	in := pacerAssumedWindow
+	if h.hasReset {
+		in = h.resetIn
+	}
+	if in > p.maxWait {
+		p.log.Warn().Str("class", b.class).Dur("reset_in", in).Dur("capped_to", p.maxWait).
+			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
+		in = p.maxWait
+	}
+	b.remaining = h.remaining
+	b.resetRaw = h.resetRaw
+	if in <= 0 {
+		// Reset is already past by the server's clock: the window has
+		// renewed. The next request probes the new one.
+		b.known = false
+		return
+	}
+	b.resetAt = now.Add(in + p.jitterDur())
+	b.known = true
+}
+
+// holdLocked holds b after a 429 until the later of its Reset and the
+// response's Retry-After, plus jitter, capped at maxWait plus jitter.
+func (p *Pacer) holdLocked(rt *pacerRoute, b *pacerBucket, h pacerHeaders, now time.Time) {
+	b.strikes++
+	b.remaining = 0
+	jit := p.jitterDur()
+	until := now
+	if b.known && b.resetAt.After(until) {
+		until = b.resetAt // already jittered
+	}
+	if h.retryAfter > 0 {
+		if ra := now.Add(h.retryAfter + jit); ra.After(until) {
+			until = ra
+		}
+	}
+	if !until.After(now) {
+		back := pacer429Fallback
+		for i := 1; i < b.strikes && back < p.maxWait; i++ {
+			back *= 2
+		}
+		until = now.Add(min(back, p.maxWait) + jit)
+	}
+	if limit := now.Add(p.maxWait + jit); until.After(limit) {
+		p.log.Warn().Str("class", b.class).Dur("wanted", until.Sub(now)).Dur("capped_to", p.maxWait).
+			Msg("rate-limit hold capped")
+		until = limit
+	}
+	if until.After(b.holdUntil) {
+		b.holdUntil = until
+	}
+	p.log.Warn().Str("route", rt.name).Str("class", b.class).Dur("hold", b.holdUntil.Sub(now)).
+		Int("strikes", b.strikes).Msg("rate limited (HTTP 429); holding the class")
+}
