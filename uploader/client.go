@@ -448,8 +448,10 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 	if err != nil || !u.IsAbs() || u.Host == "" {
 		return fmt.Errorf("%s: invalid signed URL %s", RouteStoragePut, clientRedactURL(signedURL))
 	}
-	if !strings.EqualFold(u.Scheme, "https") {
-		return fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted", RouteStoragePut, u.Scheme)
+	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && clientLoopback(u.Hostname())) {
+		// Plain http is tolerated only on this machine (a local MinIO, a
+		// test server): anywhere else it would expose the file in transit.
+		return fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", RouteStoragePut, u.Scheme)
 	}
 	if size < 0 {
 		return fmt.Errorf("%s: negative size %d", RouteStoragePut, size)
@@ -579,4 +581,13 @@ func clientPutWatchdog(idle time.Duration, size int64, pr *clientPutReader, now 
 		t.Stop()
 		mu.Unlock()
 	}
+}
+
+// clientLoopback reports whether host is a loopback name or address.
+func clientLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -593,6 +594,27 @@ func TestClientPutRejectsBadURLs(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "secretsecret") {
 			t.Errorf("Put(%q) = %v", u, err)
 		}
+	}
+}
+
+// TestClientPutPlainHTTPOnLoopback allows a local object store without TLS
+// (a MinIO on the same machine), never a remote one (above).
+func TestClientPutPlainHTTPOnLoopback(t *testing.T) {
+	t.Parallel()
+	var got atomic.Int64
+	var auth atomic.Bool
+	storage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Store(n)
+		auth.Store(r.Header.Get("Authorization") != "")
+	}))
+	t.Cleanup(storage.Close)
+	c := newClientFor(t, "https://api.invalid", nil, 0)
+	if err := c.Put(context.Background(), storage.URL+"/k?sig=s", strings.NewReader("hello"), 5, nil); err != nil {
+		t.Fatalf("Put over loopback http: %v", err)
+	}
+	if got.Load() != 5 || auth.Load() {
+		t.Errorf("storage got %d bytes, Authorization sent: %v", got.Load(), auth.Load())
 	}
 }
 
