@@ -1,0 +1,243 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/splatd/splatd/state"
+)
+
+// Claim hands out the runnable job with the earliest NextAttempt not after
+// now that no other caller holds, and marks it held until Release. ok is
+// false when nothing is due. It is safe for many goroutines: the claimed set
+// is guarded by a mutex and, as only one process can open the store, needs
+// no persistence (a restart frees every claim, which is the recovery).
+func (s *Store) Claim(now time.Time) (job state.Job, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err = s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketDue).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			at, id := splitTimeKey(k)
+			if at.After(now) {
+				return nil
+			}
+			if _, held := s.claimed[id]; held {
+				continue
+			}
+			j, err := getJob(tx, id)
+			if err != nil {
+				return err
+			}
+			job, ok = j, true
+			s.claimed[id] = struct{}{}
+			return nil
+		}
+		return nil
+	})
+	return job, ok, err
+}
+
+// NextDue returns when the earliest unclaimed runnable job is due; ok is
+// false when there is none (workers then sleep until woken).
+func (s *Store) NextDue() (at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketDue).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			t, id := splitTimeKey(k)
+			if _, held := s.claimed[id]; !held {
+				at, ok = t, true
+				return nil
+			}
+		}
+		return nil
+	})
+	return at, ok
+}
+
+// Release gives a claimed job back; it becomes claimable at its
+// NextAttempt.
+func (s *Store) Release(id uint64) {
+	s.mu.Lock()
+	delete(s.claimed, id)
+	s.mu.Unlock()
+}
+
+// Commit stores j, which a worker moved on from stage `from`, in one
+// transaction with all its index entries, and returns the job as stored.
+// It fails with ErrConflict if the stored job is no longer in `from` and
+// with a *state.TransitionError if the table forbids from → j.Stage.
+//
+// Content dedupe happens here, atomically with the hash: a job moving to
+// Ready whose sha256 belongs to a done job (or a pruned one's tombstone) is
+// stored as Done with DuplicateOf instead and is never uploaded; if the
+// owner is still in flight (or held) the job stays Queued and checks again
+// after DedupeWait, so a failed owner does not leave the content
+// unpublished. Failed owners do not block a new attempt.
+func (s *Store) Commit(j state.Job, from state.Stage) (state.Job, error) {
+	var finished bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		stored, err := getJob(tx, j.ID)
+		if err != nil {
+			return err
+		}
+		if stored.Stage != from {
+			return fmt.Errorf("commit job %d as %s: stored stage is %s, expected %s: %w", j.ID, j.Stage, stored.Stage, from, ErrConflict)
+		}
+		if !state.CanMove(from, j.Stage) {
+			return &state.TransitionError{ID: j.ID, From: from, To: j.Stage}
+		}
+		now := s.o.Now()
+		j.UpdatedAt = now
+		if j.Stage != from && !j.StageSince.After(stored.StageSince) {
+			j.StageSince = now
+		}
+		if j.Stage == state.Ready && from != state.Ready {
+			if j, err = s.dedupe(tx, j, from, now); err != nil {
+				return err
+			}
+		}
+		if err := s.write(tx, stored, j); err != nil {
+			return err
+		}
+		finished = (j.Stage == state.Done || j.Stage == state.Failed) && j.Stage != from
+		return nil
+	})
+	if err != nil {
+		return state.Job{}, err
+	}
+	if finished {
+		s.mu.Lock()
+		s.finished++
+		due := s.finished >= s.o.PruneEvery
+		if due {
+			s.finished = 0
+		}
+		s.mu.Unlock()
+		if due {
+			if _, err := s.Prune(); err != nil {
+				s.log.Error().Err(err).Msg("retention pass failed")
+			}
+		}
+	}
+	return j, nil
+}
+
+func (s *Store) dedupe(tx *bolt.Tx, j state.Job, from state.Stage, now time.Time) (state.Job, error) {
+	if j.SHA256 == "" {
+		return j, fmt.Errorf("job %d: ready without sha256", j.ID)
+	}
+	shas := tx.Bucket(bucketSHA)
+	key := []byte(j.SHA256)
+	var he hashEntry
+	found, err := getJSON(shas, key, &he)
+	if err != nil {
+		return j, err
+	}
+	if found && he.Job != j.ID {
+		owner, err := getJob(tx, he.Job)
+		switch {
+		case errors.Is(err, ErrNotFound) || he.Pruned:
+			if he.Pruned {
+				return duplicate(j, state.Job{ID: he.Job, SplatID: he.SplatID, SplatHash: he.Hash, ViewerURL: he.URL}, now), nil
+			}
+			// A dangling entry (pruned failed owner): take it over.
+		case err != nil:
+			return j, err
+		case owner.SHA256 != j.SHA256 || owner.Stage == state.Failed:
+			// The owner was re-hashed to other content or gave up.
+		case owner.Stage == state.Done:
+			return duplicate(j, owner, now), nil
+		default:
+			// In flight: wait for its outcome rather than guess it.
+			j.Stage = from
+			j.StageSince = now
+			j.NextAttempt = now.Add(s.o.DedupeWait)
+			j.LastError = fmt.Sprintf("waiting for job %d with the same content (%s)", owner.ID, owner.Stage)
+			return j, nil
+		}
+	}
+	return j, putJSON(shas, key, hashEntry{V: 1, Job: j.ID})
+}
+
+func duplicate(j, owner state.Job, now time.Time) state.Job {
+	j.Stage = state.Done
+	j.StageSince = now
+	j.DuplicateOf = owner.ID
+	j.SplatID, j.SplatHash, j.ViewerURL = owner.SplatID, owner.SplatHash, owner.ViewerURL
+	j.TaskStatus = "duplicate"
+	j.CompletedAt = &now
+	j.LastError = ""
+	return j
+}
+
+// Prune applies the retention rule: finished jobs beyond MaxFinished (oldest
+// first) or older than MaxAge are deleted. A pruned done job leaves a
+// tombstone in the sha256 index so its content stays deduplicated, and its
+// path entry so the unchanged file stays Known. It returns the number of
+// jobs pruned.
+func (s *Store) Prune() (int, error) {
+	r := s.o.Retention
+	var n int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n = 0
+		fin := tx.Bucket(bucketFinished)
+		total := fin.Stats().KeyN
+		cutoff := s.o.Now().Add(-r.MaxAge)
+		var victims [][]byte
+		c := fin.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			at, _ := splitTimeKey(k)
+			over := r.MaxFinished >= 0 && total-len(victims) > r.MaxFinished
+			old := r.MaxAge > 0 && at.Before(cutoff)
+			if !over && !old {
+				break
+			}
+			victims = append(victims, append([]byte(nil), k...))
+		}
+		for _, k := range victims {
+			_, id := splitTimeKey(k)
+			j, err := getJob(tx, id)
+			if err != nil {
+				return err
+			}
+			if err := s.prune(tx, j); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if n > 0 {
+		s.log.Debug().Int("jobs", n).Msg("pruned finished jobs")
+	}
+	return n, err
+}
+
+func (s *Store) prune(tx *bolt.Tx, j state.Job) error {
+	if err := index(tx, j, false); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketJobs).Delete(u64(j.ID)); err != nil {
+		return err
+	}
+	if j.SHA256 == "" {
+		return nil
+	}
+	shas := tx.Bucket(bucketSHA)
+	var he hashEntry
+	ok, err := getJSON(shas, []byte(j.SHA256), &he)
+	if err != nil || !ok || he.Job != j.ID {
+		return err
+	}
+	if j.Stage == state.Done {
+		return putJSON(shas, []byte(j.SHA256), hashEntry{V: 1, Job: j.ID, Pruned: true,
+			SplatID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL, At: j.UpdatedAt})
+	}
+	return shas.Delete([]byte(j.SHA256))
+}

@@ -1,0 +1,427 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/splatd/splatd/state"
+)
+
+// Candidate is a file the watcher considers finished. Its fields match
+// watcher.Candidate so the daemon can convert one into the other.
+type Candidate struct {
+	Path    string
+	Root    string
+	Size    int64
+	ModTime time.Time
+}
+
+// Enqueue adds a job for c unless the path is already known with the same
+// size and mtime, or an earlier job for the path has not yet published (its
+// worker notices the change itself and hashes the file again). A changed
+// file whose earlier job is finished or publishing becomes a new job: the
+// old content may already be published. created reports whether a job was
+// added.
+//
+// Concurrent calls share transactions (group commit): while one caller's
+// transaction is being fsynced, the candidates that arrive meanwhile are
+// collected and committed together by that caller next, so N enqueueing
+// goroutines pay about one fsync per round instead of one each. A single
+// caller is never delayed.
+func (s *Store) Enqueue(ctx context.Context, c Candidate) (created bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if c.Path == "" {
+		return false, errors.New("enqueue: empty path")
+	}
+	r := &enqueueReq{c: c, done: make(chan struct{})}
+	s.enqMu.Lock()
+	s.enqPending = append(s.enqPending, r)
+	if s.enqBusy {
+		s.enqMu.Unlock()
+		<-r.done
+		return r.created, r.err
+	}
+	s.enqBusy = true
+	for len(s.enqPending) > 0 {
+		batch := s.enqPending
+		s.enqPending = nil
+		s.enqMu.Unlock()
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			now := s.o.Now()
+			for _, r := range batch {
+				var err error
+				if r.created, err = s.enqueue(tx, r.c, now); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		for _, r := range batch {
+			if err != nil {
+				r.created, r.err = false, err
+			}
+			close(r.done)
+		}
+		s.enqMu.Lock()
+	}
+	s.enqBusy = false
+	s.enqMu.Unlock()
+	return r.created, r.err
+}
+
+// enqueueReq is one caller's candidate waiting for a group commit.
+type enqueueReq struct {
+	c       Candidate
+	created bool
+	err     error
+	done    chan struct{}
+}
+
+// EnqueueAll is Enqueue for many candidates in one transaction (one fsync),
+// for the watcher's startup scan. It returns the number of jobs created.
+func (s *Store) EnqueueAll(ctx context.Context, cs []Candidate) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n = 0
+		now := s.o.Now()
+		for _, c := range cs {
+			ok, err := s.enqueue(tx, c, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+func (s *Store) enqueue(tx *bolt.Tx, c Candidate, now time.Time) (bool, error) {
+	if c.Path == "" {
+		return false, errors.New("enqueue: empty path")
+	}
+	paths := tx.Bucket(bucketPaths)
+	var pe pathEntry
+	found, err := getJSON(paths, []byte(c.Path), &pe)
+	if err != nil {
+		return false, err
+	}
+	if found {
+		if pe.Size == c.Size && pe.MTime == c.ModTime.UnixNano() {
+			return false, nil
+		}
+		old, err := getJob(tx, pe.Job)
+		if err == nil && !old.Stage.Final() && !old.Stage.Published() {
+			return false, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return false, err
+		}
+	}
+	id, err := tx.Bucket(bucketJobs).NextSequence()
+	if err != nil {
+		return false, err
+	}
+	j := state.Job{
+		ID: id, Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime,
+		Stage: state.Queued, NextAttempt: now, CreatedAt: now, UpdatedAt: now, StageSince: now,
+	}
+	if err := putJob(tx, j); err != nil {
+		return false, err
+	}
+	if err := index(tx, j, true); err != nil {
+		return false, err
+	}
+	return true, putJSON(paths, []byte(c.Path), pathEntry{V: 1, Job: id, Size: c.Size, MTime: c.ModTime.UnixNano()})
+}
+
+// Known reports whether path is already queued or finished with exactly
+// this size and mtime, so the watcher can skip it without a write. Pruned
+// jobs still count.
+func (s *Store) Known(path string, size int64, mtime time.Time) bool {
+	var known bool
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		var pe pathEntry
+		ok, err := getJSON(tx.Bucket(bucketPaths), []byte(path), &pe)
+		known = err == nil && ok && pe.Size == size && pe.MTime == mtime.UnixNano()
+		return nil
+	})
+	return known
+}
+
+// Get returns the job with id, or an error matching ErrNotFound.
+func (s *Store) Get(id uint64) (state.Job, error) {
+	var j state.Job
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		j, err = getJob(tx, id)
+		return err
+	})
+	return j, err
+}
+
+// Filter selects jobs for List. The zero Filter selects every job.
+type Filter struct {
+	// Stages keeps only jobs in one of these stages; empty means all.
+	Stages []state.Stage
+	// Limit caps the number of jobs returned (lowest ids first); 0 = all.
+	Limit int
+}
+
+// List returns the jobs selected by f in id (enqueue) order.
+func (s *Store) List(f Filter) ([]state.Job, error) {
+	var out []state.Job
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if len(f.Stages) == 0 {
+			c := tx.Bucket(bucketJobs).Cursor()
+			for k, v := c.First(); k != nil && (f.Limit <= 0 || len(out) < f.Limit); k, v = c.Next() {
+				j, err := state.Unmarshal(v)
+				if err != nil {
+					return err
+				}
+				out = append(out, j)
+			}
+			return nil
+		}
+		// Merge the per-stage id lists into id order.
+		var ids []uint64
+		for _, stg := range f.Stages {
+			b := tx.Bucket(bucketStages).Bucket([]byte(stg))
+			if b == nil {
+				return fmt.Errorf("list: unknown stage %q", stg)
+			}
+			c := b.Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				ids = append(ids, binary.BigEndian.Uint64(k))
+			}
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			if f.Limit > 0 && len(out) >= f.Limit {
+				break
+			}
+			j, err := getJob(tx, id)
+			if err != nil {
+				return err
+			}
+			out = append(out, j)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Stats is a summary of the store for metrics and `splatd jobs`.
+type Stats struct {
+	// Stages counts jobs per stage; every stage is present.
+	Stages map[state.Stage]int
+	// Jobs is the number of job records (pruned jobs excluded).
+	Jobs int
+	// OldestUnfinished is the creation time of the oldest job that is not
+	// done or failed (held jobs count: they wait for an operator); zero if
+	// there is none. OldestAge is its age.
+	OldestUnfinished time.Time
+	OldestAge        time.Duration
+	// Tombstones is the number of pruned contents still deduplicated.
+	Tombstones int
+	// UsedSize is the span of the bbolt file's pages in use, in bytes (the
+	// file itself grows in larger steps and never shrinks).
+	UsedSize int64
+}
+
+// Stats counts jobs per stage and finds the oldest unfinished one.
+func (s *Store) Stats() (Stats, error) {
+	st := Stats{Stages: make(map[state.Stage]int, len(state.Stages))}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		st.UsedSize = tx.Size()
+		for _, stg := range state.Stages {
+			b := tx.Bucket(bucketStages).Bucket([]byte(stg))
+			n := b.Stats().KeyN
+			st.Stages[stg] = n
+			st.Jobs += n
+			if stg == state.Done || stg == state.Failed || n == 0 {
+				continue
+			}
+			// Ids grow with enqueue time, so the first id of each stage is
+			// its oldest job.
+			k, _ := b.Cursor().First()
+			j, err := getJob(tx, binary.BigEndian.Uint64(k))
+			if err != nil {
+				return err
+			}
+			if st.OldestUnfinished.IsZero() || j.CreatedAt.Before(st.OldestUnfinished) {
+				st.OldestUnfinished = j.CreatedAt
+			}
+		}
+		c := tx.Bucket(bucketSHA).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var he hashEntry
+			if err := json.Unmarshal(v, &he); err == nil && he.Pruned {
+				st.Tombstones++
+			}
+		}
+		return nil
+	})
+	if !st.OldestUnfinished.IsZero() {
+		st.OldestAge = s.o.Now().Sub(st.OldestUnfinished)
+	}
+	return st, err
+}
+
+// Retry puts a failed job back to Queued (it is checked, hashed and uploaded
+// again) and a held job back to Uploaded (the operator decided to publish
+// again: the worker commits a new publish intent and publishes). It
+// returns the updated job.
+func (s *Store) Retry(id uint64) (state.Job, error) {
+	var out state.Job
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		j, err := getJob(tx, id)
+		if err != nil {
+			return err
+		}
+		out, err = s.retry(tx, j, s.o.Now())
+		return err
+	})
+	return out, err
+}
+
+// RetryFailed re-queues every failed job and returns how many.
+func (s *Store) RetryFailed() (int, error) {
+	var n int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n = 0
+		var ids []uint64
+		c := tx.Bucket(bucketStages).Bucket([]byte(state.Failed)).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			ids = append(ids, binary.BigEndian.Uint64(k))
+		}
+		now := s.o.Now()
+		for _, id := range ids {
+			j, err := getJob(tx, id)
+			if err != nil {
+				return err
+			}
+			if _, err := s.retry(tx, j, now); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error) {
+	old := j
+	switch j.Stage {
+	case state.Failed:
+		// Start again from the file: whatever was uploaded or published
+		// for it is not trusted, the content may have changed.
+		if err := j.Move(state.Queued, now); err != nil {
+			return j, err
+		}
+		j.SHA256, j.Kind = "", ""
+		j.Upload = state.Upload{}
+		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
+		j.PublishedAt, j.CompletedAt = nil, nil
+	case state.Held:
+		if err := j.Move(state.Uploaded, now); err != nil {
+			return j, err
+		}
+		j.Uncertain = false
+		j.TaskMessage = ""
+	default:
+		return j, fmt.Errorf("job %d is %s: only failed and held jobs can be retried", j.ID, j.Stage)
+	}
+	j.FailReason, j.LastError, j.LastStatus = "", "", 0
+	j.Finalized = false
+	j.NextAttempt = now
+	return j, s.write(tx, old, j)
+}
+
+// write replaces old with j and moves its index entries.
+func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
+	if err := index(tx, old, false); err != nil {
+		return err
+	}
+	if err := putJob(tx, j); err != nil {
+		return err
+	}
+	if err := index(tx, j, true); err != nil {
+		return err
+	}
+	// Keep the path index on the size and mtime the job last saw, so an
+	// unchanged file stays Known after a re-hash.
+	if j.Size != old.Size || !j.ModTime.Equal(old.ModTime) {
+		paths := tx.Bucket(bucketPaths)
+		var pe pathEntry
+		ok, err := getJSON(paths, []byte(j.Path), &pe)
+		if err != nil {
+			return err
+		}
+		if ok && pe.Job == j.ID {
+			pe.Size, pe.MTime = j.Size, j.ModTime.UnixNano()
+			if err := putJSON(paths, []byte(j.Path), pe); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Unfinalized returns the final (done, failed, held) jobs whose Finish hook
+// has not completed, so the pool can run it again after a crash.
+func (s *Store) Unfinalized() ([]state.Job, error) {
+	var out []state.Job
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held} {
+			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				j, err := getJob(tx, binary.BigEndian.Uint64(k))
+				if err != nil {
+					return err
+				}
+				if !j.Finalized {
+					out = append(out, j)
+				}
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b state.Job) int { return cmp.Compare(a.ID, b.ID) })
+	return out, err
+}
+
+// MarkFinalized records that the Finish hook ran for final job id. It
+// changes nothing else (not even UpdatedAt, which orders retention).
+func (s *Store) MarkFinalized(id uint64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		j, err := getJob(tx, id)
+		if err != nil {
+			return err
+		}
+		if !j.Stage.Final() {
+			return fmt.Errorf("job %d is %s, not final", id, j.Stage)
+		}
+		if j.Finalized {
+			return nil
+		}
+		j.Finalized = true
+		return putJob(tx, j)
+	})
+}

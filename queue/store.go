@@ -1,0 +1,366 @@
+// Package queue is splatd's durable job store: a bbolt file in the state
+// directory holding every job, the indexes that make enqueue idempotent and
+// content dedupe exact, and the due-time order in which workers claim jobs.
+// Every method is one transaction; a commit is fsynced before it returns, so
+// a job's last committed stage survives kill -9.
+package queue
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/splatd/splatd/state"
+)
+
+// The bucket tree. Bucket names are fixed here and created together in one
+// transaction at open, so a store is either fully laid out or not at all.
+//
+//	meta/
+//	    schema            → uint64 big-endian (SchemaVersion)
+//	jobs/
+//	    <id u64be>        → state.Job JSON ({"v":1,...})
+//	due/                  runnable (non-final) jobs, earliest first
+//	    <next u64be><id>  → ""            next = NextAttempt in Unix ns
+//	stages/
+//	    <stage>/          one sub-bucket per state.Stage
+//	        <id u64be>    → ""
+//	finished/             done and failed jobs, oldest finish first (retention)
+//	    <at u64be><id>    → ""            at = UpdatedAt when it finished
+//	sha256/               content dedupe: who owns (or owned) this content
+//	    <hex sha256>      → hashEntry JSON
+//	paths/                idempotent enqueue and Known; outlives pruned jobs
+//	    <path>            → pathEntry JSON
+var (
+	bucketMeta     = []byte("meta")
+	bucketJobs     = []byte("jobs")
+	bucketDue      = []byte("due")
+	bucketStages   = []byte("stages")
+	bucketFinished = []byte("finished")
+	bucketSHA      = []byte("sha256")
+	bucketPaths    = []byte("paths")
+
+	keySchema = []byte("schema")
+)
+
+// SchemaVersion is the layout version this code reads and writes. Opening a
+// file written with a newer version fails rather than corrupting it.
+const SchemaVersion = 1
+
+// FileName is the bbolt file inside the state directory.
+const FileName = "splatd.db"
+
+// Errors returned by the store.
+var (
+	// ErrNotFound: no job with that id.
+	ErrNotFound = errors.New("job not found")
+	// ErrLocked: another process holds the state file. The returned error
+	// reads "another splatd is using DIR" and matches ErrLocked with errors.Is.
+	ErrLocked = errors.New("another splatd is using the state directory")
+	// ErrConflict: Commit's expected stage is not the stored one; somebody
+	// else (an operator's retry) moved the job in the meantime.
+	ErrConflict = errors.New("job changed since it was read")
+)
+
+type lockedError struct{ dir string }
+
+func (e *lockedError) Error() string        { return "another splatd is using " + e.dir }
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }
+
+// Retention bounds the finished (done and failed) records kept in full.
+// A pruned done job leaves a small tombstone in the sha256 index (splat id,
+// viewer URL, time) so its content is still never published twice, and its
+// path entry so an unchanged file is still Known.
+type Retention struct {
+	// MaxFinished is the number of finished jobs kept in full; older ones
+	// are pruned. Zero means 5000; negative means no limit.
+	MaxFinished int
+	// MaxAge prunes finished jobs older than this. Zero means 30 days;
+	// negative means no limit.
+	MaxAge time.Duration
+}
+
+// Options configures Open. The zero value is usable.
+type Options struct {
+	// LockTimeout is how long Open waits for the file lock held by another
+	// process before failing with ErrLocked. Zero means 3 s.
+	LockTimeout time.Duration
+	// Retention of finished jobs; applied at open and every PruneEvery
+	// finished jobs.
+	Retention Retention
+	// PruneEvery is the number of jobs that must finish between two
+	// retention passes. Zero means 100.
+	PruneEvery int
+	// DedupeWait is how long a job whose content another job is still
+	// publishing waits before it checks again. Zero means 30 s.
+	DedupeWait time.Duration
+	// NoSync skips fsync on commit. Only for benchmarks and tests that do
+	// not crash: without fsync a power loss can lose committed stages.
+	NoSync bool
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives open, recovery and prune lines; the caller scopes it
+	// (component=queue).
+	Logger zerolog.Logger
+}
+
+func (o *Options) fill() {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 3 * time.Second
+	}
+	if o.Retention.MaxFinished == 0 {
+		o.Retention.MaxFinished = 5000
+	}
+	if o.Retention.MaxAge == 0 {
+		o.Retention.MaxAge = 30 * 24 * time.Hour
+	}
+	if o.PruneEvery <= 0 {
+		o.PruneEvery = 100
+	}
+	if o.DedupeWait <= 0 {
+		o.DedupeWait = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Store is the job store. Its methods are safe for concurrent use. Only one
+// process may open a state directory at a time (bbolt's file lock), which is
+// what lets the claimed set live in memory.
+type Store struct {
+	db  *bolt.DB
+	dir string
+	o   Options
+	log zerolog.Logger
+
+	mu       sync.Mutex
+	claimed  map[uint64]struct{}
+	finished int // jobs finished since the last retention pass
+
+	enqMu      sync.Mutex // group commit of Enqueue
+	enqPending []*enqueueReq
+	enqBusy    bool
+}
+
+// Open opens (creating if needed) the store in directory dir, lays out the
+// buckets, checks the schema version and recovers in-flight jobs: since
+// claims are not persisted every non-final job is runnable again from its
+// last committed stage, and a job found in Publishing is marked Uncertain
+// because its publish call may or may not have reached the API.
+func Open(dir string, o Options) (*Store, error) {
+	o.fill()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: o.LockTimeout,
+		// The freelist is rebuilt by scanning at open instead of being
+		// written on every commit: fewer pages per fsync, same durability.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		NoSync:         o.NoSync,
+	})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, &lockedError{dir: dir}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{db: db, dir: dir, o: o, log: o.Logger,
+		claimed: make(map[uint64]struct{})}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if _, err := s.Prune(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) init() error {
+	var uncertain int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketJobs, bucketDue, bucketStages, bucketFinished, bucketSHA, bucketPaths} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		st := tx.Bucket(bucketStages)
+		for _, stg := range state.Stages {
+			if _, err := st.CreateBucketIfNotExists([]byte(stg)); err != nil {
+				return fmt.Errorf("create bucket stages/%s: %w", stg, err)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keySchema); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("state file %s: bad schema version record", s.dir)
+			}
+			if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+				return fmt.Errorf("state file in %s has schema version %d, newer than this splatd's %d: use a newer splatd", s.dir, got, SchemaVersion)
+			}
+		}
+		if err := meta.Put(keySchema, u64(SchemaVersion)); err != nil {
+			return err
+		}
+		// Recovery: mark publish intents whose outcome is unknown. Collect
+		// first, write after: never modify a bucket under a live cursor.
+		var ids []uint64
+		c := st.Bucket([]byte(state.Publishing)).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			ids = append(ids, binary.BigEndian.Uint64(k))
+		}
+		now := s.o.Now()
+		for _, id := range ids {
+			j, err := getJob(tx, id)
+			if err != nil {
+				return err
+			}
+			if j.Uncertain {
+				continue
+			}
+			j.Uncertain = true
+			j.UpdatedAt = now
+			if err := putJob(tx, j); err != nil {
+				return err
+			}
+			uncertain++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if uncertain > 0 {
+		s.log.Warn().Int("jobs", uncertain).Msg("found publish calls with unknown outcome")
+	}
+	return nil
+}
+
+// Close closes the bbolt file and releases the lock.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Dir is the state directory the store was opened in.
+func (s *Store) Dir() string { return s.dir }
+
+// hashEntry is the value of the sha256 index. Job is the job that owns the
+// content; the splat fields are filled when that job is pruned (tombstone).
+type hashEntry struct {
+	V       int       `json:"v"`
+	Job     uint64    `json:"job"`
+	Pruned  bool      `json:"pruned,omitempty"`
+	SplatID string    `json:"splat_id,omitempty"`
+	Hash    string    `json:"splat_hash,omitempty"`
+	URL     string    `json:"url,omitempty"`
+	At      time.Time `json:"at,omitzero"`
+}
+
+// pathEntry is the value of the path index: the latest job for a path and
+// the size and mtime it was last seen (or hashed) with.
+type pathEntry struct {
+	V     int    `json:"v"`
+	Job   uint64 `json:"job"`
+	Size  int64  `json:"size"`
+	MTime int64  `json:"mtime"` // Unix ns: no monotonic clock or zone to compare
+}
+
+func u64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+// timeKey orders by time then id. Times before 1970 (the zero time) sort
+// first, as "due now".
+func timeKey(t time.Time, id uint64) []byte {
+	var b [16]byte
+	var ns uint64
+	if n := t.UnixNano(); !t.IsZero() && n > 0 {
+		ns = uint64(n)
+	}
+	binary.BigEndian.PutUint64(b[:8], ns)
+	binary.BigEndian.PutUint64(b[8:], id)
+	return b[:]
+}
+
+func splitTimeKey(k []byte) (time.Time, uint64) {
+	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))), binary.BigEndian.Uint64(k[8:])
+}
+
+func getJob(tx *bolt.Tx, id uint64) (state.Job, error) {
+	v := tx.Bucket(bucketJobs).Get(u64(id))
+	if v == nil {
+		return state.Job{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	// Unmarshal copies out of the mmap: the job stays valid after the txn.
+	return state.Unmarshal(v)
+}
+
+func putJob(tx *bolt.Tx, j state.Job) error {
+	b, err := j.Marshal()
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketJobs).Put(u64(j.ID), b)
+}
+
+func getJSON(b *bolt.Bucket, key []byte, v any) (bool, error) {
+	raw := b.Get(key)
+	if raw == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, fmt.Errorf("decode %s/%s: %w", "index", key, err)
+	}
+	return true, nil
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}
+
+// index adds (add=true) or removes j's entries in the due, stages and
+// finished buckets, as derived from its stage, NextAttempt and UpdatedAt.
+func index(tx *bolt.Tx, j state.Job, add bool) error {
+	id := u64(j.ID)
+	op := func(b *bolt.Bucket, k []byte) error {
+		if add {
+			return b.Put(k, nil)
+		}
+		return b.Delete(k)
+	}
+	sb := tx.Bucket(bucketStages).Bucket([]byte(j.Stage))
+	if sb == nil {
+		return fmt.Errorf("job %d: unknown stage %q", j.ID, j.Stage)
+	}
+	if err := op(sb, id); err != nil {
+		return err
+	}
+	if !j.Stage.Final() {
+		if err := op(tx.Bucket(bucketDue), timeKey(j.NextAttempt, j.ID)); err != nil {
+			return err
+		}
+	}
+	if j.Stage == state.Done || j.Stage == state.Failed {
+		if err := op(tx.Bucket(bucketFinished), timeKey(j.UpdatedAt, j.ID)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
