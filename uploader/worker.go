@@ -1,0 +1,541 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/splatd/splatd/state"
+)
+
+// Store is what the worker pool needs from the job store. queue.Store
+// implements it; the interface lives here, with its consumer, so that
+// uploader does not depend on bbolt.
+type Store interface {
+	// Claim hands out the earliest due job nobody else holds.
+	Claim(now time.Time) (job state.Job, ok bool, err error)
+	// NextDue says when the earliest unclaimed job becomes runnable.
+	NextDue() (at time.Time, ok bool)
+	// Release gives a claimed job back.
+	Release(id uint64)
+	// Commit stores j moved on from stage from, atomically, and returns
+	// the job as stored (which may differ: content dedupe).
+	Commit(j state.Job, from state.Stage) (state.Job, error)
+	// Unfinalized lists final jobs whose Finish hook has not completed.
+	Unfinalized() ([]state.Job, error)
+	// MarkFinalized records that the Finish hook completed.
+	MarkFinalized(id uint64) error
+}
+
+// What to do with a job found in Publishing after a restart (or after a
+// publish call whose answer was lost): its splat may or may not exist.
+const (
+	// UncertainRepublish publishes again: at worst the splat exists twice.
+	UncertainRepublish = "republish"
+	// UncertainHold parks the job in stage held for an operator.
+	UncertainHold = "hold"
+)
+
+// PollOptions paces the polling of a published splat until processing ends.
+type PollOptions struct {
+	Interval    time.Duration // first pause; doubles each poll. Zero: 5 s
+	MaxInterval time.Duration // cap of the pause. Zero: 60 s
+	Timeout     time.Duration // since publish; then the job fails. Zero: 2 h
+}
+
+// PoolOptions configures NewPool.
+type PoolOptions struct {
+	Store  Store
+	Client *Client
+	// Workers is the number of jobs advanced at the same time. Zero: 2.
+	Workers int
+	// Publish holds the configured publish parameters; the default Resolve
+	// applies them (title template, sidecar) to each file.
+	Publish PublishTemplate
+	// OnUncertain is UncertainRepublish (default) or UncertainHold.
+	OnUncertain string
+	Poll        PollOptions
+	// Backoff paces retries of transient errors. Zero: state.DefaultBackoff
+	// (2 s doubling to 5 min, equal jitter).
+	Backoff state.Backoff
+	// AuthBackoff paces the probes while the token is refused (401).
+	// Zero: 30 s doubling to 5 min.
+	AuthBackoff state.Backoff
+	// MaxAttempts fails a job after this many transient errors in a row at
+	// one stage. Zero: never (a long outage only delays work).
+	MaxAttempts int
+	// Settle is how long a file that changed since it was last seen must
+	// stay unchanged before it is hashed (and the first pause for one that
+	// is still incomplete). Zero: 2 s.
+	Settle time.Duration
+	// URLMaxAge is the age after which a stored signed URL is not used for
+	// a PUT but signed again. Zero: 10 min.
+	URLMaxAge time.Duration
+	// Resolve computes a job's publish parameters when it becomes ready.
+	// Nil: ResolvePublish with Publish (sidecar, title template, defaults).
+	// An error fails the job.
+	Resolve func(j state.Job) (state.PublishParams, error)
+	// Finish is called once for every job that reaches done, failed or
+	// held (also after a crash, at the next Run, if it had not completed).
+	// An error is logged and Finish runs again at the next start.
+	Finish func(ctx context.Context, j state.Job) error
+	// Observer receives JobFinished (and the client's own hooks).
+	Observer Observer
+	Logger   zerolog.Logger
+	// Now and Rand are the clock and the jitter source (tests inject them).
+	Now  func() time.Time
+	Rand func() float64
+
+	// workerHook, set only by tests, is called at named points between a
+	// side effect and a commit; a non-nil error stops the pool at once as if
+	// the process had died there.
+	workerHook func(point string, j state.Job) error
+}
+
+// Progress is the state of one running storage upload.
+type Progress struct {
+	Path string
+	Sent int64
+	Size int64
+}
+
+// Pool runs the workers that advance jobs. Each worker claims a job and
+// moves it one stage per step, committing each stage before the side effect
+// of the next, so a crash at any point resumes from the last commit.
+type Pool struct {
+	o    PoolOptions
+	log  zerolog.Logger
+	wake chan struct{}
+
+	progMu   sync.Mutex
+	progress map[uint64]Progress
+
+	authMu      sync.Mutex
+	authErr     error         // non-nil while the token is refused
+	authChanged chan struct{} // closed and replaced when authErr changes
+}
+
+// NewPool checks o and builds a pool; Run starts it.
+func NewPool(o PoolOptions) (*Pool, error) {
+	if o.Store == nil || o.Client == nil {
+		return nil, errors.New("uploader: pool needs a Store and a Client")
+	}
+	switch o.OnUncertain {
+	case "":
+		o.OnUncertain = UncertainRepublish
+	case UncertainRepublish, UncertainHold:
+	default:
+		return nil, fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, o.OnUncertain)
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if o.Poll.Interval <= 0 {
+		o.Poll.Interval = 5 * time.Second
+	}
+	if o.Poll.MaxInterval < o.Poll.Interval {
+		o.Poll.MaxInterval = max(60*time.Second, o.Poll.Interval)
+	}
+	if o.Poll.Timeout <= 0 {
+		o.Poll.Timeout = 2 * time.Hour
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.Backoff.Base <= 0 {
+		o.Backoff = state.DefaultBackoff
+	}
+	if o.Backoff.Rand == nil {
+		o.Backoff.Rand = o.Rand
+	}
+	if o.AuthBackoff.Base <= 0 {
+		o.AuthBackoff = state.Backoff{Base: 30 * time.Second, Cap: 5 * time.Minute, Jitter: state.EqualJitter}
+	}
+	if o.AuthBackoff.Rand == nil {
+		o.AuthBackoff.Rand = o.Rand
+	}
+	if o.Settle <= 0 {
+		o.Settle = 2 * time.Second
+	}
+	if o.URLMaxAge <= 0 {
+		o.URLMaxAge = 10 * time.Minute
+	}
+	if o.Resolve == nil {
+		tmpl := o.Publish
+		o.Resolve = func(j state.Job) (state.PublishParams, error) {
+			r, err := ResolvePublish(tmpl, j.Path, j.Root, j.ModTime)
+			if err != nil {
+				return state.PublishParams{}, err
+			}
+			return state.PublishParams{Title: r.Title, Description: r.Description, Listed: r.Listed, Format: r.Format, Settings: r.Settings}, nil
+		}
+	}
+	if o.Observer == nil {
+		o.Observer = NopObserver{}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Pool{
+		o:           o,
+		log:         o.Logger.With().Str("component", "worker").Logger(),
+		wake:        make(chan struct{}, o.Workers),
+		progress:    make(map[uint64]Progress),
+		authChanged: make(chan struct{}),
+	}, nil
+}
+
+// errWorkerCrash stops the pool from a test hook, like a process death.
+var errWorkerCrash = errors.New("worker: simulated crash")
+
+// Run finishes the after-actions a crash interrupted, then runs the workers
+// and the auth prober until ctx ends. It returns nil on cancellation and an
+// error only when the store fails.
+func (p *Pool) Run(ctx context.Context) error {
+	if err := p.finishPending(ctx); err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for i := range p.o.Workers {
+		g.Go(func() error { return p.worker(ctx, i) })
+	}
+	g.Go(func() error { return p.authProber(ctx) })
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Wake tells idle workers that a job was enqueued.
+func (p *Pool) Wake() {
+	for range p.o.Workers {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// Paused returns the 401 error while the API refuses the token (all work
+// is paused and the token is probed with backoff), nil otherwise.
+func (p *Pool) Paused() error {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	return p.authErr
+}
+
+// Progress returns the running uploads by job id.
+func (p *Pool) Progress() map[uint64]Progress {
+	p.progMu.Lock()
+	defer p.progMu.Unlock()
+	out := make(map[uint64]Progress, len(p.progress))
+	for k, v := range p.progress {
+		out[k] = v
+	}
+	return out
+}
+
+func (p *Pool) setProgress(id uint64, pr *Progress) {
+	p.progMu.Lock()
+	if pr == nil {
+		delete(p.progress, id)
+	} else {
+		p.progress[id] = *pr
+	}
+	p.progMu.Unlock()
+}
+
+// worker claims jobs and advances each as far as it can go without waiting
+// (depth first: a started job finishes before new ones start hashing).
+func (p *Pool) worker(ctx context.Context, n int) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if ch := p.pausedChan(); ch != nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-ch:
+			}
+			continue
+		}
+		j, ok, err := p.o.Store.Claim(p.o.Now())
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		if !ok {
+			p.idle(ctx)
+			continue
+		}
+		err = p.runJob(ctx, j)
+		p.o.Store.Release(j.ID)
+		if err != nil && !errors.Is(err, errWorkerPaused) {
+			return err
+		}
+	}
+}
+
+// idle sleeps until the next job is due, a Wake, or a minute at most.
+func (p *Pool) idle(ctx context.Context) {
+	d := time.Minute
+	if at, ok := p.o.Store.NextDue(); ok {
+		d = min(d, max(at.Sub(p.o.Now()), time.Millisecond))
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-p.wake:
+	case <-t.C:
+	}
+}
+
+var errWorkerPaused = errors.New("paused: the API refuses the token")
+
+// runJob advances a claimed job until it is final, waits, or the pool stops.
+func (p *Pool) runJob(ctx context.Context, j state.Job) error {
+	for {
+		next, err := p.advance(ctx, j)
+		if err != nil {
+			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		j = next
+		if j.Stage.Final() || j.NextAttempt.After(p.o.Now()) || p.Paused() != nil {
+			return nil
+		}
+	}
+}
+
+func (p *Pool) hook(point string, j state.Job) error {
+	if p.o.workerHook == nil {
+		return nil
+	}
+	if err := p.o.workerHook(point, j); err != nil {
+		return fmt.Errorf("%w at %s: %w", errWorkerCrash, point, err)
+	}
+	return nil
+}
+
+// advance runs one step: the side effect of j's stage, then one commit.
+func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
+	from, since := j.Stage, j.StageSince
+	next, err := p.step(ctx, j)
+	if errors.Is(err, errWorkerCrash) {
+		return j, err
+	}
+	if err != nil {
+		// The step's job carries what the failed attempt changed (e.g. a
+		// publish that may have reached the API marks it uncertain).
+		next, err = p.onError(ctx, next, err)
+		if err != nil {
+			return j, err
+		}
+	}
+	if herr := p.hook("effect:"+string(from), next); herr != nil {
+		return j, herr
+	}
+	stored, err := p.o.Store.Commit(next, from)
+	if err != nil {
+		return j, fmt.Errorf("commit job %d %s→%s: %w", j.ID, from, next.Stage, err)
+	}
+	p.logTransition(stored, from, since)
+	if herr := p.hook("commit:"+string(stored.Stage), stored); herr != nil {
+		return stored, herr
+	}
+	if stored.Stage.Final() && !from.Final() {
+		p.finished(ctx, stored)
+	}
+	return stored, nil
+}
+
+// onError turns a step's error into the job to commit (same stage later,
+// or failed), or returns an error when nothing must be committed
+// (shutdown, 401).
+func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, error) {
+	now := p.o.Now()
+	cls := state.Classify(err)
+	if cls == state.Canceled && ctx.Err() == nil {
+		cls = state.Transient // a cancellation that is not ours: a timeout
+	}
+	switch cls {
+	case state.Canceled:
+		return j, err
+	case state.Auth:
+		p.pause(err)
+		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
+		return j, errWorkerPaused
+	case state.Wait:
+		j.Attempts++
+		j.NextAttempt = now.Add(state.Backoff{Base: p.o.Settle, Cap: time.Minute, Jitter: state.EqualJitter, Rand: p.o.Rand}.Delay(j.Attempts))
+		j.LastError, j.LastStatus = err.Error(), 0
+		return j, nil
+	case state.Permanent:
+		return p.fail(j, now, err), nil
+	}
+	j.Attempts++
+	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
+	if p.o.MaxAttempts > 0 && j.Attempts >= p.o.MaxAttempts {
+		return p.fail(j, now, fmt.Errorf("gave up after %d attempts: %w", j.Attempts, err)), nil
+	}
+	d := p.o.Backoff.Delay(j.Attempts)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.RetryAfter > d {
+		d = ae.RetryAfter
+	}
+	j.NextAttempt = now.Add(d)
+	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Int("attempt", j.Attempts).
+		Dur("retry_in", d).Err(err).Msg("transient error; will retry")
+	return j, nil
+}
+
+func (p *Pool) fail(j state.Job, now time.Time, err error) state.Job {
+	from := j.Stage
+	if merr := j.Move(state.Failed, now); merr != nil {
+		// Every non-final stage may fail; this is a table bug.
+		p.log.Error().Err(merr).Msg("cannot fail job")
+		return j
+	}
+	j.FailReason = fmt.Sprintf("%s: %v", from, err)
+	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
+	j.NextAttempt = now
+	return j
+}
+
+func (p *Pool) logTransition(j state.Job, from state.Stage, since time.Time) {
+	if j.Stage == from {
+		return
+	}
+	ev := p.log.Info()
+	if j.Stage == state.Failed || j.Stage == state.Held {
+		ev = p.log.Warn()
+	}
+	ev = ev.Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("from", string(from)).
+		Dur("took", p.o.Now().Sub(since))
+	switch j.Stage {
+	case state.Processing, state.Done:
+		ev = ev.Str("splat", j.SplatID).Str("url", j.ViewerURL)
+	}
+	if j.DuplicateOf != 0 {
+		ev = ev.Uint64("duplicate_of", j.DuplicateOf)
+	}
+	if j.Stage == state.Failed {
+		ev = ev.Str("reason", j.FailReason).Int("status", j.LastStatus)
+	}
+	if j.Stage == state.Held {
+		ev = ev.Str("reason", j.TaskMessage)
+	}
+	ev.Msg("job " + string(j.Stage))
+}
+
+// finished reports a job that just became final and runs the Finish hook.
+func (p *Pool) finished(ctx context.Context, j state.Job) {
+	result := string(j.Stage)
+	if j.DuplicateOf != 0 {
+		result = "duplicate"
+	}
+	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
+	p.finalize(ctx, j)
+}
+
+func (p *Pool) finalize(ctx context.Context, j state.Job) {
+	if p.o.Finish != nil {
+		if err := p.o.Finish(ctx, j); err != nil {
+			p.log.Error().Uint64("job", j.ID).Str("path", j.Path).Err(err).Msg("after-action failed; will run again at next start")
+			return
+		}
+	}
+	if err := p.o.Store.MarkFinalized(j.ID); err != nil {
+		p.log.Error().Uint64("job", j.ID).Err(err).Msg("cannot record after-action")
+	}
+}
+
+// finishPending runs the Finish hook of jobs that became final before a
+// crash interrupted it.
+func (p *Pool) finishPending(ctx context.Context) error {
+	jobs, err := p.o.Store.Unfinalized()
+	if err != nil {
+		return fmt.Errorf("list unfinished after-actions: %w", err)
+	}
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.finalize(ctx, j)
+	}
+	return nil
+}
+
+// pause records a 401; the prober clears it.
+func (p *Pool) pause(err error) {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	if p.authErr == nil {
+		close(p.authChanged)
+		p.authChanged = make(chan struct{})
+	}
+	p.authErr = err
+}
+
+// pausedChan returns a channel closed when the pause ends, or nil.
+func (p *Pool) pausedChan() <-chan struct{} {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	if p.authErr == nil {
+		return nil
+	}
+	return p.authChanged
+}
+
+// authProber waits for a pause, then probes the token with one signed-URL
+// request per backoff step (30 s doubling to 5 min) and resumes the
+// workers as soon as the API accepts it again. Jobs are neither failed nor
+// charged an attempt meanwhile.
+func (p *Pool) authProber(ctx context.Context) error {
+	for {
+		p.authMu.Lock()
+		paused, ch := p.authErr != nil, p.authChanged
+		p.authMu.Unlock()
+		if !paused {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-ch:
+				continue
+			}
+		}
+		for attempt := 1; ; attempt++ {
+			t := time.NewTimer(p.o.AuthBackoff.Delay(attempt))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
+			if err == nil || state.Classify(err) != state.Auth {
+				p.authMu.Lock()
+				p.authErr = nil
+				close(p.authChanged)
+				p.authChanged = make(chan struct{})
+				p.authMu.Unlock()
+				p.log.Info().Int("probes", attempt).Msg("API accepts the token again: resuming")
+				p.Wake()
+				break
+			}
+			p.pause(err)
+			p.log.Warn().Int("probe", attempt).Err(err).Msg("API still refuses the token")
+		}
+	}
+}

@@ -1,0 +1,331 @@
+package uploader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/splatfile"
+)
+
+// step performs the side effect of j's stage and returns the job to
+// commit. An error is classified by the caller (retry, fail, pause).
+func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
+	switch j.Stage {
+	case state.Queued:
+		return p.stepCheck(ctx, j)
+	case state.Ready:
+		return p.stepSign(ctx, j)
+	case state.Signed:
+		return p.stepPut(ctx, j)
+	case state.Uploaded:
+		// Commit the intent before the publish call: a crash after this
+		// commit is the one case whose outcome is unknown.
+		next := j
+		err := next.Move(state.Publishing, p.o.Now())
+		next.Uncertain = false
+		next.NextAttempt = p.o.Now()
+		return next, err
+	case state.Publishing:
+		return p.stepPublish(ctx, j)
+	case state.Processing:
+		return p.stepPoll(ctx, j)
+	}
+	return j, fmt.Errorf("job %d: no step for stage %s", j.ID, j.Stage)
+}
+
+// workerFileError is a problem with the file that retrying cannot fix
+// (gone, not a regular file): it fails the job like an invalid file.
+type workerFileError struct{ err error }
+
+func (e *workerFileError) Error() string { return e.err.Error() }
+func (e *workerFileError) Unwrap() error { return e.err }
+func (e *workerFileError) Invalid() bool { return true }
+
+// workerIncomplete marks splatfile.ErrIncomplete for state.Classify
+// (state must not import splatfile).
+type workerIncomplete struct{ err error }
+
+func (e *workerIncomplete) Error() string    { return e.err.Error() }
+func (e *workerIncomplete) Unwrap() error    { return e.err }
+func (e *workerIncomplete) Incomplete() bool { return true }
+
+func workerStat(path string) (fs.FileInfo, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &workerFileError{fmt.Errorf("file is gone: %w", err)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &workerFileError{fmt.Errorf("%s is not a regular file", path)}
+	}
+	return fi, nil
+}
+
+func workerSame(fi fs.FileInfo, j state.Job) bool {
+	return fi.Size() == j.Size && fi.ModTime().Equal(j.ModTime)
+}
+
+// workerChanged returns j back in Queued with the file's new size and
+// mtime, to be checked and hashed again once it has settled. Everything
+// derived from the old content is dropped.
+func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job, error) {
+	now := p.o.Now()
+	if err := j.Move(state.Queued, now); err != nil {
+		return j, err
+	}
+	j.Size, j.ModTime = fi.Size(), fi.ModTime()
+	j.SHA256, j.Kind = "", ""
+	j.Upload = state.Upload{}
+	j.NextAttempt = now.Add(p.o.Settle)
+	j.LastError, j.LastStatus = why, 0
+	return j, nil
+}
+
+// stepCheck: queued → ready. The file must be unchanged since it was last
+// seen, pass the content check, and not change while it is hashed.
+func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
+	fi, err := workerStat(j.Path)
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed since it was seen; waiting until it settles")
+	}
+	info, err := splatfile.Check(j.Path)
+	if errors.Is(err, splatfile.ErrIncomplete) {
+		return j, &workerIncomplete{err}
+	}
+	if err != nil {
+		return j, err
+	}
+	sum, fi2, err := workerHash(ctx, j.Path)
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi2, j) {
+		return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
+	}
+	params, err := p.o.Resolve(j)
+	if err != nil {
+		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
+	}
+	now := p.o.Now()
+	if err := j.Move(state.Ready, now); err != nil {
+		return j, err
+	}
+	j.SHA256, j.Kind, j.Params = sum, string(info.Kind), params
+	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	return j, nil
+}
+
+// workerHash returns the file's sha256 and its stat after reading it.
+func workerHash(ctx context.Context, path string) (string, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", nil, err
+		}
+		n, err := f.Read(buf)
+		h.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", nil, err
+		}
+	}
+	fi, err := workerStat(path)
+	if err != nil {
+		return "", nil, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), fi, nil
+}
+
+// stepSign: ready → signed.
+func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
+	up, err := p.o.Client.SignedURL(ctx, filepath.Base(j.Path))
+	if err != nil {
+		return j, err
+	}
+	// The age check before the PUT uses the pool's clock: stamp with it.
+	now := p.o.Now()
+	up.IssuedAt = now
+	if err := j.Move(state.Signed, now); err != nil {
+		return j, err
+	}
+	j.Upload = state.Upload{URL: up.URL, Key: up.Key, KeyField: up.KeyField, IssuedAt: up.IssuedAt}
+	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	return j, nil
+}
+
+// stepPut: signed → uploaded. The file must have the size and mtime it was
+// hashed with before and after the PUT; otherwise the upload is stale and
+// the job goes back to queued. An old URL, or one storage refuses, is
+// signed again (back to ready).
+func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
+	now := p.o.Now()
+	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
+		return p.workerResign(j, "signed URL is older than "+p.o.URLMaxAge.String())
+	}
+	f, err := os.Open(j.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return j, &workerFileError{fmt.Errorf("file is gone: %w", err)}
+	}
+	if err != nil {
+		return j, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed before upload; hashing again")
+	}
+	pr := &Progress{Path: j.Path, Size: j.Size}
+	p.setProgress(j.ID, pr)
+	defer p.setProgress(j.ID, nil)
+	err = p.o.Client.Put(ctx, j.Upload.URL, io.LimitReader(f, j.Size), j.Size, func(sent int64) {
+		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: j.Size})
+	})
+	if err != nil {
+		if state.NeedsNewURL(err) {
+			return p.workerResign(j, err.Error())
+		}
+		return j, err
+	}
+	if err := p.hook("put", j); err != nil {
+		return j, err
+	}
+	fi, err = workerStat(j.Path)
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed during upload; uploading again")
+	}
+	now = p.o.Now()
+	if err := j.Move(state.Uploaded, now); err != nil {
+		return j, err
+	}
+	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	return j, nil
+}
+
+// workerResign drops the signed URL so that the job signs again.
+func (p *Pool) workerResign(j state.Job, why string) (state.Job, error) {
+	now := p.o.Now()
+	if err := j.Move(state.Ready, now); err != nil {
+		return j, err
+	}
+	j.Upload = state.Upload{}
+	j.NextAttempt, j.LastError = now, why
+	return j, nil
+}
+
+// stepPublish: publishing → processing. A job whose earlier publish call
+// may have reached the API (found here after a restart, or after a lost
+// answer) follows OnUncertain.
+func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) {
+	now := p.o.Now()
+	if j.Uncertain {
+		if p.o.OnUncertain == UncertainHold {
+			if err := j.Move(state.Held, now); err != nil {
+				return j, err
+			}
+			j.TaskMessage = "publish outcome unknown (interrupted publish call): check the account's splats, then `splatd retry " +
+				fmt.Sprint(j.ID) + "` to publish again"
+			return j, nil
+		}
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
+	}
+	sp, err := p.o.Client.Publish(ctx, PublishRequest{
+		Key: j.Upload.Key, KeyField: j.Upload.KeyField,
+		Title: j.Params.Title, Description: j.Params.Description, Listed: j.Params.Listed,
+		Format: j.Params.Format, Settings: j.Params.Settings,
+	})
+	j.Publishes++
+	if err != nil {
+		// A 5xx or a lost connection may come after the splat was created:
+		// the next attempt is uncertain. A 429 or a refusal is not.
+		if st := state.HTTPStatus(err); st == 0 || st >= 500 {
+			if state.Classify(err) == state.Transient {
+				j.Uncertain = true
+			}
+		}
+		return j, err
+	}
+	if sp.ID == "" {
+		return j, &ProtocolError{Route: RoutePublish, Reason: "publish answer has no splat id"}
+	}
+	if err := j.Move(state.Processing, now); err != nil {
+		return j, err
+	}
+	j.Uncertain = false
+	j.SplatID, j.SplatHash, j.ViewerURL = sp.ID, sp.Hash, sp.URL
+	j.TaskStatus, j.TaskMessage = sp.Task.Status, sp.Task.Message
+	pub := now
+	j.PublishedAt = &pub
+	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Poll.Interval), "", 0
+	return j, nil
+}
+
+// stepPoll: processing → done | failed, or processing again later.
+func (p *Pool) stepPoll(ctx context.Context, j state.Job) (state.Job, error) {
+	now := p.o.Now()
+	if j.PublishedAt != nil && now.Sub(*j.PublishedAt) > p.o.Poll.Timeout {
+		return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), nil
+	}
+	sp, err := p.o.Client.Splat(ctx, j.SplatID)
+	if err != nil {
+		return j, err
+	}
+	j.TaskStatus, j.TaskMessage = sp.Task.Status, sp.Task.Message
+	if sp.URL != "" {
+		j.ViewerURL = sp.URL
+	}
+	if sp.Hash != "" {
+		j.SplatHash = sp.Hash
+	}
+	switch sp.Outcome() {
+	case OutcomeDone:
+		if err := j.Move(state.Done, now); err != nil {
+			return j, err
+		}
+		done := now
+		if sp.CompletedAt != nil {
+			done = *sp.CompletedAt
+		}
+		j.CompletedAt = &done
+		j.LastError, j.LastStatus = "", 0
+		return j, nil
+	case OutcomeFailed:
+		msg := sp.Task.Message
+		if msg == "" {
+			msg = "(no message)"
+		}
+		return p.fail(j, now, fmt.Errorf("processing %s: %s", sp.Task.Status, msg)), nil
+	case OutcomeUnknown:
+		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", sp.Task.Status).Msg("unknown task status; polling on")
+		j.LastError = fmt.Sprintf("unknown task status %q", sp.Task.Status)
+	}
+	j.Attempts++
+	j.NextAttempt = now.Add(state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(j.Attempts))
+	return j, nil
+}

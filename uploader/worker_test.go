@@ -1,0 +1,588 @@
+package uploader
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/watcher/splatfile"
+)
+
+// workerEnv is one test's simulator, client, store and files.
+type workerEnv struct {
+	t        *testing.T
+	sim      *apisim.Server
+	client   *Client
+	stateDir string
+	files    string
+	store    *queue.Store
+	finished sync.Map // job id → number of Finish calls
+}
+
+func newWorkerEnv(t *testing.T, so apisim.Options) *workerEnv {
+	t.Helper()
+	if so.ProcessingDelay == 0 {
+		so.ProcessingDelay = 20 * time.Millisecond
+	}
+	if so.Seed == 0 {
+		so.Seed = 7
+	}
+	if so.Limits == nil {
+		// Tests measure the worker, not the pacer's spreading of 240/min.
+		so.Limits = map[apisim.Class]int{apisim.ClassNormal: 100000, apisim.ClassStrict: 100000, apisim.ClassAssets: 100000}
+	}
+	sim, err := apisim.New(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	c, err := NewClient(ClientOptions{BaseURL: sim.URL(), Token: sim.Token(), RootCAs: sim.CertPool(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &workerEnv{t: t, sim: sim, client: c, stateDir: t.TempDir(), files: t.TempDir()}
+	e.reopen()
+	return e
+}
+
+// reopen closes the store (if open) and opens it again: the in-memory
+// state of the previous "process" is gone.
+func (e *workerEnv) reopen() {
+	e.t.Helper()
+	if e.store != nil {
+		e.store.Close()
+	}
+	s, err := queue.Open(e.stateDir, queue.Options{LockTimeout: time.Second, DedupeWait: 10 * time.Millisecond})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.store = s
+	e.t.Cleanup(func() { s.Close() })
+}
+
+// writePLY writes a valid PLY with n splats at dir/name and returns its path.
+func (e *workerEnv) writePLY(name string, n int) string {
+	e.t.Helper()
+	var b bytes.Buffer
+	if err := splatfile.WritePLY(&b, n); err != nil {
+		e.t.Fatal(err)
+	}
+	p := filepath.Join(e.files, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func (e *workerEnv) enqueue(paths ...string) {
+	e.t.Helper()
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.store.Enqueue(context.Background(), queue.Candidate{Path: p, Root: e.files, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *workerEnv) options(workers int) PoolOptions {
+	return PoolOptions{
+		Store: e.store, Client: e.client, Workers: workers,
+		Publish:     PublishTemplate{Title: "{{.Stem}}", Format: "sog"},
+		Poll:        PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
+		Backoff:     state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter},
+		AuthBackoff: state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter},
+		Settle:      5 * time.Millisecond,
+		Finish: func(_ context.Context, j state.Job) error {
+			n, _ := e.finished.LoadOrStore(j.ID, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			return nil
+		},
+		Logger: zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel),
+	}
+}
+
+// run runs a pool until every job is final (or the pool stops) and returns
+// Run's error.
+func (e *workerEnv) run(o PoolOptions) error {
+	e.t.Helper()
+	p, err := NewPool(o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-tick.C:
+			if e.unfinished() == 0 {
+				cancel()
+				return <-errc
+			}
+		case <-ctx.Done():
+			e.t.Fatalf("jobs not final in time: %+v", e.stats())
+		}
+	}
+}
+
+// waitFor polls cond until it holds; it fails the test with the store's
+// state after 20 s instead of hanging.
+func (e *workerEnv) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s; jobs: %+v", what, e.jobs())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (e *workerEnv) stats() queue.Stats {
+	st, err := e.store.Stats()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+func (e *workerEnv) unfinished() int {
+	st := e.stats()
+	return st.Jobs - st.Stages[state.Done] - st.Stages[state.Failed] - st.Stages[state.Held]
+}
+
+func (e *workerEnv) jobs() []state.Job {
+	e.t.Helper()
+	js, err := e.store.List(queue.Filter{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return js
+}
+
+func workerFileSHA(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// checkOnce asserts that each file's content was published exactly once
+// and nothing else was published.
+func (e *workerEnv) checkOnce(paths ...string) {
+	e.t.Helper()
+	pubs := e.sim.PublishesByHash()
+	want := map[string]bool{}
+	for _, p := range paths {
+		h := workerFileSHA(e.t, p)
+		want[h] = true
+		if pubs[h] != 1 {
+			e.t.Errorf("%s published %d times, want 1", filepath.Base(p), pubs[h])
+		}
+	}
+	for h, n := range pubs {
+		if !want[h] {
+			e.t.Errorf("unexpected content %s published %d times", h[:12], n)
+		}
+	}
+}
+
+func TestWorkerPublishesEveryFile(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	var paths []string
+	for i := range 6 {
+		paths = append(paths, e.writePLY(fmt.Sprintf("scan-%d.ply", i), 50+i))
+	}
+	e.enqueue(paths...)
+	if err := e.run(e.options(3)); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(paths...)
+	for _, j := range e.jobs() {
+		if j.Stage != state.Done || j.SplatID == "" || j.ViewerURL == "" || j.CompletedAt == nil || j.PublishedAt == nil ||
+			j.Publishes != 1 || !j.Finalized || j.Params.Title != strings.TrimSuffix(filepath.Base(j.Path), ".ply") {
+			t.Errorf("job: %+v", j)
+		}
+		rec, ok := e.sim.Splat(j.SplatID)
+		if !ok || rec.Title != j.Params.Title || rec.Format != "sog" || rec.ObjectSHA256 != j.SHA256 {
+			t.Errorf("server record of job %d: %+v", j.ID, rec)
+		}
+		if n, _ := e.finished.Load(j.ID); n == nil || n.(*atomic.Int32).Load() != 1 {
+			t.Errorf("Finish of job %d not called exactly once", j.ID)
+		}
+	}
+}
+
+func TestWorkerDuplicateContentPublishedOnce(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	a := e.writePLY("a/scan.ply", 80)
+	b := e.writePLY("b/renamed-copy.ply", 80)
+	c := e.writePLY("c/other.ply", 81)
+	e.enqueue(a, b, c)
+	if err := e.run(e.options(2)); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(a, c)
+	var dups int
+	for _, j := range e.jobs() {
+		if j.Stage != state.Done {
+			t.Errorf("job %d %s", j.ID, j.Stage)
+		}
+		if j.DuplicateOf != 0 {
+			dups++
+			if j.SplatID == "" || j.Upload.Key != "" {
+				t.Errorf("duplicate job: %+v", j)
+			}
+		}
+	}
+	if dups != 1 {
+		t.Errorf("%d duplicates, want 1", dups)
+	}
+}
+
+func TestWorkerInvalidAndIncompleteFiles(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	bad := filepath.Join(e.files, "bad.ply")
+	if err := os.WriteFile(bad, []byte("not a ply at all\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	full := e.writePLY("growing.ply", 60)
+	data, _ := os.ReadFile(full)
+	if err := os.WriteFile(full, data[:len(data)-100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(bad, full)
+	p, err := NewPool(e.options(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	// Wait for the invalid one to fail and the short one to be retried.
+	e.waitFor("the invalid file to fail and the short one to wait", func() bool {
+		j1, _ := e.store.Get(1)
+		j2, _ := e.store.Get(2)
+		return j1.Stage == state.Failed && j2.Attempts >= 2
+	})
+	if j2, _ := e.store.Get(2); j2.Stage != state.Queued {
+		t.Fatalf("incomplete file left queued: %s", j2.Stage)
+	}
+	// The writer finishes the file: it is then published.
+	if err := os.WriteFile(full, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("all jobs final", func() bool { return e.unfinished() == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	j1, _ := e.store.Get(1)
+	if !strings.Contains(j1.FailReason, "invalid") {
+		t.Errorf("fail reason: %q", j1.FailReason)
+	}
+	e.checkOnce(full)
+	if st := e.sim.Stats(); st.SignedURLs != 1 {
+		t.Errorf("signed URLs: %d (the invalid file must never be uploaded)", st.SignedURLs)
+	}
+}
+
+func TestWorkerFileChangedDuringUpload(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	p := e.writePLY("scan.ply", 70)
+	e.enqueue(p)
+	stale := workerFileSHA(t, p)
+	o := e.options(1)
+	var once sync.Once
+	o.workerHook = func(point string, j state.Job) error {
+		// "put" is right after the PUT, before the file is checked again:
+		// as if the writer touched it during the upload.
+		if point == "put" {
+			once.Do(func() {
+				var b bytes.Buffer
+				_ = splatfile.WritePLY(&b, 71)
+				_ = os.WriteFile(p, b.Bytes(), 0o644)
+				future := time.Now().Add(time.Second)
+				_ = os.Chtimes(p, future, future)
+			})
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sim.PublishesByHash()[stale]; n != 0 {
+		t.Errorf("stale content published %d times", n)
+	}
+	e.checkOnce(p)
+	if st := e.sim.Stats(); st.Uploads != 2 {
+		t.Errorf("uploads = %d, want 2 (stale one, then the new content)", st.Uploads)
+	}
+}
+
+func TestWorkerFaults(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{
+		StorageErrorRate:     0.3,
+		StorageResetRate:     0.1,
+		StorageForbiddenRate: 0.1, // URL expired mid-flight
+		ErrorRate:            map[string]float64{apisim.RoutePublish: 0.2, apisim.RouteSignedURL: 0.1, apisim.RouteGetSplat: 0.1},
+	}})
+	var paths []string
+	n := 24
+	if testing.Short() {
+		n = 8
+	}
+	for i := range n {
+		paths = append(paths, e.writePLY(fmt.Sprintf("f%02d.ply", i), 40+i))
+	}
+	e.enqueue(paths...)
+	if err := e.run(e.options(4)); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range e.jobs() {
+		if j.Stage != state.Done {
+			t.Errorf("job %d: %s %s", j.ID, j.Stage, j.FailReason)
+		}
+	}
+	e.checkOnce(paths...)
+	st := e.sim.Stats()
+	t.Logf("faults injected: %d (resets %d); uploads %d; publishes %d", st.Faults, st.UploadResets, st.Uploads, st.Publishes)
+	if st.Faults == 0 {
+		t.Error("no fault was injected: the test proves nothing")
+	}
+}
+
+func TestWorkerOldSignedURLIsSignedAgain(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	p := e.writePLY("scan.ply", 30)
+	e.enqueue(p)
+	o := e.options(1)
+	o.URLMaxAge = time.Minute
+	// The clock jumps two minutes between sign and PUT.
+	var skew atomic.Int64
+	o.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "commit:signed" {
+			skew.CompareAndSwap(0, int64(2*time.Minute))
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(p)
+	if st := e.sim.Stats(); st.SignedURLs != 2 || st.Uploads != 1 {
+		t.Errorf("signed %d, uploads %d; want 2, 1", st.SignedURLs, st.Uploads)
+	}
+}
+
+func TestWorkerAuthPausesAndResumes(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	good := e.sim.Token()
+	e.sim.SetTokens("someone-else")
+	var paths []string
+	for i := range 4 {
+		paths = append(paths, e.writePLY(fmt.Sprintf("f%d.ply", i), 30+i))
+	}
+	e.enqueue(paths...)
+	p, err := NewPool(e.options(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	e.waitFor("the pool to pause", func() bool { return p.Paused() != nil })
+	// Several probe rounds while paused.
+	e.waitFor("probes", func() bool { return e.sim.Stats().Unauthorized >= 4 })
+	for _, j := range e.jobs() {
+		if j.Stage.Final() || j.Stage == state.Signed || (j.Stage == state.Ready && j.Attempts != 0) {
+			t.Errorf("job %d while paused: %s attempts=%d", j.ID, j.Stage, j.Attempts)
+		}
+	}
+	unauth := e.sim.Stats().Unauthorized
+	e.sim.SetTokens(good)
+	e.waitFor("all jobs final", func() bool { return e.unfinished() == 0 })
+	if p.Paused() != nil {
+		t.Error("still paused after the token was accepted")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.checkOnce(paths...)
+	// Paused workers do not hammer: only the prober (and the workers that
+	// were in flight when the first 401 came) asked.
+	t.Logf("401 answers while paused: %d", unauth)
+}
+
+func TestWorkerProcessingOutcomes(t *testing.T) {
+	t.Parallel()
+	t.Run("failed", func(t *testing.T) {
+		t.Parallel()
+		e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{ProcessingFailRate: 1}})
+		e.enqueue(e.writePLY("a.ply", 30))
+		if err := e.run(e.options(1)); err != nil {
+			t.Fatal(err)
+		}
+		j, _ := e.store.Get(1)
+		if j.Stage != state.Failed || j.TaskMessage == "" || !strings.Contains(j.FailReason, j.TaskMessage) {
+			t.Errorf("job: stage %s reason %q message %q", j.Stage, j.FailReason, j.TaskMessage)
+		}
+	})
+	t.Run("unknown status then timeout", func(t *testing.T) {
+		t.Parallel()
+		e := newWorkerEnv(t, apisim.Options{SuccessStatus: "mystery"})
+		e.enqueue(e.writePLY("a.ply", 30))
+		o := e.options(1)
+		o.Poll.Timeout = 300 * time.Millisecond
+		if err := e.run(o); err != nil {
+			t.Fatal(err)
+		}
+		j, _ := e.store.Get(1)
+		if j.Stage != state.Failed || !strings.Contains(j.FailReason, `did not finish within 300ms; last status "mystery"`) {
+			t.Errorf("job: stage %s reason %q", j.Stage, j.FailReason)
+		}
+	})
+	t.Run("uncertain publish, hold", func(t *testing.T) {
+		t.Parallel()
+		e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{UncertainPublishes: 1}})
+		e.enqueue(e.writePLY("a.ply", 30))
+		o := e.options(1)
+		o.OnUncertain = UncertainHold
+		if err := e.run(o); err != nil {
+			t.Fatal(err)
+		}
+		j, _ := e.store.Get(1)
+		if j.Stage != state.Held || j.Publishes != 1 || e.sim.Stats().Publishes != 1 {
+			t.Errorf("job: %s publishes %d; server %d", j.Stage, j.Publishes, e.sim.Stats().Publishes)
+		}
+	})
+}
+
+// TestWorkerCrashAtEveryBoundary stops the pool (dropping every in-memory
+// state and the store handle) right after each commit, before the next
+// side effect, and right after each side effect, before its commit; a new
+// pool on the reopened store must finish the job with one publish. The one
+// boundary that cannot be exactly-once without server help is "publish
+// answered, commit lost": it is checked for both on_uncertain policies.
+func TestWorkerCrashAtEveryBoundary(t *testing.T) {
+	t.Parallel()
+	points := []string{
+		"effect:queued", "commit:ready",
+		"effect:ready", "commit:signed",
+		"put", "effect:signed", "commit:uploaded",
+		"effect:uploaded", "commit:publishing",
+		"effect:publishing", "commit:processing",
+		"effect:processing", "commit:done",
+	}
+	for _, point := range points {
+		for _, policy := range []string{UncertainRepublish, UncertainHold} {
+			if policy == UncertainHold && point != "effect:publishing" && point != "commit:publishing" {
+				continue
+			}
+			t.Run(point+"/"+policy, func(t *testing.T) {
+				t.Parallel()
+				e := newWorkerEnv(t, apisim.Options{ProcessingDelay: -1})
+				p := e.writePLY("scan.ply", 40)
+				e.enqueue(p)
+				o := e.options(1)
+				o.OnUncertain = policy
+				var hit atomic.Bool
+				o.workerHook = func(pt string, j state.Job) error {
+					if pt == point && hit.CompareAndSwap(false, true) {
+						return errors.New("kill")
+					}
+					return nil
+				}
+				// The first run ends only by the simulated crash.
+				pool, err := NewPool(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				if err := pool.Run(ctx); !errors.Is(err, errWorkerCrash) {
+					t.Fatalf("first run: %v (hook hit: %v)", err, hit.Load())
+				}
+				if point == "commit:done" {
+					if j, _ := e.store.Get(1); j.Stage != state.Done || j.Finalized {
+						t.Fatalf("after the crash: %s finalized=%v", j.Stage, j.Finalized)
+					}
+				}
+				e.reopen()
+				o = e.options(1)
+				o.OnUncertain = policy
+				o.Store = e.store
+				if err := e.run(o); err != nil {
+					t.Fatal(err)
+				}
+				j, _ := e.store.Get(1)
+				pubs := e.sim.PublishesByHash()[j.SHA256]
+				switch {
+				case point == "effect:publishing" && policy == UncertainRepublish:
+					// At-least-once by design: the answer was lost.
+					if j.Stage != state.Done || pubs != 2 {
+						t.Errorf("stage %s, publishes %d; want done, 2", j.Stage, pubs)
+					}
+				case point == "effect:publishing" && policy == UncertainHold:
+					if j.Stage != state.Held || pubs != 1 {
+						t.Errorf("stage %s, publishes %d; want held, 1", j.Stage, pubs)
+					}
+				case point == "commit:publishing" && policy == UncertainHold:
+					// Intent committed, call never made: still unknown to us.
+					if j.Stage != state.Held || pubs != 0 {
+						t.Errorf("stage %s, publishes %d; want held, 0", j.Stage, pubs)
+					}
+				case point == "commit:publishing":
+					if j.Stage != state.Done || pubs != 1 {
+						t.Errorf("stage %s, publishes %d; want done, 1", j.Stage, pubs)
+					}
+				default:
+					if j.Stage != state.Done || pubs != 1 {
+						t.Errorf("stage %s, publishes %d; want done, 1", j.Stage, pubs)
+					}
+				}
+				if !j.Finalized {
+					t.Error("Finish not run after the crash")
+				}
+			})
+		}
+	}
+}
