@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/splatfile"
 )
 
 // Store is what the worker pool needs from the job store. queue.Store
@@ -407,7 +408,7 @@ func (p *Pool) fail(j state.Job, now time.Time, err error) state.Job {
 		p.log.Error().Err(merr).Msg("cannot fail job")
 		return j
 	}
-	j.FailReason = fmt.Sprintf("%s: %v", from, err)
+	j.FailReason = failReason(from, err)
 	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
 	j.NextAttempt = now
 	return j
@@ -538,4 +539,19 @@ func (p *Pool) authProber(ctx context.Context) error {
 			p.log.Warn().Int("probe", attempt).Err(err).Msg("API still refuses the token")
 		}
 	}
+}
+
+// failReason is the one line an operator reads in receipts, `splatd jobs`
+// and the logs: what was wrong, in the words of whoever said so (the content
+// check, or the server's error text with the route and status).
+func failReason(from state.Stage, err error) string {
+	var inv *splatfile.InvalidError
+	if errors.As(err, &inv) {
+		return "invalid file: " + inv.Reason
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Error()
+	}
+	return fmt.Sprintf("%v (at stage %s)", err, from)
 }

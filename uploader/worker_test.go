@@ -310,7 +310,7 @@ func TestWorkerInvalidAndIncompleteFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	j1, _ := e.store.Get(1)
-	if !strings.Contains(j1.FailReason, "invalid") {
+	if !strings.HasPrefix(j1.FailReason, "invalid file: ") {
 		t.Errorf("fail reason: %q", j1.FailReason)
 	}
 	e.checkOnce(full)
