@@ -1,0 +1,204 @@
+package uploader
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/state"
+)
+
+func afterTestJob(t *testing.T, root, rel string, stage state.Stage) state.Job {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("ply\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return state.Job{
+		ID: 7, Path: p, Root: root, Size: 4, SHA256: "abc", Stage: stage,
+		Params:  state.PublishParams{Title: "scan", Format: "sog"},
+		SplatID: "50", SplatHash: "h4sh", ViewerURL: "https://viewer.example/view?id=h4sh",
+		PublishedAt: &now, CompletedAt: &now, FailReason: "invalid file: garbage",
+	}
+}
+
+func readReceipt(t *testing.T, path string) Receipt {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("receipt: %v", err)
+	}
+	var r Receipt
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("receipt %s: %v", path, err)
+	}
+	return r
+}
+
+func TestAfterKeepWritesReceipt(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	j := afterTestJob(t, root, "a/scan.ply", state.Done)
+	file, err := NewAfter(AfterOptions{Receipt: true}).Finish(context.Background(), j)
+	if err != nil || file != j.Path {
+		t.Fatalf("Finish = %q, %v", file, err)
+	}
+	r := readReceipt(t, ReceiptPath(j.Path))
+	if r.Status != "done" || r.Splat.URL != j.ViewerURL || r.Splat.ID != "50" || r.SHA256 != "abc" || r.Title != "scan" || r.File != j.Path {
+		t.Errorf("receipt = %+v", r)
+	}
+	// No temp files left beside it.
+	ents, _ := os.ReadDir(filepath.Dir(j.Path))
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("leftover temp file %s", e.Name())
+		}
+	}
+}
+
+func TestAfterMoveKeepsRelativePathAndNeverOverwrites(t *testing.T) {
+	t.Parallel()
+	root, done := t.TempDir(), t.TempDir()
+	a := NewAfter(AfterOptions{OnSuccess: "move", SuccessDir: done, Receipt: true})
+
+	j := afterTestJob(t, root, "day1/scan.ply", state.Done)
+	if err := os.WriteFile(SidecarPath(j.Path), []byte("title: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, err := a.Finish(context.Background(), j)
+	want := filepath.Join(done, "day1", "scan.ply")
+	if err != nil || file != want {
+		t.Fatalf("Finish = %q, %v; want %q", file, err, want)
+	}
+	if _, err := os.Stat(j.Path); !os.IsNotExist(err) {
+		t.Errorf("source still there: %v", err)
+	}
+	if _, err := os.Stat(SidecarPath(want)); err != nil {
+		t.Errorf("sidecar did not travel with the file: %v", err)
+	}
+	if r := readReceipt(t, ReceiptPath(want)); r.File != want {
+		t.Errorf("receipt file = %q, want %q", r.File, want)
+	}
+
+	// Finish again (a crash before MarkFinalized): finds the moved file.
+	if again, err := a.Finish(context.Background(), j); err != nil || again != want {
+		t.Errorf("second Finish = %q, %v", again, err)
+	}
+
+	// A second file with the same relative name gets a new name.
+	j2 := afterTestJob(t, root, "day1/scan.ply", state.Done)
+	file2, err := a.Finish(context.Background(), j2)
+	if err != nil || file2 != filepath.Join(done, "day1", "scan.1.ply") {
+		t.Fatalf("Finish = %q, %v", file2, err)
+	}
+}
+
+func TestAfterDeleteKeepsReceipt(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	j := afterTestJob(t, root, "scan.ply", state.Done)
+	file, err := NewAfter(AfterOptions{OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(j.Path); !os.IsNotExist(err) {
+		t.Errorf("file not deleted")
+	}
+	if r := readReceipt(t, ReceiptPath(file)); r.Status != "done" {
+		t.Errorf("receipt = %+v", r)
+	}
+}
+
+func TestAfterFailureMoveAndReason(t *testing.T) {
+	t.Parallel()
+	root, failed := t.TempDir(), t.TempDir()
+	j := afterTestJob(t, root, "bad.ply", state.Failed)
+	j.SplatID, j.ViewerURL = "", ""
+	file, err := NewAfter(AfterOptions{OnSuccess: "move", SuccessDir: t.TempDir(), OnFailure: "move", FailureDir: failed, Receipt: true}).
+		Finish(context.Background(), j)
+	if err != nil || file != filepath.Join(failed, "bad.ply") {
+		t.Fatalf("Finish = %q, %v", file, err)
+	}
+	r := readReceipt(t, ReceiptPath(file))
+	if r.Status != "failed" || r.Message != "invalid file: garbage" {
+		t.Errorf("receipt = %+v", r)
+	}
+}
+
+func TestAfterDuplicateNamesOriginal(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	orig := afterTestJob(t, root, "first.ply", state.Done)
+	orig.ID = 1
+	dup := afterTestJob(t, root, "copy.ply", state.Done)
+	dup.ID, dup.DuplicateOf, dup.SplatID, dup.ViewerURL = 2, 1, "", ""
+	a := NewAfter(AfterOptions{Receipt: true, Lookup: func(id uint64) (state.Job, error) {
+		if id != 1 {
+			t.Errorf("lookup of %d", id)
+		}
+		return orig, nil
+	}})
+	if _, err := a.Finish(context.Background(), dup); err != nil {
+		t.Fatal(err)
+	}
+	r := readReceipt(t, ReceiptPath(dup.Path))
+	if r.Status != "duplicate" || r.Splat.URL != orig.ViewerURL || r.DuplicateOf != 1 || !strings.Contains(r.Message, orig.Path) {
+		t.Errorf("receipt = %+v", r)
+	}
+}
+
+func TestResolvePublishTemplateAndSidecar(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	p := filepath.Join(root, "site", "hall.ply")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := PublishTemplate{
+		Title: "{{.RelDir}}/{{.Stem}}", Format: "sog",
+		Settings: map[string]any{"camera": map[string]any{"fov": 65, "target": []any{0, 0, 0}}},
+	}
+	r, err := ResolvePublish(tmpl, p, root, time.Now())
+	if err != nil || r.Title != "site/hall" || r.Format != "sog" {
+		t.Fatalf("ResolvePublish = %+v, %v", r, err)
+	}
+
+	sidecar := "title: Great Hall\nlisted: true\nformat: compressed.ply\nsettings:\n  camera:\n    fov: 40\n"
+	if err := os.WriteFile(SidecarPath(p), []byte(sidecar), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = ResolvePublish(tmpl, p, root, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cam := r.Settings["camera"].(map[string]any)
+	if r.Title != "Great Hall" || !r.Listed || r.Format != "compressed.ply" || cam["fov"] != 40 || cam["target"] == nil {
+		t.Errorf("with sidecar = %+v (camera %v)", r, cam)
+	}
+	// The config's settings were not modified by the merge.
+	if tmpl.Settings["camera"].(map[string]any)["fov"] != 65 {
+		t.Error("merge changed the configured settings")
+	}
+
+	for _, bad := range []struct{ body, want string }{
+		{"format: ply\n", "format: must be sog or compressed.ply"},
+		{"titel: x\n", "field titel not found"},
+		{"title: \"\"\n", "title: must not be empty"},
+	} {
+		if err := os.WriteFile(SidecarPath(p), []byte(bad.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ResolvePublish(tmpl, p, root, time.Now())
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "hall.splat.yaml") {
+			t.Errorf("sidecar %q: err = %v, want %q naming the sidecar", bad.body, err, bad.want)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package uploader
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// PublishTemplate is the configured publish parameters (publish.* in the
+// config) before they are resolved for one file.
+type PublishTemplate struct {
+	// Title is a text/template over TitleData, e.g. "{{.Stem}}".
+	Title       string
+	Description string
+	Listed      bool
+	Format      string
+	Settings    map[string]any
+}
+
+// TitleData is what a title template may use.
+type TitleData struct {
+	Stem    string    // file name without extension
+	Name    string    // file name
+	Dir     string    // absolute folder of the file
+	RelDir  string    // folder relative to the watch root ("." at the root)
+	ModTime time.Time // the file's modification time
+}
+
+// Sidecar is the per-file override file <stem>.splat.yaml beside a splat.
+// Every field is optional; settings are merged key by key into the config's.
+type Sidecar struct {
+	Title       *string        `yaml:"title"`
+	Description *string        `yaml:"description"`
+	Listed      *bool          `yaml:"listed"`
+	Format      *string        `yaml:"format"`
+	Settings    map[string]any `yaml:"settings"`
+}
+
+// SidecarPath is where the sidecar of a splat file lives.
+func SidecarPath(path string) string {
+	return strings.TrimSuffix(path, filepath.Ext(path)) + ".splat.yaml"
+}
+
+// ResolvePublish renders the title template for one file and applies its
+// sidecar. An unreadable or invalid sidecar is an error naming the sidecar
+// and the key: the job fails with it instead of publishing with parameters
+// the user did not intend.
+func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (PublishRequest, error) {
+	name := filepath.Base(path)
+	data := TitleData{
+		Stem:    strings.TrimSuffix(name, filepath.Ext(name)),
+		Name:    name,
+		Dir:     filepath.Dir(path),
+		RelDir:  ".",
+		ModTime: mod,
+	}
+	if root != "" {
+		if rel, err := filepath.Rel(root, data.Dir); err == nil {
+			data.RelDir = rel
+		}
+	}
+	title := data.Stem
+	if t.Title != "" {
+		tmpl, err := template.New("title").Option("missingkey=error").Parse(t.Title)
+		if err != nil {
+			return PublishRequest{}, fmt.Errorf("publish.title: %w", err)
+		}
+		var b bytes.Buffer
+		if err := tmpl.Execute(&b, data); err != nil {
+			return PublishRequest{}, fmt.Errorf("publish.title: %w", err)
+		}
+		title = strings.TrimSpace(b.String())
+		if title == "" {
+			title = data.Stem
+		}
+	}
+	r := PublishRequest{
+		Title:       title,
+		Description: t.Description,
+		Listed:      t.Listed,
+		Format:      t.Format,
+		Settings:    deepCopyMap(t.Settings),
+	}
+
+	sc, err := ReadSidecar(SidecarPath(path))
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return PublishRequest{}, err
+	}
+	if sc.Title != nil {
+		r.Title = *sc.Title
+	}
+	if sc.Description != nil {
+		r.Description = *sc.Description
+	}
+	if sc.Listed != nil {
+		r.Listed = *sc.Listed
+	}
+	if sc.Format != nil {
+		r.Format = *sc.Format
+	}
+	if sc.Settings != nil {
+		if r.Settings == nil {
+			r.Settings = map[string]any{}
+		}
+		mergeMap(r.Settings, sc.Settings)
+	}
+	return r, nil
+}
+
+// ReadSidecar reads and checks a sidecar file. A missing file is
+// fs.ErrNotExist; anything else wrong names the file and the key.
+func ReadSidecar(path string) (Sidecar, error) {
+	var sc Sidecar
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return sc, err
+		}
+		return sc, fmt.Errorf("sidecar %s: %w", filepath.Base(path), err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&sc); err != nil && !errors.Is(err, io.EOF) {
+		return sc, fmt.Errorf("sidecar %s: %s", filepath.Base(path), strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if sc.Format != nil && *sc.Format != "sog" && *sc.Format != "compressed.ply" {
+		return sc, fmt.Errorf("sidecar %s: format: must be sog or compressed.ply (got %q)", filepath.Base(path), *sc.Format)
+	}
+	if sc.Title != nil && strings.TrimSpace(*sc.Title) == "" {
+		return sc, fmt.Errorf("sidecar %s: title: must not be empty", filepath.Base(path))
+	}
+	return sc, nil
+}
+
+// mergeMap merges src into dst: nested maps key by key, anything else replaced.
+func mergeMap(dst, src map[string]any) {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				mergeMap(dm, sm)
+				continue
+			}
+			dst[k] = deepCopyMap(sm)
+			continue
+		}
+		dst[k] = v
+	}
+}
+
+func deepCopyMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if sm, ok := v.(map[string]any); ok {
+			out[k] = deepCopyMap(sm)
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
