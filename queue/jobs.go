@@ -90,25 +90,38 @@ type enqueueReq struct {
 // EnqueueAll is Enqueue for many candidates in one transaction (one fsync),
 // for the watcher's startup scan. It returns the number of jobs created.
 func (s *Store) EnqueueAll(ctx context.Context, cs []Candidate) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
+	created, err := s.EnqueueBatch(ctx, cs)
+	n := 0
+	for _, c := range created {
+		if c {
+			n++
+		}
 	}
-	var n int
+	return n, err
+}
+
+// EnqueueBatch is EnqueueAll reporting, per candidate, whether a job was
+// created, so the caller can log each new file.
+func (s *Store) EnqueueBatch(ctx context.Context, cs []Candidate) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	created := make([]bool, len(cs))
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		n = 0
 		now := s.o.Now()
-		for _, c := range cs {
+		for i, c := range cs {
 			ok, err := s.enqueue(tx, c, now)
 			if err != nil {
 				return err
 			}
-			if ok {
-				n++
-			}
+			created[i] = ok
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return created, nil
 }
 
 func (s *Store) enqueue(tx *bolt.Tx, c Candidate, now time.Time) (bool, error) {

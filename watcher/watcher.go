@@ -370,3 +370,9 @@ func (w *Watcher) otherRoot(dir string, r *root) bool {
 	}
 	return false
 }
+
+// Forget drops what the watcher remembers of path, so that the next event
+// or rescan that sees it emits it again. The daemon calls it when it could
+// not record an emitted file (a full disk, say): without it the file would
+// wait for the next restart.
+func (w *Watcher) Forget(path string) { w.tr.forget(path) }

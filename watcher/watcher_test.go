@@ -419,6 +419,26 @@ func TestKnownSkipsQueuedFiles(t *testing.T) {
 	}
 }
 
+// TestForgetReemitsAtRescan: a file the daemon could not record (full
+// disk) is emitted again by the next rescan once forgotten, and not before.
+func TestForgetReemitsAtRescan(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Path: t.TempDir(), Recursive: true}, nil)
+	p := h.write("scan.ply", "ply")
+	if got := h.until(p); got[len(got)-1].Path != p {
+		t.Fatalf("first emission: %v", paths(got))
+	}
+	h.w.requestRescan(h.w.roots[0])
+	if got := h.sentinel(); len(got) != 0 {
+		t.Fatalf("rescan re-emitted a remembered file: %v", paths(got))
+	}
+	h.w.Forget(p)
+	h.w.requestRescan(h.w.roots[0])
+	if got := h.until(p); got[len(got)-1].Path != p {
+		t.Fatalf("forgotten file not emitted again: %v", paths(got))
+	}
+}
+
 // TestWatchLimitFallsBackToPolling makes every folder below the root fail
 // to be watched with ENOSPC, as when fs.inotify.max_user_watches is reached.
 func TestWatchLimitFallsBackToPolling(t *testing.T) {
