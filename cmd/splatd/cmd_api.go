@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/watcher/splatfile"
+)
+
+// apiEnv is what the API commands share: the loaded config, the client and
+// where the token came from (for "the token from X was refused").
+type apiEnv struct {
+	cfg    *Config
+	client *uploader.Client
+	source tokenSource
+}
+
+// loadAPI loads the config and builds a client. A bad config is a usage
+// error (exit 2); a missing token is a failure (exit 1).
+func loadAPI(c *cli, cfgPath string, obs uploader.Observer, log zerolog.Logger) (*apiEnv, int) {
+	cfg, err := loadConfig(cfgPath, false)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return nil, exitUsage
+	}
+	client, source, err := newClient(cfg, c.getenv, obs, log)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return nil, exitFailure
+	}
+	return &apiEnv{cfg: cfg, client: client, source: source}, exitOK
+}
+
+func newClient(cfg *Config, getenv func(string) string, obs uploader.Observer, log zerolog.Logger) (*uploader.Client, tokenSource, error) {
+	token, source, err := loadToken(cfg, getenv)
+	if err != nil {
+		return nil, "", err
+	}
+	roots, err := rootCAs(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	client, err := uploader.NewClient(uploader.ClientOptions{
+		BaseURL:   cfg.API.BaseURL,
+		Token:     token,
+		RootCAs:   roots,
+		Timeout:   cfg.API.Timeout.D(),
+		UserAgent: "splatd/" + buildVersion(),
+		Observer:  obs,
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return client, source, nil
+}
+
+// explainAPIError turns an API error into the sentence an operator needs.
+func (a *apiEnv) explain(err error) string {
+	var ae *uploader.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		return fmt.Sprintf("the API refused the token read from %s (HTTP 401: %s); check that it was not revoked and belongs to this account", a.source, ae.Message)
+	}
+	return oneLine(err.Error())
+}
+
+func cmdCheckpoints(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "checkpoints")
+	cfgPath := configFlag(c, fs)
+	limit := fs.Int("limit", 0, "checkpoints per request, 1..50 (the API's maximum is 50; default 20, or 50 with -all)")
+	all := fs.Bool("all", false, "follow the cursor until every checkpoint is listed")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(c, fs, "want exactly one BRANCH id, got %d arguments", len(pos))
+	}
+	branch := pos[0]
+	if isSet(fs, "limit") && (*limit < 1 || *limit > 50) {
+		return usageError(c, fs, "-limit must be between 1 and 50 (the API refuses more than 50 per request), got %d", *limit)
+	}
+	if *limit == 0 {
+		*limit = 20
+		if *all {
+			*limit = 50
+		}
+	}
+	a, code := loadAPI(c, *cfgPath, nil, cliLogger(c))
+	if a == nil {
+		return code
+	}
+
+	var list []uploader.Checkpoint
+	seen := map[string]bool{}
+	skip := ""
+	for {
+		var page uploader.CheckpointPage
+		err := retryAPI(ctx, func() error {
+			var err error
+			page, err = a.client.Checkpoints(ctx, branch, *limit, skip)
+			return err
+		})
+		var ae *uploader.APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			fmt.Fprintf(c.stderr, "branch %s not found\n", branch)
+			return exitFailure
+		}
+		if err != nil {
+			fmt.Fprintf(c.stderr, "checkpoints: %s\n", a.explain(err))
+			return exitFailure
+		}
+		for _, cp := range page.Checkpoints {
+			if !seen[cp.ID] { // a cursor that moves under us must not print twice
+				seen[cp.ID] = true
+				list = append(list, cp)
+			}
+		}
+		if !*all || !page.HasMore || len(page.Checkpoints) == 0 {
+			break
+		}
+		next := page.Checkpoints[len(page.Checkpoints)-1].ID
+		if next == skip {
+			fmt.Fprintf(c.stderr, "checkpoints: the server repeated cursor %s; stopping\n", next)
+			return exitFailure
+		}
+		skip = next
+	}
+
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		if list == nil {
+			list = []uploader.Checkpoint{}
+		}
+		if err := enc.Encode(list); err != nil {
+			return exitFailure
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCREATED\tUSER\tDESCRIPTION")
+	for _, cp := range list {
+		user := cp.User.Username
+		if user == "" {
+			user = cp.User.FullName
+		}
+		created := "-"
+		if !cp.CreatedAt.IsZero() {
+			created = cp.CreatedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cp.ID, created, user, oneLine(cp.Description))
+	}
+	tw.Flush()
+	if len(list) == 0 {
+		fmt.Fprintf(c.stderr, "branch %s has no checkpoints\n", branch)
+	}
+	return exitOK
+}
+
+// retryAPI retries a read-only call on transient errors, honouring the
+// server's Retry-After / reset time.
+func retryAPI(ctx context.Context, fn func() error) error {
+	return uploader.RetryTransient(ctx, 5, fn)
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+func cmdValidate(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "validate")
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(c, fs, "name at least one FILE")
+	}
+	failed := 0
+	for _, p := range pos {
+		info, err := splatfile.Check(p)
+		switch {
+		case errors.Is(err, splatfile.ErrIncomplete):
+			failed++
+			fmt.Fprintf(c.stdout, "%s: incomplete: %s\n", p, oneLine(splatfile.Reason(err)))
+		case err != nil:
+			failed++
+			fmt.Fprintf(c.stdout, "%s: invalid: %s\n", p, oneLine(splatfile.Reason(err)))
+		default:
+			fmt.Fprintf(c.stdout, "%s: ok: %s\n", p, describe(info))
+		}
+	}
+	if failed > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func describe(i splatfile.Info) string {
+	s := string(i.Kind)
+	if i.Encoding != "" {
+		s += " " + i.Encoding
+	}
+	if i.Vertices > 0 {
+		s += fmt.Sprintf(", %d splats", i.Vertices)
+	}
+	return s + ", " + humanBytes(i.Size)
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func cmdPublish(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "publish")
+	cfgPath := configFlag(c, fs)
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(c, fs, "name at least one FILE")
+	}
+	a, code := loadAPI(c, *cfgPath, nil, cliLogger(c))
+	if a == nil {
+		return code
+	}
+	failed := 0
+	for _, path := range pos {
+		if err := publishOne(ctx, c, a, path); err != nil {
+			failed++
+			fmt.Fprintf(c.stderr, "%s: failed: %s\n", path, err)
+		}
+		if ctx.Err() != nil {
+			return exitFailure
+		}
+	}
+	if failed > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
+	if _, err := splatfile.Check(path); err != nil {
+		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	req, err := publishParams(a.cfg.Publish, path, "", fi.ModTime())
+	if err != nil {
+		return err
+	}
+	bar := newProgress(c.stderr, filepath.Base(path))
+	sp, err := uploader.PublishFile(ctx, a.client, path, req, uploader.OneShotOptions{
+		PollInterval:    a.cfg.Poll.Interval.D(),
+		PollMaxInterval: a.cfg.Poll.MaxInterval.D(),
+		PollTimeout:     a.cfg.Poll.Timeout.D(),
+		Progress:        bar.update,
+		Stage:           bar.stage,
+	})
+	bar.done()
+	if err != nil {
+		if sp.URL != "" {
+			return fmt.Errorf("%s (splat %s, %s)", a.explain(err), sp.ID, sp.URL)
+		}
+		return errors.New(a.explain(err))
+	}
+	fmt.Fprintf(c.stdout, "%s\t%s\n", path, sp.URL)
+	return nil
+}
+
+// publishParams resolves the publish request for one file from the config
+// and the file's sidecar, if any.
+func publishParams(p PublishConfig, path, root string, mod time.Time) (uploader.PublishRequest, error) {
+	return uploader.ResolvePublish(uploader.PublishTemplate{
+		Title:       p.Title,
+		Description: p.Description,
+		Listed:      p.Listed,
+		Format:      p.Format,
+		Settings:    p.Settings,
+	}, path, root, mod)
+}
+
+// progress draws a bar on a terminal and plain lines elsewhere (journald,
+// CI logs), so that neither gets a screen of carriage returns.
+type progress struct {
+	w        io.Writer
+	name     string
+	tty      bool
+	start    time.Time
+	lastPct  int
+	lastDraw time.Time
+	drawn    bool
+}
+
+func newProgress(w io.Writer, name string) *progress {
+	return &progress{w: w, name: name, tty: isTerminal(w), start: time.Now(), lastPct: -1}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func (p *progress) stage(step, detail string) {
+	if p.drawn && p.tty {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+	if step == "upload" && detail == "" {
+		p.start = time.Now()
+	}
+	if detail != "" {
+		fmt.Fprintf(p.w, "%s: %s (%s)\n", p.name, step, detail)
+	} else {
+		fmt.Fprintf(p.w, "%s: %s\n", p.name, step)
+	}
+}
+
+func (p *progress) update(sent, size int64) {
+	pct := 100
+	if size > 0 {
+		pct = int(sent * 100 / size)
+	}
+	now := time.Now()
+	rate := float64(sent) / max(now.Sub(p.start).Seconds(), 0.001)
+	if p.tty {
+		if now.Sub(p.lastDraw) < 100*time.Millisecond && sent != size {
+			return
+		}
+		p.lastDraw = now
+		const width = 30
+		fill := pct * width / 100
+		fmt.Fprintf(p.w, "\r  [%s%s] %3d%% %s/%s %s/s ", strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
+			pct, humanBytes(sent), humanBytes(size), humanBytes(int64(rate)))
+		p.drawn = true
+		return
+	}
+	if pct/25 > p.lastPct/25 || (p.lastPct < 0) {
+		p.lastPct = pct
+		fmt.Fprintf(p.w, "%s: uploaded %d%% (%s of %s, %s/s)\n", p.name, pct, humanBytes(sent), humanBytes(size), humanBytes(int64(rate)))
+	}
+}
+
+func (p *progress) done() {
+	if p.drawn && p.tty {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// cliLogger logs warnings and errors of the one-shot commands to stderr in
+// console form; the daemon configures its own.
+func cliLogger(c *cli) zerolog.Logger {
+	return zerolog.New(zerolog.ConsoleWriter{Out: c.stderr, NoColor: true}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+}

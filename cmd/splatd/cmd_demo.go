@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/watcher/splatfile"
+)
+
+// demoFile is one sample the demo drops into the inbox, and what it expects.
+type demoFile struct {
+	name   string
+	how    string
+	want   state.Stage
+	write  func(path string) error
+	detail string
+}
+
+func cmdDemo(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "demo")
+	keep := fs.Bool("keep", false, "keep the daemon running after the samples so you can drop your own files in")
+	dir := fs.String("dir", "", "work folder (default: a temporary folder, removed at the end unless -keep)")
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(c, fs, "takes no arguments")
+	}
+	out := c.stdout
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "splatd-demo-")
+		if err != nil {
+			fmt.Fprintln(c.stderr, err)
+			return exitFailure
+		}
+		*dir = d
+		if !*keep {
+			defer os.RemoveAll(d)
+		}
+	}
+	inbox := filepath.Join(*dir, "inbox")
+	for _, p := range []string{inbox, filepath.Join(*dir, "sim")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			fmt.Fprintln(c.stderr, err)
+			return exitFailure
+		}
+	}
+
+	sim, err := apisim.New(apisim.Options{
+		Dir:             filepath.Join(*dir, "sim"),
+		ProcessingDelay: 1500 * time.Millisecond,
+		Branches:        map[string]int{"main": 12},
+		Logger:          cliLogger(c),
+	})
+	if err != nil {
+		fmt.Fprintf(c.stderr, "demo: simulator: %v\n", err)
+		return exitFailure
+	}
+	defer sim.Close()
+	tokenFile := filepath.Join(*dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(sim.Token()+"\n"), 0o600); err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return exitFailure
+	}
+
+	cfg := defaultConfig()
+	cfg.API.BaseURL = sim.URL()
+	cfg.API.CAFile = sim.CAFile()
+	cfg.API.TokenFile = tokenFile
+	cfg.Watch = []WatchConfig{{Path: inbox}}
+	cfg.Settle = Duration(time.Second)
+	cfg.StateDir = filepath.Join(*dir, "state")
+	cfg.Poll = PollConfig{Interval: Duration(500 * time.Millisecond), MaxInterval: Duration(2 * time.Second), Timeout: Duration(time.Minute)}
+	cfg.Metrics.Listen = "127.0.0.1:0"
+	if errs := cfg.validate(true); len(errs) > 0 {
+		fmt.Fprintf(c.stderr, "demo: %v\n", errs)
+		return exitFailure
+	}
+	logPath := filepath.Join(*dir, "splatd.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return exitFailure
+	}
+	defer logFile.Close()
+
+	d, err := openDaemon(&cfg, c.getenv, newLogger(cfg.Log, logFile))
+	if err != nil {
+		fmt.Fprintf(c.stderr, "demo: %v\n", err)
+		return exitFailure
+	}
+	defer d.close()
+
+	fmt.Fprintf(out, "splatd demo\n  simulator  %s (storage %s)\n  inbox      %s\n  metrics    http://%s/metrics\n  log        %s\n\n",
+		sim.URL(), sim.StorageURL(), inbox, d.metrics.Addr(), logPath)
+
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	runErr := make(chan error, 1)
+	go func() { runErr <- d.run(dctx) }()
+
+	files := demoFiles()
+	start := time.Now()
+	go func() {
+		for _, f := range files {
+			p := filepath.Join(inbox, f.name)
+			if err := f.write(p); err != nil {
+				fmt.Fprintf(out, "  cannot write %s: %v\n", f.name, err)
+			}
+		}
+	}()
+	fmt.Fprintln(out, "dropping samples:")
+	for _, f := range files {
+		fmt.Fprintf(out, "  %-24s %s\n", f.name, f.how)
+	}
+	fmt.Fprintln(out, "\njourney:")
+
+	final := followJourney(dctx, out, d.store, start, len(files), 90*time.Second)
+
+	fmt.Fprintln(out, "\nsummary:")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FILE\tSTAGE\tVIEWER LINK OR REASON")
+	okAll := true
+	for _, f := range files {
+		j, found := final[filepath.Join(inbox, f.name)]
+		stage, result := "missing", "never seen"
+		if found {
+			stage, result = string(j.Stage), j.ViewerURL
+			if j.Stage != state.Done {
+				result = j.FailReason
+			}
+		}
+		if !found || j.Stage != f.want {
+			okAll = false
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.name, stage, oneLine(result))
+	}
+	tw.Flush()
+
+	fmt.Fprintln(out, "\ncheckpoints of branch main (newest first, first 5):")
+	page, err := d.client.Checkpoints(ctx, "main", 5, "")
+	if err != nil {
+		fmt.Fprintf(out, "  %v\n", err)
+		okAll = false
+	} else {
+		for _, cp := range page.Checkpoints {
+			fmt.Fprintf(out, "  %s  %s  %s\n", cp.ID, cp.CreatedAt.UTC().Format(time.RFC3339), oneLine(cp.Description))
+		}
+	}
+	st := sim.Stats()
+	fmt.Fprintf(out, "\nsimulator: %d uploads, %d publishes, %d storage requests with an Authorization header\n",
+		st.Uploads, st.Publishes, st.StorageAuthHeaders)
+	fmt.Fprintf(out, "receipts:  %s\n", filepath.Join(inbox, "*.splat.json"))
+
+	if *keep {
+		fmt.Fprintf(out, "\nsplatd keeps running: drop .ply or .sog files into\n  %s\nand watch them with\n  splatd jobs -config %s\n(Ctrl-C stops it.)\n",
+			inbox, writeDemoConfig(*dir, &cfg))
+		select {
+		case <-ctx.Done():
+		case err := <-runErr:
+			runErr <- err
+		}
+	}
+	stop()
+	if err := <-runErr; err != nil {
+		fmt.Fprintf(c.stderr, "demo: daemon: %v\n", err)
+		return exitFailure
+	}
+	if !okAll {
+		fmt.Fprintf(c.stderr, "demo: not every sample ended as expected; see %s\n", logPath)
+		if !*keep {
+			data, _ := os.ReadFile(logPath)
+			fmt.Fprintf(c.stderr, "%s\n", tail(data, 40))
+		}
+		return exitFailure
+	}
+	fmt.Fprintln(out, "\ndemo passed: 3 samples published once each, the invalid one rejected with its reason.")
+	return exitOK
+}
+
+func demoFiles() []demoFile {
+	return []demoFile{
+		{name: "lobby.ply", how: "plain 3DGS PLY, written at once", want: state.Done,
+			write: func(p string) error {
+				return writeWith(p, func(w io.Writer) error { return splatfile.WritePLY(w, 4000) })
+			}},
+		{name: "statue.compressed.ply", how: "compressed PLY, written slowly over ~3 s", want: state.Done,
+			write: func(p string) error { return writeSlowly(p, 3*time.Second) }},
+		{name: "garden.sog", how: "SOG, written as .garden.sog.part then renamed", want: state.Done,
+			write: func(p string) error {
+				tmp := filepath.Join(filepath.Dir(p), ".garden.sog.part")
+				if err := writeWith(tmp, func(w io.Writer) error { return splatfile.WriteSOG(w, 3000) }); err != nil {
+					return err
+				}
+				return os.Rename(tmp, p)
+			}},
+		{name: "broken.ply", how: "not a splat at all (must be rejected, never uploaded)", want: state.Failed,
+			write: func(p string) error {
+				return os.WriteFile(p, []byte("this is a text file someone named .ply\n"), 0o644)
+			}},
+	}
+}
+
+func writeWith(path string, gen func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := gen(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeSlowly writes a compressed PLY in pieces, as a capture tool or a slow
+// network copy does; the watcher must not emit it before the last piece.
+func writeSlowly(path string, over time.Duration) error {
+	var buf bytes.Buffer
+	if err := splatfile.WriteCompressedPLY(&buf, 20000); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	const pieces = 8
+	data := buf.Bytes()
+	step := (len(data) + pieces - 1) / pieces
+	for i := 0; i < len(data); i += step {
+		if _, err := f.Write(data[i:min(i+step, len(data))]); err != nil {
+			return err
+		}
+		time.Sleep(over / pieces)
+	}
+	return nil
+}
+
+// followJourney prints each stage change of every job until n jobs are
+// final or the timeout passes, and returns the jobs by path.
+func followJourney(ctx context.Context, w io.Writer, st *queue.Store, start time.Time, n int, timeout time.Duration) map[string]state.Job {
+	last := map[uint64]state.Stage{}
+	byPath := map[string]state.Job{}
+	deadline := time.After(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		jobs, err := st.List(queue.Filter{})
+		if err == nil {
+			final := 0
+			for _, j := range jobs {
+				if prev, ok := last[j.ID]; !ok || prev != j.Stage {
+					line := fmt.Sprintf("  %5.1fs  %-24s %s", time.Since(start).Seconds(), filepath.Base(j.Path), j.Stage)
+					switch {
+					case j.Stage == state.Done && j.ViewerURL != "":
+						line += "  " + j.ViewerURL
+					case j.Stage == state.Failed:
+						line += "  " + oneLine(j.FailReason)
+					case j.LastError != "" && !j.Stage.Final():
+						line += "  (retrying: " + oneLine(j.LastError) + ")"
+					}
+					fmt.Fprintln(w, line)
+					last[j.ID] = j.Stage
+				}
+				byPath[j.Path] = j
+				if j.Stage.Final() {
+					final++
+				}
+			}
+			if final >= n {
+				return byPath
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return byPath
+		case <-deadline:
+			fmt.Fprintf(w, "  (gave up waiting after %s)\n", timeout)
+			return byPath
+		case <-tick.C:
+		}
+	}
+}
+
+// writeDemoConfig leaves a config beside the demo's files so that the CLI
+// (splatd jobs, retry, publish, checkpoints) can be tried against it.
+func writeDemoConfig(dir string, cfg *Config) string {
+	p := filepath.Join(dir, "config.yaml")
+	_ = os.WriteFile(p, []byte(cfg.redacted("", nil)), 0o600)
+	return p
+}
+
+func tail(b []byte, lines int) []byte {
+	n := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			n++
+			if n > lines {
+				return b[i+1:]
+			}
+		}
+	}
+	return b
+}

@@ -1,0 +1,537 @@
+package main
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the YAML configuration file. Every key and its default is
+// documented in config.example.yaml; DESIGN.md holds the contract.
+type Config struct {
+	API            APIConfig     `yaml:"api"`
+	Watch          []WatchConfig `yaml:"watch"`
+	Settle         Duration      `yaml:"settle"`
+	RescanInterval Duration      `yaml:"rescan_interval"`
+	StateDir       string        `yaml:"state_dir"`
+	Workers        int           `yaml:"workers"`
+	Publish        PublishConfig `yaml:"publish"`
+	Poll           PollConfig    `yaml:"poll"`
+	After          AfterConfig   `yaml:"after"`
+	Metrics        MetricsConfig `yaml:"metrics"`
+	Log            LogConfig     `yaml:"log"`
+}
+
+// APIConfig says where the API is and how to authenticate to it.
+type APIConfig struct {
+	BaseURL   string   `yaml:"base_url"`
+	TokenFile string   `yaml:"token_file"`
+	CAFile    string   `yaml:"ca_file"`
+	Timeout   Duration `yaml:"timeout"`
+	// Token exists only so that an inline token is refused with a message
+	// that says where to put it, instead of "unknown key".
+	Token string `yaml:"token,omitempty"`
+}
+
+// WatchConfig is one watched folder.
+type WatchConfig struct {
+	Path           string   `yaml:"path"`
+	Recursive      *bool    `yaml:"recursive"`
+	Include        []string `yaml:"include"`
+	Exclude        []string `yaml:"exclude"`
+	Mode           string   `yaml:"mode"`
+	PollInterval   Duration `yaml:"poll_interval"`
+	FollowSymlinks bool     `yaml:"follow_symlinks"`
+}
+
+// PublishConfig holds the defaults of every publish call; a per-file sidecar
+// <stem>.splat.yaml overrides them.
+type PublishConfig struct {
+	Title       string         `yaml:"title"`
+	Description string         `yaml:"description"`
+	Listed      bool           `yaml:"listed"`
+	Format      string         `yaml:"format"`
+	OnUncertain string         `yaml:"on_uncertain"`
+	Settings    map[string]any `yaml:"settings"`
+}
+
+// PollConfig paces the polling of a published splat until processing ends.
+type PollConfig struct {
+	Interval    Duration `yaml:"interval"`
+	MaxInterval Duration `yaml:"max_interval"`
+	Timeout     Duration `yaml:"timeout"`
+}
+
+// AfterConfig says what happens to a file once its job is finished.
+type AfterConfig struct {
+	OnSuccess  string `yaml:"on_success"`
+	SuccessDir string `yaml:"success_dir"`
+	OnFailure  string `yaml:"on_failure"`
+	FailureDir string `yaml:"failure_dir"`
+	Receipt    bool   `yaml:"receipt"`
+}
+
+// MetricsConfig is the /metrics, /healthz and /readyz listener.
+type MetricsConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+// LogConfig sets the level and format of the logs written to stderr.
+type LogConfig struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Duration is a time.Duration written in Go syntax ("5s", "2h") in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses Go duration syntax and nothing else, so that "5"
+// (seconds? nanoseconds?) is an error rather than a guess.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("want a duration such as 5s or 2h")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (want e.g. 5s, 1m30s, 2h)", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML prints the duration the way it is written.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Defaults of the keys that may be left out; config.example.yaml lists the same.
+var (
+	defaultInclude = []string{"*.ply", "*.sog"}
+	defaultExclude = []string{".*", "*.tmp", "*.part", "*~"}
+)
+
+func defaultSettings() map[string]any {
+	return map[string]any{
+		"camera": map[string]any{
+			"fov":       65,
+			"position":  []any{2, 2, 2},
+			"target":    []any{0, 0, 0},
+			"startAnim": "none",
+			"animTrack": nil,
+		},
+		"background": map[string]any{"color": []any{0.4, 0.4, 0.4}},
+		"animTracks": []any{},
+	}
+}
+
+// defaultConfig is what an empty file means.
+func defaultConfig() Config {
+	return Config{
+		API: APIConfig{
+			BaseURL: "https://playcanvas.com",
+			Timeout: Duration(60 * time.Second),
+		},
+		Settle:         Duration(5 * time.Second),
+		RescanInterval: Duration(5 * time.Minute),
+		StateDir:       "/var/lib/splatd",
+		Workers:        2,
+		Publish: PublishConfig{
+			Title:       "{{.Stem}}",
+			Format:      "sog",
+			OnUncertain: "republish",
+			Settings:    defaultSettings(),
+		},
+		Poll: PollConfig{
+			Interval:    Duration(5 * time.Second),
+			MaxInterval: Duration(60 * time.Second),
+			Timeout:     Duration(2 * time.Hour),
+		},
+		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true},
+		Metrics: MetricsConfig{Listen: "127.0.0.1:9464"},
+		Log:     LogConfig{Level: "info", Format: "json"},
+	}
+}
+
+// ConfigErrors is every problem found in a config file, one per key.
+type ConfigErrors []string
+
+func (e ConfigErrors) Error() string {
+	if len(e) == 1 {
+		return e[0]
+	}
+	return fmt.Sprintf("%d problems:\n  %s", len(e), strings.Join(e, "\n  "))
+}
+
+// loadConfig reads, decodes and validates a config file. forRun adds the
+// checks that only the daemon needs (watch folders, state_dir).
+func loadConfig(path string, forRun bool) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := parseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if errs := cfg.validate(forRun); len(errs) > 0 {
+		return nil, fmt.Errorf("config %s: %w", path, errs)
+	}
+	return cfg, nil
+}
+
+// parseConfig decodes YAML over the defaults. Unknown keys and badly typed
+// values are reported with their key path and line.
+func parseConfig(data []byte) (*Config, error) {
+	cfg := defaultConfig()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return &cfg, nil // an empty file: all defaults
+	}
+	var errs ConfigErrors
+	decodeStrict(doc.Content[0], reflect.ValueOf(&cfg).Elem(), "", &errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &cfg, nil
+}
+
+// decodeStrict walks a YAML node into v, refusing keys the struct does not
+// have. yaml.v3's KnownFields reports "field x not found in type main.y",
+// which names a Go type instead of the key path a user wrote; this walk
+// names the path ("watch[1].mode").
+func decodeStrict(n *yaml.Node, v reflect.Value, path string, errs *ConfigErrors) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	at := func(msg string, line int) {
+		p := path
+		if p == "" {
+			p = "(top level)"
+		}
+		*errs = append(*errs, fmt.Sprintf("%s: %s (line %d)", p, msg, line))
+	}
+	if v.Kind() == reflect.Struct && v.Type() != reflect.TypeOf(time.Time{}) {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			return
+		}
+		if n.Kind != yaml.MappingNode {
+			at("want a mapping of keys", n.Line)
+			return
+		}
+		fields := map[string]int{}
+		for i := 0; i < v.NumField(); i++ {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+			if name != "" && name != "-" {
+				fields[name] = i
+			}
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, val := n.Content[i], n.Content[i+1]
+			child := joinPath(path, key.Value)
+			idx, ok := fields[key.Value]
+			if !ok {
+				*errs = append(*errs, fmt.Sprintf("%s: unknown key (line %d)", child, key.Line))
+				continue
+			}
+			decodeStrict(val, v.Field(idx), child, errs)
+		}
+		return
+	}
+	if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			return
+		}
+		if n.Kind != yaml.SequenceNode {
+			at("want a list", n.Line)
+			return
+		}
+		out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			decodeStrict(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i), errs)
+		}
+		v.Set(out)
+		return
+	}
+	// A leaf (scalar, list of scalars, free-form map such as settings).
+	fresh := reflect.New(v.Type())
+	if err := n.Decode(fresh.Interface()); err != nil {
+		at(cleanYAMLError(err), n.Line)
+		return
+	}
+	v.Set(fresh.Elem())
+}
+
+func joinPath(parent, key string) string {
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+// cleanYAMLError turns "yaml: unmarshal errors:\n  line 3: cannot unmarshal
+// !!str `x` into int" into "cannot unmarshal !!str `x` into int".
+func cleanYAMLError(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) && len(te.Errors) > 0 {
+		msg := te.Errors[0]
+		if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "line ") {
+			msg = rest
+		}
+		return msg
+	}
+	return err.Error()
+}
+
+// validate checks every key and fills per-entry defaults. It returns all
+// problems at once so that a user fixes a file in one pass.
+func (c *Config) validate(forRun bool) ConfigErrors {
+	var errs ConfigErrors
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+
+	if c.API.Token != "" {
+		bad("api.token", "an inline token is not accepted (the config file is not a secret store); "+
+			"put the token in the file named by api.token_file, in the SPLATD_TOKEN environment variable, "+
+			"or in the systemd credential splatd-token")
+	}
+	if c.API.BaseURL == "" {
+		bad("api.base_url", "is required")
+	} else if u, err := url.Parse(c.API.BaseURL); err != nil {
+		bad("api.base_url", "not a URL: %v", err)
+	} else if u.Scheme != "https" {
+		bad("api.base_url", "scheme must be https (got %q)", u.Scheme)
+	} else if u.Host == "" {
+		bad("api.base_url", "has no host")
+	} else if u.RawQuery != "" || u.Fragment != "" {
+		bad("api.base_url", "must not carry a query or fragment")
+	}
+	if c.API.Timeout.D() <= 0 {
+		bad("api.timeout", "must be positive")
+	}
+	if c.API.CAFile != "" {
+		if _, err := os.Stat(c.API.CAFile); err != nil {
+			bad("api.ca_file", "%v", err)
+		}
+	}
+
+	if forRun && len(c.Watch) == 0 {
+		bad("watch", "at least one folder is required")
+	}
+	for i := range c.Watch {
+		w := &c.Watch[i]
+		key := fmt.Sprintf("watch[%d]", i)
+		if w.Path == "" {
+			bad(key+".path", "is required")
+		} else if abs, err := filepath.Abs(w.Path); err == nil {
+			w.Path = abs
+		}
+		if w.Recursive == nil {
+			t := true
+			w.Recursive = &t
+		}
+		if w.Include == nil {
+			w.Include = append([]string(nil), defaultInclude...)
+		}
+		if w.Exclude == nil {
+			w.Exclude = append([]string(nil), defaultExclude...)
+		}
+		for _, p := range append(append([]string(nil), w.Include...), w.Exclude...) {
+			if _, err := filepath.Match(p, "x"); err != nil {
+				bad(key+".include/exclude", "bad pattern %q: %v", p, err)
+			}
+		}
+		switch w.Mode {
+		case "":
+			w.Mode = "notify"
+		case "notify", "poll":
+		default:
+			bad(key+".mode", "must be notify or poll (got %q)", w.Mode)
+		}
+		if w.PollInterval == 0 {
+			w.PollInterval = Duration(10 * time.Second)
+		} else if w.PollInterval < 0 {
+			bad(key+".poll_interval", "must be positive")
+		}
+	}
+	if c.Settle < 0 {
+		bad("settle", "must not be negative")
+	}
+	if c.RescanInterval < 0 {
+		bad("rescan_interval", "must not be negative (0 turns the periodic rescan off)")
+	}
+	if forRun && c.StateDir == "" {
+		bad("state_dir", "is required")
+	}
+	if c.Workers < 1 || c.Workers > 64 {
+		bad("workers", "must be between 1 and 64 (got %d)", c.Workers)
+	}
+
+	if _, err := template.New("title").Option("missingkey=error").Parse(c.Publish.Title); err != nil {
+		bad("publish.title", "bad template: %v", err)
+	}
+	switch c.Publish.Format {
+	case "sog", "compressed.ply":
+	default:
+		bad("publish.format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", c.Publish.Format)
+	}
+	switch c.Publish.OnUncertain {
+	case "republish", "hold":
+	default:
+		bad("publish.on_uncertain", "must be republish or hold (got %q)", c.Publish.OnUncertain)
+	}
+
+	if c.Poll.Interval.D() <= 0 {
+		bad("poll.interval", "must be positive")
+	}
+	if c.Poll.MaxInterval.D() < c.Poll.Interval.D() {
+		bad("poll.max_interval", "must be at least poll.interval (%s)", c.Poll.Interval.D())
+	}
+	if c.Poll.Timeout.D() <= 0 {
+		bad("poll.timeout", "must be positive")
+	}
+
+	switch c.After.OnSuccess {
+	case "keep", "delete":
+	case "move":
+		if c.After.SuccessDir == "" {
+			bad("after.success_dir", "is required when after.on_success is move")
+		}
+	default:
+		bad("after.on_success", "must be keep, delete or move (got %q)", c.After.OnSuccess)
+	}
+	switch c.After.OnFailure {
+	case "keep":
+	case "move":
+		if c.After.FailureDir == "" {
+			bad("after.failure_dir", "is required when after.on_failure is move")
+		}
+	default:
+		bad("after.on_failure", "must be keep or move (got %q)", c.After.OnFailure)
+	}
+
+	for _, d := range []struct{ key, dir string }{{"after.success_dir", c.After.SuccessDir}, {"after.failure_dir", c.After.FailureDir}} {
+		if d.dir == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d.dir)
+		if err != nil {
+			bad(d.key, "%v", err)
+			continue
+		}
+		for i, w := range c.Watch {
+			if rel, err := filepath.Rel(w.Path, abs); err == nil && !strings.HasPrefix(rel, "..") {
+				// A moved file would be found again and moved again.
+				bad(d.key, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, i, w.Path)
+			}
+		}
+		if d.key == "after.success_dir" {
+			c.After.SuccessDir = abs
+		} else {
+			c.After.FailureDir = abs
+		}
+	}
+
+	if c.Metrics.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			bad("metrics.listen", "want host:port or empty to turn it off: %v", err)
+		}
+	}
+	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
+		bad("log.level", "must be one of trace, debug, info, warn, error (got %q)", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		bad("log.format", "must be json or console (got %q)", c.Log.Format)
+	}
+	return errs
+}
+
+// tokenSource says where a token was read from, never what it is.
+type tokenSource string
+
+// loadToken finds the API token: api.token_file, then SPLATD_TOKEN, then the
+// systemd credential. The returned source names the place for messages such
+// as "the token from /etc/splatd/token was refused".
+func loadToken(c *Config, getenv func(string) string) (string, tokenSource, error) {
+	readFile := func(path, key string) (string, tokenSource, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", "", fmt.Errorf("%s: cannot read the token: %w", key, err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", "", fmt.Errorf("%s: the token file %s is empty", key, path)
+		}
+		if strings.ContainsAny(tok, "\r\n\t ") {
+			return "", "", fmt.Errorf("%s: the token file %s holds more than one word", key, path)
+		}
+		return tok, tokenSource(path), nil
+	}
+	if c.API.TokenFile != "" {
+		return readFile(c.API.TokenFile, "api.token_file")
+	}
+	if tok := strings.TrimSpace(getenv("SPLATD_TOKEN")); tok != "" {
+		return tok, "the SPLATD_TOKEN environment variable", nil
+	}
+	if dir := getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		p := filepath.Join(dir, "splatd-token")
+		if _, err := os.Stat(p); err == nil {
+			return readFile(p, "credential splatd-token")
+		}
+	}
+	return "", "", errors.New("no API token: set api.token_file, or the SPLATD_TOKEN environment variable, " +
+		"or give systemd a credential named splatd-token (LoadCredential=splatd-token:/etc/splatd/token)")
+}
+
+// rootCAs returns the system roots plus api.ca_file, for the API and storage hosts.
+func rootCAs(c *Config) (*x509.CertPool, error) {
+	if c.API.CAFile == "" {
+		return nil, nil // nil means the system roots
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	pem, err := os.ReadFile(c.API.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("api.ca_file: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("api.ca_file: %s holds no PEM certificate", c.API.CAFile)
+	}
+	return pool, nil
+}
+
+// redacted renders the effective config as YAML for `config check`. The token
+// itself is never in Config, so there is nothing to hide but its source.
+func (c *Config) redacted(source tokenSource, tokenErr error) string {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	_ = enc.Encode(c)
+	if tokenErr != nil {
+		fmt.Fprintf(&b, "# token: NOT FOUND: %v\n", tokenErr)
+	} else {
+		fmt.Fprintf(&b, "# token: <redacted>, read from %s\n", source)
+	}
+	return b.String()
+}

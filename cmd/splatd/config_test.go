@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// TestInvalidConfigs loads every file in testdata/config; each names the
+// message it must produce on its first line ("# want: ...").
+func TestInvalidConfigs(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/config/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			want := wantLine(t, f)
+			_, err := loadConfig(f, true)
+			if err == nil {
+				t.Fatalf("loadConfig(%s) = nil error, want %q", f, want)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("loadConfig(%s) error:\n%v\nwant it to contain %q", f, err, want)
+			}
+		})
+	}
+}
+
+func wantLine(t *testing.T, path string) string {
+	t.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "# want: ") {
+		t.Fatalf("%s: first line must be '# want: <message>'", path)
+	}
+	return strings.TrimPrefix(sc.Text(), "# want: ")
+}
+
+// TestExampleMatchesDefaults keeps config.example.yaml and the built-in
+// defaults in step: the example documents "every key with its default".
+func TestExampleMatchesDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig("../../config.example.yaml", true)
+	if err != nil {
+		t.Fatalf("config.example.yaml: %v", err)
+	}
+	def := defaultConfig()
+	def.Watch = cfg.Watch // the example names a folder; there is no default one
+	if errs := def.validate(false); len(errs) > 0 {
+		t.Fatalf("defaults do not validate: %v", errs)
+	}
+	if !reflect.DeepEqual(normalize(t, cfg), normalize(t, &def)) {
+		t.Errorf("config.example.yaml differs from defaultConfig():\nexample:  %+v\ndefaults: %+v", *cfg, def)
+	}
+	w := cfg.Watch[0]
+	if !*w.Recursive || w.Mode != "notify" || !reflect.DeepEqual(w.Include, defaultInclude) ||
+		!reflect.DeepEqual(w.Exclude, defaultExclude) || w.PollInterval.D() != 10*time.Second {
+		t.Errorf("example watch entry does not show the defaults: %+v", w)
+	}
+}
+
+// normalize compares configs through their YAML form, so that numbers
+// decoded from YAML (int) and written in Go (int) compare alike.
+func normalize(t *testing.T, c *Config) string {
+	t.Helper()
+	return c.redacted("x", nil)
+}
+
+func TestEmptyConfigIsDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]byte("# nothing\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Workers != 2 || cfg.Settle.D() != 5*time.Second || cfg.Publish.Format != "sog" {
+		t.Errorf("empty config did not give the defaults: %+v", cfg)
+	}
+}
+
+func TestAllProblemsReportedAtOnce(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]byte("workers: 0\npublish: {format: x}\nlog: {level: loud}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := cfg.validate(true)
+	for _, key := range []string{"workers:", "publish.format:", "log.level:", "watch:"} {
+		if !strings.Contains(errs.Error(), key) {
+			t.Errorf("errors %q do not mention %s", errs.Error(), key)
+		}
+	}
+}
+
+func TestLoadToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("  secret-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds := t.TempDir()
+	if err := os.WriteFile(filepath.Join(creds, "splatd-token"), []byte("secret-cred\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+	tests := []struct {
+		name      string
+		tokenFile string
+		env       map[string]string
+		want      string
+		wantErr   string
+	}{
+		{"file wins", file, map[string]string{"SPLATD_TOKEN": "env"}, "secret-from-file", ""},
+		{"env next", "", map[string]string{"SPLATD_TOKEN": "secret-env", "CREDENTIALS_DIRECTORY": creds}, "secret-env", ""},
+		{"credential last", "", map[string]string{"CREDENTIALS_DIRECTORY": creds}, "secret-cred", ""},
+		{"none", "", nil, "", "no API token"},
+		{"missing file", filepath.Join(dir, "nope"), nil, "", "api.token_file: cannot read the token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg.API.TokenFile = tt.tokenFile
+			got, src, err := loadToken(&cfg, env(tt.env))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("loadToken = %q, %v; want %q", got, err, tt.want)
+			}
+			if strings.Contains(string(src), got) {
+				t.Errorf("source %q leaks the token", src)
+			}
+		})
+	}
+}
+
+func TestParseArgsInterspersed(t *testing.T) {
+	t.Parallel()
+	c := &cli{stdout: &strings.Builder{}, stderr: &strings.Builder{}, getenv: func(string) string { return "" }}
+	fs := newFlags(c, "checkpoints")
+	all := fs.Bool("all", false, "")
+	limit := fs.Int("limit", 0, "")
+	pos, err := parseArgs(fs, []string{"main", "-all", "-limit", "7", "--", "-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !*all || *limit != 7 || !reflect.DeepEqual(pos, []string{"main", "-x"}) {
+		t.Errorf("got all=%v limit=%d pos=%q", *all, *limit, pos)
+	}
+}
+
+// TestDeployConfigsLoad keeps the configs shipped in deploy/ valid: the
+// container's file and the one inside the Kubernetes ConfigMap.
+func TestDeployConfigsLoad(t *testing.T) {
+	t.Parallel()
+	if _, err := loadConfig("../../deploy/container/config.yaml", true); err != nil {
+		t.Errorf("deploy/container/config.yaml: %v", err)
+	}
+	raw, err := os.ReadFile("../../deploy/kubernetes/sidecar.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	found := false
+	for {
+		var doc struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := dec.Decode(&doc); err != nil {
+			break
+		}
+		if doc.Kind != "ConfigMap" || doc.Data["config.yaml"] == "" {
+			continue
+		}
+		found = true
+		cfg, err := parseConfig([]byte(doc.Data["config.yaml"]))
+		if err == nil {
+			if errs := cfg.validate(true); len(errs) > 0 {
+				err = errs
+			}
+		}
+		if err != nil {
+			t.Errorf("sidecar.yaml ConfigMap config.yaml: %v", err)
+		}
+	}
+	if !found {
+		t.Error("sidecar.yaml has no ConfigMap with config.yaml")
+	}
+}

@@ -1,0 +1,240 @@
+// Command splatd watches folders for finished 3D Gaussian splat files and
+// publishes each one exactly once through the splat REST API.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; otherwise
+// it comes from the module's build info.
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Exit codes shared by every command.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// cli is what a command may touch of the outside world, so that tests run
+// commands in-process with their own streams and environment.
+type cli struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+type command struct {
+	name    string
+	args    string // the synopsis after the name
+	summary string
+	run     func(ctx context.Context, c *cli, args []string) int
+}
+
+func commands() []command {
+	return []command{
+		{"run", "[-config FILE]", "run the daemon: watch folders and publish every finished file once", cmdRun},
+		{"demo", "[-keep] [-dir DIR]", "simulator + daemon + sample files in a temporary folder", cmdDemo},
+		{"sim", "[-listen ADDR] [-dir DIR]", "run the API simulator alone; prints its base URL, CA file and token", cmdSim},
+		{"publish", "[-config FILE] FILE...", "publish files once, in the foreground, with progress", cmdPublish},
+		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
+		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
+		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs", cmdRetry},
+		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
+		{"config", "check [-config FILE]", "print the effective config (token redacted) or its errors", cmdConfig},
+		{"version", "", "print the version", cmdVersion},
+		{"help", "[COMMAND]", "list the commands, or describe one", nil},
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return dispatch(ctx, &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv}, args)
+}
+
+func dispatch(ctx context.Context, c *cli, args []string) int {
+	if len(args) == 0 {
+		usage(c.stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return dispatch(ctx, c, []string{args[1], "-h"})
+		}
+		usage(c.stdout)
+		return exitOK
+	case "-version", "--version":
+		name = "version"
+	}
+	for _, cmd := range commands() {
+		if cmd.name == name && cmd.run != nil {
+			return cmd.run(ctx, c, args[1:])
+		}
+	}
+	fmt.Fprintf(c.stderr, "splatd: unknown command %q\n\n", name)
+	usage(c.stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: splatd COMMAND [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, cmd := range commands() {
+		fmt.Fprintf(w, "  %-12s %s\n", cmd.name, cmd.summary)
+	}
+	fmt.Fprintln(w, "\nEvery command takes -h. Commands that need the API or the state directory read")
+	fmt.Fprintln(w, "-config FILE, else $SPLATD_CONFIG, else /etc/splatd/config.yaml.")
+	fmt.Fprintln(w, "Exit codes: 0 success, 1 failure, 2 usage error.")
+}
+
+// newFlags makes a FlagSet whose usage text names the command.
+func newFlags(c *cli, name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("splatd "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	var synopsis, summary string
+	for _, cmd := range commands() {
+		if cmd.name == name {
+			synopsis, summary = cmd.args, cmd.summary
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "usage: splatd %s %s\n\n%s\n", name, synopsis, summary)
+		var any bool
+		fs.VisitAll(func(*flag.Flag) { any = true })
+		if any {
+			fmt.Fprintln(c.stderr, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// errHelp means -h was given: the usage is printed and the exit code is 0.
+var errHelp = flag.ErrHelp
+
+// parseArgs parses flags that may stand before, between or after positional
+// arguments, as users type them ("splatd checkpoints main -all"). Everything
+// after "--" is positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// flag stops at the first non-flag; a preceding "--" ends flags for good.
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError prints a one-line reason and the command's usage; exit 2.
+func usageError(c *cli, fs *flag.FlagSet, format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fs.Usage()
+	return exitUsage
+}
+
+// parseOrExit handles the common outcome of parseArgs: -h exits 0, a bad
+// flag exits 2 (the flag package has printed why).
+func parseOrExit(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, errHelp) {
+		return nil, exitOK, false
+	}
+	if err != nil {
+		return nil, exitUsage, false
+	}
+	return pos, 0, true
+}
+
+// configFlag adds -config with its documented fallbacks.
+func configFlag(c *cli, fs *flag.FlagSet) *string {
+	def := c.getenv("SPLATD_CONFIG")
+	if def == "" {
+		def = "/etc/splatd/config.yaml"
+	}
+	return fs.String("config", def, "config file ($SPLATD_CONFIG, else /etc/splatd/config.yaml)")
+}
+
+func cmdVersion(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "version")
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(c, fs, "takes no arguments")
+	}
+	fmt.Fprintf(c.stdout, "splatd %s (%s %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
+}
+
+func cmdConfig(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "config")
+	cfgPath := configFlag(c, fs)
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 || pos[0] != "check" {
+		return usageError(c, fs, "the only subcommand is check")
+	}
+	cfg, err := loadConfig(*cfgPath, true)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return exitFailure
+	}
+	_, source, tokErr := loadToken(cfg, c.getenv)
+	fmt.Fprint(c.stdout, cfg.redacted(source, tokErr))
+	if tokErr != nil {
+		fmt.Fprintln(c.stderr, tokErr)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// sortedKeys is a small helper for stable output of maps.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// oneLine folds an error onto one line for tables and summaries.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
