@@ -448,7 +448,12 @@ func (p *Pacer) updateWindowLocked(b *pacerBucket, h pacerHeaders, now time.Time
 		b.known = false
 		return
 	}
-	b.resetAt = now.Add(in + p.jitterDur())
+	// A fifth of the jitter at an ordinary window change: enough to keep
+	// several machines on one token from firing at the same instant, small
+	// enough not to waste a second of every window (11 windows of a strict
+	// class would otherwise lose about 5 s). After a 429 the full jitter
+	// applies (holdLocked).
+	b.resetAt = now.Add(in + p.jitterDur()/5)
 	b.known = true
 }
 
@@ -460,7 +465,7 @@ func (p *Pacer) holdLocked(rt *pacerRoute, b *pacerBucket, h pacerHeaders, now t
 	jit := p.jitterDur()
 	until := now
 	if b.known && b.resetAt.After(until) {
-		until = b.resetAt // already jittered
+		until = b.resetAt.Add(jit - jit/5) // it carries a fifth already: Reset plus the full jitter
 	}
 	if h.retryAfter > 0 {
 		if ra := now.Add(h.retryAfter + jit); ra.After(until) {

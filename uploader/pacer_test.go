@@ -328,14 +328,14 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 
 	held := pacerWaitAsync(context.Background(), p, RouteSignedURL)
 	pacerAwaitBlocked(t, p, 1)
-	if got, want := clk.lastAsked(), 30*time.Second+500*time.Millisecond; got != want {
+	if got, want := clk.lastAsked(), 30*time.Second+100*time.Millisecond; got != want { // a fifth of the 0.5 s jitter at a window change
 		t.Fatalf("wait = %v, want %v (reset + jitter)", got, want)
 	}
 	clk.Advance(30 * time.Second) // not yet: the jitter is still running
 	pacerAwaitBlocked(t, p, 1)
 	pacerMustNotReturn(t, held)
 
-	clk.Advance(500 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
 	first := pacerReceive(t, held)
 	// The window has renewed but is unknown: this request is its probe and
 	// the next one waits for the probe's headers.
@@ -346,10 +346,10 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	asked := clk.askedCount()
 	first.release(pacerResp(200, 5, 4, now.Add(60*time.Second), now, ""))
 	// The probe's headers make the window known; the third request then
-	// takes its even share of it: 4 left over 60.5 s → one fifth.
+	// takes its even share of it: 4 left over 60.1 s → one fifth.
 	clk.awaitAsked(t, asked+1)
 	pacerAwaitBlocked(t, p, 1)
-	share := (60*time.Second + 500*time.Millisecond) / 5
+	share := (60*time.Second + 100*time.Millisecond) / 5
 	if got := clk.lastAsked(); got != share {
 		t.Fatalf("wait after the probe = %v, want %v", got, share)
 	}
@@ -430,7 +430,7 @@ func TestPacerCapsFarReset(t *testing.T) {
 	pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
 	held := pacerWaitAsync(context.Background(), p, RoutePublish)
 	pacerAwaitBlocked(t, p, 1)
-	if got, want := clk.lastAsked(), DefaultPacerMaxWait+500*time.Millisecond; got != want {
+	if got, want := clk.lastAsked(), DefaultPacerMaxWait+100*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want the cap %v", got, want)
 	}
 	if !bytes.Contains(logs.Bytes(), []byte("capping")) {
