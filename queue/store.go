@@ -67,7 +67,7 @@ var (
 	ErrLocked = errors.New("another splatd is using the state directory")
 	// ErrConflict: Commit's expected stage is not the stored one; somebody
 	// else (an operator's retry) moved the job in the meantime.
-	ErrConflict = errors.New("job changed since it was read")
+	ErrConflict = state.ErrStale
 )
 
 type lockedError struct{ dir string }

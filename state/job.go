@@ -7,9 +7,15 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrStale is what a store returns when a job's stored stage is not the one
+// a commit expected: somebody else moved it. It is a logic error, not a
+// store failure, so retrying the same commit cannot help.
+var ErrStale = errors.New("job changed since it was read")
 
 // Stage is where a job stands in the publish pipeline. Every stage is
 // committed to the store before the side effect of the next one starts, so a

@@ -218,9 +218,13 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // into v (when not nil). The pacer's wait is outside the per-call timeout: a
 // request held for a rate-limit window has not started yet.
 func (c *Client) do(ctx context.Context, route string, req *http.Request, v any) error {
-	release, err := c.pacer.Wait(ctx, route)
-	if err != nil {
-		return fmt.Errorf("%s: waiting for rate limit: %w", route, err)
+	release, ok := reserved(ctx, route)
+	if !ok {
+		var err error
+		release, err = c.pacer.Wait(ctx, route)
+		if err != nil {
+			return fmt.Errorf("%s: waiting for rate limit: %w", route, err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

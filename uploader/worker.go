@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -68,6 +69,9 @@ type PoolOptions struct {
 	// AuthBackoff paces the probes while the token is refused (401).
 	// Zero: 30 s doubling to 5 min.
 	AuthBackoff state.Backoff
+	// StoreBackoff paces a worker's retries while the job store fails
+	// (full disk, I/O error). Zero: 1 s doubling to 30 s.
+	StoreBackoff state.Backoff
 	// MaxAttempts fails a job after this many transient errors in a row at
 	// one stage. Zero: never (a long outage only delays work).
 	MaxAttempts int
@@ -117,6 +121,14 @@ type Pool struct {
 	progMu   sync.Mutex
 	progress map[uint64]Progress
 
+	resMu    sync.Mutex
+	reserved map[uint64]*Reservation // publish slots taken before the intent commit
+
+	draining atomic.Bool // Drain: finish the current step, start no other
+
+	storeMu  sync.Mutex
+	storeErr error // last store failure, until a job advances again
+
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
@@ -155,6 +167,12 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Backoff.Rand == nil {
 		o.Backoff.Rand = o.Rand
 	}
+	if o.StoreBackoff.Base <= 0 {
+		o.StoreBackoff = state.Backoff{Base: time.Second, Cap: 30 * time.Second, Jitter: state.EqualJitter}
+	}
+	if o.StoreBackoff.Rand == nil {
+		o.StoreBackoff.Rand = o.Rand
+	}
 	if o.AuthBackoff.Base <= 0 {
 		o.AuthBackoff = state.Backoff{Base: 30 * time.Second, Cap: 5 * time.Minute, Jitter: state.EqualJitter}
 	}
@@ -188,6 +206,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
 		progress:    make(map[uint64]Progress),
+		reserved:    make(map[uint64]*Reservation),
 		authChanged: make(chan struct{}),
 	}, nil
 }
@@ -212,6 +231,28 @@ func (p *Pool) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// Drain makes every worker stop after the step it is in (a call in flight
+// finishes and is committed); claiming new jobs is the Store's business.
+// Shutdown calls it, then cancels Run's context after a grace period.
+func (p *Pool) Drain() { p.draining.Store(true) }
+
+func (p *Pool) holdReservation(id uint64, r *Reservation) {
+	p.resMu.Lock()
+	defer p.resMu.Unlock()
+	p.reserved[id].Cancel() // a stale one, never expected
+	p.reserved[id] = r
+}
+
+// takeReservation removes and returns job id's reserved publish slot (nil
+// if none; Cancel on nil is a no-op).
+func (p *Pool) takeReservation(id uint64) *Reservation {
+	p.resMu.Lock()
+	defer p.resMu.Unlock()
+	r := p.reserved[id]
+	delete(p.reserved, id)
+	return r
 }
 
 // Wake tells idle workers that a job was enqueued.
@@ -257,6 +298,7 @@ func (p *Pool) setProgress(id uint64, pr *Progress) {
 // worker claims jobs and advances each as far as it can go without waiting
 // (depth first: a started job finishes before new ones start hashing).
 func (p *Pool) worker(ctx context.Context, n int) error {
+	troubles := 0 // store failures in a row
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -271,18 +313,75 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 		}
 		j, ok, err := p.o.Store.Claim(p.o.Now())
 		if err != nil {
-			return fmt.Errorf("claim: %w", err)
+			if !p.storeTrouble(ctx, fmt.Errorf("claim: %w", err), &troubles) {
+				return ctx.Err()
+			}
+			continue
 		}
 		if !ok {
 			p.idle(ctx)
 			continue
 		}
 		err = p.runJob(ctx, j)
+		p.takeReservation(j.ID).Cancel() // unused if the job stopped after its intent
 		p.o.Store.Release(j.ID)
-		if err != nil && !errors.Is(err, errWorkerPaused) {
+		switch {
+		case err == nil || errors.Is(err, errWorkerPaused):
+			if err == nil {
+				p.storeOK(&troubles)
+			}
+		case ctx.Err() != nil || errors.Is(err, errWorkerCrash):
 			return err
+		default:
+			// The store could not commit (a full disk, an I/O error). The
+			// job stays at its last committed stage; the side effect is
+			// redone when the store works again. Stopping the daemon would
+			// only trade this for a restart loop.
+			if !p.storeTrouble(ctx, err, &troubles) {
+				return ctx.Err()
+			}
 		}
 	}
+}
+
+// storeTrouble records a store failure, logs it and waits (StoreBackoff,
+// per worker) before the worker tries again; false when ctx ended.
+func (p *Pool) storeTrouble(ctx context.Context, err error, n *int) bool {
+	*n++
+	p.storeMu.Lock()
+	p.storeErr = err
+	p.storeMu.Unlock()
+	d := p.o.StoreBackoff.Delay(*n)
+	p.log.Error().Err(err).Dur("retry_in", d).Msg("job store failed; work continues when it recovers")
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (p *Pool) storeOK(n *int) {
+	if *n == 0 {
+		return
+	}
+	*n = 0
+	p.storeMu.Lock()
+	if p.storeErr != nil {
+		p.log.Info().Msg("job store works again")
+	}
+	p.storeErr = nil
+	p.storeMu.Unlock()
+}
+
+// StoreError returns the last store failure while the store keeps failing
+// (for /readyz), nil once a job was advanced again.
+func (p *Pool) StoreError() error {
+	p.storeMu.Lock()
+	defer p.storeMu.Unlock()
+	return p.storeErr
 }
 
 // idle sleeps until the next job is due, a Wake, or a minute at most.
@@ -316,6 +415,12 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 		if j.Stage.Final() || j.NextAttempt.After(p.o.Now()) || p.Paused() != nil {
 			return nil
 		}
+		// Draining stops after the current step, except between a fresh
+		// publish intent and its call: stopping there would leave an
+		// uncertain outcome where a moment's work settles it.
+		if p.draining.Load() && !(j.Stage == state.Publishing && !j.Uncertain) {
+			return nil
+		}
 	}
 }
 
@@ -347,7 +452,7 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	if herr := p.hook("effect:"+string(from), next); herr != nil {
 		return j, herr
 	}
-	stored, err := p.o.Store.Commit(next, from)
+	stored, err := p.commit(ctx, next, from)
 	if err != nil {
 		return j, fmt.Errorf("commit job %d %s→%s: %w", j.ID, from, next.Stage, err)
 	}
@@ -359,6 +464,26 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 		p.finished(ctx, stored)
 	}
 	return stored, nil
+}
+
+// commit stores the outcome of a step. A store that fails (a full disk)
+// is retried with StoreBackoff for as long as the pool runs, holding the
+// outcome in memory: redoing the side effect instead could publish twice.
+// Only a stale job or an illegal transition (logic errors) return at once.
+func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (state.Job, error) {
+	for n := 0; ; {
+		stored, err := p.o.Store.Commit(next, from)
+		var te *state.TransitionError
+		if err == nil || errors.Is(err, state.ErrStale) || errors.As(err, &te) {
+			if err == nil {
+				p.storeOK(&n)
+			}
+			return stored, err
+		}
+		if !p.storeTrouble(ctx, fmt.Errorf("commit job %d %s→%s: %w", next.ID, from, next.Stage, err), &n) {
+			return state.Job{}, err
+		}
+	}
 }
 
 // onError turns a step's error into the job to commit (same stage later,

@@ -27,12 +27,23 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		return p.stepPut(ctx, j)
 	case state.Uploaded:
 		// Commit the intent before the publish call: a crash after this
-		// commit is the one case whose outcome is unknown.
+		// commit is the one case whose outcome is unknown. The rate-limit
+		// slot is taken first, so that the intent is committed only when
+		// the call can leave at once: a crash while the pacer holds the
+		// call back leaves the job in uploaded, with nothing uncertain.
+		res, err := p.o.Client.Reserve(ctx, RoutePublish)
+		if err != nil {
+			return j, err
+		}
 		next := j
-		err := next.Move(state.Publishing, p.o.Now())
+		if err := next.Move(state.Publishing, p.o.Now()); err != nil {
+			res.Cancel()
+			return j, err
+		}
 		next.Uncertain = false
 		next.NextAttempt = p.o.Now()
-		return next, err
+		p.holdReservation(j.ID, res)
+		return next, nil
 	case state.Publishing:
 		return p.stepPublish(ctx, j)
 	case state.Processing:
@@ -254,6 +265,10 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 			return j, nil
 		}
 		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
+	}
+	if res := p.takeReservation(j.ID); res != nil {
+		ctx = WithReservation(ctx, res)
+		defer res.Cancel()
 	}
 	sp, err := p.o.Client.Publish(ctx, PublishRequest{
 		Key: j.Upload.Key, KeyField: j.Upload.KeyField,

@@ -108,11 +108,12 @@ func (e *workerEnv) enqueue(paths ...string) {
 func (e *workerEnv) options(workers int) PoolOptions {
 	return PoolOptions{
 		Store: e.store, Client: e.client, Workers: workers,
-		Publish:     PublishTemplate{Title: "{{.Stem}}", Format: "sog"},
-		Poll:        PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
-		Backoff:     state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter},
-		AuthBackoff: state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter},
-		Settle:      5 * time.Millisecond,
+		Publish:      PublishTemplate{Title: "{{.Stem}}", Format: "sog"},
+		Poll:         PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
+		Backoff:      state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter},
+		AuthBackoff:  state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter},
+		StoreBackoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter},
+		Settle:       5 * time.Millisecond,
 		Finish: func(_ context.Context, j state.Job) error {
 			n, _ := e.finished.LoadOrStore(j.ID, new(atomic.Int32))
 			n.(*atomic.Int32).Add(1)
@@ -585,4 +586,68 @@ func TestWorkerCrashAtEveryBoundary(t *testing.T) {
 			})
 		}
 	}
+}
+
+// workerFailingStore fails its first n commits as a full disk would; the
+// commits that record a publish's answer (→ processing) fail first, since
+// redoing that step would publish twice.
+type workerFailingStore struct {
+	*queue.Store
+	left, leftAfterPublish atomic.Int32
+}
+
+func (s *workerFailingStore) Commit(j state.Job, from state.Stage) (state.Job, error) {
+	if j.Stage == state.Processing && from == state.Publishing && s.leftAfterPublish.Add(-1) >= 0 {
+		return state.Job{}, fmt.Errorf("write splatd.db: no space left on device")
+	}
+	if s.left.Add(-1) >= 0 {
+		return state.Job{}, fmt.Errorf("write splatd.db: no space left on device")
+	}
+	return s.Store.Commit(j, from)
+}
+
+// TestWorkerSurvivesStoreFailures: commits that fail (a full disk) do not
+// stop the pool; the jobs redo their step and finish once the store works,
+// each published once, and StoreError reports the trouble meanwhile.
+func TestWorkerSurvivesStoreFailures(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	paths := []string{e.writePLY("a.ply", 30), e.writePLY("b.ply", 31)}
+	e.enqueue(paths...)
+	fs := &workerFailingStore{Store: e.store}
+	fs.left.Store(6)
+	fs.leftAfterPublish.Store(4)
+	o := e.options(2)
+	o.Store = fs
+	p, err := NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	sawTrouble := false
+	e.waitFor("jobs done despite failing commits", func() bool {
+		select {
+		case err := <-errc:
+			t.Fatalf("pool stopped: %v", err)
+		default:
+		}
+		if p.StoreError() != nil {
+			sawTrouble = true
+		}
+		return e.unfinished() == 0
+	})
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if !sawTrouble {
+		t.Error("StoreError never reported the failing store")
+	}
+	if err := p.StoreError(); err != nil {
+		t.Errorf("StoreError after recovery = %v", err)
+	}
+	e.checkOnce(paths...)
 }

@@ -98,7 +98,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 	d := &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
 	d.reg, d.m = metrics.NewRegistry(buildVersion())
 
-	client, source, err := newClient(cfg, getenv, d.m, log.With().Str("component", "client").Logger())
+	client, source, err := newClient(cfg, getenv, d.m, log) // the client names its own component
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +214,9 @@ func (d *daemon) ready() error {
 	if !d.watch.Healthy() {
 		why = append(why, "watch folders not (yet) scanned and watched")
 	}
+	if err := d.pool.StoreError(); err != nil {
+		why = append(why, fmt.Sprintf("the job store fails: %v", err))
+	}
 	if err := d.pool.Paused(); err != nil {
 		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.source, err))
 	}
@@ -289,6 +292,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 	// 2. workers
 	d.drain.start()
+	d.pool.Drain()
 	grace := time.NewTimer(shutdownGrace)
 	select {
 	case <-d.drain.idle():
