@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestTortureQuick is the quick variant of `make torture`, run by `make
+// test`: every scenario with fewer files and kills, against a splatd binary
+// built from this tree (with -race when the test itself runs with it, so the
+// build reuses the test's compiled packages).
+func TestTortureQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the quick torture takes about 30 s")
+	}
+	bin := filepath.Join(t.TempDir(), "splatd")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/splatd/splatd/cmd/splatd")...)
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		t.Fatalf("building splatd: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound against hangs, not a target
+	defer cancel()
+	results := RunTorture(ctx, TortureOptions{Bin: bin, Dir: t.TempDir(), Quick: true, Log: testWriter{t}})
+	for _, r := range results {
+		t.Log(r.Line())
+		for _, n := range r.Notes {
+			t.Logf("    %s", n)
+		}
+		if r.Skipped != "" {
+			continue
+		}
+		if !r.OK() {
+			t.Errorf("%s missed a target: %v", r.Scenario, r.Problems)
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
