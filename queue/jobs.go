@@ -318,13 +318,8 @@ func (s *Store) RetryFailed() (int, error) {
 	var n int
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		n = 0
-		var ids []uint64
-		c := tx.Bucket(bucketStages).Bucket([]byte(state.Failed)).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			ids = append(ids, binary.BigEndian.Uint64(k))
-		}
 		now := s.o.Now()
-		for _, id := range ids {
+		for _, id := range stageIDs(tx, state.Failed) {
 			j, err := getJob(tx, id)
 			if err != nil {
 				return err
@@ -437,4 +432,15 @@ func (s *Store) MarkFinalized(id uint64) error {
 		j.Finalized = true
 		return putJob(tx, j)
 	})
+}
+
+// stageIDs lists the ids of the jobs in stage, in id order. Callers that
+// write while walking the result are safe: the cursor is done before.
+func stageIDs(tx *bolt.Tx, stage state.Stage) []uint64 {
+	var ids []uint64
+	c := tx.Bucket(bucketStages).Bucket([]byte(stage)).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		ids = append(ids, binary.BigEndian.Uint64(k))
+	}
+	return ids
 }

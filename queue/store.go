@@ -217,13 +217,8 @@ func (s *Store) init() error {
 		}
 		// Recovery: mark publish intents whose outcome is unknown. Collect
 		// first, write after: never modify a bucket under a live cursor.
-		var ids []uint64
-		c := st.Bucket([]byte(state.Publishing)).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			ids = append(ids, binary.BigEndian.Uint64(k))
-		}
 		now := s.o.Now()
-		for _, id := range ids {
+		for _, id := range stageIDs(tx, state.Publishing) {
 			j, err := getJob(tx, id)
 			if err != nil {
 				return err
