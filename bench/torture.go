@@ -682,7 +682,9 @@ func runKill(ctx context.Context, e *tenv) error {
 			case <-stopArrivals:
 				arrived <- errors.New("stopped before every file arrived")
 				return
-			case <-time.After(150 * time.Millisecond):
+			// Arrivals spread over ~16 s (40 files) keep the ingest going
+			// across enough kill cycles, however fast each file is published.
+			case <-time.After(400 * time.Millisecond):
 			}
 		}
 		arrived <- nil
@@ -693,7 +695,7 @@ func runKill(ctx context.Context, e *tenv) error {
 	}()
 	kills, during := 0, 0
 	deadline := time.Now().Add(e.timeout() / 2)
-	for kills < 3*minKills && during < minKills && time.Now().Before(deadline) {
+	for kills < 4*minKills && during < minKills && time.Now().Before(deadline) {
 		if err := e.start(); err != nil {
 			return err
 		}
