@@ -113,7 +113,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	ln := s.ln
 	s.mu.Unlock()
-	s.opts.Logger.Info().Str("component", "metrics").Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	s.opts.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
 
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(ln) }()
@@ -133,7 +133,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		// Probes that outlive the grace period are cut off; that is not
 		// worth failing the daemon's shutdown for.
-		s.opts.Logger.Warn().Str("component", "metrics").Err(err).Msg("shutdown of the metrics server cut connections")
+		s.opts.Logger.Warn().Err(err).Msg("shutdown of the metrics server cut connections")
 		_ = s.srv.Close()
 	}
 	return nil
@@ -168,5 +168,5 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 type promLogger struct{ log zerolog.Logger }
 
 func (l promLogger) Println(v ...any) {
-	l.log.Error().Str("component", "metrics").Msg(fmt.Sprint(v...))
+	l.log.Error().Msg(fmt.Sprint(v...))
 }

@@ -124,10 +124,14 @@ type Pool struct {
 	resMu    sync.Mutex
 	reserved map[uint64]*Reservation // publish slots taken before the intent commit
 
-	draining atomic.Bool // Drain: finish the current step, start no other
+	draining  atomic.Bool // Drain: finish the current step, start no other
+	drainCh   chan struct{}
+	drainOnce sync.Once
 
 	storeMu  sync.Mutex
 	storeErr error // last store failure, until a job advances again
+
+	probeNow chan struct{} // ProbeNow: skip the rest of the auth backoff
 
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
@@ -207,6 +211,8 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		wake:        make(chan struct{}, o.Workers),
 		progress:    make(map[uint64]Progress),
 		reserved:    make(map[uint64]*Reservation),
+		drainCh:     make(chan struct{}),
+		probeNow:    make(chan struct{}, 1),
 		authChanged: make(chan struct{}),
 	}, nil
 }
@@ -236,7 +242,30 @@ func (p *Pool) Run(ctx context.Context) error {
 // Drain makes every worker stop after the step it is in (a call in flight
 // finishes and is committed); claiming new jobs is the Store's business.
 // Shutdown calls it, then cancels Run's context after a grace period.
-func (p *Pool) Drain() { p.draining.Store(true) }
+func (p *Pool) Drain() {
+	p.drainOnce.Do(func() {
+		p.draining.Store(true)
+		close(p.drainCh)
+	})
+}
+
+// errDrained stops a step that had not started its side effect when the
+// pool began draining (a publish still waiting for its rate-limit slot).
+// Nothing is committed: the job stays where it was.
+var errDrained = errors.New("worker: draining for shutdown")
+
+// untilDrain returns a context that also ends when Drain is called.
+func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-p.drainCh:
+			cancel(errDrained)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
 
 func (p *Pool) holdReservation(id uint64, r *Reservation) {
 	p.resMu.Lock()
@@ -253,6 +282,15 @@ func (p *Pool) takeReservation(id uint64) *Reservation {
 	r := p.reserved[id]
 	delete(p.reserved, id)
 	return r
+}
+
+// ProbeNow makes a paused pool try the token at once instead of at its next
+// backoff step (the daemon calls it when the token source changed).
+func (p *Pool) ProbeNow() {
+	select {
+	case p.probeNow <- struct{}{}:
+	default:
+	}
 }
 
 // Wake tells idle workers that a job was enqueued.
@@ -405,6 +443,9 @@ var errWorkerPaused = errors.New("paused: the API refuses the token")
 func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 	for {
 		next, err := p.advance(ctx, j)
+		if errors.Is(err, errDrained) {
+			return nil
+		}
 		if err != nil {
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				return ctx.Err()
@@ -438,7 +479,7 @@ func (p *Pool) hook(point string, j state.Job) error {
 func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	from, since := j.Stage, j.StageSince
 	next, err := p.step(ctx, j)
-	if errors.Is(err, errWorkerCrash) {
+	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
 	}
 	if err != nil {
@@ -648,6 +689,8 @@ func (p *Pool) authProber(ctx context.Context) error {
 				t.Stop()
 				return ctx.Err()
 			case <-t.C:
+			case <-p.probeNow:
+				t.Stop()
 			}
 			_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
 			if err == nil || state.Classify(err) != state.Auth {

@@ -31,8 +31,15 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		// slot is taken first, so that the intent is committed only when
 		// the call can leave at once: a crash while the pacer holds the
 		// call back leaves the job in uploaded, with nothing uncertain.
-		res, err := p.o.Client.Reserve(ctx, RoutePublish)
+		// A shutdown while the slot is awaited ends the wait: the publish
+		// has not started, so the job simply stays uploaded.
+		rctx, cancel := p.untilDrain(ctx)
+		res, err := p.o.Client.Reserve(rctx, RoutePublish)
+		cancel()
 		if err != nil {
+			if errors.Is(context.Cause(rctx), errDrained) && ctx.Err() == nil {
+				return j, errDrained
+			}
 			return j, err
 		}
 		next := j
@@ -289,6 +296,7 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 	if sp.ID == "" {
 		return j, &ProtocolError{Route: RoutePublish, Reason: "publish answer has no splat id"}
 	}
+	now = p.o.Now() // the call may have waited for its slot; poll and published_at count from its answer
 	if err := j.Move(state.Processing, now); err != nil {
 		return j, err
 	}

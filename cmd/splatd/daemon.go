@@ -33,6 +33,7 @@ type daemon struct {
 	cfg    *Config
 	log    zerolog.Logger
 	source tokenSource
+	token  string // the token in use, to notice a changed source; never logged
 
 	store   *queue.Store
 	drain   *drainStore
@@ -98,11 +99,15 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 	d := &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
 	d.reg, d.m = metrics.NewRegistry(buildVersion())
 
-	client, source, err := newClient(cfg, getenv, d.m, log) // the client names its own component
+	token, source, err := loadToken(cfg, getenv)
 	if err != nil {
 		return nil, err
 	}
-	d.client, d.source = client, source
+	client, err := newClient(cfg, token, d.m, log) // the client names its own component
+	if err != nil {
+		return nil, err
+	}
+	d.client, d.token, d.source = client, token, source
 
 	store, err := queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
 	if err != nil {
@@ -186,7 +191,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 			Listen:   cfg.Metrics.Listen,
 			Registry: d.reg,
 			Ready:    d.ready,
-			Logger:   log.With().Str("component", "http").Logger(),
+			Logger:   log.With().Str("component", "metrics").Logger(),
 		})
 		if err := d.metrics.Listen(); err != nil {
 			store.Close()
@@ -380,7 +385,22 @@ func (d *daemon) statsLoop(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	lastStatus := ""
+	wasPaused := false
 	for {
+		// The pool logs the 401 itself; this line says where the token
+		// came from, which is what an operator fixes.
+		if d.pool.Paused() != nil {
+			d.reloadToken()
+		}
+		if paused := d.pool.Paused(); (paused != nil) != wasPaused {
+			wasPaused = paused != nil
+			if wasPaused {
+				d.log.Error().Str("token_from", string(d.source)).Err(paused).
+					Msg("the API refuses the token: all work is paused and the token is probed with backoff; put a valid token where it was read from: splatd picks it up within seconds")
+			} else {
+				d.log.Info().Str("token_from", string(d.source)).Msg("the API accepts the token again: work resumes")
+			}
+		}
 		st, err := d.store.Stats()
 		if err != nil {
 			d.log.Error().Err(err).Msg("reading queue stats")
@@ -408,6 +428,23 @@ func (d *daemon) statsLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// reloadToken reads the token source again while the API refuses the
+// token; a new value is used at once, so fixing the token file (or the
+// credential) needs no restart.
+func (d *daemon) reloadToken() {
+	tok, source, err := loadToken(d.cfg, d.getenv)
+	if err != nil || tok == d.token {
+		return
+	}
+	if err := d.client.SetToken(tok); err != nil {
+		d.log.Error().Err(err).Str("token_from", string(source)).Msg("the new token is unusable")
+		return
+	}
+	d.token, d.source = tok, source
+	d.log.Info().Str("token_from", string(source)).Msg("token changed: trying it now")
+	d.pool.ProbeNow()
 }
 
 func statusLine(st queue.Stats, paused error) string {
