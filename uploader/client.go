@@ -51,7 +51,8 @@ type ClientOptions struct {
 // decision (see the package doc).
 type Client struct {
 	baseURL   *url.URL // scheme, host and path prefix; no query
-	token     string
+	tokenMu   sync.RWMutex
+	token     string // read through currentToken: SetToken may replace it
 	userAgent string
 	timeout   time.Duration
 	api       *http.Client // API calls: bearer header, same-origin redirects only
@@ -201,15 +202,15 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	}
 	req, err := http.NewRequestWithContext(ctx, method, s, r)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: building request: %s", clientScrub(err.Error(), []string{c.token}))
+		return nil, fmt.Errorf("uploader: building request: %s", clientScrub(err.Error(), []string{c.currentToken()}))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
-	if c.token != "" && c.sameOrigin(req.URL) {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if tok := c.currentToken(); tok != "" && c.sameOrigin(req.URL) {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	return req, nil
 }
@@ -304,10 +305,11 @@ func (c *Client) checkResponse(route string, resp *http.Response, extra []string
 
 // secrets lists what must never appear in an error text: the token and extra.
 func (c *Client) secrets(extra []string) []string {
-	if c.token == "" {
+	tok := c.currentToken()
+	if tok == "" {
 		return extra
 	}
-	return append([]string{c.token}, extra...)
+	return append([]string{tok}, extra...)
 }
 
 // SignedURL asks for a signed upload URL for fileName (a name with its
@@ -594,4 +596,23 @@ func clientLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+func (c *Client) currentToken() string {
+	c.tokenMu.RLock()
+	defer c.tokenMu.RUnlock()
+	return c.token
+}
+
+// SetToken replaces the bearer token for the calls that follow, so that an
+// operator who replaces a refused token does not have to restart the daemon.
+func (c *Client) SetToken(token string) error {
+	token = strings.TrimSpace(token)
+	if strings.ContainsAny(token, "\r\n\x00") {
+		return errors.New("uploader: API token contains a control character")
+	}
+	c.tokenMu.Lock()
+	c.token = token
+	c.tokenMu.Unlock()
+	return nil
 }

@@ -36,7 +36,12 @@ func loadAPI(c *cli, cfgPath string, obs uploader.Observer, log zerolog.Logger) 
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitUsage
 	}
-	client, source, err := newClient(cfg, c.getenv, obs, log)
+	token, source, err := loadToken(cfg, c.getenv)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return nil, exitFailure
+	}
+	client, err := newClient(cfg, token, obs, log)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
@@ -44,16 +49,13 @@ func loadAPI(c *cli, cfgPath string, obs uploader.Observer, log zerolog.Logger) 
 	return &apiEnv{cfg: cfg, client: client, source: source}, exitOK
 }
 
-func newClient(cfg *Config, getenv func(string) string, obs uploader.Observer, log zerolog.Logger) (*uploader.Client, tokenSource, error) {
-	token, source, err := loadToken(cfg, getenv)
-	if err != nil {
-		return nil, "", err
-	}
+// newClient builds the API client for cfg with token.
+func newClient(cfg *Config, token string, obs uploader.Observer, log zerolog.Logger) (*uploader.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	client, err := uploader.NewClient(uploader.ClientOptions{
+	return uploader.NewClient(uploader.ClientOptions{
 		BaseURL:   cfg.API.BaseURL,
 		Token:     token,
 		RootCAs:   roots,
@@ -62,10 +64,6 @@ func newClient(cfg *Config, getenv func(string) string, obs uploader.Observer, l
 		Observer:  obs,
 		Logger:    log,
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	return client, source, nil
 }
 
 // explainAPIError turns an API error into the sentence an operator needs.
