@@ -1073,3 +1073,64 @@ func checkLogLine(line string) error {
 	}
 	return nil
 }
+
+// TestE2ESidecarsAndAfterActions: a sidecar written just after its splat
+// (within settle) sets the published title and format; an invalid sidecar
+// fails its splat with the reason; published files move to success_dir
+// keeping their folder, failed ones to failure_dir, receipts beside them.
+func TestE2ESidecarsAndAfterActions(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	dir := t.TempDir()
+	done, failed := filepath.Join(dir, "done"), filepath.Join(dir, "failed")
+	e := newE2EEnv(t, sim, e2eConfig{extra: fmt.Sprintf("after: {on_success: move, success_dir: %s, on_failure: move, failure_dir: %s}\n", done, failed)})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+
+	good := filepath.Join(e.inbox, "site", "hall.ply")
+	if err := os.MkdirAll(filepath.Dir(good), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writePLY(t, good, 700)
+	time.Sleep(100 * time.Millisecond) // the sidecar follows its splat, within settle
+	if err := os.WriteFile(filepath.Join(e.inbox, "site", "hall.splat.yaml"), []byte("title: The Great Hall\nformat: compressed.ply\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(e.inbox, "odd.ply")
+	writePLY(t, bad, 701)
+	if err := os.WriteFile(filepath.Join(e.inbox, "odd.splat.yaml"), []byte("format: ply\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	moved := filepath.Join(done, "site", "hall.ply")
+	r := waitReceipt(t, moved, "done", "failed")
+	if r.Status != "done" || r.Title != "The Great Hall" || r.Format != "compressed.ply" || r.File != moved {
+		t.Errorf("receipt of the moved file: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(done, "site", "hall.splat.yaml")); err != nil {
+		t.Errorf("the sidecar did not travel with its splat: %v", err)
+	}
+	if _, err := os.Stat(good); !os.IsNotExist(err) {
+		t.Errorf("published file still in the inbox: %v", err)
+	}
+	var rec *apisim.SplatRecord
+	for _, s := range sim.Splats() {
+		if s.Title == "The Great Hall" {
+			rec = &s
+		}
+	}
+	if rec == nil || rec.Format != "compressed.ply" {
+		t.Errorf("server has no splat titled from the sidecar with format compressed.ply: %+v", sim.Splats())
+	}
+
+	rb := waitReceipt(t, filepath.Join(failed, "odd.ply"), "done", "failed")
+	if rb.Status != "failed" || !strings.Contains(rb.Message, "odd.splat.yaml") || !strings.Contains(rb.Message, "format") {
+		t.Errorf("receipt of the file with a bad sidecar: %+v", rb)
+	}
+	if n := sim.PublishesByHash()[fileSHA256(t, filepath.Join(failed, "odd.ply"))]; n != 0 {
+		t.Errorf("file with an invalid sidecar was published %d times", n)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
+	}
+}
