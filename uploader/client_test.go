@@ -659,6 +659,30 @@ func TestSplatOutcome(t *testing.T) {
 	}
 }
 
+// TestSplatOutcomeMinimalRecord: api-spec promises only id, hash, title,
+// description and format from get-splat. Without a task object the format
+// tells: empty while processing, the output format once done.
+func TestSplatOutcomeMinimalRecord(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body string
+		want Outcome
+	}{
+		{`{"id":"7","hash":"h","title":"t","description":"","format":""}`, OutcomeUnknown},
+		{`{"id":"7","hash":"h","title":"t","description":"","format":"sog"}`, OutcomeDone},
+		{`{"id":"7","format":"sog","task":{"status":"running","message":""}}`, OutcomePending},
+		{`{"id":"7","format":"sog","task":null}`, OutcomeDone},
+	} {
+		var w wireSplat
+		if err := json.Unmarshal([]byte(tc.body), &w); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.splat().Outcome(); got != tc.want {
+			t.Errorf("%s: Outcome = %v, want %v", tc.body, got, tc.want)
+		}
+	}
+}
+
 func TestClientRedactURL(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{

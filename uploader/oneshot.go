@@ -185,6 +185,10 @@ func oneshotTransient(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		return false // a 2xx we cannot read: for publish the splat may exist; never repeat
+	}
 	var ae *APIError
 	if errors.As(err, &ae) {
 		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests ||

@@ -70,6 +70,10 @@ type Splat struct {
 	Listed        bool   `json:"listed"`
 	ReleaseNotes  string `json:"releaseNotes,omitempty"` // releaseNotes or release_notes
 	HasThumbnails bool   `json:"hasThumbnails"`          // hasThumbnails, or thumbnails > 0
+
+	// NoTask is set when the record carries no task object at all: api-spec
+	// promises only id, hash, title, description and format from get-splat.
+	NoTask bool `json:"-"`
 }
 
 // Outcome is what a splat's task status means to a poller.
@@ -116,6 +120,11 @@ func (s Splat) Outcome() Outcome {
 		return OutcomeFailed
 	case "":
 		if s.CompletedAt != nil && strings.TrimSpace(s.Task.Message) == "" {
+			return OutcomeDone
+		}
+		// A minimal record (no task): the format is empty while processing
+		// runs and names the output once it is done.
+		if s.NoTask && strings.TrimSpace(s.Format) != "" {
 			return OutcomeDone
 		}
 	}
@@ -269,21 +278,21 @@ func (w *wireTask) UnmarshalJSON(b []byte) error {
 
 // wireSplat is the splat record as it may arrive.
 type wireSplat struct {
-	ID                jsonText `json:"id"`
-	Hash              jsonText `json:"hash"`
-	Title             jsonText `json:"title"`
-	Description       jsonText `json:"description"`
-	Format            jsonText `json:"format"`
-	URL               jsonText `json:"url"`
-	Version           jsonText `json:"version"`
-	Task              wireTask `json:"task"`
-	CreatedAt         jsonTime `json:"createdAt"`
-	CompletedAt       jsonTime `json:"completedAt"`
-	Listed            jsonBool `json:"listed"`
-	ReleaseNotes      jsonText `json:"releaseNotes"`
-	ReleaseNotesSnake jsonText `json:"release_notes"`
-	Thumbnails        jsonInt  `json:"thumbnails"`
-	HasThumbnails     jsonBool `json:"hasThumbnails"`
+	ID                jsonText  `json:"id"`
+	Hash              jsonText  `json:"hash"`
+	Title             jsonText  `json:"title"`
+	Description       jsonText  `json:"description"`
+	Format            jsonText  `json:"format"`
+	URL               jsonText  `json:"url"`
+	Version           jsonText  `json:"version"`
+	Task              *wireTask `json:"task"` // nil: the record has no task (api-spec's minimal get-splat)
+	CreatedAt         jsonTime  `json:"createdAt"`
+	CompletedAt       jsonTime  `json:"completedAt"`
+	Listed            jsonBool  `json:"listed"`
+	ReleaseNotes      jsonText  `json:"releaseNotes"`
+	ReleaseNotesSnake jsonText  `json:"release_notes"`
+	Thumbnails        jsonInt   `json:"thumbnails"`
+	HasThumbnails     jsonBool  `json:"hasThumbnails"`
 }
 
 func (w *wireSplat) splat() Splat {
@@ -295,10 +304,14 @@ func (w *wireSplat) splat() Splat {
 		Format:        string(w.Format),
 		URL:           string(w.URL),
 		Version:       string(w.Version),
-		Task:          Task{Status: string(w.Task.Status), Message: string(w.Task.Message)},
 		Listed:        bool(w.Listed),
 		ReleaseNotes:  string(w.ReleaseNotes),
 		HasThumbnails: bool(w.HasThumbnails) || w.Thumbnails > 0,
+	}
+	if w.Task != nil {
+		s.Task = Task{Status: string(w.Task.Status), Message: string(w.Task.Message)}
+	} else {
+		s.NoTask = true
 	}
 	if s.ReleaseNotes == "" {
 		s.ReleaseNotes = string(w.ReleaseNotesSnake)

@@ -42,6 +42,19 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 			}
 			return j, err
 		}
+		// The file may have changed while the job waited here (for a slot,
+		// a 401 pause, a restart): uploaded content that is no longer the
+		// file's is never published. Enqueue refused the new version
+		// because this job was still in flight, so it is this job's to redo.
+		fi, err := workerStat(j.Path)
+		if err == nil && !workerSame(fi, j) {
+			res.Cancel()
+			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
+		}
+		if err != nil {
+			res.Cancel()
+			return j, err
+		}
 		next := j
 		if err := next.Move(state.Publishing, p.o.Now()); err != nil {
 			res.Cancel()
@@ -126,12 +139,19 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	sum, fi2, err := workerHash(ctx, j.Path)
-	if err != nil {
-		return j, err
-	}
-	if !workerSame(fi2, j) {
-		return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
+	// A job back here with a hash (waiting for a twin in flight, or retried)
+	// keeps it while size and mtime are unchanged: a multi-GB file is not
+	// read again every DedupeWait. workerChanged clears the hash.
+	sum := j.SHA256
+	if sum == "" {
+		var fi2 fs.FileInfo
+		sum, fi2, err = workerHash(ctx, j.Path)
+		if err != nil {
+			return j, err
+		}
+		if !workerSame(fi2, j) {
+			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
+		}
 	}
 	params, err := p.o.Resolve(j)
 	if err != nil {
@@ -269,6 +289,7 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 			}
 			j.TaskMessage = "publish outcome unknown (interrupted publish call): check the account's splats, then `splatd retry " +
 				fmt.Sprint(j.ID) + "` to publish again"
+			j.FailReason = j.TaskMessage
 			return j, nil
 		}
 		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
@@ -283,6 +304,19 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		Format: j.Params.Format, Settings: j.Params.Settings,
 	})
 	j.Publishes++
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		// A 2xx answer we cannot use (no id, not JSON): the splat most
+		// likely exists, and publishing again would make another one each
+		// time. Only an operator can tell; hold whatever on_uncertain says.
+		if merr := j.Move(state.Held, now); merr != nil {
+			return j, merr
+		}
+		j.TaskMessage = fmt.Sprintf("publish answered %v; the splat probably exists but its id is unknown: check the account's splats, then `splatd retry %d` to publish again", pe, j.ID)
+		j.FailReason = j.TaskMessage
+		j.LastError = pe.Error()
+		return j, nil
+	}
 	if err != nil {
 		// A 5xx or a lost connection may come after the splat was created:
 		// the next attempt is uncertain. A 429 or a refusal is not.
@@ -292,9 +326,6 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 			}
 		}
 		return j, err
-	}
-	if sp.ID == "" {
-		return j, &ProtocolError{Route: RoutePublish, Reason: "publish answer has no splat id"}
 	}
 	now = p.o.Now() // the call may have waited for its slot; poll and published_at count from its answer
 	if err := j.Move(state.Processing, now); err != nil {

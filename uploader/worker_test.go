@@ -651,3 +651,34 @@ func TestWorkerSurvivesStoreFailures(t *testing.T) {
 	}
 	e.checkOnce(paths...)
 }
+
+// TestWorkerFileChangedAfterUpload: a file rewritten while its job waits in
+// uploaded (for a publish slot, a 401 pause, a restart) is hashed and
+// uploaded again; the stale upload is never published. Enqueue refuses the
+// new version meanwhile (the job is in flight), so the job must notice.
+func TestWorkerFileChangedAfterUpload(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	p := e.writePLY("rewritten.ply", 100)
+	stale := workerFileSHA(t, p)
+	e.enqueue(p)
+	o := e.options(1)
+	var once sync.Once
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "commit:uploaded" {
+			once.Do(func() {
+				e.writePLY("rewritten.ply", 200) // the capture tool rewrites it
+				e.enqueue(p)                     // the watcher reports it; no new job
+			})
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	fresh := workerFileSHA(t, p)
+	pubs := e.sim.PublishesByHash()
+	if pubs[stale] != 0 || pubs[fresh] != 1 {
+		t.Errorf("publishes: stale content %d, current content %d; want 0 and 1", pubs[stale], pubs[fresh])
+	}
+}
