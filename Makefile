@@ -59,7 +59,8 @@ SYSTEMDUNITDIR ?= /etc/systemd/system
 # Installs binary, unit, sysusers/tmpfiles snippets and an example config
 # (kept if one is there). The config holds no secret: the token goes to
 # /etc/splatd/token, read by systemd's LoadCredential=.
-install: build
+install:
+	@test -x $(BIN) || { echo "install: $(BIN) is missing: run 'make build' first, as yourself (root's PATH may have no Go)"; exit 1; }
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/splatd
 	install -d -m 0755 $(DESTDIR)$(SYSTEMDUNITDIR)
 	sed 's#^ExecStart=/usr/local/bin/splatd #ExecStart=$(PREFIX)/bin/splatd #' deploy/systemd/splatd.service \

@@ -144,6 +144,10 @@ func ReadSidecar(path string) (Sidecar, error) {
 	return sc, nil
 }
 
+// MergeSettings merges src into dst: nested maps key by key, anything else
+// replaced. The config uses it to lay publish.settings over the defaults.
+func MergeSettings(dst, src map[string]any) { mergeMap(dst, src) }
+
 // mergeMap merges src into dst: nested maps key by key, anything else replaced.
 func mergeMap(dst, src map[string]any) {
 	for k, v := range src {

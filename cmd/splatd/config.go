@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
+
+	"github.com/splatd/splatd/uploader"
 )
 
 // Config is the YAML configuration file. Every key and its default is
@@ -209,6 +212,12 @@ func parseConfig(data []byte) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	// publish.settings is merged key by key over the default settings, as a
+	// sidecar's are over the config's: `settings: {camera: {fov: 50}}`
+	// changes the field of view and keeps the rest.
+	merged := defaultSettings()
+	uploader.MergeSettings(merged, cfg.Publish.Settings)
+	cfg.Publish.Settings = merged
 	return &cfg, nil
 }
 
@@ -384,8 +393,11 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 		bad("workers", "must be between 1 and 64 (got %d)", c.Workers)
 	}
 
-	if _, err := template.New("title").Option("missingkey=error").Parse(c.Publish.Title); err != nil {
+	if tmpl, err := template.New("title").Option("missingkey=error").Parse(c.Publish.Title); err != nil {
 		bad("publish.title", "bad template: %v", err)
+	} else if err := tmpl.Execute(io.Discard, uploader.TitleData{Stem: "scan", Name: "scan.ply", Dir: "/d", RelDir: ".", ModTime: time.Now()}); err != nil {
+		// Parsing alone accepts {{.Stemm}}; every job would then fail.
+		bad("publish.title", "%v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
 	}
 	switch c.Publish.Format {
 	case "sog", "compressed.ply":

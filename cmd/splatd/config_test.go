@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -204,5 +205,38 @@ func TestDeployConfigsLoad(t *testing.T) {
 	}
 	if !found {
 		t.Error("sidecar.yaml has no ConfigMap with config.yaml")
+	}
+}
+
+func TestPartialSettingsKeepDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]byte("publish:\n  settings:\n    camera: {fov: 50}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cam := cfg.Publish.Settings["camera"].(map[string]any)
+	if cam["fov"] != 50 || cam["target"] == nil || cfg.Publish.Settings["background"] == nil || cfg.Publish.Settings["animTracks"] == nil {
+		t.Errorf("settings = %v; want fov 50 over the defaults", cfg.Publish.Settings)
+	}
+}
+
+// TestHelpForms: every way of asking for help prints usage and exits 0,
+// including "help help" and "help -h" (which once recursed forever).
+func TestHelpForms(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"help", "help"}, {"help", "-h"}, {"help", "publish"}, {"publish", "-h"}} {
+		var out, errb strings.Builder
+		c := &cli{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		if code := dispatch(context.Background(), c, args); code != exitOK {
+			t.Errorf("splatd %v exited %d", args, code)
+		}
+		if !strings.Contains(out.String()+errb.String(), "usage: splatd") {
+			t.Errorf("splatd %v printed no usage", args)
+		}
+	}
+	var out, errb strings.Builder
+	c := &cli{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"nonsense"}); code != exitUsage {
+		t.Errorf("unknown command exited %d, want 2", code)
 	}
 }

@@ -32,8 +32,9 @@ const shutdownGrace = 20 * time.Second
 type daemon struct {
 	cfg    *Config
 	log    zerolog.Logger
-	source tokenSource
-	token  string // the token in use, to notice a changed source; never logged
+	tokMu  sync.Mutex  // guards token and source: reloadToken writes them while /readyz reads
+	source tokenSource // where the token in use was read
+	token  string      // the token in use, to notice a changed source; never logged
 
 	store   *queue.Store
 	drain   *drainStore
@@ -107,7 +108,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 	if err != nil {
 		return nil, err
 	}
-	d.client, d.token, d.source = client, token, source
+	d.client, d.token, d.source = client, token, source // before any goroutine starts
 
 	store, err := queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
 	if err != nil {
@@ -223,7 +224,7 @@ func (d *daemon) ready() error {
 		why = append(why, fmt.Sprintf("the job store fails: %v", err))
 	}
 	if err := d.pool.Paused(); err != nil {
-		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.source, err))
+		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.tokenSource(), err))
 	}
 	if len(why) > 0 {
 		return errors.New(strings.Join(why, "; "))
@@ -272,7 +273,7 @@ func (d *daemon) run(ctx context.Context) error {
 	go func() { defer close(statsDone); d.statsLoop(workCtx) }()
 
 	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
-		Str("api", d.cfg.API.BaseURL).Str("token_from", string(d.source)).Msg("splatd started")
+		Str("api", d.cfg.API.BaseURL).Str("token_from", string(d.tokenSource())).Msg("splatd started")
 	if err := d.notify.send("READY=1"); err != nil {
 		d.log.Warn().Err(err).Msg("sd_notify READY=1")
 	}
@@ -395,10 +396,10 @@ func (d *daemon) statsLoop(ctx context.Context) {
 		if paused := d.pool.Paused(); (paused != nil) != wasPaused {
 			wasPaused = paused != nil
 			if wasPaused {
-				d.log.Error().Str("token_from", string(d.source)).Err(paused).
+				d.log.Error().Str("token_from", string(d.tokenSource())).Err(paused).
 					Msg("the API refuses the token: all work is paused and the token is probed with backoff; put a valid token where it was read from: splatd picks it up within seconds")
 			} else {
-				d.log.Info().Str("token_from", string(d.source)).Msg("the API accepts the token again: work resumes")
+				d.log.Info().Str("token_from", string(d.tokenSource())).Msg("the API accepts the token again: work resumes")
 			}
 		}
 		st, err := d.store.Stats()
@@ -435,16 +436,27 @@ func (d *daemon) statsLoop(ctx context.Context) {
 // credential) needs no restart.
 func (d *daemon) reloadToken() {
 	tok, source, err := loadToken(d.cfg, d.getenv)
-	if err != nil || tok == d.token {
+	d.tokMu.Lock()
+	same := tok == d.token
+	d.tokMu.Unlock()
+	if err != nil || same {
 		return
 	}
 	if err := d.client.SetToken(tok); err != nil {
 		d.log.Error().Err(err).Str("token_from", string(source)).Msg("the new token is unusable")
 		return
 	}
+	d.tokMu.Lock()
 	d.token, d.source = tok, source
+	d.tokMu.Unlock()
 	d.log.Info().Str("token_from", string(source)).Msg("token changed: trying it now")
 	d.pool.ProbeNow()
+}
+
+func (d *daemon) tokenSource() tokenSource {
+	d.tokMu.Lock()
+	defer d.tokMu.Unlock()
+	return d.source
 }
 
 func statusLine(st queue.Stats, paused error) string {

@@ -84,7 +84,7 @@ func dispatch(ctx context.Context, c *cli, args []string) int {
 	name := args[0]
 	switch name {
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 {
+		if len(args) > 1 && !isHelpWord(args[1]) {
 			return dispatch(ctx, c, []string{args[1], "-h"})
 		}
 		usage(c.stdout)
@@ -100,6 +100,14 @@ func dispatch(ctx context.Context, c *cli, args []string) int {
 	fmt.Fprintf(c.stderr, "splatd: unknown command %q\n\n", name)
 	usage(c.stderr)
 	return exitUsage
+}
+
+func isHelpWord(s string) bool {
+	switch s {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 func usage(w io.Writer) {
@@ -215,7 +223,7 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	cfg, err := loadConfig(*cfgPath, true)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
-		return exitFailure
+		return exitUsage // an invalid config is exit 2 for every command
 	}
 	_, source, tokErr := loadToken(cfg, c.getenv)
 	fmt.Fprint(c.stdout, cfg.redacted(source, tokErr))
