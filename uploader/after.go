@@ -82,6 +82,14 @@ func ReceiptPath(file string) string { return file + ".splat.json" }
 func (a *After) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
 	file := j.Path
+	if j.Stage == state.Failed && !fileExists(file) {
+		// The file went away before it was published (renamed under a name
+		// that matched include, deleted by its owner): nothing to move, and
+		// a receipt would be litter beside nothing. The job keeps the
+		// reason (splatd jobs).
+		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no after-action, no receipt")
+		return file, nil
+	}
 	var err error
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":

@@ -202,3 +202,18 @@ func TestResolvePublishTemplateAndSidecar(t *testing.T) {
 		}
 	}
 }
+
+func TestAfterNoReceiptForVanishedFailedFile(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	j := afterTestJob(t, root, "renamed-away.ply", state.Failed)
+	if err := os.Remove(j.Path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewAfter(AfterOptions{Receipt: true, OnFailure: "move", FailureDir: t.TempDir()}).Finish(context.Background(), j); err != nil {
+		t.Fatalf("Finish of a failed job whose file is gone: %v", err)
+	}
+	if _, err := os.Stat(ReceiptPath(j.Path)); !os.IsNotExist(err) {
+		t.Errorf("receipt written beside a file that is gone: %v", err)
+	}
+}
