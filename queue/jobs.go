@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -332,6 +333,40 @@ func (s *Store) RetryFailed() (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// Resolve closes a held job with the splat its lost publish answer created,
+// found by the operator on the account: the job polls that splat to done
+// instead of publishing again. It returns the updated job.
+func (s *Store) Resolve(id uint64, splatID string) (state.Job, error) {
+	splatID = strings.TrimSpace(splatID)
+	if splatID == "" {
+		return state.Job{}, errors.New("resolve: empty splat id")
+	}
+	var out state.Job
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		j, err := getJob(tx, id)
+		if err != nil {
+			return err
+		}
+		if j.Stage != state.Held {
+			return fmt.Errorf("job %d is %s: only a held job can be resolved", j.ID, j.Stage)
+		}
+		old, now := j, s.o.Now()
+		if err := j.Move(state.Processing, now); err != nil {
+			return err
+		}
+		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus = splatID, "", "", ""
+		j.Uncertain, j.Finalized = false, false
+		j.TaskMessage, j.FailReason, j.LastError, j.LastStatus = "", "", "", 0
+		if j.PublishedAt == nil {
+			j.PublishedAt = &now
+		}
+		j.NextAttempt = now
+		out = j
+		return s.write(tx, old, j)
+	})
+	return out, err
 }
 
 func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error) {

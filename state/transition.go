@@ -63,7 +63,8 @@ var transitions = map[Stage][]Stage{
 		// found in Publishing at start is always one whose call may have
 		// been made, never one that merely waited for its retry.
 		Uploaded,
-		Queued, // operator retry from the file
+		Queued,     // operator retry from the file
+		Processing, // operator confirmed the splat that the lost answer created (splatd resolve)
 		Failed,
 	},
 }

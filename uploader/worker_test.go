@@ -682,3 +682,39 @@ func TestWorkerFileChangedAfterUpload(t *testing.T) {
 		t.Errorf("publishes: stale content %d, current content %d; want 0 and 1", pubs[stale], pubs[fresh])
 	}
 }
+
+// TestWorkerResolveHeldJob: a publish whose answer was lost (the splat was
+// created) is held; the operator finds the splat and resolves the job with
+// its id; the job polls it to done without publishing again.
+func TestWorkerResolveHeldJob(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{UncertainPublishes: 1}})
+	p := e.writePLY("lost-answer.ply", 77)
+	e.enqueue(p)
+	o := e.options(1)
+	o.OnUncertain = UncertainHold
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	held := e.jobs()[0]
+	splats := e.sim.Splats()
+	if held.Stage != state.Held || len(splats) != 1 {
+		t.Fatalf("job %s with %d splats on the server; want held and 1", held.Stage, len(splats))
+	}
+	if _, err := e.store.Resolve(held.ID, splats[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	j := e.jobs()[0]
+	if j.Stage != state.Done || j.SplatID != splats[0].ID || j.ViewerURL != splats[0].URL || !j.Finalized {
+		t.Errorf("resolved job: stage %s splat %q url %q finalized %v", j.Stage, j.SplatID, j.ViewerURL, j.Finalized)
+	}
+	if n := len(e.sim.Splats()); n != 1 {
+		t.Errorf("%d splats on the server after resolve, want 1 (no new publish)", n)
+	}
+	if _, err := e.store.Resolve(j.ID, "x"); err == nil {
+		t.Error("resolving a done job succeeded")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,6 +71,7 @@ type jobSource interface {
 	List(queue.Filter) ([]state.Job, error)
 	Retry(id uint64) (state.Job, error)
 	RetryFailed() (int, error)
+	Resolve(id uint64, splatID string) (state.Job, error)
 }
 
 type adminServer struct {
@@ -110,6 +112,15 @@ func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, e
 		}
 		d.pool.Wake()
 		writeJSON(w, map[string]int{"retried": n})
+	})
+	mux.HandleFunc("POST /v1/resolve", func(w http.ResponseWriter, r *http.Request) {
+		n, err := doResolve(d.store, r.URL.Query().Get("id"), r.URL.Query().Get("splat"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		d.pool.Wake()
+		writeJSON(w, map[string]int{"resolved": n})
 	})
 	return &adminServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log}, nil
 }
@@ -177,6 +188,21 @@ func doRetry(src jobSource, id string) (int, error) {
 		return 0, fmt.Errorf("job id %q is not a number", id)
 	}
 	if _, err := src.Retry(n); err != nil {
+		if errors.Is(err, queue.ErrNotFound) {
+			return 0, fmt.Errorf("no job %d", n)
+		}
+		return 0, err
+	}
+	return 1, nil
+}
+
+// doResolve closes held job id with the splat the operator found.
+func doResolve(src jobSource, id, splat string) (int, error) {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("job id %q is not a number", id)
+	}
+	if _, err := src.Resolve(n, splat); err != nil {
 		if errors.Is(err, queue.ErrNotFound) {
 			return 0, fmt.Errorf("no job %d", n)
 		}
@@ -370,5 +396,39 @@ func cmdRetry(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	fmt.Fprintf(c.stdout, "re-queued %d job(s)\n", n)
+	return exitOK
+}
+
+func cmdResolve(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "resolve")
+	cfgPath := configFlag(c, fs)
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 2 {
+		return usageError(c, fs, "give the held job's ID and the SPLAT_ID you found on the account")
+	}
+	if _, err := strconv.ParseUint(pos[0], 10, 64); err != nil {
+		return usageError(c, fs, "job id %q is not a number (see splatd jobs -state held)", pos[0])
+	}
+	cfg, err := loadConfig(*cfgPath, false)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		return exitUsage
+	}
+	q := url.Values{"id": {pos[0]}, "splat": {pos[1]}}
+	_, live, err := adminCall(ctx, cfg.StateDir, http.MethodPost, "/v1/resolve?"+q.Encode())
+	if err == nil && !live {
+		err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
+			_, err := doResolve(st, pos[0], pos[1])
+			return err
+		})
+	}
+	if err != nil {
+		fmt.Fprintf(c.stderr, "resolve: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(c.stdout, "job %s: polling splat %s to done (no new publish)\n", pos[0], pos[1])
 	return exitOK
 }
