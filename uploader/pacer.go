@@ -139,6 +139,9 @@ type pacerTicket struct {
 	bucket     *pacerBucket // nil for a class probe
 	routeProbe bool
 	probe      bool
+	// probeBuckets are the known classes a class probe was counted in: it
+	// may belong to any of them, so it holds a slot in each until it returns.
+	probeBuckets []*pacerBucket
 }
 
 // NewPacer returns a Pacer with o's clock, jitter and limits.
@@ -257,7 +260,17 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*pacerTicket, time.Du
 			return nil, d, "a known class is exhausted"
 		}
 		rt.probing, rt.probeStart = true, now
-		return &pacerTicket{route: rt, routeProbe: true}, 0, ""
+		t := &pacerTicket{route: rt, routeProbe: true}
+		// Count the probe in every known window (exhaustedLocked made sure
+		// each has a slot), or a known route could spend the same last
+		// slot while the probe is out and earn a 429.
+		for _, kb := range p.buckets {
+			if kb.limit > 0 && kb.known && now.Before(kb.resetAt) {
+				kb.inFlight++ // not lastSend: it belongs to one class at most, and need not spread the others
+				t.probeBuckets = append(t.probeBuckets, kb)
+			}
+		}
+		return t, 0, ""
 	}
 	if now.Before(b.holdUntil) {
 		return nil, b.holdUntil.Sub(now), "class on hold after 429"
@@ -375,6 +388,9 @@ func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
 	rt := t.route
 	if t.routeProbe {
 		rt.probing = false
+		for _, kb := range t.probeBuckets {
+			kb.inFlight--
+		}
 	}
 	if b := t.bucket; b != nil {
 		b.inFlight--

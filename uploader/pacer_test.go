@@ -646,3 +646,27 @@ func TestPacerConcurrentWorkersEarnNo429(t *testing.T) {
 	}
 	t.Logf("40 requests at 10/min finished after %v (fake clock), 0 × 429", elapsed)
 }
+
+// TestPacerClassProbeHoldsASlotInKnownWindows: the first request of a new
+// route may belong to any known class, so while it is out it takes a slot
+// in each; a known route must not spend the same last slot meanwhile.
+func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
+	t.Parallel()
+	clk := newPacerFakeClock()
+	p := pacerNewTest(t, clk, PacerOptions{})
+	t0 := clk.Now()
+	reset := t0.Add(60 * time.Second)
+	pacerMustWait(t, p, RouteSignedURL)(pacerResp(200, 10, 1, reset, t0, "")) // one left in this window
+
+	probe := pacerMustWait(t, p, RoutePublish) // new route: a class probe
+	held := pacerWaitAsync(context.Background(), p, RouteSignedURL)
+	pacerAwaitBlocked(t, p, 1)
+	pacerMustNotReturn(t, held) // the last slot is the probe's
+
+	// The probe turns out to be of the same class and spent that slot.
+	probe(pacerResp(200, 10, 0, reset, t0, ""))
+	pacerAwaitBlocked(t, p, 1)
+	pacerMustNotReturn(t, held)
+	clk.Advance(61 * time.Second)
+	pacerReceive(t, held).release(nil)
+}
