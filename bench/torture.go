@@ -390,8 +390,6 @@ func (e *tenv) verdict() {
 		case !ok:
 			r.Lost++
 			e.problem("%s: published but no job in the state", filepath.Base(p))
-		case j.Stage == state.Held && n >= 1:
-			// confirmed published by the operator step
 		case j.Stage != state.Done:
 			r.Lost++
 			e.problem("%s: job %d is %s (%s)", filepath.Base(p), j.ID, j.Stage, j.LastError+j.FailReason)
@@ -731,10 +729,19 @@ func runKill(ctx context.Context, e *tenv) error {
 	if err != nil {
 		return err
 	}
-	pubs := e.sim.PublishesByHash()
+	splatOf := map[string]string{} // content sha256 → the splat the server made of it
+	for _, sp := range e.sim.Splats() {
+		splatOf[sp.ObjectSHA256] = sp.ID
+	}
 	confirmed, retried := 0, 0
 	for _, j := range held {
-		if pubs[j.SHA256] > 0 {
+		if id, ok := splatOf[j.SHA256]; ok {
+			// The operator finds the splat on the account and closes the job
+			// with it: polled to done, not published again.
+			os.Remove(uploader.ReceiptPath(j.File)) // the resolved job writes a done one
+			if _, err := Splatd(ctx, e.o.Bin, "resolve", "-config", e.cfgPath, fmt.Sprint(j.ID), id); err != nil {
+				return err
+			}
 			confirmed++
 			continue
 		}
@@ -744,10 +751,10 @@ func runKill(ctx context.Context, e *tenv) error {
 		}
 		retried++
 	}
-	if retried > 0 && !e.waitFinal(ctx, 30*time.Second) {
-		e.problem("retried held jobs did not finish")
+	if retried+confirmed > 0 && !e.waitFinal(ctx, 30*time.Second) {
+		e.problem("resolved or retried held jobs did not finish")
 	}
-	e.note("held after an interrupted publish: %d (confirmed published %d, retried %d)", len(held), confirmed, retried)
+	e.note("held after an interrupted publish: %d (resolved with the splat found on the server %d, retried %d)", len(held), confirmed, retried)
 	e.verdict()
 	return nil
 }
