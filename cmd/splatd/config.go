@@ -165,7 +165,7 @@ func defaultConfig() Config {
 		},
 		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9464"},
-		Log:     LogConfig{Level: "info", Format: "json"},
+		Log:     LogConfig{Level: "info", Format: "auto"},
 	}
 }
 
@@ -470,9 +470,9 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 		bad("log.level", "must be one of trace, debug, info, warn, error (got %q)", c.Log.Level)
 	}
 	switch c.Log.Format {
-	case "json", "console":
+	case "auto", "json", "console":
 	default:
-		bad("log.format", "must be json or console (got %q)", c.Log.Format)
+		bad("log.format", "must be auto, json or console (got %q)", c.Log.Format)
 	}
 	return errs
 }

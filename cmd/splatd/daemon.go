@@ -82,13 +82,15 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 	return exitOK
 }
 
-// newLogger writes JSON (journald, collectors) or console lines to w.
+// newLogger writes JSON (journald, collectors) or console lines to w;
+// "auto" is console on a terminal and JSON anywhere else (systemd, pipes,
+// containers).
 func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
 	level, err := zerolog.ParseLevel(lc.Level)
 	if err != nil {
 		level = zerolog.InfoLevel
 	}
-	if lc.Format == "console" {
+	if lc.Format == "console" || (lc.Format == "auto" && isTerminal(w)) {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
