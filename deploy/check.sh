@@ -30,10 +30,21 @@ fail() {
 	failures=$((failures + 1))
 }
 
+# retry CMD...: a mirror's passing hiccup must not fail CI; three tries.
+retry() {
+	local n
+	for n in 1 2 3; do
+		"$@" </dev/null && return 0
+		echo "deploy/check.sh: '$*' failed (try $n of 3)" >&2
+		sleep $((n * 5))
+	done
+	return 1
+}
+
 apt_updated=0
 apt_update() {
 	if [ "$apt_updated" = 0 ]; then
-		apt-get update -qq </dev/null
+		retry apt-get update -qq
 		apt_updated=1
 	fi
 }
@@ -46,7 +57,7 @@ apt_install() {
 	fi
 	say "installing $*"
 	apt_update
-	apt-get install -y -qq --no-install-recommends "$@" </dev/null >/dev/null
+	retry apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # promtool: from PATH, else from the cache, else unpacked from the Debian
@@ -70,7 +81,7 @@ find_promtool() {
 		dl=$(mktemp -d)
 		# apt drops privileges to _apt for downloads; let it write here.
 		if id _apt >/dev/null 2>&1; then chown _apt "$dl"; fi
-		(cd "$dl" && apt-get download -qq prometheus </dev/null) >&2
+		(cd "$dl" && retry apt-get download -qq prometheus) >&2
 		rm -rf "$CACHE_DIR/prometheus"
 		mkdir -p "$CACHE_DIR/prometheus"
 		dpkg-deb -x "$dl"/prometheus_*.deb "$CACHE_DIR/prometheus"
