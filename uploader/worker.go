@@ -90,6 +90,10 @@ type PoolOptions struct {
 	// held (also after a crash, at the next Run, if it had not completed).
 	// An error is logged and Finish runs again at the next start.
 	Finish func(ctx context.Context, j state.Job) error
+	// OnTransition, when set, sees every committed stage change (after its
+	// log line). `splatd demo` prints the files' journeys from it. It must
+	// not block.
+	OnTransition func(j state.Job, from state.Stage)
 	// Observer receives JobFinished (and the client's own hooks).
 	Observer Observer
 	Logger   zerolog.Logger
@@ -604,6 +608,9 @@ func (p *Pool) logTransition(j state.Job, from state.Stage, since time.Time) {
 		ev = ev.Str("reason", j.TaskMessage)
 	}
 	ev.Msg("job " + string(j.Stage))
+	if p.o.OnTransition != nil {
+		p.o.OnTransition(j, from)
+	}
 }
 
 // finished reports a job that just became final and runs the Finish hook.

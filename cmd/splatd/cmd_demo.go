@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -104,6 +105,15 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	fmt.Fprintf(out, "splatd demo\n  simulator  %s (storage %s)\n  inbox      %s\n  metrics    http://%s/metrics\n  log        %s\n\n",
 		sim.URL(), sim.StorageURL(), inbox, d.metrics.Addr(), logPath)
 
+	// Every stage change, as the pool commits it; a buffer generous enough
+	// that the pool never waits on the printer (extra events are dropped).
+	events := make(chan journeyEvent, 1024)
+	d.onTransition = func(j state.Job, from state.Stage) {
+		select {
+		case events <- journeyEvent{j, from}:
+		default:
+		}
+	}
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)
@@ -125,7 +135,7 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	}
 	fmt.Fprintln(out, "\njourney:")
 
-	final := followJourney(dctx, out, d.store, start, len(files), 90*time.Second)
+	final := followJourney(dctx, out, d.store, events, start, len(files), 90*time.Second)
 
 	fmt.Fprintln(out, "\nsummary:")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -247,50 +257,49 @@ func writeSlowly(path string, over time.Duration) error {
 	return nil
 }
 
+type journeyEvent struct {
+	job  state.Job
+	from state.Stage
+}
+
 // followJourney prints each stage change of every job until n jobs are
 // final or the timeout passes, and returns the jobs by path.
-func followJourney(ctx context.Context, w io.Writer, st *queue.Store, start time.Time, n int, timeout time.Duration) map[string]state.Job {
-	last := map[uint64]state.Stage{}
-	byPath := map[string]state.Job{}
+func followJourney(ctx context.Context, w io.Writer, st *queue.Store, events <-chan journeyEvent, start time.Time, n int, timeout time.Duration) map[string]state.Job {
+	final := map[string]bool{}
 	deadline := time.After(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		jobs, err := st.List(queue.Filter{})
-		if err == nil {
-			final := 0
-			for _, j := range jobs {
-				if prev, ok := last[j.ID]; !ok || prev != j.Stage {
-					line := fmt.Sprintf("  %5.1fs  %-24s %s", time.Since(start).Seconds(), filepath.Base(j.Path), j.Stage)
-					switch {
-					case j.Stage == state.Done && j.ViewerURL != "":
-						line += "  " + j.ViewerURL
-					case j.Stage == state.Failed:
-						line += "  " + oneLine(j.FailReason)
-					case j.LastError != "" && !j.Stage.Final():
-						line += "  (retrying: " + oneLine(j.LastError) + ")"
-					}
-					fmt.Fprintln(w, line)
-					last[j.ID] = j.Stage
-				}
-				byPath[j.Path] = j
-				if j.Stage.Final() {
-					final++
-				}
-			}
-			if final >= n {
-				return byPath
-			}
-		}
+	for len(final) < n {
 		select {
+		case ev := <-events:
+			j := ev.job
+			line := fmt.Sprintf("  %5.1fs  %-24s %-10s → %-10s", time.Since(start).Seconds(), filepath.Base(j.Path), ev.from, j.Stage)
+			switch {
+			case j.Stage == state.Done && j.DuplicateOf != 0:
+				line += fmt.Sprintf("  same content as job %d: not published again", j.DuplicateOf)
+			case j.Stage == state.Done:
+				line += "  " + j.ViewerURL
+			case j.Stage == state.Failed:
+				line += "  " + oneLine(j.FailReason)
+			case j.Stage == state.Processing:
+				line += "  splat " + j.SplatID
+			}
+			fmt.Fprintln(w, strings.TrimRight(line, " "))
+			if j.Stage.Final() {
+				final[j.Path] = true
+			}
 		case <-ctx.Done():
-			return byPath
+			n = 0
 		case <-deadline:
 			fmt.Fprintf(w, "  (gave up waiting after %s)\n", timeout)
-			return byPath
-		case <-tick.C:
+			n = 0
 		}
 	}
+	byPath := map[string]state.Job{}
+	if jobs, err := st.List(queue.Filter{}); err == nil {
+		for _, j := range jobs {
+			byPath[j.Path] = j
+		}
+	}
+	return byPath
 }
 
 // writeDemoConfig leaves a config beside the demo's files so that the CLI

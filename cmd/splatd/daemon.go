@@ -50,6 +50,8 @@ type daemon struct {
 
 	// onFinish, when set (by the demo), sees every job that reaches a final stage.
 	onFinish func(j state.Job, file string)
+	// onTransition, when set before run (by the demo), sees every stage change.
+	onTransition func(j state.Job, from state.Stage)
 }
 
 func cmdRun(ctx context.Context, c *cli, args []string) int {
@@ -155,6 +157,11 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 				d.onFinish(j, file)
 			}
 			return err
+		},
+		OnTransition: func(j state.Job, from state.Stage) {
+			if d.onTransition != nil {
+				d.onTransition(j, from)
+			}
 		},
 		Observer: d.m,
 		Logger:   log,

@@ -1134,3 +1134,19 @@ func TestE2ESidecarsAndAfterActions(t *testing.T) {
 		t.Errorf("splatd exited %d", code)
 	}
 }
+
+// TestE2EDemo: `make demo` is the newcomer's first run; it publishes the
+// three samples, rejects the invalid one with its reason and exits 0.
+func TestE2EDemo(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := runCLI(t, nil, "demo", "-dir", t.TempDir())
+	if code != 0 {
+		t.Fatalf("splatd demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"lobby.ply", "statue.compressed.ply", "garden.sog", "processing → done", "/view?id=",
+		"broken.ply               queued     → failed      invalid file:", "demo passed", "0 storage requests with an Authorization header"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
