@@ -415,6 +415,27 @@ func TestRetention(t *testing.T) {
 	if n, err := s.Prune(); err != nil || n != 3 {
 		t.Errorf("age prune = %d, %v", n, err)
 	}
+
+	// TrimPaths forgets the paths of pruned jobs whose files are gone, and
+	// only those: /w/1.ply "still exists", the copy's job is pruned too.
+	gone := func(p string) bool { return p != "/w/1.ply" }
+	n, err := s.TrimPaths(context.Background(), gone)
+	if err != nil || n != 6 { // every job is pruned by now: 7 paths, all gone but /w/1.ply
+		t.Errorf("TrimPaths = %d, %v", n, err)
+	}
+	if !s.Known("/w/1.ply", 1, time.Unix(1, 0)) {
+		t.Error("a pruned job's path whose file exists was forgotten")
+	}
+	if s.Known("/w/0.ply", 1, time.Unix(1, 0)) {
+		t.Error("a pruned job's path whose file is gone is still known")
+	}
+	// Content dedupe does not depend on paths.
+	mustEnqueue(t, s, cand("/z/another-copy-of-0.ply", 1, 1), true)
+	j = claim(t, s, clk.Now())
+	j = advance(t, s, j, state.Ready, clk.Now(), func(j *state.Job) { j.SHA256 = "h0" })
+	if j.Stage != state.Done || j.DuplicateOf != 1 {
+		t.Errorf("copy of pruned content after TrimPaths: %+v", j)
+	}
 }
 
 func TestLockedAndSchema(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -280,6 +282,8 @@ func (d *daemon) run(ctx context.Context) error {
 
 	statsDone := make(chan struct{})
 	go func() { defer close(statsDone); d.statsLoop(workCtx) }()
+	maintDone := make(chan struct{})
+	go func() { defer close(maintDone); d.maintain(workCtx) }()
 
 	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
 		Str("api", d.cfg.API.BaseURL).Str("token_from", string(d.tokenSource())).Msg("splatd started")
@@ -322,6 +326,7 @@ func (d *daemon) run(ctx context.Context) error {
 		runErr = fmt.Errorf("workers: %w", err)
 	}
 	<-statsDone
+	<-maintDone
 
 	// 3. listeners
 	stopServe()
@@ -379,6 +384,38 @@ func (d *daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 		}
 		if n > 0 {
 			d.pool.Wake()
+		}
+	}
+}
+
+// maintenanceEvery paces the trim of the path index; the first pass runs a
+// minute after start, once the startup scan has settled.
+const maintenanceEvery = time.Hour
+
+// maintain keeps the state file bounded over months: retention (Prune) also
+// runs as jobs finish, but the paths of pruned jobs whose files have gone
+// (moved, deleted) are only forgotten here, since that needs a stat per path.
+func (d *daemon) maintain(ctx context.Context) {
+	wait := time.Minute
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = maintenanceEvery
+		if _, err := d.store.Prune(); err != nil {
+			d.log.Warn().Err(err).Msg("retention pass failed; tried again later")
+			continue
+		}
+		n, err := d.store.TrimPaths(ctx, func(p string) bool {
+			_, err := os.Lstat(p)
+			return errors.Is(err, fs.ErrNotExist)
+		})
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn().Err(err).Msg("trimming the path index failed; tried again later")
+		} else if n > 0 {
+			d.log.Info().Int("paths", n).Msg("forgot the paths of long-finished files that are gone")
 		}
 	}
 }
