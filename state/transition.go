@@ -43,6 +43,7 @@ var transitions = map[Stage][]Stage{
 	},
 	Publishing: {
 		Publishing, // transient publish error: publish again
+		Uploaded,   // publish refused with 429: certainly nothing created; a fresh intent later
 		Processing, // publish answered with the splat
 		Held,       // outcome unknown and on_uncertain=hold
 		Ready,      // publish refused the storage key: upload again

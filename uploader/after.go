@@ -82,14 +82,6 @@ func ReceiptPath(file string) string { return file + ".splat.json" }
 func (a *After) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
 	file := j.Path
-	if j.Stage == state.Failed && !fileExists(file) {
-		// The file went away before it was published (renamed under a name
-		// that matched include, deleted by its owner): nothing to move, and
-		// a receipt would be litter beside nothing. The job keeps the
-		// reason (splatd jobs).
-		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no after-action, no receipt")
-		return file, nil
-	}
 	var err error
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":
@@ -101,7 +93,18 @@ func (a *After) Finish(ctx context.Context, j state.Job) (string, error) {
 			_ = os.Remove(SidecarPath(j.Path))
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
+		// moveUnder finds a file it moved before a crash at its target.
 		file, err = moveUnder(j.Path, j.Root, a.o.FailureDir)
+		if errors.Is(err, errFileGone) {
+			file, err = j.Path, nil
+		}
+	}
+	if j.Stage == state.Failed && !fileExists(file) {
+		// The file went away before it was published (renamed under a name
+		// that matched include, deleted by its owner): a receipt would be
+		// litter beside nothing. The job keeps the reason (splatd jobs).
+		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no receipt")
+		return file, nil
 	}
 	if err != nil {
 		return j.Path, fmt.Errorf("after-action for %s: %w", j.Path, err)
@@ -209,6 +212,9 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return nil
 }
 
+// errFileGone: the file to move is neither where it was nor at its target.
+var errFileGone = errors.New("file is gone")
+
 // moveUnder moves file to the same relative place under dest (relative to
 // root), never overwriting: a taken name gets ".1", ".2", … before its
 // extension. The sidecar travels with its file. A file already gone (moved
@@ -228,7 +234,7 @@ func moveUnder(file, root, dest string) (string, error) {
 		if _, err := os.Stat(target); err == nil {
 			return target, nil // moved before a crash; nothing left to do
 		}
-		return file, fmt.Errorf("file is gone: %w", err)
+		return file, fmt.Errorf("%w: %w", errFileGone, err)
 	}
 	target = freeName(target)
 	if err := moveFile(file, target); err != nil {

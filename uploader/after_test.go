@@ -217,3 +217,23 @@ func TestAfterNoReceiptForVanishedFailedFile(t *testing.T) {
 		t.Errorf("receipt written beside a file that is gone: %v", err)
 	}
 }
+
+// TestAfterFailureMoveFinishedAfterCrash: Finish runs again after a crash
+// that came between the move and the receipt; the receipt is written at the
+// moved file, not skipped because the original path is empty.
+func TestAfterFailureMoveFinishedAfterCrash(t *testing.T) {
+	t.Parallel()
+	root, failed := t.TempDir(), t.TempDir()
+	j := afterTestJob(t, root, "bad.ply", state.Failed)
+	target := filepath.Join(failed, "bad.ply")
+	if err := os.Rename(j.Path, target); err != nil { // the move happened, the receipt did not
+		t.Fatal(err)
+	}
+	file, err := NewAfter(AfterOptions{Receipt: true, OnFailure: "move", FailureDir: failed}).Finish(context.Background(), j)
+	if err != nil || file != target {
+		t.Fatalf("Finish = %q, %v; want %q", file, err, target)
+	}
+	if r := readReceipt(t, ReceiptPath(target)); r.Status != "failed" {
+		t.Errorf("receipt = %+v", r)
+	}
+}

@@ -136,15 +136,19 @@ func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, 
 		case <-time.After(interval):
 		}
 		interval = min(interval*2, o.PollMaxInterval)
-		id := sp.ID
+		var next Splat
 		err := RetryTransient(ctx, o.Attempts, func() error {
 			var err error
-			sp, err = c.Splat(ctx, id)
+			next, err = c.Splat(ctx, sp.ID)
 			return err
 		})
 		if err != nil {
-			return sp, err
+			return sp, err // the last good record: the user keeps the splat's id and link
 		}
+		if next.URL == "" {
+			next.URL = sp.URL // a minimal get-splat record carries no link
+		}
+		sp = next
 	}
 }
 
@@ -187,7 +191,9 @@ func oneshotTransient(err error) bool {
 	}
 	var pe *ProtocolError
 	if errors.As(err, &pe) {
-		return false // a 2xx we cannot read: for publish the splat may exist; never repeat
+		// A 2xx we cannot read: after publish the splat may exist, so never
+		// repeat that; a poll answer (a proxy's page, say) can be asked again.
+		return pe.Route != RoutePublish
 	}
 	var ae *APIError
 	if errors.As(err, &ae) {

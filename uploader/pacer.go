@@ -133,6 +133,10 @@ type pacerBucket struct {
 	strikes    int // consecutive 429s
 }
 
+// pacerNotSent is the release value of a slot given back unused (a
+// Reservation cancelled): unlike nil (no answer), it costs no budget.
+var pacerNotSent = &http.Response{}
+
 // pacerTicket is one reservation, released exactly once.
 type pacerTicket struct {
 	route      *pacerRoute
@@ -397,6 +401,9 @@ func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
 		if t.probe {
 			b.probing = false
 		}
+	}
+	if resp == pacerNotSent {
+		return // the slot was reserved and given back unused: nothing to count
 	}
 	if resp == nil {
 		// No answer: the request may or may not have been counted; assume

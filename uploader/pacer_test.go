@@ -670,3 +670,26 @@ func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	clk.Advance(61 * time.Second)
 	pacerReceive(t, held).release(nil)
 }
+
+// TestReservationCancelledCostsNothing: a slot reserved and given back
+// unused (the file changed, a shutdown) does not count against the window.
+func TestReservationCancelledCostsNothing(t *testing.T) {
+	t.Parallel()
+	clk := newPacerFakeClock()
+	p := pacerNewTest(t, clk, PacerOptions{})
+	c := &Client{pacer: p}
+	t0 := clk.Now()
+	pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 3, t0.Add(time.Minute), t0, ""))
+	for range 2 {
+		clk.Advance(20 * time.Second) // past the spreading of the remaining budget
+		r, err := c.Reserve(context.Background(), RoutePublish)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Cancel()
+	}
+	b := p.routes[RoutePublish].bucket
+	if b.remaining != 3 || b.inFlight != 0 {
+		t.Errorf("after 2 unused reservations: remaining %d, in flight %d; want 3 and 0", b.remaining, b.inFlight)
+	}
+}

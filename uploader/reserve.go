@@ -32,7 +32,7 @@ func (r *Reservation) Cancel() {
 	if r == nil {
 		return
 	}
-	r.once.Do(func() { r.release(nil) })
+	r.once.Do(func() { r.release(pacerNotSent) })
 }
 
 // take hands the slot to the call that uses it; false if already used or

@@ -360,6 +360,7 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 			}
 			continue
 		}
+		p.storeOK(&troubles) // the store answered
 		if !ok {
 			p.idle(ctx)
 			continue

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -317,9 +318,18 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		j.LastError = pe.Error()
 		return j, nil
 	}
+	if err != nil && state.HTTPStatus(err) == http.StatusTooManyRequests {
+		// Refused before anything was created: back to uploaded, so the next
+		// attempt reserves its slot and commits a fresh intent (a job found
+		// in publishing at start is then always a truly uncertain one).
+		if merr := j.Move(state.Uploaded, now); merr != nil {
+			return j, merr
+		}
+		return j, err
+	}
 	if err != nil {
 		// A 5xx or a lost connection may come after the splat was created:
-		// the next attempt is uncertain. A 429 or a refusal is not.
+		// the next attempt is uncertain. A refusal is not.
 		if st := state.HTTPStatus(err); st == 0 || st >= 500 {
 			if state.Classify(err) == state.Transient {
 				j.Uncertain = true

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -716,5 +717,97 @@ func TestWorkerResolveHeldJob(t *testing.T) {
 	}
 	if _, err := e.store.Resolve(j.ID, "x"); err == nil {
 		t.Error("resolving a done job succeeded")
+	}
+}
+
+// TestWorkerPublish429IsNotUncertain: a publish refused with 429 created
+// nothing; the job goes back to uploaded, so a restart during its backoff
+// finds nothing uncertain (no hold), and it is published once afterwards.
+func TestWorkerPublish429IsNotUncertain(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{ErrorRate: map[string]float64{apisim.RoutePublish: 1}, ErrorStatus: 429}})
+	p := e.writePLY("rate-limited.ply", 30)
+	e.enqueue(p)
+	o := e.options(1)
+	o.OnUncertain = UncertainHold
+	o.Backoff = state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter} // the retry waits past the restart
+	pool, err := NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(ctx) }()
+	e.waitFor("a publish refused with 429", func() bool {
+		js := e.jobs()
+		return len(js) == 1 && js[0].LastStatus == http.StatusTooManyRequests
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if j := e.jobs()[0]; j.Stage != state.Uploaded {
+		t.Fatalf("after a 429 the job is %s, want uploaded", j.Stage)
+	}
+	e.sim.SetFaults(apisim.Faults{})
+	e.reopen() // a restart: recovery marks publishing jobs uncertain
+	if j := e.jobs()[0]; j.Uncertain {
+		t.Fatal("a job refused with 429 was marked uncertain at restart")
+	}
+	o = e.options(1)
+	// A new process has a new pacer: the old one still holds the class
+	// after the 429s.
+	c, err := NewClient(ClientOptions{BaseURL: e.sim.URL(), Token: e.sim.Token(), RootCAs: e.sim.CertPool(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Client = c
+	o.OnUncertain = UncertainHold
+	o.Now = func() time.Time { return time.Now().Add(2 * time.Hour) } // the backoff is over
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	if j := e.jobs()[0]; j.Stage != state.Done {
+		t.Errorf("job %s (%s), want done", j.Stage, j.FailReason)
+	}
+	e.checkOnce(p)
+}
+
+// workerFlakyClaimStore fails its first Claims.
+type workerFlakyClaimStore struct {
+	*queue.Store
+	fails atomic.Int32
+	calls atomic.Int32
+}
+
+func (s *workerFlakyClaimStore) Claim(now time.Time) (state.Job, bool, error) {
+	s.calls.Add(1)
+	if s.fails.Add(-1) >= 0 {
+		return state.Job{}, false, errors.New("disk I/O error")
+	}
+	return s.Store.Claim(now)
+}
+
+// TestWorkerStoreErrorClearsWhenIdle: /readyz must not report a store that
+// failed once and works again, even when no job comes to prove it.
+func TestWorkerStoreErrorClearsWhenIdle(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	fs := &workerFlakyClaimStore{Store: e.store}
+	fs.fails.Store(1)
+	o := e.options(1)
+	o.Store = fs
+	p, err := NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	e.waitFor("a successful claim after the failed one", func() bool { return fs.calls.Load() >= 2 })
+	e.waitFor("StoreError cleared", func() bool { return p.StoreError() == nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

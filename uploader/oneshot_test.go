@@ -1,0 +1,95 @@
+package uploader
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// oneshotServer is a minimal API whose publish and poll answers a test
+// chooses; storage lives on the same host.
+func oneshotServer(t *testing.T, publish func(w http.ResponseWriter), poll func(n int32, w http.ResponseWriter)) (*httptest.Server, *atomic.Int32, *atomic.Int32) {
+	t.Helper()
+	var publishes, polls atomic.Int32
+	var srv *httptest.Server
+	srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch r.URL.Path {
+		case "/api/upload/signed-url":
+			io.WriteString(w, `{"signedUrl":"`+srv.URL+`/storage/k?sig=s","storageKey":"k"}`)
+		case "/storage/k":
+		case "/api/splats/publish":
+			publishes.Add(1)
+			publish(w)
+		case "/api/splats/50":
+			poll(polls.Add(1), w)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &publishes, &polls
+}
+
+func oneshotFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "a.ply")
+	if err := os.WriteFile(p, []byte("ply\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func oneshotClient(t *testing.T, srv *httptest.Server) *Client {
+	t.Helper()
+	c, err := NewClient(ClientOptions{BaseURL: srv.URL, Token: "tok", RootCAs: clientTestRoots(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestPublishFileSurvivesAnUnreadablePoll: one unreadable poll answer (a
+// proxy's page) is asked again, not a reason to give up on a splat that
+// exists (a user would re-run the command and publish twice).
+func TestPublishFileSurvivesAnUnreadablePoll(t *testing.T) {
+	t.Parallel()
+	srv, publishes, _ := oneshotServer(t,
+		func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"id":"50","hash":"h","url":"https://v/view?id=h","format":"","task":{"status":"running","message":""}}`)
+		},
+		func(n int32, w http.ResponseWriter) {
+			if n == 1 {
+				io.WriteString(w, `<html>gateway hiccup</html>`)
+				return
+			}
+			io.WriteString(w, `{"id":"50","hash":"h","title":"a","description":"","format":"sog"}`) // minimal record
+		})
+	sp, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
+	if err != nil || sp.ID != "50" || sp.URL != "https://v/view?id=h" || publishes.Load() != 1 {
+		t.Errorf("PublishFile = %+v, %v after %d publishes; want splat 50 with its link, 1 publish", sp, err, publishes.Load())
+	}
+}
+
+// TestPublishFileStopsOnUnreadablePublishAnswer: a 2xx publish answer
+// without an id may stand for a created splat: never publish again.
+func TestPublishFileStopsOnUnreadablePublishAnswer(t *testing.T) {
+	t.Parallel()
+	srv, publishes, _ := oneshotServer(t,
+		func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, `{"splat":{"id":50}}`)
+		},
+		func(int32, http.ResponseWriter) {})
+	_, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
+	if err == nil || publishes.Load() != 1 {
+		t.Errorf("PublishFile err = %v after %d publishes; want an error after exactly 1", err, publishes.Load())
+	}
+}
