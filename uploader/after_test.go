@@ -190,8 +190,10 @@ func TestResolvePublishTemplateAndSidecar(t *testing.T) {
 
 	for _, bad := range []struct{ body, want string }{
 		{"format: ply\n", "format: must be sog or compressed.ply"},
-		{"titel: x\n", "field titel not found"},
+		{"titel: x\n", "titel: unknown key"},
 		{"title: \"\"\n", "title: must not be empty"},
+		{"listed: maybe\nsettings: 3\n", "listed: want true or false (line 1); settings: want a mapping (line 2)"},
+		{"titel: oops\nformat: ply\n", "titel: unknown key (known: title, description, listed, format, settings) (line 1); format: must be sog"},
 	} {
 		if err := os.WriteFile(SidecarPath(p), []byte(bad.body), 0o644); err != nil {
 			t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -120,7 +119,8 @@ func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (Publis
 }
 
 // ReadSidecar reads and checks a sidecar file. A missing file is
-// fs.ErrNotExist; anything else wrong names the file and the key.
+// fs.ErrNotExist; anything else wrong names the file, and every bad key
+// with its line, in one message.
 func ReadSidecar(path string) (Sidecar, error) {
 	var sc Sidecar
 	b, err := os.ReadFile(path)
@@ -130,16 +130,52 @@ func ReadSidecar(path string) (Sidecar, error) {
 		}
 		return sc, fmt.Errorf("sidecar %s: %w", filepath.Base(path), err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&sc); err != nil && !errors.Is(err, io.EOF) {
-		return sc, fmt.Errorf("sidecar %s: %s", filepath.Base(path), strings.TrimPrefix(err.Error(), "yaml: "))
+	name := filepath.Base(path)
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return sc, fmt.Errorf("sidecar %s: not valid YAML: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return sc, nil // empty: no overrides
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return sc, fmt.Errorf("sidecar %s: want keys (title, description, listed, format, settings) (line %d)", name, root.Line)
+	}
+	var problems []string
+	bad := func(key string, line int, format string, a ...any) {
+		problems = append(problems, fmt.Sprintf("%s: %s (line %d)", key, fmt.Sprintf(format, a...), line))
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		var target any
+		switch k.Value {
+		case "title":
+			target = &sc.Title
+		case "description":
+			target = &sc.Description
+		case "listed":
+			target = &sc.Listed
+		case "format":
+			target = &sc.Format
+		case "settings":
+			target = &sc.Settings
+		default:
+			bad(k.Value, k.Line, "unknown key (known: title, description, listed, format, settings)")
+			continue
+		}
+		if err := v.Decode(target); err != nil {
+			bad(k.Value, v.Line, "want %s", map[string]string{"title": "text", "description": "text", "listed": "true or false", "format": "sog or compressed.ply", "settings": "a mapping"}[k.Value])
+		}
 	}
 	if sc.Format != nil && *sc.Format != "sog" && *sc.Format != "compressed.ply" {
-		return sc, fmt.Errorf("sidecar %s: format: must be sog or compressed.ply (got %q)", filepath.Base(path), *sc.Format)
+		problems = append(problems, fmt.Sprintf("format: must be sog or compressed.ply (got %q)", *sc.Format))
 	}
 	if sc.Title != nil && strings.TrimSpace(*sc.Title) == "" {
-		return sc, fmt.Errorf("sidecar %s: title: must not be empty", filepath.Base(path))
+		problems = append(problems, "title: must not be empty")
+	}
+	if len(problems) > 0 {
+		return sc, fmt.Errorf("sidecar %s: %s", name, strings.Join(problems, "; "))
 	}
 	return sc, nil
 }

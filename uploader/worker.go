@@ -729,5 +729,9 @@ func failReason(from state.Stage, err error) string {
 	if errors.As(err, &ae) {
 		return ae.Error()
 	}
+	var fe *workerFileError // a sidecar, a vanished file: the text says it all
+	if errors.As(err, &fe) {
+		return fe.Error()
+	}
 	return fmt.Sprintf("%v (at stage %s)", err, from)
 }

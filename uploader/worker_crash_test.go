@@ -158,7 +158,7 @@ func TestWorkerSIGKILL(t *testing.T) {
 	// for it.
 	sim, err := apisim.New(apisim.Options{ProcessingDelay: 60 * time.Millisecond, Seed: 11,
 		Limits: map[apisim.Class]int{apisim.ClassNormal: 100000, apisim.ClassStrict: 100000, apisim.ClassAssets: 100000},
-		Faults: apisim.Faults{Latency: 10 * time.Millisecond}})
+		Faults: apisim.Faults{Latency: 25 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestWorkerSIGKILL(t *testing.T) {
 		cmd, done := start()
 		// A random moment within the child's life: hashing, signing,
 		// mid-PUT, around the publish, polling, committing.
-		delay := time.Duration(rng.Int64N(int64(120 * time.Millisecond)))
+		delay := time.Duration(rng.Int64N(int64(100 * time.Millisecond)))
 		select {
 		case err := <-done:
 			if err != nil {

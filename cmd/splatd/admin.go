@@ -60,7 +60,9 @@ func viewOf(j state.Job, sent int64) jobView {
 	case j.FailReason != "":
 		v.Error = j.FailReason
 	case j.LastError != "":
-		v.Error = j.LastError
+		// The content check's errors start with the path, which the FILE
+		// column already shows.
+		v.Error = strings.TrimPrefix(j.LastError, j.Path+": ")
 	}
 	return v
 }

@@ -202,9 +202,12 @@ func cmdValidate(ctx context.Context, c *cli, args []string) int {
 		case errors.Is(err, splatfile.ErrIncomplete):
 			failed++
 			fmt.Fprintf(c.stdout, "%s: incomplete: %s\n", p, oneLine(splatfile.Reason(err)))
-		case err != nil:
+		case errors.As(err, new(*splatfile.InvalidError)):
 			failed++
 			fmt.Fprintf(c.stdout, "%s: invalid: %s\n", p, oneLine(splatfile.Reason(err)))
+		case err != nil: // not the content: the file cannot be read
+			failed++
+			fmt.Fprintf(c.stdout, "%s: error: %s\n", p, oneLine(err.Error()))
 		default:
 			fmt.Fprintf(c.stdout, "%s: ok: %s\n", p, describe(info))
 		}

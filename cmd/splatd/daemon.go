@@ -443,9 +443,7 @@ func (d *daemon) statsLoop(ctx context.Context) {
 			wasPaused = paused != nil
 			if wasPaused {
 				d.log.Error().Str("token_from", string(d.tokenSource())).Err(paused).
-					Msg("the API refuses the token: all work is paused and the token is probed with backoff; put a valid token where it was read from: splatd picks it up within seconds")
-			} else {
-				d.log.Info().Str("token_from", string(d.tokenSource())).Msg("the API accepts the token again: work resumes")
+					Msg("the API refuses the token: all work is paused and the token is probed with backoff; " + d.tokenAdvice())
 			}
 		}
 		st, err := d.store.Stats()
@@ -477,9 +475,25 @@ func (d *daemon) statsLoop(ctx context.Context) {
 	}
 }
 
+// tokenAdvice says how to replace a refused token from where it came:
+// only a token file can change under a running process; the environment and
+// a systemd credential (copied at service start, immutable while it runs)
+// need a restart.
+func (d *daemon) tokenAdvice() string {
+	switch {
+	case d.cfg.API.TokenFile != "":
+		return "write a valid token to " + d.cfg.API.TokenFile + ": it is picked up within seconds, no restart"
+	case d.tokenSource() == tokenSource("the SPLATD_TOKEN environment variable"):
+		return "set a valid SPLATD_TOKEN and restart splatd"
+	default:
+		return "put a valid token in the credential's source (LoadCredential=, e.g. /etc/splatd/token) and restart: systemctl restart splatd"
+	}
+}
+
 // reloadToken reads the token source again while the API refuses the
-// token; a new value is used at once, so fixing the token file (or the
-// credential) needs no restart.
+// token; a new value is used at once, so fixing a token file needs no
+// restart (a credential or the environment cannot change under a running
+// process: tokenAdvice says so).
 func (d *daemon) reloadToken() {
 	tok, source, err := loadToken(d.cfg, d.getenv)
 	d.tokMu.Lock()

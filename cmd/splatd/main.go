@@ -65,7 +65,7 @@ func commands() []command {
 		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs", cmdRetry},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
-		{"config", "check [-config FILE]", "print the effective config (token redacted) or its errors", cmdConfig},
+		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
 		{"version", "", "print the version", cmdVersion},
 		{"help", "[COMMAND]", "list the commands, or describe one", nil},
 	}
@@ -95,12 +95,30 @@ func dispatch(ctx context.Context, c *cli, args []string) int {
 	}
 	for _, cmd := range commands() {
 		if cmd.name == name && cmd.run != nil {
+			if asksHelp(args[1:]) {
+				// Asked-for help is output, not a diagnostic: stdout, so
+				// that `splatd run -h | less` works.
+				c = &cli{stdout: c.stdout, stderr: c.stdout, getenv: c.getenv}
+			}
 			return cmd.run(ctx, c, args[1:])
 		}
 	}
 	fmt.Fprintf(c.stderr, "splatd: unknown command %q\n\n", name)
 	usage(c.stderr)
 	return exitUsage
+}
+
+// asksHelp reports whether args ask for a command's help (before any "--").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if isHelpWord(a) && a != "help" {
+			return true
+		}
+	}
+	return false
 }
 
 func isHelpWord(s string) bool {
@@ -133,7 +151,7 @@ func newFlags(c *cli, name string) *flag.FlagSet {
 		}
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: splatd %s %s\n\n%s\n", name, synopsis, summary)
+		fmt.Fprintf(c.stderr, "%s\n\n%s\n", strings.TrimSpace("usage: splatd "+name+" "+synopsis), summary)
 		var any bool
 		fs.VisitAll(func(*flag.Flag) { any = true })
 		if any {
@@ -214,6 +232,7 @@ func cmdVersion(ctx context.Context, c *cli, args []string) int {
 func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "config")
 	cfgPath := configFlag(c, fs)
+	probe := fs.Bool("probe", false, "also ask the API whether it accepts the token (one signed-URL request; nothing is uploaded)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -226,12 +245,27 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage // an invalid config is exit 2 for every command
 	}
-	_, source, tokErr := loadToken(cfg, c.getenv)
+	token, source, tokErr := loadToken(cfg, c.getenv)
 	fmt.Fprint(c.stdout, cfg.redacted(source, tokErr))
 	if tokErr != nil {
 		fmt.Fprintln(c.stderr, tokErr)
 		return exitFailure
 	}
+	if !*probe {
+		return exitOK
+	}
+	// splatd calls the API only when there is work, so /readyz cannot
+	// vouch for a token before the first file; this can.
+	client, err := newClient(cfg, token, nil, cliLogger(c))
+	if err == nil {
+		_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+	}
+	if err != nil {
+		a := &apiEnv{cfg: cfg, source: source}
+		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, a.explain(err))
+		return exitFailure
+	}
+	fmt.Fprintf(c.stdout, "# probe: %s accepts the token read from %s\n", cfg.API.BaseURL, source)
 	return exitOK
 }
 
