@@ -43,7 +43,7 @@ fuzz:
 # in-process simulator, on loopback only (bench/README.md explains each line).
 # bench prints "name value unit" per figure; torture exits 1 if a target is missed.
 bench: build
-	@command -v curl >/dev/null || (apt-get update -qq && apt-get install -y -qq curl) >/dev/null 2>&1 || echo "bench: no curl; the throughput ratio is skipped"
+	@command -v curl >/dev/null || { echo "bench: installing curl (Debian package) for the throughput comparison"; (apt-get update -qq && apt-get install -y -qq curl) >/dev/null 2>&1; } || echo "bench: no curl; the throughput ratio is skipped"
 	$(GO) build -o bin/splatbench ./bench/cmd/splatbench
 	./bin/splatbench -splatd $(BIN)
 

@@ -38,6 +38,7 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 		return usageError(c, fs, "takes no arguments")
 	}
 	out := c.stdout
+	removeDir := *dir == "" && !*keep
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "splatd-demo-")
 		if err != nil {
@@ -171,10 +172,13 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	fmt.Fprintf(out, "\nsimulator: %d uploads, %d publishes, %d storage requests with an Authorization header\n",
 		st.Uploads, st.Publishes, st.StorageAuthHeaders)
 	fmt.Fprintf(out, "receipts:  %s\n", filepath.Join(inbox, "*.splat.json"))
+	if removeDir {
+		fmt.Fprintln(out, "(the demo folder is removed at exit; -keep or -dir DIR keeps it)")
+	}
 
 	if *keep {
-		fmt.Fprintf(out, "\nsplatd keeps running: drop .ply or .sog files into\n  %s\nand watch them with\n  splatd jobs -config %s\n(Ctrl-C stops it.)\n",
-			inbox, writeDemoConfig(*dir, &cfg))
+		fmt.Fprintf(out, "\nsplatd keeps running: drop .ply or .sog files into\n  %s\nand watch them with\n  %s jobs -config %s\n(Ctrl-C stops it.)\n",
+			inbox, os.Args[0], writeDemoConfig(*dir, &cfg))
 		select {
 		case <-ctx.Done():
 		case err := <-runErr:

@@ -59,7 +59,8 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nbranches:   main (123 checkpoints), demo (7)\n",
 		sim.URL(), sim.StorageURL(), sim.CAFile(), sim.Token(), tokenFile, cfgFile)
-	fmt.Fprintf(c.stdout, "\ntry:  splatd checkpoints -config %s main -limit 5\n      splatd publish -config %s FILE.ply\n", cfgFile, cfgFile)
+	self := os.Args[0] // as the user typed it (bin/splatd after make build)
+	fmt.Fprintf(c.stdout, "\ntry:  %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n", self, cfgFile, self, cfgFile)
 	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
 	if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)

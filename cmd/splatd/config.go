@@ -187,7 +187,20 @@ func loadConfig(path string, forRun bool) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	cfg, err := parseConfig(data)
-	if err != nil {
+	var errs ConfigErrors
+	switch {
+	case errors.As(err, &errs):
+		// Keys that decoded are still checked, so that one pass shows
+		// every problem (the bad ones keep their defaults meanwhile).
+		partial := defaultConfig()
+		var doc yaml.Node
+		if yaml.Unmarshal(data, &doc) == nil && len(doc.Content) > 0 {
+			var ignore ConfigErrors
+			decodeStrict(doc.Content[0], reflect.ValueOf(&partial).Elem(), "", &ignore)
+		}
+		errs = append(errs, partial.validate(forRun)...)
+		return nil, fmt.Errorf("config %s: %w", path, errs)
+	case err != nil:
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	if errs := cfg.validate(forRun); len(errs) > 0 {

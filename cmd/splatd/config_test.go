@@ -240,3 +240,19 @@ func TestHelpForms(t *testing.T) {
 		t.Errorf("unknown command exited %d, want 2", code)
 	}
 }
+
+// TestDecodeAndValidationProblemsTogether: a file with a bad value and a bad
+// key and invalid settings reports all of them in one pass.
+func TestDecodeAndValidationProblemsTogether(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("api:\n  base_url: http://x\n  timout: 3s\nsettle: fast\nworkers: 100\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadConfig(p, true)
+	for _, want := range []string{"api.timout: unknown key", "settle: \"fast\" is not a duration", "api.base_url: scheme must be https", "workers: must be between 1 and 64", "watch: at least one folder"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
