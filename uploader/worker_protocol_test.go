@@ -3,10 +3,7 @@ package uploader
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
@@ -18,29 +15,15 @@ import (
 // of publishing again at every backoff step.
 func TestWorkerUnreadablePublishAnswerHolds(t *testing.T) {
 	t.Parallel()
-	var publishes atomic.Int32
-	var srv *httptest.Server
-	srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		switch r.URL.Path {
-		case "/api/upload/signed-url":
-			io.WriteString(w, `{"signedUrl":"`+srv.URL+`/storage/k?sig=s","storageKey":"k"}`)
-		case "/storage/k":
-		case "/api/splats/publish":
-			publishes.Add(1)
+	srv, publishes, _ := oneshotServer(t,
+		func(w http.ResponseWriter) {
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, `{"splat":{"id":50}}`) // wrapped: no top-level id
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
+		},
+		func(int32, http.ResponseWriter) {})
 
 	e := newWorkerEnv(t, apisim.Options{}) // for its store and files; the client points at srv
-	c, err := NewClient(ClientOptions{BaseURL: srv.URL, Token: "tok", RootCAs: clientTestRoots(), Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := oneshotClient(t, srv)
 	p := e.writePLY("odd-answer.ply", 40)
 	e.enqueue(p)
 	o := e.options(1)
