@@ -112,18 +112,9 @@ func runDiskFull(ctx context.Context, e *tenv) error {
 		return err
 	}
 	// While full: watch for 6 s, restarting the daemon whenever it exits.
-	exits := 0
-	fullUntil := time.Now().Add(6 * time.Second)
-	for time.Now().Before(fullUntil) && ctx.Err() == nil {
-		select {
-		case <-e.d.Done():
-			exits++
-			time.Sleep(time.Second)
-			if err := e.start(); err != nil {
-				return err
-			}
-		case <-time.After(100 * time.Millisecond):
-		}
+	exits, err := e.supervise(ctx, time.Now().Add(6*time.Second), func() bool { return false })
+	if err != nil {
+		return err
 	}
 	errs := 0
 	// Count error logs of every run so far (the log file is appended to).
@@ -141,20 +132,13 @@ func runDiskFull(ctx context.Context, e *tenv) error {
 	}
 	freed := time.Now()
 	// Space is back: keep supervising until every file is final.
-	end := time.Now().Add(e.timeout() / 2)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		if f, _ := e.receipts(); f == len(e.files) {
-			break
-		}
-		select {
-		case <-e.d.Done():
-			exits++
-			time.Sleep(time.Second)
-			if err := e.start(); err != nil {
-				return err
-			}
-		case <-time.After(100 * time.Millisecond):
-		}
+	more, err := e.supervise(ctx, time.Now().Add(e.timeout()/2), func() bool {
+		f, _ := e.receipts()
+		return f == len(e.files)
+	})
+	exits += more
+	if err != nil {
+		return err
 	}
 	if f, _ := e.receipts(); f != len(e.files) {
 		e.problem("only %d of %d files finished after space was freed", f, len(e.files))
@@ -163,4 +147,22 @@ func runDiskFull(ctx context.Context, e *tenv) error {
 	}
 	e.verdict()
 	return nil
+}
+
+// supervise restarts the daemon whenever it exits, as Restart=on-failure
+// would, until end or until done reports true; it returns the exits seen.
+func (e *tenv) supervise(ctx context.Context, end time.Time, done func() bool) (int, error) {
+	exits := 0
+	for time.Now().Before(end) && ctx.Err() == nil && !done() {
+		select {
+		case <-e.d.Done():
+			exits++
+			time.Sleep(time.Second)
+			if err := e.start(); err != nil {
+				return exits, err
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return exits, nil
 }

@@ -27,7 +27,8 @@ func TestCanMove(t *testing.T) {
 		{Signed, Uploaded, true},
 		{Signed, Ready, true}, // new signed URL
 		{Uploaded, Publishing, true},
-		{Uploaded, Ready, true}, // storage refused the key later
+		{Uploaded, Ready, false},     // never re-signed after upload: a changed file goes back to queued
+		{Publishing, Uploaded, true}, // 429: nothing created, a fresh intent later
 		{Uploaded, Queued, true},
 		{Publishing, Processing, true},
 		{Publishing, Held, true},

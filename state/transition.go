@@ -36,9 +36,7 @@ var transitions = map[Stage][]Stage{
 	Uploaded: {
 		Uploaded,
 		Publishing, // intent committed before the publish call
-		Ready,      // storage refused the key later: sign and upload again
-		Signed,     // re-upload with a still valid URL
-		Queued,     // file changed
+		Queued,     // file changed after its upload
 		Failed,
 	},
 	Publishing: {
@@ -46,7 +44,6 @@ var transitions = map[Stage][]Stage{
 		Uploaded,   // publish refused with 429: certainly nothing created; a fresh intent later
 		Processing, // publish answered with the splat
 		Held,       // outcome unknown and on_uncertain=hold
-		Ready,      // publish refused the storage key: upload again
 		Failed,     // publish refused (400/403/404)
 	},
 	Processing: {

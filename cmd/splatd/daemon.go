@@ -50,8 +50,6 @@ type daemon struct {
 	notify  *notifier
 	getenv  func(string) string
 
-	// onFinish, when set (by the demo), sees every job that reaches a final stage.
-	onFinish func(j state.Job, file string)
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
 }
@@ -154,10 +152,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 		},
 		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
 		Finish: func(ctx context.Context, j state.Job) error {
-			file, err := after.Finish(ctx, j)
-			if err == nil && d.onFinish != nil {
-				d.onFinish(j, file)
-			}
+			_, err := after.Finish(ctx, j)
 			return err
 		},
 		OnTransition: func(j state.Job, from state.Stage) {
