@@ -36,8 +36,8 @@ sim: build
 # fails with a bare "context deadline exceeded" (golang/go#75804, fixed in 1.27).
 FUZZ_EXECS ?= 150000x
 fuzz:
-	$(GO) test ./watcher/splatfile -run '^$$' -fuzz '^FuzzPLYHeader$$' -fuzztime $(FUZZ_EXECS)
-	$(GO) test ./watcher/splatfile -run '^$$' -fuzz '^FuzzSOG$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzPLYHeader$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOG$$' -fuzztime $(FUZZ_EXECS)
 
 # Performance figures and the reliability suite: the real binary against the
 # in-process simulator, on loopback only (bench/README.md explains each line).

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // WriteSample writes a small valid 3DGS PLY of n splats whose header

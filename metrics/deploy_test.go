@@ -18,7 +18,7 @@ import (
 // metric would otherwise leave an alert that can never fire.
 func TestDeployFilesNameExistingMetrics(t *testing.T) {
 	t.Parallel()
-	reg, m := NewRegistry("test")
+	reg, m := NewRegistry("test", testRoutes)
 	exercise(m)
 	mfs, err := reg.Gather()
 	if err != nil {

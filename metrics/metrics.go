@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/state"
 )
 
 // namespace prefixes every metric so that splatd's series never collide with
@@ -27,12 +27,8 @@ const namespace = "splatd"
 // only at its first increment miss that increment, and an alert over a
 // missing series never fires.
 var (
-	// Stages lists the job stages of DESIGN.md in pipeline order.
-	Stages = []string{"queued", "ready", "signed", "uploaded", "publishing", "processing", "done", "failed", "held"}
 	// Results lists the terminal outcomes passed to JobFinished.
 	Results = []string{"done", "failed", "duplicate", "held"}
-	// Routes lists the API routes: the values of uploader's Route* constants.
-	Routes = []string{uploader.RouteSignedURL, uploader.RouteStoragePut, uploader.RoutePublish, uploader.RouteGetSplat, uploader.RouteCheckpoints}
 	// WatchErrorKinds lists the kinds the watcher reports through WatchError
 	// (see watcher.Observer). Other kinds are still counted; these are the
 	// ones that exist at zero.
@@ -44,7 +40,7 @@ var (
 const CodeNoResponse = "error"
 
 // Metrics is splatd's set of collectors. Its methods are the hooks the
-// uploader (uploader.Observer), the watcher and the daemon call.
+// uploader (uploader.Observer, api.Observer), the watcher and the daemon call.
 //
 // All methods are safe for concurrent use, never block, and are no-ops on a
 // nil *Metrics, so a command without a registry can pass nil.
@@ -81,9 +77,6 @@ type Metrics struct {
 	tokenRefused prometheus.Gauge
 }
 
-// The uploader reports to Metrics through its Observer interface.
-var _ uploader.Observer = (*Metrics)(nil)
-
 // Bucket layouts. API calls are sub-second but a storage PUT of a large splat
 // can take hours on a slow uplink, and a job waits for server processing too,
 // so the upload and job histograms reach past the 2h default poll timeout.
@@ -93,11 +86,13 @@ var (
 	jobBuckets    = []float64{1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800}
 )
 
-// New creates splatd's collectors and registers them on reg. It panics if a
+// New creates splatd's collectors and registers them on reg. routes are the
+// API client's route names (api.Routes), pre-initialised so that their 429
+// series exist from the first scrape; metrics does not import the client. It panics if a
 // collector is already registered there, as prometheus.MustRegister does:
 // that is a wiring bug, not a run-time condition. build_info carries the
 // module version from the binary's build info until SetBuildInfo is called.
-func New(reg prometheus.Registerer) *Metrics {
+func New(reg prometheus.Registerer, routes []string) *Metrics {
 	m := &Metrics{
 		filesDiscovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "files_discovered_total",
@@ -169,13 +164,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.jobDuration, m.oldestJobAge, m.buildInfo, m.watchErrors, m.watchPolling, m.tokenRefused,
 	)
 
-	for _, s := range Stages {
-		m.jobs.WithLabelValues(s).Set(0)
+	for _, s := range state.Stages {
+		m.jobs.WithLabelValues(string(s)).Set(0)
 	}
 	for _, r := range Results {
 		m.jobsFinished.WithLabelValues(r).Add(0)
 	}
-	for _, r := range Routes {
+	for _, r := range routes {
 		m.apiRequestDuration.WithLabelValues(r)
 		// 429 is the one code alerts watch from the start; other codes
 		// appear as they are answered.
@@ -197,13 +192,13 @@ func New(reg prometheus.Registerer) *Metrics {
 
 // NewRegistry returns a fresh registry holding the Go and process collectors
 // and splatd's own, with build_info set to version.
-func NewRegistry(version string) (*prometheus.Registry, *Metrics) {
+func NewRegistry(version string, routes []string) (*prometheus.Registry, *Metrics) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m := New(reg)
+	m := New(reg, routes)
 	if version != "" {
 		m.SetBuildInfo(version)
 	}
@@ -219,7 +214,7 @@ func (m *Metrics) SetBuildInfo(version string) {
 	m.buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 }
 
-// APIRequest implements uploader.Observer.
+// APIRequest implements api.Observer.
 func (m *Metrics) APIRequest(route string, code int, d time.Duration) {
 	if m == nil {
 		return
@@ -232,7 +227,7 @@ func (m *Metrics) APIRequest(route string, code int, d time.Duration) {
 	m.apiRequestDuration.WithLabelValues(route).Observe(d.Seconds())
 }
 
-// RateLimit implements uploader.Observer.
+// RateLimit implements api.Observer.
 func (m *Metrics) RateLimit(class string, remaining int) {
 	if m == nil {
 		return
@@ -240,7 +235,7 @@ func (m *Metrics) RateLimit(class string, remaining int) {
 	m.rateLimitRemaining.WithLabelValues(class).Set(float64(remaining))
 }
 
-// RateLimitWait implements uploader.Observer.
+// RateLimitWait implements api.Observer.
 func (m *Metrics) RateLimitWait(d time.Duration) {
 	if m == nil || d <= 0 {
 		return
@@ -248,7 +243,7 @@ func (m *Metrics) RateLimitWait(d time.Duration) {
 	m.rateLimitWait.Add(d.Seconds())
 }
 
-// UploadBytes implements uploader.Observer.
+// UploadBytes implements api.Observer.
 func (m *Metrics) UploadBytes(n int64) {
 	// A counter panics on a negative Add; a retried PUT restarts its own
 	// progress, it never un-sends bytes.
@@ -258,7 +253,7 @@ func (m *Metrics) UploadBytes(n int64) {
 	m.uploadBytes.Add(float64(n))
 }
 
-// UploadDone implements uploader.Observer.
+// UploadDone implements api.Observer.
 func (m *Metrics) UploadDone(d time.Duration) {
 	if m == nil {
 		return
@@ -312,17 +307,17 @@ func (m *Metrics) SetTokenRefused(refused bool) {
 // SetStages sets the per-stage job counts from the queue's stats. Known
 // stages missing from counts are set to 0, so a stage that empties does not
 // keep its last value.
-func (m *Metrics) SetStages(counts map[string]int) {
+func (m *Metrics) SetStages(counts map[state.Stage]int) {
 	if m == nil {
 		return
 	}
-	for _, s := range Stages {
+	for _, s := range state.Stages {
 		if _, ok := counts[s]; !ok {
-			m.jobs.WithLabelValues(s).Set(0)
+			m.jobs.WithLabelValues(string(s)).Set(0)
 		}
 	}
 	for s, n := range counts {
-		m.jobs.WithLabelValues(s).Set(float64(n))
+		m.jobs.WithLabelValues(string(s)).Set(float64(n))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -31,13 +32,13 @@ func exercise(m *Metrics) {
 	m.WatchError("overflow")
 	m.PollingFallback(true)
 	m.SetTokenRefused(false)
-	m.SetStages(map[string]int{"queued": 1})
+	m.SetStages(map[state.Stage]int{"queued": 1})
 	m.SetOldestJobAge(time.Minute)
 }
 
 func TestRegistryLint(t *testing.T) {
 	t.Parallel()
-	reg, m := NewRegistry("v1.2.3")
+	reg, m := NewRegistry("v1.2.3", testRoutes)
 	exercise(m)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -52,8 +53,8 @@ func TestNewRegistryIsPrivate(t *testing.T) {
 	t.Parallel()
 	// Two daemons in one process (tests, demo) must not collide, which they
 	// would on a shared or default registry.
-	_, m1 := NewRegistry("a")
-	_, m2 := NewRegistry("b")
+	_, m1 := NewRegistry("a", testRoutes)
+	_, m2 := NewRegistry("b", testRoutes)
 	if m1 == m2 {
 		t.Fatal("NewRegistry returned the same Metrics twice")
 	}
@@ -61,7 +62,7 @@ func TestNewRegistryIsPrivate(t *testing.T) {
 
 func TestBuildInfo(t *testing.T) {
 	t.Parallel()
-	reg, _ := NewRegistry("v1.2.3")
+	reg, _ := NewRegistry("v1.2.3", testRoutes)
 	want := `
 # HELP splatd_build_info Always 1; labelled with splatd's version and the Go version that built it.
 # TYPE splatd_build_info gauge
@@ -75,12 +76,12 @@ splatd_build_info{goversion="` + runtime.Version() + `",version="v1.2.3"} 1
 func TestPreinitialisedSeries(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	New(reg)
+	New(reg, testRoutes)
 	counts := map[string]int{
-		"splatd_jobs":                         len(Stages),
+		"splatd_jobs":                         len(state.Stages),
 		"splatd_jobs_finished_total":          len(Results),
-		"splatd_api_requests_total":           len(Routes), // the 429 series
-		"splatd_api_request_duration_seconds": len(Routes),
+		"splatd_api_requests_total":           len(testRoutes), // the 429 series
+		"splatd_api_request_duration_seconds": len(testRoutes),
 		"splatd_watch_errors_total":           len(WatchErrorKinds),
 		"splatd_ratelimit_remaining":          0, // a 0 would read as "exhausted"
 		"splatd_build_info":                   1,
@@ -137,11 +138,11 @@ func TestObserverHooks(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.watchPolling }, 0},
 		{"token refused", func(m *Metrics) { m.SetTokenRefused(true) },
 			func(m *Metrics) prometheus.Collector { return m.tokenRefused }, 1},
-		{"stages set", func(m *Metrics) { m.SetStages(map[string]int{"signed": 3}) },
+		{"stages set", func(m *Metrics) { m.SetStages(map[state.Stage]int{"signed": 3}) },
 			func(m *Metrics) prometheus.Collector { return m.jobs.WithLabelValues("signed") }, 3},
 		{"stage that empties goes to zero", func(m *Metrics) {
-			m.SetStages(map[string]int{"queued": 5})
-			m.SetStages(map[string]int{"ready": 1})
+			m.SetStages(map[state.Stage]int{"queued": 5})
+			m.SetStages(map[state.Stage]int{"ready": 1})
 		}, func(m *Metrics) prometheus.Collector { return m.jobs.WithLabelValues("queued") }, 0},
 		{"oldest job age", func(m *Metrics) { m.SetOldestJobAge(90 * time.Second) },
 			func(m *Metrics) prometheus.Collector { return m.oldestJobAge }, 90},
@@ -151,7 +152,7 @@ func TestObserverHooks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m := New(prometheus.NewRegistry())
+			m := New(prometheus.NewRegistry(), testRoutes)
 			tt.call(m)
 			if got := testutil.ToFloat64(tt.metric(m)); got != tt.want {
 				t.Errorf("got %v, want %v", got, tt.want)
@@ -163,7 +164,7 @@ func TestObserverHooks(t *testing.T) {
 func TestHistogramHooks(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	m := New(reg)
+	m := New(reg, testRoutes)
 	m.APIRequest("get_splat", 200, 300*time.Millisecond)
 	m.UploadDone(10 * time.Second)
 	m.UploadDone(20 * time.Second)
@@ -217,3 +218,7 @@ func TestNilMetricsIsNoop(t *testing.T) {
 	exercise(m) // must not panic
 	m.SetBuildInfo("x")
 }
+
+// testRoutes stands for the client's route names (api.Routes), which
+// metrics does not import.
+var testRoutes = []string{"signed_url", "storage_put", "publish", "get_splat", "checkpoints"}

@@ -16,7 +16,7 @@ import (
 // startServer runs a server on a free loopback port until the test ends.
 func startServer(t *testing.T, ready func() error) *Server {
 	t.Helper()
-	reg, m := NewRegistry("test")
+	reg, m := NewRegistry("test", testRoutes)
 	m.FileDiscovered()
 	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Ready: ready, Logger: zerolog.Nop()})
 	if err := s.Listen(); err != nil {
@@ -109,7 +109,7 @@ func TestServerAddressInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	reg, _ := NewRegistry("test")
+	reg, _ := NewRegistry("test", testRoutes)
 	s := NewServer(ServerOptions{Listen: ln.Addr().String(), Registry: reg, Logger: zerolog.Nop()})
 	// Run must return the listen error itself rather than serve nothing
 	// until ctx ends; this context never ends.
@@ -132,7 +132,7 @@ func TestServerNilRegistry(t *testing.T) {
 
 func TestServerRunReturnsOnCancel(t *testing.T) {
 	t.Parallel()
-	reg, _ := NewRegistry("test")
+	reg, _ := NewRegistry("test", testRoutes)
 	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop()})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

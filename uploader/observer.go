@@ -2,22 +2,9 @@ package uploader
 
 import "time"
 
-// Observer receives the client's and the workers' measurements. The metrics
-// package implements it; uploader stays free of Prometheus so that tests and
-// the one-shot CLI can run without a registry. Implementations must be safe
-// for concurrent use and must not block.
+// Observer receives the pool's measurements (the client has its own,
+// api.Observer). The metrics package implements both; cmd/splatd asserts it.
 type Observer interface {
-	// APIRequest records one finished HTTP exchange. route is one of the
-	// Route* constants; code is the HTTP status, or 0 when no response came.
-	APIRequest(route string, code int, d time.Duration)
-	// RateLimit records the latest X-RateLimit-Remaining seen for a class.
-	RateLimit(class string, remaining int)
-	// RateLimitWait records time a request spent held back by the pacer.
-	RateLimitWait(d time.Duration)
-	// UploadBytes records bytes written to storage (called as they go).
-	UploadBytes(n int64)
-	// UploadDone records one completed storage PUT.
-	UploadDone(d time.Duration)
 	// JobFinished records a job reaching a terminal stage. result is
 	// "done", "failed", "duplicate" or "held".
 	JobFinished(result string, d time.Duration)
@@ -26,9 +13,4 @@ type Observer interface {
 // NopObserver is an Observer that records nothing.
 type NopObserver struct{}
 
-func (NopObserver) APIRequest(string, int, time.Duration) {}
-func (NopObserver) RateLimit(string, int)                 {}
-func (NopObserver) RateLimitWait(time.Duration)           {}
-func (NopObserver) UploadBytes(int64)                     {}
-func (NopObserver) UploadDone(time.Duration)              {}
-func (NopObserver) JobFinished(string, time.Duration)     {}
+func (NopObserver) JobFinished(string, time.Duration) {}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/splatd/splatd/uploader/api"
 )
 
 // OneShotOptions tunes PublishFile, the foreground publish of `splatd
@@ -53,19 +55,19 @@ var ErrProcessingFailed = errors.New("processing failed")
 // PublishFile signs, uploads, publishes and polls one file to a terminal
 // status. r carries the publish parameters; its Key and KeyField are filled
 // here. The returned Splat is the last record seen, also on failure.
-func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, o OneShotOptions) (Splat, error) {
+func PublishFile(ctx context.Context, c *api.Client, path string, r api.PublishRequest, o OneShotOptions) (api.Splat, error) {
 	o.fill()
 	f, err := os.Open(path)
 	if err != nil {
-		return Splat{}, err
+		return api.Splat{}, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return Splat{}, err
+		return api.Splat{}, err
 	}
 
-	var up Upload
+	var up api.Upload
 	sign := func() error {
 		o.Stage("sign", "")
 		return RetryTransient(ctx, o.Attempts, func() error {
@@ -75,7 +77,7 @@ func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, 
 		})
 	}
 	if err := sign(); err != nil {
-		return Splat{}, err
+		return api.Splat{}, err
 	}
 
 	o.Stage("upload", "")
@@ -88,7 +90,7 @@ func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, 
 			progress = func(sent int64) { o.Progress(sent, fi.Size()) }
 		}
 		err := c.Put(ctx, up.URL, f, fi.Size(), progress)
-		var ae *APIError
+		var ae *api.APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
 			// Storage refused the signature (expired or revoked): a new URL
 			// and another try, which the retry loop counts as transient.
@@ -100,19 +102,19 @@ func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, 
 		return err
 	})
 	if err != nil {
-		return Splat{}, err
+		return api.Splat{}, err
 	}
 
 	o.Stage("publish", "")
 	r.Key, r.KeyField = up.Key, up.KeyField
-	var sp Splat
+	var sp api.Splat
 	err = RetryTransient(ctx, o.Attempts, func() error {
 		var err error
 		sp, err = c.Publish(ctx, r)
 		return err
 	})
 	if err != nil {
-		return Splat{}, err
+		return api.Splat{}, err
 	}
 
 	o.Stage("processing", sp.Task.Status)
@@ -120,11 +122,11 @@ func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, 
 	interval := o.PollInterval
 	for {
 		switch sp.Outcome() {
-		case OutcomeDone:
+		case api.OutcomeDone:
 			return sp, nil
-		case OutcomeFailed:
+		case api.OutcomeFailed:
 			return sp, fmt.Errorf("%w: status %q: %s", ErrProcessingFailed, sp.Task.Status, sp.Task.Message)
-		case OutcomeUnknown:
+		case api.OutcomeUnknown:
 			o.Stage("processing", "unknown task status "+sp.Task.Status)
 		}
 		if time.Now().After(deadline) {
@@ -136,7 +138,7 @@ func PublishFile(ctx context.Context, c *Client, path string, r PublishRequest, 
 		case <-time.After(interval):
 		}
 		interval = min(interval*2, o.PollMaxInterval)
-		var next Splat
+		var next api.Splat
 		err := RetryTransient(ctx, o.Attempts, func() error {
 			var err error
 			next, err = c.Splat(ctx, sp.ID)
@@ -167,7 +169,7 @@ func RetryTransient(ctx context.Context, attempts int, fn func() error) error {
 		}
 		wait := time.Duration(1<<i) * time.Second
 		wait = wait/2 + rand.N(wait/2+1)
-		var ae *APIError
+		var ae *api.APIError
 		if errors.As(err, &ae) {
 			if ae.RetryAfter > wait {
 				wait = ae.RetryAfter
@@ -189,13 +191,13 @@ func oneshotTransient(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var pe *ProtocolError
+	var pe *api.ProtocolError
 	if errors.As(err, &pe) {
 		// A 2xx we cannot read: after publish the splat may exist, so never
 		// repeat that; a poll answer (a proxy's page, say) can be asked again.
-		return pe.Route != RoutePublish
+		return pe.Route != api.RoutePublish
 	}
-	var ae *APIError
+	var ae *api.APIError
 	if errors.As(err, &ae) {
 		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests ||
 			(ae.FromStorage() && ae.Status == http.StatusForbidden)

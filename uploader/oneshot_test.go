@@ -2,6 +2,7 @@ package uploader
 
 import (
 	"context"
+	"crypto/x509"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/splatd/splatd/uploader/api"
 )
 
 // oneshotServer is a minimal API whose publish and poll answers a test
@@ -46,9 +49,11 @@ func oneshotFile(t *testing.T) string {
 	return p
 }
 
-func oneshotClient(t *testing.T, srv *httptest.Server) *Client {
+func oneshotClient(t *testing.T, srv *httptest.Server) *api.Client {
 	t.Helper()
-	c, err := NewClient(ClientOptions{BaseURL: srv.URL, Token: "tok", RootCAs: clientTestRoots(), Timeout: 5 * time.Second})
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	c, err := api.NewClient(api.ClientOptions{BaseURL: srv.URL, Token: "tok", RootCAs: roots, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +77,7 @@ func TestPublishFileSurvivesAnUnreadablePoll(t *testing.T) {
 			}
 			io.WriteString(w, `{"id":"50","hash":"h","title":"a","description":"","format":"sog"}`) // minimal record
 		})
-	sp, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
+	sp, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), api.PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
 	if err != nil || sp.ID != "50" || sp.URL != "https://v/view?id=h" || publishes.Load() != 1 {
 		t.Errorf("PublishFile = %+v, %v after %d publishes; want splat 50 with its link, 1 publish", sp, err, publishes.Load())
 	}
@@ -88,7 +93,7 @@ func TestPublishFileStopsOnUnreadablePublishAnswer(t *testing.T) {
 			io.WriteString(w, `{"splat":{"id":50}}`)
 		},
 		func(int32, http.ResponseWriter) {})
-	_, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
+	_, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), api.PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
 	if err == nil || publishes.Load() != 1 {
 		t.Errorf("PublishFile err = %v after %d publishes; want an error after exactly 1", err, publishes.Load())
 	}

@@ -11,6 +11,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/splatd/splatd/uploader/api"
 	"gopkg.in/yaml.v3"
 )
 
@@ -53,7 +54,7 @@ func SidecarPath(path string) string {
 // sidecar. An unreadable or invalid sidecar is an error naming the sidecar
 // and the key: the job fails with it instead of publishing with parameters
 // the user did not intend.
-func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (PublishRequest, error) {
+func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (api.PublishRequest, error) {
 	name := filepath.Base(path)
 	data := TitleData{
 		Stem:    strings.TrimSuffix(name, filepath.Ext(name)),
@@ -71,18 +72,18 @@ func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (Publis
 	if t.Title != "" {
 		tmpl, err := template.New("title").Option("missingkey=error").Parse(t.Title)
 		if err != nil {
-			return PublishRequest{}, fmt.Errorf("publish.title: %w", err)
+			return api.PublishRequest{}, fmt.Errorf("publish.title: %w", err)
 		}
 		var b bytes.Buffer
 		if err := tmpl.Execute(&b, data); err != nil {
-			return PublishRequest{}, fmt.Errorf("publish.title: %w", err)
+			return api.PublishRequest{}, fmt.Errorf("publish.title: %w", err)
 		}
 		title = strings.TrimSpace(b.String())
 		if title == "" {
 			title = data.Stem
 		}
 	}
-	r := PublishRequest{
+	r := api.PublishRequest{
 		Title:       title,
 		Description: t.Description,
 		Listed:      t.Listed,
@@ -95,7 +96,7 @@ func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (Publis
 		return r, nil
 	}
 	if err != nil {
-		return PublishRequest{}, err
+		return api.PublishRequest{}, err
 	}
 	if sc.Title != nil {
 		r.Title = *sc.Title

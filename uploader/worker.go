@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // Store is what the worker pool needs from the job store. queue.Store
@@ -54,7 +55,7 @@ type PollOptions struct {
 // PoolOptions configures NewPool.
 type PoolOptions struct {
 	Store  Store
-	Client *Client
+	Client *api.Client
 	// Workers is the number of jobs advanced at the same time. Zero: 2.
 	Workers int
 	// Publish holds the configured publish parameters; the default Resolve
@@ -126,7 +127,7 @@ type Pool struct {
 	progress map[uint64]Progress
 
 	resMu    sync.Mutex
-	reserved map[uint64]*Reservation // publish slots taken before the intent commit
+	reserved map[uint64]*api.Reservation // publish slots taken before the intent commit
 
 	draining  atomic.Bool // Drain: finish the current step, start no other
 	drainCh   chan struct{}
@@ -214,7 +215,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
 		progress:    make(map[uint64]Progress),
-		reserved:    make(map[uint64]*Reservation),
+		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
 		probeNow:    make(chan struct{}, 1),
 		authChanged: make(chan struct{}),
@@ -271,7 +272,7 @@ func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(nil) }
 }
 
-func (p *Pool) holdReservation(id uint64, r *Reservation) {
+func (p *Pool) holdReservation(id uint64, r *api.Reservation) {
 	p.resMu.Lock()
 	defer p.resMu.Unlock()
 	p.reserved[id].Cancel() // a stale one, never expected
@@ -280,7 +281,7 @@ func (p *Pool) holdReservation(id uint64, r *Reservation) {
 
 // takeReservation removes and returns job id's reserved publish slot (nil
 // if none; Cancel on nil is a no-op).
-func (p *Pool) takeReservation(id uint64) *Reservation {
+func (p *Pool) takeReservation(id uint64) *api.Reservation {
 	p.resMu.Lock()
 	defer p.resMu.Unlock()
 	r := p.reserved[id]
@@ -562,7 +563,7 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		return p.fail(j, now, fmt.Errorf("gave up after %d attempts: %w", j.Attempts, err)), nil
 	}
 	d := p.o.Backoff.Delay(j.Attempts)
-	var ae *APIError
+	var ae *api.APIError
 	if errors.As(err, &ae) && ae.RetryAfter > d {
 		d = ae.RetryAfter
 	}
@@ -725,7 +726,7 @@ func failReason(from state.Stage, err error) string {
 	if errors.As(err, &inv) {
 		return "invalid file: " + inv.Reason
 	}
-	var ae *APIError
+	var ae *api.APIError
 	if errors.As(err, &ae) {
 		return ae.Error()
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
@@ -54,7 +55,7 @@ func crashChild() error {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
-	client, err := NewClient(ClientOptions{BaseURL: os.Getenv(crashEnvURL), Token: os.Getenv(crashEnvToken), RootCAs: pool, Timeout: 10 * time.Second})
+	client, err := api.NewClient(api.ClientOptions{BaseURL: os.Getenv(crashEnvURL), Token: os.Getenv(crashEnvToken), RootCAs: pool, Timeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,8 @@ import (
 	"path/filepath"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // step performs the side effect of j's stage and returns the job to
@@ -35,7 +36,7 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		// A shutdown while the slot is awaited ends the wait: the publish
 		// has not started, so the job simply stays uploaded.
 		rctx, cancel := p.untilDrain(ctx)
-		res, err := p.o.Client.Reserve(rctx, RoutePublish)
+		res, err := p.o.Client.Reserve(rctx, api.RoutePublish)
 		cancel()
 		if err != nil {
 			if errors.Is(context.Cause(rctx), errDrained) && ctx.Err() == nil {
@@ -296,16 +297,16 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
 	}
 	if res := p.takeReservation(j.ID); res != nil {
-		ctx = WithReservation(ctx, res)
+		ctx = api.WithReservation(ctx, res)
 		defer res.Cancel()
 	}
-	sp, err := p.o.Client.Publish(ctx, PublishRequest{
+	sp, err := p.o.Client.Publish(ctx, api.PublishRequest{
 		Key: j.Upload.Key, KeyField: j.Upload.KeyField,
 		Title: j.Params.Title, Description: j.Params.Description, Listed: j.Params.Listed,
 		Format: j.Params.Format, Settings: j.Params.Settings,
 	})
 	j.Publishes++
-	var pe *ProtocolError
+	var pe *api.ProtocolError
 	if errors.As(err, &pe) {
 		// A 2xx answer we cannot use (no id, not JSON): the splat most
 		// likely exists, and publishing again would make another one each
@@ -368,7 +369,7 @@ func (p *Pool) stepPoll(ctx context.Context, j state.Job) (state.Job, error) {
 		j.SplatHash = sp.Hash
 	}
 	switch sp.Outcome() {
-	case OutcomeDone:
+	case api.OutcomeDone:
 		if err := j.Move(state.Done, now); err != nil {
 			return j, err
 		}
@@ -379,13 +380,13 @@ func (p *Pool) stepPoll(ctx context.Context, j state.Job) (state.Job, error) {
 		j.CompletedAt = &done
 		j.LastError, j.LastStatus = "", 0
 		return j, nil
-	case OutcomeFailed:
+	case api.OutcomeFailed:
 		msg := sp.Task.Message
 		if msg == "" {
 			msg = "(no message)"
 		}
 		return p.fail(j, now, fmt.Errorf("processing %s: %s", sp.Task.Status, msg)), nil
-	case OutcomeUnknown:
+	case api.OutcomeUnknown:
 		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", sp.Task.Status).Msg("unknown task status; polling on")
 		j.LastError = fmt.Sprintf("unknown task status %q", sp.Task.Status)
 	}

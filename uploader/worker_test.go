@@ -20,15 +20,16 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/apisim"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // workerEnv is one test's simulator, client, store and files.
 type workerEnv struct {
 	t        *testing.T
 	sim      *apisim.Server
-	client   *Client
+	client   *api.Client
 	stateDir string
 	files    string
 	store    *queue.Store
@@ -52,7 +53,7 @@ func newWorkerEnv(t *testing.T, so apisim.Options) *workerEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
-	c, err := NewClient(ClientOptions{BaseURL: sim.URL(), Token: sim.Token(), RootCAs: sim.CertPool(), Timeout: 10 * time.Second})
+	c, err := api.NewClient(api.ClientOptions{BaseURL: sim.URL(), Token: sim.Token(), RootCAs: sim.CertPool(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -757,7 +758,7 @@ func TestWorkerPublish429IsNotUncertain(t *testing.T) {
 	o = e.options(1)
 	// A new process has a new pacer: the old one still holds the class
 	// after the 429s.
-	c, err := NewClient(ClientOptions{BaseURL: e.sim.URL(), Token: e.sim.Token(), RootCAs: e.sim.CertPool(), Timeout: 10 * time.Second})
+	c, err := api.NewClient(api.ClientOptions{BaseURL: e.sim.URL(), Token: e.sim.Token(), RootCAs: e.sim.CertPool(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,20 +17,21 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/uploader"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // apiEnv is what the API commands share: the loaded config, the client and
 // where the token came from (for "the token from X was refused").
 type apiEnv struct {
 	cfg    *Config
-	client *uploader.Client
+	client *api.Client
 	source tokenSource
 }
 
 // loadAPI loads the config and builds a client. A bad config is a usage
 // error (exit 2); a missing token is a failure (exit 1).
-func loadAPI(c *cli, cfgPath string, obs uploader.Observer, log zerolog.Logger) (*apiEnv, int) {
+func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*apiEnv, int) {
 	cfg, err := loadConfig(cfgPath, false)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
@@ -50,12 +51,12 @@ func loadAPI(c *cli, cfgPath string, obs uploader.Observer, log zerolog.Logger) 
 }
 
 // newClient builds the API client for cfg with token.
-func newClient(cfg *Config, token string, obs uploader.Observer, log zerolog.Logger) (*uploader.Client, error) {
+func newClient(cfg *Config, token string, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return uploader.NewClient(uploader.ClientOptions{
+	return api.NewClient(api.ClientOptions{
 		BaseURL:   cfg.API.BaseURL,
 		Token:     token,
 		RootCAs:   roots,
@@ -68,7 +69,7 @@ func newClient(cfg *Config, token string, obs uploader.Observer, log zerolog.Log
 
 // explainAPIError turns an API error into the sentence an operator needs.
 func (a *apiEnv) explain(err error) string {
-	var ae *uploader.APIError
+	var ae *api.APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
 		return fmt.Sprintf("the API refused the token read from %s (HTTP 401: %s); check that it was not revoked and belongs to this account", a.source, ae.Message)
 	}
@@ -103,17 +104,17 @@ func cmdCheckpoints(ctx context.Context, c *cli, args []string) int {
 		return code
 	}
 
-	var list []uploader.Checkpoint
+	var list []api.Checkpoint
 	seen := map[string]bool{}
 	skip := ""
 	for {
-		var page uploader.CheckpointPage
+		var page api.CheckpointPage
 		err := retryAPI(ctx, func() error {
 			var err error
 			page, err = a.client.Checkpoints(ctx, branch, *limit, skip)
 			return err
 		})
-		var ae *uploader.APIError
+		var ae *api.APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 			fmt.Fprintf(c.stderr, "branch %s not found\n", branch)
 			return exitFailure
@@ -143,7 +144,7 @@ func cmdCheckpoints(ctx context.Context, c *cli, args []string) int {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		if list == nil {
-			list = []uploader.Checkpoint{}
+			list = []api.Checkpoint{}
 		}
 		if err := enc.Encode(list); err != nil {
 			return exitFailure
@@ -305,7 +306,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 
 // publishParams resolves the publish request for one file from the config
 // and the file's sidecar, if any.
-func publishParams(p PublishConfig, path, root string, mod time.Time) (uploader.PublishRequest, error) {
+func publishParams(p PublishConfig, path, root string, mod time.Time) (api.PublishRequest, error) {
 	return uploader.ResolvePublish(uploader.PublishTemplate{
 		Title:       p.Title,
 		Description: p.Description,

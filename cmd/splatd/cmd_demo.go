@@ -14,7 +14,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // demoFile is one sample the demo drops into the inbox, and what it expects.

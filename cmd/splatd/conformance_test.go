@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // confEnv is one test's folders and token file for a confServer.

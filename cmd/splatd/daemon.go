@@ -21,6 +21,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -40,7 +41,7 @@ type daemon struct {
 
 	store   *queue.Store
 	drain   *drainStore
-	client  *uploader.Client
+	client  *api.Client
 	pool    *uploader.Pool
 	watch   *watcher.Watcher
 	reg     *prometheus.Registry
@@ -102,7 +103,7 @@ func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
 // directory is opened first so that a second splatd fails at once.
 func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*daemon, error) {
 	d := &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
-	d.reg, d.m = metrics.NewRegistry(buildVersion())
+	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
 
 	token, source, err := loadToken(cfg, getenv)
 	if err != nil {
@@ -445,11 +446,7 @@ func (d *daemon) statsLoop(ctx context.Context) {
 		if err != nil {
 			d.log.Error().Err(err).Msg("reading queue stats")
 		} else {
-			counts := make(map[string]int, len(st.Stages))
-			for s, n := range st.Stages {
-				counts[string(s)] = n
-			}
-			d.m.SetStages(counts)
+			d.m.SetStages(st.Stages)
 			d.m.SetOldestJobAge(st.OldestAge)
 			paused := d.pool.Paused()
 			d.m.SetTokenRefused(paused != nil)

@@ -29,7 +29,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/uploader/apisim"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // e2eVersion is stamped into the test binary, so that build_info can be

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/uploader/apisim"
-	"github.com/splatd/splatd/watcher/splatfile"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // TestE2EIngest drops files into the watched folders in the ways capture

@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"bytes"
@@ -67,27 +67,27 @@ func (e *ProtocolError) Error() string {
 // Unwrap returns the underlying decode error.
 func (e *ProtocolError) Unwrap() error { return e.Err }
 
-// clientNetError is a transport failure (no HTTP answer). Its text has been
+// netError is a transport failure (no HTTP answer). Its text has been
 // scrubbed of signed-URL queries and the token; Unwrap still reaches the
 // original error (with *url.Error's URL scrubbed in place) so errors.Is
 // (context.Canceled, os.ErrDeadlineExceeded) and errors.As work.
-type clientNetError struct {
+type netError struct {
 	route string
 	text  string
 	err   error
 }
 
-func (e *clientNetError) Error() string { return e.route + ": " + e.text }
-func (e *clientNetError) Unwrap() error { return e.err }
+func (e *netError) Error() string { return e.route + ": " + e.text }
+func (e *netError) Unwrap() error { return e.err }
 
-// errClientPutStalled is the cause given when a storage PUT made no progress
+// errPutStalled is the cause given when a storage PUT made no progress
 // for the idle timeout.
-var errClientPutStalled = errors.New("storage upload stalled: no bytes sent within the idle timeout")
+var errPutStalled = errors.New("storage upload stalled: no bytes sent within the idle timeout")
 
-// clientErrorMessage extracts the human part of an error body: the JSON
+// errorMessage extracts the human part of an error body: the JSON
 // `error` field (or `message`, or `error.message`), S3's XML Code/Message,
 // else a one-line excerpt, else the status text.
-func clientErrorMessage(body []byte, status int) string {
+func errorMessage(body []byte, status int) string {
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '{' {
 		var o struct {
@@ -105,10 +105,10 @@ func clientErrorMessage(body []byte, status int) string {
 			} else if len(o.Error) > 0 {
 				_ = s.UnmarshalJSON(o.Error)
 			}
-			if m := clientOneLine(string(s)); m != "" {
+			if m := oneLine(string(s)); m != "" {
 				return m
 			}
-			if m := clientOneLine(string(o.Message)); m != "" {
+			if m := oneLine(string(o.Message)); m != "" {
 				return m
 			}
 		}
@@ -121,15 +121,15 @@ func clientErrorMessage(body []byte, status int) string {
 		if xml.Unmarshal(body, &x) == nil && (x.Code != "" || x.Message != "") {
 			switch {
 			case x.Code == "":
-				return clientOneLine(x.Message)
+				return oneLine(x.Message)
 			case x.Message == "":
-				return clientOneLine(x.Code)
+				return oneLine(x.Code)
 			}
-			return clientOneLine(x.Code + ": " + x.Message)
+			return oneLine(x.Code + ": " + x.Message)
 		}
 	}
-	if m := clientOneLine(string(body)); m != "" && utf8.ValidString(m) {
-		return clientExcerpt(m, 200)
+	if m := oneLine(string(body)); m != "" && utf8.ValidString(m) {
+		return excerpt(m, 200)
 	}
 	if t := http.StatusText(status); t != "" {
 		return t
@@ -137,13 +137,13 @@ func clientErrorMessage(body []byte, status int) string {
 	return "HTTP " + strconv.Itoa(status)
 }
 
-// clientOneLine collapses whitespace so a message fits one log line.
-func clientOneLine(s string) string {
+// oneLine collapses whitespace so a message fits one log line.
+func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// clientExcerpt cuts s to at most n runes, marking the cut.
-func clientExcerpt(s string, n int) string {
+// excerpt cuts s to at most n runes, marking the cut.
+func excerpt(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
@@ -151,9 +151,9 @@ func clientExcerpt(s string, n int) string {
 	return string(r[:n]) + "…"
 }
 
-// clientResetTime parses X-RateLimit-Reset (UTC epoch seconds); zero if absent
+// parseReset parses X-RateLimit-Reset (UTC epoch seconds); zero if absent
 // or malformed.
-func clientResetTime(h http.Header) time.Time {
+func parseReset(h http.Header) time.Time {
 	v := strings.TrimSpace(h.Get("X-RateLimit-Reset"))
 	if v == "" {
 		return time.Time{}
@@ -168,10 +168,10 @@ func clientResetTime(h http.Header) time.Time {
 	return time.Unix(int64(n), 0).UTC()
 }
 
-// clientRetryAfter parses Retry-After as delay-seconds or an HTTP-date. A date
+// parseRetryAfter parses Retry-After as delay-seconds or an HTTP-date. A date
 // is measured against the response's Date header when present (both are the
 // server's clock, so skew cancels), else against now.
-func clientRetryAfter(h http.Header, now time.Time) time.Duration {
+func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0

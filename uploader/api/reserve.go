@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func (r *Reservation) Cancel() {
 	if r == nil {
 		return
 	}
-	r.once.Do(func() { r.release(pacerNotSent) })
+	r.once.Do(func() { r.release(notSent) })
 }
 
 // take hands the slot to the call that uses it; false if already used or

@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"context"
@@ -68,9 +68,9 @@ const (
 	// pacer429Fallback is the first hold after a 429 that names neither a
 	// future Reset nor Retry-After; it doubles on each consecutive 429.
 	pacer429Fallback = 5 * time.Second
-	// pacerAssumedWindow is the window used when a response carries
+	// assumedWindow is the window used when a response carries
 	// Remaining but no Reset: the documented limits are per minute.
-	pacerAssumedWindow = time.Minute
+	assumedWindow = time.Minute
 )
 
 // PacerOptions configures a Pacer. Every field is optional; the clock fields
@@ -102,23 +102,23 @@ type Pacer struct {
 	obs     Observer
 
 	mu      sync.Mutex
-	routes  map[string]*pacerRoute
-	buckets map[int]*pacerBucket // by X-RateLimit-Limit
+	routes  map[string]*routeState
+	buckets map[int]*bucket // by X-RateLimit-Limit
 	changed chan struct{}        // closed and replaced on every release
 	blocked int                  // goroutines waiting in Wait (read by tests)
 }
 
-// pacerRoute is what the pacer knows about one route.
-type pacerRoute struct {
+// routeState is what the pacer knows about one route.
+type routeState struct {
 	name       string
-	bucket     *pacerBucket // nil until a response named the route's class
+	bucket     *bucket // nil until a response named the route's class
 	probing    bool         // class unknown and a probe is in flight
 	probeStart time.Time
 }
 
-// pacerBucket is one limit class, or (limit 0) a route that sends no
+// bucket is one limit class, or (limit 0) a route that sends no
 // rate-limit headers and is only held after a 429.
-type pacerBucket struct {
+type bucket struct {
 	class      string
 	limit      int
 	remaining  int       // last reported, min over responses of the same window
@@ -133,19 +133,19 @@ type pacerBucket struct {
 	strikes    int // consecutive 429s
 }
 
-// pacerNotSent is the release value of a slot given back unused (a
+// notSent is the release value of a slot given back unused (a
 // Reservation cancelled): unlike nil (no answer), it costs no budget.
-var pacerNotSent = &http.Response{}
+var notSent = &http.Response{}
 
-// pacerTicket is one reservation, released exactly once.
-type pacerTicket struct {
-	route      *pacerRoute
-	bucket     *pacerBucket // nil for a class probe
+// ticket is one reservation, released exactly once.
+type ticket struct {
+	route      *routeState
+	bucket     *bucket // nil for a class probe
 	routeProbe bool
 	probe      bool
 	// probeBuckets are the known classes a class probe was counted in: it
 	// may belong to any of them, so it holds a slot in each until it returns.
-	probeBuckets []*pacerBucket
+	probeBuckets []*bucket
 }
 
 // NewPacer returns a Pacer with o's clock, jitter and limits.
@@ -158,8 +158,8 @@ func NewPacer(o PacerOptions) *Pacer {
 		maxWait: o.MaxWait,
 		log:     o.Logger,
 		obs:     o.Observer,
-		routes:  map[string]*pacerRoute{},
-		buckets: map[int]*pacerBucket{},
+		routes:  map[string]*routeState{},
+		buckets: map[int]*bucket{},
 		changed: make(chan struct{}),
 	}
 	if p.now == nil {
@@ -245,10 +245,10 @@ func (p *Pacer) recordWait(waited bool, start time.Time) {
 
 // reserveLocked either reserves a slot for route (ticket != nil) or says how
 // long to wait before asking again (a release may wake the caller sooner).
-func (p *Pacer) reserveLocked(name string, now time.Time) (*pacerTicket, time.Duration, string) {
+func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duration, string) {
 	rt := p.routes[name]
 	if rt == nil {
-		rt = &pacerRoute{name: name}
+		rt = &routeState{name: name}
 		p.routes[name] = rt
 	}
 	b := rt.bucket
@@ -264,7 +264,7 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*pacerTicket, time.Du
 			return nil, d, "a known class is exhausted"
 		}
 		rt.probing, rt.probeStart = true, now
-		t := &pacerTicket{route: rt, routeProbe: true}
+		t := &ticket{route: rt, routeProbe: true}
 		// Count the probe in every known window (exhaustedLocked made sure
 		// each has a slot), or a known route could spend the same last
 		// slot while the probe is out and earn a 429.
@@ -279,7 +279,7 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*pacerTicket, time.Du
 	if now.Before(b.holdUntil) {
 		return nil, b.holdUntil.Sub(now), "class on hold after 429"
 	}
-	t := &pacerTicket{route: rt, bucket: b}
+	t := &ticket{route: rt, bucket: b}
 	if b.limit == 0 {
 		b.inFlight++
 		return t, 0, ""
@@ -329,10 +329,10 @@ func (p *Pacer) exhaustedLocked(now time.Time) time.Duration {
 	return d
 }
 
-func (p *Pacer) bucketLocked(limit int) *pacerBucket {
+func (p *Pacer) bucketLocked(limit int) *bucket {
 	b := p.buckets[limit]
 	if b == nil {
-		b = &pacerBucket{class: PacerClass(limit), limit: limit}
+		b = &bucket{class: PacerClass(limit), limit: limit}
 		p.buckets[limit] = b
 	}
 	return b
@@ -349,8 +349,8 @@ func (p *Pacer) jitterDur() time.Duration {
 	return time.Duration(r * float64(p.jitter))
 }
 
-// pacerHeaders is what a response says about the rate limit.
-type pacerHeaders struct {
+// windowHeaders is what a response says about the rate limit.
+type windowHeaders struct {
 	limit        int
 	remaining    int
 	hasRemaining bool
@@ -360,27 +360,27 @@ type pacerHeaders struct {
 	retryAfter   time.Duration
 }
 
-func pacerParseHeaders(h http.Header, now time.Time) pacerHeaders {
-	var r pacerHeaders
+func parseHeaders(h http.Header, now time.Time) windowHeaders {
+	var r windowHeaders
 	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("X-RateLimit-Limit"))); err == nil && v > 0 {
 		r.limit = v
 	}
 	if v, err := strconv.Atoi(strings.TrimSpace(h.Get("X-RateLimit-Remaining"))); err == nil {
 		r.remaining, r.hasRemaining = max(v, 0), true
 	}
-	if reset := clientResetTime(h); !reset.IsZero() {
+	if reset := parseReset(h); !reset.IsZero() {
 		ref := now
 		if d, err := http.ParseTime(h.Get("Date")); err == nil {
 			ref = d
 		}
 		r.resetRaw, r.resetIn, r.hasReset = reset.Unix(), reset.Sub(ref), true
 	}
-	r.retryAfter = clientRetryAfter(h, now)
+	r.retryAfter = parseRetryAfter(h, now)
 	return r
 }
 
 // release reconciles a reservation with the response's headers.
-func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
+func (p *Pacer) release(t *ticket, resp *http.Response) {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -402,7 +402,7 @@ func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
 			b.probing = false
 		}
 	}
-	if resp == pacerNotSent {
+	if resp == notSent {
 		return // the slot was reserved and given back unused: nothing to count
 	}
 	if resp == nil {
@@ -414,7 +414,7 @@ func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
 		return
 	}
 
-	h := pacerParseHeaders(resp.Header, now)
+	h := parseHeaders(resp.Header, now)
 	b := rt.bucket
 	switch {
 	case h.limit > 0:
@@ -427,7 +427,7 @@ func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
 	case b == nil:
 		// The route sends no rate-limit headers: let it run, holding it
 		// only after a 429. Such a bucket is private to the route.
-		b = &pacerBucket{class: "route_" + rt.name}
+		b = &bucket{class: "route_" + rt.name}
 		rt.bucket = b
 	}
 
@@ -445,7 +445,7 @@ func (p *Pacer) release(t *pacerTicket, resp *http.Response) {
 // updateWindowLocked folds a response's Remaining/Reset into b. Responses can
 // arrive out of order: within one window the lowest Remaining wins, and a
 // response from an older window is ignored.
-func (p *Pacer) updateWindowLocked(b *pacerBucket, h pacerHeaders, now time.Time) {
+func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, now time.Time) {
 	if h.hasReset && b.resetRaw != 0 && h.resetRaw < b.resetRaw {
 		return
 	}
@@ -454,7 +454,7 @@ func (p *Pacer) updateWindowLocked(b *pacerBucket, h pacerHeaders, now time.Time
 		b.remaining = min(b.remaining, h.remaining)
 		return
 	}
-	in := pacerAssumedWindow
+	in := assumedWindow
 	if h.hasReset {
 		in = h.resetIn
 	}
@@ -482,7 +482,7 @@ func (p *Pacer) updateWindowLocked(b *pacerBucket, h pacerHeaders, now time.Time
 
 // holdLocked holds b after a 429 until the later of its Reset and the
 // response's Retry-After, plus jitter, capped at maxWait plus jitter.
-func (p *Pacer) holdLocked(rt *pacerRoute, b *pacerBucket, h pacerHeaders, now time.Time) {
+func (p *Pacer) holdLocked(rt *routeState, b *bucket, h windowHeaders, now time.Time) {
 	b.strikes++
 	b.remaining = 0
 	jit := p.jitterDur()

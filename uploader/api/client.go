@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"bytes"
@@ -27,11 +27,11 @@ const (
 	// response headers and its longest pause) when ClientOptions.Timeout is 0.
 	DefaultTimeout = 60 * time.Second
 
-	clientErrorBodyLimit    = 64 << 10 // error bodies are read this far, no further
-	clientResponseBodyLimit = 4 << 20  // a 2xx JSON body larger than this is refused
-	clientDrainLimit        = 64 << 10 // drained after use so the connection is reused
-	clientMaxRedirects      = 5
-	clientIdleConnsPerHost  = 16 // enough for every worker plus polling
+	errorBodyLimit    = 64 << 10 // error bodies are read this far, no further
+	responseBodyLimit = 4 << 20  // a 2xx JSON body larger than this is refused
+	drainLimit        = 64 << 10 // drained after use so the connection is reused
+	maxRedirects      = 5
+	idleConnsPerHost  = 16 // enough for every worker plus polling
 )
 
 // ClientOptions configures a Client.
@@ -72,13 +72,13 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", clientRedactURL(raw))
+		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", redactURL(raw))
 	}
 	if !strings.EqualFold(u.Scheme, "https") {
 		return nil, fmt.Errorf("uploader: API base URL scheme %q is not allowed: only https is accepted", u.Scheme)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("uploader: API base URL %q has no host", clientRedactURL(raw))
+		return nil, fmt.Errorf("uploader: API base URL %q has no host", redactURL(raw))
 	}
 	if u.User != nil {
 		return nil, errors.New("uploader: API base URL must not carry credentials; use the token")
@@ -125,7 +125,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		TLSClientConfig:       tlsConf(),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   clientIdleConnsPerHost,
+		MaxIdleConnsPerHost:   idleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
@@ -140,7 +140,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		TLSClientConfig:       tlsConf(),
 		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
 		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   clientIdleConnsPerHost,
+		MaxIdleConnsPerHost:   idleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: c.timeout,
@@ -161,7 +161,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 // still send the request, and a downgrade or another port is not our API.
 // A refused redirect comes back to checkResponse as the 3xx itself.
 func (c *Client) checkAPIRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= clientMaxRedirects || !c.sameOrigin(req.URL) {
+	if len(via) >= maxRedirects || !c.sameOrigin(req.URL) {
 		return http.ErrUseLastResponse
 	}
 	return nil
@@ -171,10 +171,10 @@ func (c *Client) checkAPIRedirect(req *http.Request, via []*http.Request) error 
 func (c *Client) sameOrigin(u *url.URL) bool {
 	return strings.EqualFold(u.Scheme, c.baseURL.Scheme) &&
 		strings.EqualFold(u.Hostname(), c.baseURL.Hostname()) &&
-		clientPort(u) == clientPort(c.baseURL)
+		originPort(u) == originPort(c.baseURL)
 }
 
-func clientPort(u *url.URL) string {
+func originPort(u *url.URL) string {
 	if p := u.Port(); p != "" {
 		return p
 	}
@@ -202,7 +202,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	}
 	req, err := http.NewRequestWithContext(ctx, method, s, r)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: building request: %s", clientScrub(err.Error(), []string{c.currentToken()}))
+		return nil, fmt.Errorf("uploader: building request: %s", scrub(err.Error(), []string{c.currentToken()}))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -236,7 +236,7 @@ func (c *Client) do(ctx context.Context, route string, req *http.Request, v any)
 	if err != nil {
 		release(nil)
 		c.obs.APIRequest(route, 0, c.now().Sub(start))
-		err = clientNetErr(route, err, c.secrets(nil))
+		err = wrapNetErr(route, err, c.secrets(nil))
 		c.log.Debug().Str("route", route).Err(err).Msg("API request failed")
 		return err
 	}
@@ -247,16 +247,16 @@ func (c *Client) do(ctx context.Context, route string, req *http.Request, v any)
 	if err == nil && v != nil {
 		err = c.decode(route, resp.Body, v)
 	}
-	_, _ = io.CopyN(io.Discard, resp.Body, clientDrainLimit)
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	d := c.now().Sub(start)
 	c.obs.APIRequest(route, resp.StatusCode, d)
 	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Dur("took", d).Msg("API request")
 	return err
 }
 
-// decode reads a JSON body of at most clientResponseBodyLimit bytes.
+// decode reads a JSON body of at most responseBodyLimit bytes.
 func (c *Client) decode(route string, body io.Reader, v any) error {
-	lr := &io.LimitedReader{R: body, N: clientResponseBodyLimit + 1}
+	lr := &io.LimitedReader{R: body, N: responseBodyLimit + 1}
 	err := json.NewDecoder(lr).Decode(v)
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
@@ -264,41 +264,41 @@ func (c *Client) decode(route string, body io.Reader, v any) error {
 	case err == nil:
 		return nil
 	case lr.N <= 0:
-		return &ProtocolError{Route: route, Reason: "response body exceeds " + strconv.Itoa(clientResponseBodyLimit) + " bytes"}
+		return &ProtocolError{Route: route, Reason: "response body exceeds " + strconv.Itoa(responseBodyLimit) + " bytes"}
 	case errors.Is(err, io.EOF):
 		return &ProtocolError{Route: route, Reason: "empty response body"}
 	case errors.As(err, &se), errors.As(err, &te):
 		return &ProtocolError{Route: route, Reason: "response is not the expected JSON", Err: err}
 	}
-	return clientNetErr(route, err, c.secrets(nil))
+	return wrapNetErr(route, err, c.secrets(nil))
 }
 
 // checkResponse turns a non-2xx response into *APIError, reading at most
-// clientErrorBodyLimit bytes of its body. extra lists secrets (a signed URL's
+// errorBodyLimit bytes of its body. extra lists secrets (a signed URL's
 // query) to scrub from the server's message, which may echo the request.
 func (c *Client) checkResponse(route string, resp *http.Response, extra []string) error {
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		return nil
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, clientErrorBodyLimit))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
 	e := &APIError{Route: route, Status: resp.StatusCode}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
 		loc := resp.Header.Get("Location")
 		if loc == "" {
 			e.Message = "redirect without a Location"
 		} else {
-			e.Message = "redirect to " + clientRedactURL(loc) + " not followed (only same-origin redirects are)"
+			e.Message = "redirect to " + redactURL(loc) + " not followed (only same-origin redirects are)"
 		}
 	} else {
-		e.Message = clientErrorMessage(body, resp.StatusCode)
+		e.Message = errorMessage(body, resp.StatusCode)
 	}
-	e.Message = clientScrub(e.Message, c.secrets(extra))
+	e.Message = scrub(e.Message, c.secrets(extra))
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
-		e.Reset = clientResetTime(resp.Header)
-		e.RetryAfter = clientRetryAfter(resp.Header, c.now())
+		e.Reset = parseReset(resp.Header)
+		e.RetryAfter = parseRetryAfter(resp.Header, c.now())
 	case http.StatusServiceUnavailable:
-		e.RetryAfter = clientRetryAfter(resp.Header, c.now())
+		e.RetryAfter = parseRetryAfter(resp.Header, c.now())
 	}
 	return e
 }
@@ -452,9 +452,9 @@ func (c *Client) Checkpoints(ctx context.Context, branch string, limit int, skip
 func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size int64, progress func(sent int64)) error {
 	u, err := url.Parse(signedURL)
 	if err != nil || !u.IsAbs() || u.Host == "" {
-		return fmt.Errorf("%s: invalid signed URL %s", RouteStoragePut, clientRedactURL(signedURL))
+		return fmt.Errorf("%s: invalid signed URL %s", RouteStoragePut, redactURL(signedURL))
 	}
-	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && clientLoopback(u.Hostname())) {
+	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
 		// Plain http is tolerated only on this machine (a local MinIO, a
 		// test server): anywhere else it would expose the file in transit.
 		return fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", RouteStoragePut, u.Scheme)
@@ -462,11 +462,11 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 	if size < 0 {
 		return fmt.Errorf("%s: negative size %d", RouteStoragePut, size)
 	}
-	secrets := c.secrets(clientURLSecrets(u))
+	secrets := c.secrets(urlSecrets(u))
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	pr := &clientPutReader{r: body, obs: c.obs, progress: progress}
+	pr := &putReader{r: body, obs: c.obs, progress: progress}
 	pr.last.Store(c.now().UnixNano())
 	var rb io.Reader = pr
 	if size == 0 {
@@ -474,7 +474,7 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), rb)
 	if err != nil {
-		return fmt.Errorf("%s: building request: %s", RouteStoragePut, clientScrub(err.Error(), secrets))
+		return fmt.Errorf("%s: building request: %s", RouteStoragePut, scrub(err.Error(), secrets))
 	}
 	req.ContentLength = size
 	req.Header.Set("Content-Type", "binary/octet-stream")
@@ -482,39 +482,39 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 	// Deliberately no Authorization header, even when storage shares the
 	// API's host.
 
-	stop := clientPutWatchdog(c.timeout, size, pr, c.now, func() { cancel(errClientPutStalled) })
+	stop := putWatchdog(c.timeout, size, pr, c.now, func() { cancel(errPutStalled) })
 	defer stop()
 	defer pr.finish()
 
 	start := c.now()
 	resp, err := c.storage.Do(req)
 	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, errClientPutStalled) {
-			err = fmt.Errorf("%w after %d of %d bytes (%w)", errClientPutStalled, pr.count(), size, err)
+		if cause := context.Cause(ctx); errors.Is(cause, errPutStalled) {
+			err = fmt.Errorf("%w after %d of %d bytes (%w)", errPutStalled, pr.count(), size, err)
 		}
 		c.obs.APIRequest(RouteStoragePut, 0, c.now().Sub(start))
-		err = clientNetErr(RouteStoragePut, err, secrets)
-		c.log.Debug().Str("route", RouteStoragePut).Str("url", clientRedactURL(signedURL)).Err(err).Msg("storage PUT failed")
+		err = wrapNetErr(RouteStoragePut, err, secrets)
+		c.log.Debug().Str("route", RouteStoragePut).Str("url", redactURL(signedURL)).Err(err).Msg("storage PUT failed")
 		return err
 	}
 	defer resp.Body.Close()
 	err = c.checkResponse(RouteStoragePut, resp, secrets)
-	_, _ = io.CopyN(io.Discard, resp.Body, clientDrainLimit)
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	d := c.now().Sub(start)
 	c.obs.APIRequest(RouteStoragePut, resp.StatusCode, d)
 	if err != nil {
 		return err
 	}
 	c.obs.UploadDone(d)
-	c.log.Debug().Str("url", clientRedactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
+	c.log.Debug().Str("url", redactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
 	return nil
 }
 
-// clientPutReader counts the bytes the transport takes from the body, feeds
+// putReader counts the bytes the transport takes from the body, feeds
 // progress and UploadBytes, and stamps the time of the last progress for the
 // watchdog. The transport may still read after Do returns (it closes the body
 // asynchronously); finish makes sure no callback runs after Put returns.
-type clientPutReader struct {
+type putReader struct {
 	r        io.Reader
 	obs      Observer
 	progress func(int64)
@@ -525,7 +525,7 @@ type clientPutReader struct {
 	done bool
 }
 
-func (p *clientPutReader) Read(b []byte) (int, error) {
+func (p *putReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	if n > 0 {
 		p.last.Store(time.Now().UnixNano())
@@ -542,23 +542,23 @@ func (p *clientPutReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (p *clientPutReader) count() int64 {
+func (p *putReader) count() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.sent
 }
 
-func (p *clientPutReader) finish() {
+func (p *putReader) finish() {
 	p.mu.Lock()
 	p.done = true
 	p.mu.Unlock()
 }
 
-// clientPutWatchdog calls abort when the body has made no progress for idle
+// putWatchdog calls abort when the body has made no progress for idle
 // while it is still being sent. Once all size bytes are out, the transport's
 // ResponseHeaderTimeout takes over. It re-arms itself instead of resetting a
 // timer on every Read, which keeps the hot path to one atomic store.
-func clientPutWatchdog(idle time.Duration, size int64, pr *clientPutReader, now func() time.Time, abort func()) (stop func()) {
+func putWatchdog(idle time.Duration, size int64, pr *putReader, now func() time.Time, abort func()) (stop func()) {
 	var (
 		mu      sync.Mutex
 		stopped bool
@@ -589,8 +589,8 @@ func clientPutWatchdog(idle time.Duration, size int64, pr *clientPutReader, now 
 	}
 }
 
-// clientLoopback reports whether host is a loopback name or address.
-func clientLoopback(host string) bool {
+// isLoopback reports whether host is a loopback name or address.
+func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}

@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"bytes"
@@ -18,6 +18,9 @@ const (
 	RouteGetSplat    = "get_splat"   // GET /api/splats/{id}
 	RouteCheckpoints = "checkpoints" // GET /api/branches/{branchId}/checkpoints
 )
+
+// Routes lists every route name, for metrics to pre-initialise its series.
+var Routes = []string{RouteSignedURL, RouteStoragePut, RoutePublish, RouteGetSplat, RouteCheckpoints}
 
 // Key field names of the signed-URL response. api-spec.md says storageKey,
 // the public documentation and editor say s3Key; publish must get the key back

@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"bufio"
@@ -22,10 +22,10 @@ import (
 	"time"
 )
 
-const clientTestToken = "tok-S3CR3T-0123456789abcdef"
+const testToken = "tok-S3CR3T-0123456789abcdef"
 
-// clientTestObserver records the client's Observer calls.
-type clientTestObserver struct {
+// testObserver records the client's Observer calls.
+type testObserver struct {
 	NopObserver
 	mu          sync.Mutex
 	requests    []string // "route code"
@@ -33,46 +33,46 @@ type clientTestObserver struct {
 	uploadDone  int
 }
 
-func (o *clientTestObserver) APIRequest(route string, code int, _ time.Duration) {
+func (o *testObserver) APIRequest(route string, code int, _ time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.requests = append(o.requests, route+" "+strconv.Itoa(code))
 }
 
-func (o *clientTestObserver) UploadBytes(n int64) {
+func (o *testObserver) UploadBytes(n int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.uploadBytes += n
 }
 
-func (o *clientTestObserver) UploadDone(time.Duration) {
+func (o *testObserver) UploadDone(time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.uploadDone++
 }
 
-// newClientTestServer starts a TLS API server and a Client trusting it.
-func newClientTestServer(t testing.TB, h http.Handler) (*Client, *httptest.Server, *clientTestObserver) {
+// newTestServer starts a TLS API server and a Client trusting it.
+func newTestServer(t testing.TB, h http.Handler) (*Client, *httptest.Server, *testObserver) {
 	t.Helper()
 	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
-	obs := &clientTestObserver{}
-	c := newClientFor(t, srv.URL, obs, 0)
+	obs := &testObserver{}
+	c := newTestClient(t, srv.URL, obs, 0)
 	return c, srv, obs
 }
 
-func newClientFor(t testing.TB, baseURL string, obs Observer, timeout time.Duration) *Client {
+func newTestClient(t testing.TB, baseURL string, obs Observer, timeout time.Duration) *Client {
 	t.Helper()
-	c, err := NewClient(ClientOptions{BaseURL: baseURL, Token: clientTestToken, RootCAs: clientTestRoots(), Observer: obs, Timeout: timeout, UserAgent: "splatd-test"})
+	c, err := NewClient(ClientOptions{BaseURL: baseURL, Token: testToken, RootCAs: testRoots(), Observer: obs, Timeout: timeout, UserAgent: "splatd-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// clientTestRoots trusts httptest's certificate, which every httptest TLS
+// testRoots trusts httptest's certificate, which every httptest TLS
 // server presents.
-var clientTestRoots = sync.OnceValue(func() *x509.CertPool {
+var testRoots = sync.OnceValue(func() *x509.CertPool {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	defer srv.Close()
 	pool := x509.NewCertPool()
@@ -80,16 +80,16 @@ var clientTestRoots = sync.OnceValue(func() *x509.CertPool {
 	return pool
 })
 
-// newClientStorageServer starts a second TLS server standing in for object
+// newStorageServer starts a second TLS server standing in for object
 // storage.
-func newClientStorageServer(t testing.TB, h http.HandlerFunc) *httptest.Server {
+func newStorageServer(t testing.TB, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewTLSServer(h)
 	t.Cleanup(srv.Close)
 	return srv
 }
 
-func clientWriteJSON(w http.ResponseWriter, status int, v string) {
+func writeJSON(w http.ResponseWriter, status int, v string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	io.WriteString(w, v)
@@ -98,7 +98,7 @@ func clientWriteJSON(w http.ResponseWriter, status int, v string) {
 func TestClientNewClientRejectsNonHTTPS(t *testing.T) {
 	t.Parallel()
 	for _, base := range []string{"http://api.example.com", "ftp://api.example.com", "api.example.com", ""} {
-		_, err := NewClient(ClientOptions{BaseURL: base, Token: clientTestToken})
+		_, err := NewClient(ClientOptions{BaseURL: base, Token: testToken})
 		if err == nil {
 			t.Errorf("NewClient(%q) accepted", base)
 			continue
@@ -107,7 +107,7 @@ func TestClientNewClientRejectsNonHTTPS(t *testing.T) {
 			t.Errorf("NewClient(%q) error %q does not name the scheme", base, err)
 		}
 	}
-	if _, err := NewClient(ClientOptions{BaseURL: "https://api.example.com/prefix/", Token: clientTestToken}); err != nil {
+	if _, err := NewClient(ClientOptions{BaseURL: "https://api.example.com/prefix/", Token: testToken}); err != nil {
 		t.Errorf("https base URL refused: %v", err)
 	}
 }
@@ -120,7 +120,7 @@ func TestClientSignedURLAndPublishEchoKeyField(t *testing.T) {
 			var published map[string]any
 			mux := http.NewServeMux()
 			mux.HandleFunc("POST /api/upload/signed-url", func(w http.ResponseWriter, r *http.Request) {
-				if got := r.Header.Get("Authorization"); got != "Bearer "+clientTestToken {
+				if got := r.Header.Get("Authorization"); got != "Bearer "+testToken {
 					t.Errorf("Authorization = %q", got)
 				}
 				if ct := r.Header.Get("Content-Type"); ct != "application/json" {
@@ -131,13 +131,13 @@ func TestClientSignedURLAndPublishEchoKeyField(t *testing.T) {
 				if body["fileName"] != "scan.ply" || len(body) != 1 {
 					t.Errorf("sign body = %v, want {fileName: scan.ply}", body)
 				}
-				clientWriteJSON(w, 200, fmt.Sprintf(`{"signedUrl":"https://storage.example/b/k?X-Amz-Signature=abc","%s":"uploads/k.ply"}`, field))
+				writeJSON(w, 200, fmt.Sprintf(`{"signedUrl":"https://storage.example/b/k?X-Amz-Signature=abc","%s":"uploads/k.ply"}`, field))
 			})
 			mux.HandleFunc("POST /api/splats/publish", func(w http.ResponseWriter, r *http.Request) {
 				json.NewDecoder(r.Body).Decode(&published)
-				clientWriteJSON(w, 201, `{"id":50,"hash":"h1","task":{"status":"running","message":""},"completedAt":null}`)
+				writeJSON(w, 201, `{"id":50,"hash":"h1","task":{"status":"running","message":""},"completedAt":null}`)
 			})
-			c, _, obs := newClientTestServer(t, mux)
+			c, _, obs := newTestServer(t, mux)
 			ctx := context.Background()
 
 			up, err := c.SignedURL(ctx, "scan.ply")
@@ -179,8 +179,8 @@ func TestClientSignedURLAndPublishEchoKeyField(t *testing.T) {
 
 func TestClientSignedURLWithoutKeyIsProtocolError(t *testing.T) {
 	t.Parallel()
-	c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		clientWriteJSON(w, 200, `{"signedUrl":"https://storage.example/b/k?sig=1"}`)
+	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"signedUrl":"https://storage.example/b/k?sig=1"}`)
 	}))
 	_, err := c.SignedURL(context.Background(), "a.ply")
 	var pe *ProtocolError
@@ -198,13 +198,13 @@ func TestClientSplatTolerantDecoding(t *testing.T) {
 		"abc": `{"id":"abc","hash":"h2","title":7,"format":"sog","version":"3","release_notes":"notes",
 			"hasThumbnails":true,"task":{"status":"Completed","message":null},"completedAt":"2025-01-02T04:00:00Z"}`,
 	}
-	c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := strings.TrimPrefix(r.URL.Path, "/api/splats/")
 		if r.Method != http.MethodGet || bodies[id] == "" {
 			http.NotFound(w, r)
 			return
 		}
-		clientWriteJSON(w, 200, bodies[id])
+		writeJSON(w, 200, bodies[id])
 	}))
 	ctx := context.Background()
 
@@ -233,8 +233,8 @@ func TestClientSplatTolerantDecoding(t *testing.T) {
 
 func TestClientPublishWithoutIDReturnsRecordAndProtocolError(t *testing.T) {
 	t.Parallel()
-	c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		clientWriteJSON(w, 201, `{"hash":"h9","task":{"status":"running"}}`)
+	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 201, `{"hash":"h9","task":{"status":"running"}}`)
 	}))
 	s, err := c.Publish(context.Background(), PublishRequest{Key: "k", Title: "t"})
 	var pe *ProtocolError
@@ -261,7 +261,7 @@ func TestClientAPIErrorMessages(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, _, obs := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, _, obs := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", tc.ctype)
 				w.WriteHeader(tc.status)
 				io.WriteString(w, tc.body)
@@ -298,7 +298,7 @@ func TestClient429CarriesResetAndRetryAfter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("X-RateLimit-Limit", "10")
 				w.Header().Set("X-RateLimit-Remaining", "0")
 				w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
@@ -309,7 +309,7 @@ func TestClient429CarriesResetAndRetryAfter(t *testing.T) {
 					ra = now.Add(20 * time.Second).Format(http.TimeFormat)
 				}
 				w.Header().Set("Retry-After", ra)
-				clientWriteJSON(w, 429, `{"error":"Too many requests"}`)
+				writeJSON(w, 429, `{"error":"Too many requests"}`)
 			}))
 			_, err := c.SignedURL(context.Background(), "a.ply")
 			var ae *APIError
@@ -325,25 +325,25 @@ func TestClient429CarriesResetAndRetryAfter(t *testing.T) {
 
 func TestClientTokenNeverInErrors(t *testing.T) {
 	t.Parallel()
-	c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/splats/drop" {
 			hj, _ := w.(http.Hijacker)
 			conn, _, _ := hj.Hijack()
 			conn.Close()
 			return
 		}
-		clientWriteJSON(w, 401, `{"error":"invalid token `+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+`"}`)
+		writeJSON(w, 401, `{"error":"invalid token `+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+`"}`)
 	}))
 	for _, id := range []string{"echo", "drop"} {
 		_, err := c.Splat(context.Background(), id)
 		if err == nil {
 			t.Fatalf("%s: no error", id)
 		}
-		if strings.Contains(err.Error(), clientTestToken) {
+		if strings.Contains(err.Error(), testToken) {
 			t.Errorf("%s: token in error %q", id, err)
 		}
 		var ae *APIError
-		if errors.As(err, &ae) && strings.Contains(ae.Message, clientTestToken) {
+		if errors.As(err, &ae) && strings.Contains(ae.Message, testToken) {
 			t.Errorf("%s: token in APIError.Message %q", id, ae.Message)
 		}
 	}
@@ -354,15 +354,15 @@ func TestClientRedirects(t *testing.T) {
 	var mu sync.Mutex
 	var otherHits int
 	var otherAuth string
-	other := newClientStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
+	other := newStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		otherHits++
 		otherAuth = r.Header.Get("Authorization")
 		mu.Unlock()
-		clientWriteJSON(w, 200, `{"id":"stolen"}`)
+		writeJSON(w, 200, `{"id":"stolen"}`)
 	})
 	var sameAuth string
-	c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/api/splats/away":
 			http.Redirect(w, r, other.URL+"/api/splats/away?sig=zzz", http.StatusFound)
@@ -370,7 +370,7 @@ func TestClientRedirects(t *testing.T) {
 			http.Redirect(w, r, "/api/splats/here", http.StatusTemporaryRedirect)
 		case "/api/splats/here":
 			sameAuth = r.Header.Get("Authorization")
-			clientWriteJSON(w, 200, `{"id":"here"}`)
+			writeJSON(w, 200, `{"id":"here"}`)
 		}
 	}))
 	ctx := context.Background()
@@ -393,7 +393,7 @@ func TestClientRedirects(t *testing.T) {
 	if err != nil || s.ID != "here" {
 		t.Fatalf("same-origin redirect: (%+v, %v)", s, err)
 	}
-	if sameAuth != "Bearer "+clientTestToken {
+	if sameAuth != "Bearer "+testToken {
 		t.Errorf("same-origin redirect lost the bearer header: %q", sameAuth)
 	}
 }
@@ -401,20 +401,20 @@ func TestClientRedirects(t *testing.T) {
 func TestClientCheckpointsPaging(t *testing.T) {
 	t.Parallel()
 	var queries []url.Values
-	c, _, _ := newClientTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.EscapedPath() != "/api/branches/br%2F1/checkpoints" {
 			http.NotFound(w, r)
 			return
 		}
 		queries = append(queries, r.URL.Query())
 		if r.URL.Query().Get("skip") == "" {
-			clientWriteJSON(w, 200, `{"result":[
+			writeJSON(w, 200, `{"result":[
 				{"id":"c3","user":{"id":12,"fullName":"Ada L","username":"ada"},"createdAt":"2025-03-01T10:00:00.000Z","description":"third"},
 				{"id":"c2","user":{"id":"13","fullName":"Bob","username":"bob"},"createdAt":"2025-02-01T10:00:00Z","description":null}
 			],"pagination":{"hasMore":true}}`)
 			return
 		}
-		clientWriteJSON(w, 200, `{"result":[{"id":"c1","user":null,"createdAt":null,"description":"first"}],"pagination":{"hasMore":false}}`)
+		writeJSON(w, 200, `{"result":[{"id":"c1","user":null,"createdAt":null,"description":"first"}],"pagination":{"hasMore":false}}`)
 	}))
 	ctx := context.Background()
 	p1, err := c.Checkpoints(ctx, "br/1", 2, "")
@@ -445,11 +445,11 @@ func TestClientCheckpointsPaging(t *testing.T) {
 	}
 }
 
-// clientPatternReader yields n bytes of a repeating pattern without
+// patternReader yields n bytes of a repeating pattern without
 // allocating, standing in for a large file.
-type clientPatternReader struct{ left int64 }
+type patternReader struct{ left int64 }
 
-func (r *clientPatternReader) Read(p []byte) (int, error) {
+func (r *patternReader) Read(p []byte) (int, error) {
 	if r.left <= 0 {
 		return 0, io.EOF
 	}
@@ -472,19 +472,19 @@ func TestClientPutStreamsWithoutAuthorization(t *testing.T) {
 		n                int64
 	}
 	got := make(chan seen, 1)
-	storage := newClientStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
+	storage := newStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
 		h := sha256.New()
 		n, _ := io.Copy(h, r.Body)
 		got <- seen{r.Header.Get("Authorization"), r.Header.Get("Content-Type"), hex.EncodeToString(h.Sum(nil)), r.ContentLength, n}
 	})
-	obs := &clientTestObserver{}
-	c := newClientFor(t, "https://api.invalid", obs, 0)
+	obs := &testObserver{}
+	c := newTestClient(t, "https://api.invalid", obs, 0)
 
 	want := sha256.New()
-	io.Copy(want, &clientPatternReader{left: size})
+	io.Copy(want, &patternReader{left: size})
 	var last int64
 	monotonic := true
-	err := c.Put(context.Background(), storage.URL+"/bucket/key.ply?X-Amz-Signature=deadbeef", &clientPatternReader{left: size}, size, func(sent int64) {
+	err := c.Put(context.Background(), storage.URL+"/bucket/key.ply?X-Amz-Signature=deadbeef", &patternReader{left: size}, size, func(sent int64) {
 		if sent < last {
 			monotonic = false
 		}
@@ -516,7 +516,7 @@ func TestClientPutStreamsWithoutAuthorization(t *testing.T) {
 func TestClientPutErrorsHideSignedQuery(t *testing.T) {
 	t.Parallel()
 	const sig = "X-Amz-Signature=0f1e2d3c4b5a69788796a5b4c3d2e1f0"
-	storage := newClientStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
+	storage := newStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/cut":
 			// Read a little, then drop the connection mid-body.
@@ -531,14 +531,14 @@ func TestClientPutErrorsHideSignedQuery(t *testing.T) {
 			fmt.Fprintf(w, `<Error><Code>SignatureDoesNotMatch</Code><Message>%s</Message></Error>`, msg.String())
 		}
 	})
-	c := newClientFor(t, "https://api.invalid", nil, 0)
+	c := newTestClient(t, "https://api.invalid", nil, 0)
 	query := "X-Amz-Credential=AKIAEXAMPLE%2F20250101&" + sig
 
-	err := c.Put(context.Background(), storage.URL+"/cut?"+query, &clientPatternReader{left: 8 << 20}, 8<<20, nil)
+	err := c.Put(context.Background(), storage.URL+"/cut?"+query, &patternReader{left: 8 << 20}, 8<<20, nil)
 	if err == nil {
 		t.Fatal("cut upload succeeded")
 	}
-	for _, leak := range []string{sig, "0f1e2d3c4b5a", "AKIAEXAMPLE", clientTestToken} {
+	for _, leak := range []string{sig, "0f1e2d3c4b5a", "AKIAEXAMPLE", testToken} {
 		if strings.Contains(err.Error(), leak) {
 			t.Errorf("network error %q leaks %q", err, leak)
 		}
@@ -553,7 +553,7 @@ func TestClientPutErrorsHideSignedQuery(t *testing.T) {
 		}())
 	}
 
-	err = c.Put(context.Background(), storage.URL+"/refused?"+query, &clientPatternReader{left: 1000}, 1000, nil)
+	err = c.Put(context.Background(), storage.URL+"/refused?"+query, &patternReader{left: 1000}, 1000, nil)
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 403 || !ae.FromStorage() || ae.Route != RouteStoragePut {
 		t.Fatalf("refused upload: err = %v", err)
@@ -571,14 +571,14 @@ func TestClientPutErrorsHideSignedQuery(t *testing.T) {
 func TestClientPutAbortsStalledUpload(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	storage := newClientStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
+	storage := newStorageServer(t, func(w http.ResponseWriter, r *http.Request) {
 		<-release // never read the body: the client's writes block
 	})
 	t.Cleanup(func() { close(release) }) // runs before the server's Close
-	c := newClientFor(t, "https://api.invalid", nil, 300*time.Millisecond)
+	c := newTestClient(t, "https://api.invalid", nil, 300*time.Millisecond)
 	const size = 1 << 30 // far more than the socket buffers hold
-	err := c.Put(context.Background(), storage.URL+"/k?sig=secretsecret", &clientPatternReader{left: size}, size, nil)
-	if !errors.Is(err, errClientPutStalled) {
+	err := c.Put(context.Background(), storage.URL+"/k?sig=secretsecret", &patternReader{left: size}, size, nil)
+	if !errors.Is(err, errPutStalled) {
 		t.Fatalf("err = %v, want a stall", err)
 	}
 	if strings.Contains(err.Error(), "secretsecret") {
@@ -588,7 +588,7 @@ func TestClientPutAbortsStalledUpload(t *testing.T) {
 
 func TestClientPutRejectsBadURLs(t *testing.T) {
 	t.Parallel()
-	c := newClientFor(t, "https://api.invalid", nil, 0)
+	c := newTestClient(t, "https://api.invalid", nil, 0)
 	for _, u := range []string{"http://storage.example/k?sig=secretsecret", "not a url?sig=secretsecret", "/relative?sig=secretsecret"} {
 		err := c.Put(context.Background(), u, strings.NewReader("x"), 1, nil)
 		if err == nil || strings.Contains(err.Error(), "secretsecret") {
@@ -609,7 +609,7 @@ func TestClientPutPlainHTTPOnLoopback(t *testing.T) {
 		auth.Store(r.Header.Get("Authorization") != "")
 	}))
 	t.Cleanup(storage.Close)
-	c := newClientFor(t, "https://api.invalid", nil, 0)
+	c := newTestClient(t, "https://api.invalid", nil, 0)
 	if err := c.Put(context.Background(), storage.URL+"/k?sig=s", strings.NewReader("hello"), 5, nil); err != nil {
 		t.Fatalf("Put over loopback http: %v", err)
 	}
@@ -691,18 +691,18 @@ func TestClientRedactURL(t *testing.T) {
 		"https://s.example/b/k":                       "https://s.example/b/k",
 		"https://s.example/b/k#frag":                  "https://s.example/b/k?REDACTED",
 		"::not a url?sig=1":                           "::not a url?REDACTED",
-		"see https://s.example/x?sig=abc for details": "", // via clientScrub below
+		"see https://s.example/x?sig=abc for details": "", // via scrub below
 	}
 	for in, want := range cases {
 		if want == "" {
 			continue
 		}
-		if got := clientRedactURL(in); got != want {
-			t.Errorf("clientRedactURL(%q) = %q, want %q", in, got, want)
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := clientScrub("see https://s.example/x?sig=abc, and tok123456 too", []string{"tok123456"}); got != "see https://s.example/x?REDACTED and REDACTED too" {
-		t.Errorf("clientScrub = %q", got)
+	if got := scrub("see https://s.example/x?sig=abc, and tok123456 too", []string{"tok123456"}); got != "see https://s.example/x?REDACTED and REDACTED too" {
+		t.Errorf("scrub = %q", got)
 	}
 }
 
@@ -710,16 +710,16 @@ func TestClientRedactURL(t *testing.T) {
 // loopback TLS storage server. B/op must stay flat across sizes: the body is
 // streamed, never buffered.
 func BenchmarkPut(b *testing.B) {
-	storage := newClientStorageServer(b, func(w http.ResponseWriter, r *http.Request) {
+	storage := newStorageServer(b, func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, bufio.NewReaderSize(r.Body, 64<<10))
 	})
-	c := newClientFor(b, "https://api.invalid", nil, 0)
+	c := newTestClient(b, "https://api.invalid", nil, 0)
 	for _, size := range []int64{1 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(size)
 			for b.Loop() {
-				if err := c.Put(context.Background(), storage.URL+"/k?sig=s", &clientPatternReader{left: size}, size, nil); err != nil {
+				if err := c.Put(context.Background(), storage.URL+"/k?sig=s", &patternReader{left: size}, size, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"bytes"
@@ -15,33 +15,33 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// pacerFakeClock is a manual clock: After registers a timer that fires when
+// fakeClock is a manual clock: After registers a timer that fires when
 // the test advances time past it. asked records every requested duration.
-type pacerFakeClock struct {
+type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
-	timers []pacerFakeTimer
+	timers []fakeTimer
 	asked  []time.Duration
 }
 
-type pacerFakeTimer struct {
+type fakeTimer struct {
 	at time.Time
 	ch chan time.Time
 }
 
-// pacerEpoch is a window-aligned start time, so fake windows end on whole
+// epoch is a window-aligned start time, so fake windows end on whole
 // minutes like a fixed-window server's.
-var pacerEpoch = time.Unix(1_700_000_040, 0)
+var epoch = time.Unix(1_700_000_040, 0)
 
-func newPacerFakeClock() *pacerFakeClock { return &pacerFakeClock{now: pacerEpoch} }
+func newFakeClock() *fakeClock { return &fakeClock{now: epoch} }
 
-func (c *pacerFakeClock) Now() time.Time {
+func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *pacerFakeClock) After(d time.Duration) <-chan time.Time {
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
@@ -50,11 +50,11 @@ func (c *pacerFakeClock) After(d time.Duration) <-chan time.Time {
 		ch <- c.now
 		return ch
 	}
-	c.timers = append(c.timers, pacerFakeTimer{at: c.now.Add(d), ch: ch})
+	c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
 	return ch
 }
 
-func (c *pacerFakeClock) lastAsked() time.Duration {
+func (c *fakeClock) lastAsked() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.asked) == 0 {
@@ -63,14 +63,14 @@ func (c *pacerFakeClock) lastAsked() time.Duration {
 	return c.asked[len(c.asked)-1]
 }
 
-func (c *pacerFakeClock) askedCount() int {
+func (c *fakeClock) askedCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.asked)
 }
 
 // awaitAsked waits (real time, hang guard only) until After was called n times.
-func (c *pacerFakeClock) awaitAsked(t *testing.T, n int) {
+func (c *fakeClock) awaitAsked(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for c.askedCount() < n {
@@ -82,7 +82,7 @@ func (c *pacerFakeClock) awaitAsked(t *testing.T, n int) {
 }
 
 // Advance moves time forward by d and fires the timers that are due.
-func (c *pacerFakeClock) Advance(d time.Duration) {
+func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
@@ -90,7 +90,7 @@ func (c *pacerFakeClock) Advance(d time.Duration) {
 }
 
 // AdvanceToNext jumps to the earliest pending timer; false when none.
-func (c *pacerFakeClock) AdvanceToNext() bool {
+func (c *fakeClock) AdvanceToNext() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.timers) == 0 {
@@ -109,7 +109,7 @@ func (c *pacerFakeClock) AdvanceToNext() bool {
 	return true
 }
 
-func (c *pacerFakeClock) fireLocked() {
+func (c *fakeClock) fireLocked() {
 	kept := c.timers[:0]
 	for _, t := range c.timers {
 		if !t.at.After(c.now) {
@@ -121,15 +121,15 @@ func (c *pacerFakeClock) fireLocked() {
 	c.timers = kept
 }
 
-// pacerRecorder is an Observer that keeps what the pacer reports.
-type pacerRecorder struct {
+// recorder is an Observer that keeps what the pacer reports.
+type recorder struct {
 	NopObserver
 	mu        sync.Mutex
 	remaining map[string]int
 	waited    time.Duration
 }
 
-func (r *pacerRecorder) RateLimit(class string, remaining int) {
+func (r *recorder) RateLimit(class string, remaining int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.remaining == nil {
@@ -138,13 +138,13 @@ func (r *pacerRecorder) RateLimit(class string, remaining int) {
 	r.remaining[class] = remaining
 }
 
-func (r *pacerRecorder) RateLimitWait(d time.Duration) {
+func (r *recorder) RateLimitWait(d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.waited += d
 }
 
-func pacerNewTest(t *testing.T, clk *pacerFakeClock, o PacerOptions) *Pacer {
+func newTestPacer(t *testing.T, clk *fakeClock, o PacerOptions) *Pacer {
 	t.Helper()
 	o.Now, o.After = clk.Now, clk.After
 	if o.Rand == nil {
@@ -153,9 +153,9 @@ func pacerNewTest(t *testing.T, clk *pacerFakeClock, o PacerOptions) *Pacer {
 	return NewPacer(o)
 }
 
-// pacerResp builds a response with rate-limit headers; a zero reset or date
+// windowResp builds a response with rate-limit headers; a zero reset or date
 // leaves the header out.
-func pacerResp(status, limit, remaining int, reset, date time.Time, retryAfter string) *http.Response {
+func windowResp(status, limit, remaining int, reset, date time.Time, retryAfter string) *http.Response {
 	h := http.Header{}
 	if limit > 0 {
 		h.Set("X-RateLimit-Limit", strconv.Itoa(limit))
@@ -173,24 +173,24 @@ func pacerResp(status, limit, remaining int, reset, date time.Time, retryAfter s
 	return &http.Response{StatusCode: status, Header: h}
 }
 
-type pacerResult struct {
+type waitResult struct {
 	release func(*http.Response)
 	err     error
 }
 
-// pacerWaitAsync runs Wait in a goroutine.
-func pacerWaitAsync(ctx context.Context, p *Pacer, route string) <-chan pacerResult {
-	ch := make(chan pacerResult, 1)
+// waitAsync runs Wait in a goroutine.
+func waitAsync(ctx context.Context, p *Pacer, route string) <-chan waitResult {
+	ch := make(chan waitResult, 1)
 	go func() {
 		rel, err := p.Wait(ctx, route)
-		ch <- pacerResult{rel, err}
+		ch <- waitResult{rel, err}
 	}()
 	return ch
 }
 
-// pacerAwaitBlocked waits (in real time, as a hang guard only) until n
+// awaitBlocked waits (in real time, as a hang guard only) until n
 // goroutines are blocked in p.Wait.
-func pacerAwaitBlocked(t *testing.T, p *Pacer, n int) {
+func awaitBlocked(t *testing.T, p *Pacer, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -207,7 +207,7 @@ func pacerAwaitBlocked(t *testing.T, p *Pacer, n int) {
 	}
 }
 
-func pacerReceive(t *testing.T, ch <-chan pacerResult) pacerResult {
+func receive(t *testing.T, ch <-chan waitResult) waitResult {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -215,10 +215,10 @@ func pacerReceive(t *testing.T, ch <-chan pacerResult) pacerResult {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Wait did not return")
 	}
-	return pacerResult{}
+	return waitResult{}
 }
 
-func pacerMustNotReturn(t *testing.T, ch <-chan pacerResult) {
+func mustNotReturn(t *testing.T, ch <-chan waitResult) {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -227,7 +227,7 @@ func pacerMustNotReturn(t *testing.T, ch <-chan pacerResult) {
 	}
 }
 
-func pacerMustWait(t *testing.T, p *Pacer, route string) func(*http.Response) {
+func mustWait(t *testing.T, p *Pacer, route string) func(*http.Response) {
 	t.Helper()
 	rel, err := p.Wait(context.Background(), route)
 	if err != nil {
@@ -247,22 +247,22 @@ func TestPacerClassNames(t *testing.T) {
 
 func TestPacerProbeHoldsOthersUntilHeaders(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
 	ctx := context.Background()
 
-	probe := pacerMustWait(t, p, RoutePublish)
-	second := pacerWaitAsync(ctx, p, RoutePublish)
-	pacerAwaitBlocked(t, p, 1)
-	pacerMustNotReturn(t, second)
+	probe := mustWait(t, p, RoutePublish)
+	second := waitAsync(ctx, p, RoutePublish)
+	awaitBlocked(t, p, 1)
+	mustNotReturn(t, second)
 
 	now := clk.Now()
-	probe(pacerResp(201, 10, 9, now.Add(60*time.Second), now, ""))
-	r := pacerReceive(t, second)
+	probe(windowResp(201, 10, 9, now.Add(60*time.Second), now, ""))
+	r := receive(t, second)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	r.release(pacerResp(200, 10, 8, now.Add(60*time.Second), now, ""))
+	r.release(windowResp(200, 10, 8, now.Add(60*time.Second), now, ""))
 	if got := p.routes[RoutePublish].bucket.class; got != "strict" {
 		t.Errorf("class = %q, want strict", got)
 	}
@@ -270,13 +270,13 @@ func TestPacerProbeHoldsOthersUntilHeaders(t *testing.T) {
 
 func TestPacerNetworkErrorPassesProbeOn(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
-	probe := pacerMustWait(t, p, RouteGetSplat)
-	next := pacerWaitAsync(context.Background(), p, RouteGetSplat)
-	pacerAwaitBlocked(t, p, 1)
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
+	probe := mustWait(t, p, RouteGetSplat)
+	next := waitAsync(context.Background(), p, RouteGetSplat)
+	awaitBlocked(t, p, 1)
 	probe(nil) // no response: the class is still unknown
-	r := pacerReceive(t, next)
+	r := receive(t, next)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -288,73 +288,73 @@ func TestPacerNetworkErrorPassesProbeOn(t *testing.T) {
 
 func TestPacerSpreadsRemainingBudget(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{Jitter: -1})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
 
-	pacerMustWait(t, p, RouteCheckpoints)(pacerResp(200, 10, 9, reset, t0, ""))
+	mustWait(t, p, RouteCheckpoints)(windowResp(200, 10, 9, reset, t0, ""))
 	// The first request of a known window leaves at once...
-	pacerMustWait(t, p, RouteCheckpoints)(pacerResp(200, 10, 8, reset, t0, ""))
+	mustWait(t, p, RouteCheckpoints)(windowResp(200, 10, 8, reset, t0, ""))
 	// ...and the next waits for its share: 8 left over 60 s → 60s/9 apart.
 	for i, left := range []int{8, 7, 6} {
-		next := pacerWaitAsync(context.Background(), p, RouteCheckpoints)
-		pacerAwaitBlocked(t, p, 1)
-		pacerMustNotReturn(t, next)
+		next := waitAsync(context.Background(), p, RouteCheckpoints)
+		awaitBlocked(t, p, 1)
+		mustNotReturn(t, next)
 		now := clk.Now()
 		want := reset.Sub(now) / time.Duration(left+1)
 		if got := clk.lastAsked(); got != want {
 			t.Fatalf("step %d: pacer asked to wait %v, want %v", i, got, want)
 		}
 		clk.Advance(want)
-		r := pacerReceive(t, next)
+		r := receive(t, next)
 		if r.err != nil {
 			t.Fatal(r.err)
 		}
-		r.release(pacerResp(200, 10, left-1, reset, t0, ""))
+		r.release(windowResp(200, 10, left-1, reset, t0, ""))
 	}
 }
 
 func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	rec := &pacerRecorder{}
-	p := pacerNewTest(t, clk, PacerOptions{Jitter: time.Second, Observer: rec}) // Rand 0.5 → 500 ms jitter
+	clk := newFakeClock()
+	rec := &recorder{}
+	p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Observer: rec}) // Rand 0.5 → 500 ms jitter
 	t0 := clk.Now()
-	pacerMustWait(t, p, RouteSignedURL)(pacerResp(200, 5, 0, t0.Add(30*time.Second), t0, ""))
+	mustWait(t, p, RouteSignedURL)(windowResp(200, 5, 0, t0.Add(30*time.Second), t0, ""))
 	if got := rec.remaining["strict"]; got != 0 {
 		t.Errorf("observer remaining = %d, want 0", got)
 	}
 
-	held := pacerWaitAsync(context.Background(), p, RouteSignedURL)
-	pacerAwaitBlocked(t, p, 1)
+	held := waitAsync(context.Background(), p, RouteSignedURL)
+	awaitBlocked(t, p, 1)
 	if got, want := clk.lastAsked(), 30*time.Second+100*time.Millisecond; got != want { // a fifth of the 0.5 s jitter at a window change
 		t.Fatalf("wait = %v, want %v (reset + jitter)", got, want)
 	}
 	clk.Advance(30 * time.Second) // not yet: the jitter is still running
-	pacerAwaitBlocked(t, p, 1)
-	pacerMustNotReturn(t, held)
+	awaitBlocked(t, p, 1)
+	mustNotReturn(t, held)
 
 	clk.Advance(100 * time.Millisecond)
-	first := pacerReceive(t, held)
+	first := receive(t, held)
 	// The window has renewed but is unknown: this request is its probe and
 	// the next one waits for the probe's headers.
-	third := pacerWaitAsync(context.Background(), p, RouteSignedURL)
-	pacerAwaitBlocked(t, p, 1)
-	pacerMustNotReturn(t, third)
+	third := waitAsync(context.Background(), p, RouteSignedURL)
+	awaitBlocked(t, p, 1)
+	mustNotReturn(t, third)
 	now := clk.Now()
 	asked := clk.askedCount()
-	first.release(pacerResp(200, 5, 4, now.Add(60*time.Second), now, ""))
+	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, ""))
 	// The probe's headers make the window known; the third request then
 	// takes its even share of it: 4 left over 60.1 s → one fifth.
 	clk.awaitAsked(t, asked+1)
-	pacerAwaitBlocked(t, p, 1)
+	awaitBlocked(t, p, 1)
 	share := (60*time.Second + 100*time.Millisecond) / 5
 	if got := clk.lastAsked(); got != share {
 		t.Fatalf("wait after the probe = %v, want %v", got, share)
 	}
 	clk.Advance(share)
-	pacerReceive(t, third).release(nil)
+	receive(t, third).release(nil)
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -365,7 +365,7 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 
 func TestPacer429HoldsWholeClass(t *testing.T) {
 	t.Parallel()
-	httpDate := func(d time.Duration) string { return pacerEpoch.Add(d).UTC().Format(http.TimeFormat) }
+	httpDate := func(d time.Duration) string { return epoch.Add(d).UTC().Format(http.TimeFormat) }
 	cases := []struct {
 		name       string
 		resetIn    time.Duration // 0: no Reset header
@@ -381,9 +381,9 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := newPacerFakeClock()
+			clk := newFakeClock()
 			var logs bytes.Buffer
-			p := pacerNewTest(t, clk, PacerOptions{Jitter: time.Second, Logger: zerolog.New(&logs)})
+			p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Logger: zerolog.New(&logs)})
 			t0 := clk.Now()
 			var reset time.Time
 			if tc.resetIn > 0 {
@@ -392,28 +392,28 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 			// resp builds the case's answers; without a Reset the server
 			// names only its limit, so no window is known.
 			resp := func(status, remaining int, retryAfter string) *http.Response {
-				r := pacerResp(status, 10, remaining, reset, t0, retryAfter)
+				r := windowResp(status, 10, remaining, reset, t0, retryAfter)
 				if reset.IsZero() {
 					r.Header.Del("X-RateLimit-Remaining")
 				}
 				return r
 			}
 			// Both routes learn the same class first.
-			pacerMustWait(t, p, RouteSignedURL)(resp(200, 9, ""))
-			pacerMustWait(t, p, RoutePublish)(resp(200, 8, ""))
-			pacerMustWait(t, p, RouteSignedURL)(resp(http.StatusTooManyRequests, 0, tc.retryAfter))
+			mustWait(t, p, RouteSignedURL)(resp(200, 9, ""))
+			mustWait(t, p, RoutePublish)(resp(200, 8, ""))
+			mustWait(t, p, RouteSignedURL)(resp(http.StatusTooManyRequests, 0, tc.retryAfter))
 
 			// The other route of the class is held too.
-			held := pacerWaitAsync(context.Background(), p, RoutePublish)
-			pacerAwaitBlocked(t, p, 1)
+			held := waitAsync(context.Background(), p, RoutePublish)
+			awaitBlocked(t, p, 1)
 			if got := clk.lastAsked(); got != tc.want {
 				t.Fatalf("hold = %v, want %v", got, tc.want)
 			}
 			clk.Advance(tc.want - time.Millisecond)
-			pacerAwaitBlocked(t, p, 1)
-			pacerMustNotReturn(t, held)
+			awaitBlocked(t, p, 1)
+			mustNotReturn(t, held)
 			clk.Advance(time.Millisecond)
-			pacerReceive(t, held).release(nil)
+			receive(t, held).release(nil)
 			if !bytes.Contains(logs.Bytes(), []byte("429")) {
 				t.Errorf("the hold was not logged: %s", logs.String())
 			}
@@ -423,13 +423,13 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 
 func TestPacerCapsFarReset(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
+	clk := newFakeClock()
 	var logs bytes.Buffer
-	p := pacerNewTest(t, clk, PacerOptions{Jitter: time.Second, Logger: zerolog.New(&logs)})
+	p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Logger: zerolog.New(&logs)})
 	t0 := clk.Now()
-	pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
-	held := pacerWaitAsync(context.Background(), p, RoutePublish)
-	pacerAwaitBlocked(t, p, 1)
+	mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
+	held := waitAsync(context.Background(), p, RoutePublish)
+	awaitBlocked(t, p, 1)
 	if got, want := clk.lastAsked(), DefaultPacerMaxWait+100*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want the cap %v", got, want)
 	}
@@ -437,65 +437,65 @@ func TestPacerCapsFarReset(t *testing.T) {
 		t.Errorf("capped wait not logged: %s", logs.String())
 	}
 	clk.Advance(DefaultPacerMaxWait + 500*time.Millisecond)
-	pacerReceive(t, held).release(nil)
+	receive(t, held).release(nil)
 }
 
 func TestPacerClockSkew(t *testing.T) {
 	t.Parallel()
 	t.Run("server clock an hour behind", func(t *testing.T) {
 		t.Parallel()
-		clk := newPacerFakeClock()
-		p := pacerNewTest(t, clk, PacerOptions{Jitter: -1})
+		clk := newFakeClock()
+		p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
 		server := clk.Now().Add(-time.Hour)
-		pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 0, server.Add(30*time.Second), server, ""))
-		held := pacerWaitAsync(context.Background(), p, RoutePublish)
-		pacerAwaitBlocked(t, p, 1)
+		mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, server.Add(30*time.Second), server, ""))
+		held := waitAsync(context.Background(), p, RoutePublish)
+		awaitBlocked(t, p, 1)
 		if got := clk.lastAsked(); got != 30*time.Second {
 			t.Fatalf("wait = %v, want 30s measured on the server's clock", got)
 		}
 		clk.Advance(30 * time.Second)
-		pacerReceive(t, held).release(nil)
+		receive(t, held).release(nil)
 	})
 	t.Run("reset already past by the server's clock", func(t *testing.T) {
 		t.Parallel()
-		clk := newPacerFakeClock()
-		p := pacerNewTest(t, clk, PacerOptions{Jitter: -1})
+		clk := newFakeClock()
+		p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
 		server := clk.Now().Add(10 * time.Second)
-		pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 0, server.Add(-5*time.Second), server, ""))
+		mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, server.Add(-5*time.Second), server, ""))
 		// Renewed window: the next request goes at once, as its probe.
-		pacerMustWait(t, p, RoutePublish)(nil)
+		mustWait(t, p, RoutePublish)(nil)
 	})
 	t.Run("no Date header: local clock", func(t *testing.T) {
 		t.Parallel()
-		clk := newPacerFakeClock()
-		p := pacerNewTest(t, clk, PacerOptions{Jitter: -1})
-		pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, ""))
-		held := pacerWaitAsync(context.Background(), p, RoutePublish)
-		pacerAwaitBlocked(t, p, 1)
+		clk := newFakeClock()
+		p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+		mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, ""))
+		held := waitAsync(context.Background(), p, RoutePublish)
+		awaitBlocked(t, p, 1)
 		if got := clk.lastAsked(); got != 20*time.Second {
 			t.Fatalf("wait = %v, want 20s", got)
 		}
 		clk.Advance(20 * time.Second)
-		pacerReceive(t, held).release(nil)
+		receive(t, held).release(nil)
 	})
 }
 
 func TestPacerContextCancel(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
 	t0 := clk.Now()
-	pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	held := pacerWaitAsync(ctx, p, RoutePublish)
-	pacerAwaitBlocked(t, p, 1)
+	held := waitAsync(ctx, p, RoutePublish)
+	awaitBlocked(t, p, 1)
 	cancel()
-	r := pacerReceive(t, held)
+	r := receive(t, held)
 	if !errors.Is(r.err, context.Canceled) || r.release != nil {
 		t.Fatalf("Wait after cancel = (%v, release set %v), want context.Canceled", r.err, r.release != nil)
 	}
-	pacerAwaitBlocked(t, p, 0)
+	awaitBlocked(t, p, 0)
 
 	if _, err := p.Wait(ctx, RouteGetSplat); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait with a done context = %v", err)
@@ -504,12 +504,12 @@ func TestPacerContextCancel(t *testing.T) {
 
 func TestPacerRoutesShareClassByLimit(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
 	t0 := clk.Now()
-	pacerMustWait(t, p, RouteSignedURL)(pacerResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
-	pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 8, t0.Add(time.Minute), t0, ""))
-	pacerMustWait(t, p, RouteGetSplat)(pacerResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RouteSignedURL)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 10, 8, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RouteGetSplat)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
 	if p.routes[RouteSignedURL].bucket != p.routes[RoutePublish].bucket {
 		t.Error("routes with the same limit should share a bucket")
 	}
@@ -520,7 +520,7 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 		t.Errorf("shared remaining = %d, want 8", b.remaining)
 	}
 	// An older response from the same window cannot raise Remaining.
-	pacerMustWait(t, p, RouteSignedURL)(pacerResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RouteSignedURL)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
 	if b := p.routes[RoutePublish].bucket; b.remaining != 8 {
 		t.Errorf("remaining after a stale response = %d, want 8", b.remaining)
 	}
@@ -528,23 +528,23 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 
 func TestPacerRouteWithoutHeadersIsNotHeld(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
-	pacerMustWait(t, p, RouteGetSplat)(&http.Response{StatusCode: 200, Header: http.Header{}})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
+	mustWait(t, p, RouteGetSplat)(&http.Response{StatusCode: 200, Header: http.Header{}})
 	var rels []func(*http.Response)
 	for range 5 {
-		rels = append(rels, pacerMustWait(t, p, RouteGetSplat)) // would block if paced
+		rels = append(rels, mustWait(t, p, RouteGetSplat)) // would block if paced
 	}
 	for _, r := range rels {
 		r(nil)
 	}
 }
 
-// pacerSimServer is a fixed-window rate limiter like the real API's: limit
+// simServer is a fixed-window rate limiter like the real API's: limit
 // requests per window for the whole class, headers on every answer.
-type pacerSimServer struct {
+type simServer struct {
 	mu       sync.Mutex
-	clk      *pacerFakeClock
+	clk      *fakeClock
 	limit    int
 	window   time.Duration
 	curStart time.Time
@@ -552,7 +552,7 @@ type pacerSimServer struct {
 	ok, r429 int
 }
 
-func (s *pacerSimServer) handle() *http.Response {
+func (s *simServer) handle() *http.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
@@ -563,11 +563,11 @@ func (s *pacerSimServer) handle() *http.Response {
 	date := now.Truncate(time.Second)
 	if s.count >= s.limit {
 		s.r429++
-		return pacerResp(http.StatusTooManyRequests, s.limit, 0, reset, date, strconv.Itoa(int(reset.Sub(now).Seconds())+1))
+		return windowResp(http.StatusTooManyRequests, s.limit, 0, reset, date, strconv.Itoa(int(reset.Sub(now).Seconds())+1))
 	}
 	s.count++
 	s.ok++
-	return pacerResp(200, s.limit, s.limit-s.count, reset, date, "")
+	return windowResp(200, s.limit, s.limit-s.count, reset, date, "")
 }
 
 // TestPacerConcurrentWorkersEarnNo429 drives 8 goroutines through two routes
@@ -575,11 +575,11 @@ func (s *pacerSimServer) handle() *http.Response {
 // every request done, and no slower than the windows allow.
 func TestPacerConcurrentWorkersEarnNo429(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
+	clk := newFakeClock()
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(1, 2))
-	p := pacerNewTest(t, clk, PacerOptions{Rand: func() float64 { mu.Lock(); defer mu.Unlock(); return rng.Float64() }})
-	srv := &pacerSimServer{clk: clk, limit: 10, window: time.Minute, curStart: pacerEpoch}
+	p := newTestPacer(t, clk, PacerOptions{Rand: func() float64 { mu.Lock(); defer mu.Unlock(); return rng.Float64() }})
+	srv := &simServer{clk: clk, limit: 10, window: time.Minute, curStart: epoch}
 
 	const workers, each = 8, 5
 	var finished atomic.Int32
@@ -640,7 +640,7 @@ func TestPacerConcurrentWorkersEarnNo429(t *testing.T) {
 	}
 	// 40 requests at 10 per minute need the 4th window, and should not need
 	// a 5th.
-	elapsed := clk.Now().Sub(pacerEpoch)
+	elapsed := clk.Now().Sub(epoch)
 	if elapsed < 3*time.Minute || elapsed >= 4*time.Minute+5*time.Second {
 		t.Errorf("finished after %v of fake time, want within the 4th window", elapsed)
 	}
@@ -652,34 +652,34 @@ func TestPacerConcurrentWorkersEarnNo429(t *testing.T) {
 // in each; a known route must not spend the same last slot meanwhile.
 func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
-	pacerMustWait(t, p, RouteSignedURL)(pacerResp(200, 10, 1, reset, t0, "")) // one left in this window
+	mustWait(t, p, RouteSignedURL)(windowResp(200, 10, 1, reset, t0, "")) // one left in this window
 
-	probe := pacerMustWait(t, p, RoutePublish) // new route: a class probe
-	held := pacerWaitAsync(context.Background(), p, RouteSignedURL)
-	pacerAwaitBlocked(t, p, 1)
-	pacerMustNotReturn(t, held) // the last slot is the probe's
+	probe := mustWait(t, p, RoutePublish) // new route: a class probe
+	held := waitAsync(context.Background(), p, RouteSignedURL)
+	awaitBlocked(t, p, 1)
+	mustNotReturn(t, held) // the last slot is the probe's
 
 	// The probe turns out to be of the same class and spent that slot.
-	probe(pacerResp(200, 10, 0, reset, t0, ""))
-	pacerAwaitBlocked(t, p, 1)
-	pacerMustNotReturn(t, held)
+	probe(windowResp(200, 10, 0, reset, t0, ""))
+	awaitBlocked(t, p, 1)
+	mustNotReturn(t, held)
 	clk.Advance(61 * time.Second)
-	pacerReceive(t, held).release(nil)
+	receive(t, held).release(nil)
 }
 
 // TestReservationCancelledCostsNothing: a slot reserved and given back
 // unused (the file changed, a shutdown) does not count against the window.
 func TestReservationCancelledCostsNothing(t *testing.T) {
 	t.Parallel()
-	clk := newPacerFakeClock()
-	p := pacerNewTest(t, clk, PacerOptions{})
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
 	c := &Client{pacer: p}
 	t0 := clk.Now()
-	pacerMustWait(t, p, RoutePublish)(pacerResp(200, 10, 3, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 10, 3, t0.Add(time.Minute), t0, ""))
 	for range 2 {
 		clk.Advance(20 * time.Second) // past the spreading of the remaining budget
 		r, err := c.Reserve(context.Background(), RoutePublish)

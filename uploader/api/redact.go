@@ -1,4 +1,4 @@
-package uploader
+package api
 
 import (
 	"errors"
@@ -14,16 +14,16 @@ import (
 // text or log line of this package may carry a query string, userinfo, or the
 // bearer token. The helpers below are the single place that scrubs them.
 
-// clientRedactedMark replaces a removed query string or secret.
-const clientRedactedMark = "REDACTED"
+// redactedMark replaces a removed query string or secret.
+const redactedMark = "REDACTED"
 
-// clientRedactURL returns raw without userinfo, query and fragment. A removed
+// redactURL returns raw without userinfo, query and fragment. A removed
 // query is shown as "?REDACTED" so a reader can tell the URL was signed.
-func clientRedactURL(raw string) string {
+func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		if i := strings.IndexAny(raw, "?#"); i >= 0 {
-			return raw[:i] + "?" + clientRedactedMark
+			return raw[:i] + "?" + redactedMark
 		}
 		return raw
 	}
@@ -33,19 +33,19 @@ func clientRedactURL(raw string) string {
 	u.Fragment, u.RawFragment = "", ""
 	s := u.String()
 	if had {
-		s += "?" + clientRedactedMark
+		s += "?" + redactedMark
 	}
 	return s
 }
 
-// clientURLInText matches URLs with a query inside free text (server messages
+// urlInText matches URLs with a query inside free text (server messages
 // sometimes echo the URL they refused).
-var clientURLInText = regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>?]*\?[^\s"'<>]*`)
+var urlInText = regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>?]*\?[^\s"'<>]*`)
 
-// clientURLSecrets lists the parts of u that must never appear in text: the
+// urlSecrets lists the parts of u that must never appear in text: the
 // raw query, its values (raw and decoded, when long enough to be a secret
 // rather than a common word) and the userinfo password.
-func clientURLSecrets(u *url.URL) []string {
+func urlSecrets(u *url.URL) []string {
 	if u == nil {
 		return nil
 	}
@@ -71,8 +71,8 @@ func clientURLSecrets(u *url.URL) []string {
 	return out
 }
 
-// clientScrub removes every secret and every URL query from text.
-func clientScrub(text string, secrets []string) string {
+// scrub removes every secret and every URL query from text.
+func scrub(text string, secrets []string) string {
 	ss := make([]string, 0, len(secrets))
 	for _, s := range secrets {
 		if len(s) >= 4 {
@@ -83,18 +83,18 @@ func clientScrub(text string, secrets []string) string {
 	// rest of the query behind.
 	sort.Slice(ss, func(i, j int) bool { return len(ss[i]) > len(ss[j]) })
 	for _, s := range ss {
-		text = strings.ReplaceAll(text, s, clientRedactedMark)
+		text = strings.ReplaceAll(text, s, redactedMark)
 	}
-	return clientURLInText.ReplaceAllStringFunc(text, clientRedactURL)
+	return urlInText.ReplaceAllStringFunc(text, redactURL)
 }
 
-// clientNetErr wraps a transport error for route: *url.Error's URL is
+// wrapNetErr wraps a transport error for route: *url.Error's URL is
 // scrubbed in place (so errors.As callers see the scrubbed URL too) and the
 // text is scrubbed of secrets.
-func clientNetErr(route string, err error, secrets []string) error {
+func wrapNetErr(route string, err error, secrets []string) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		ue.URL = clientRedactURL(ue.URL)
+		ue.URL = redactURL(ue.URL)
 	}
-	return &clientNetError{route: route, text: clientScrub(err.Error(), secrets), err: err}
+	return &netError{route: route, text: scrub(err.Error(), secrets), err: err}
 }
