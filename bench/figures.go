@@ -23,7 +23,7 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
@@ -90,8 +90,8 @@ func (o BenchOptions) logf(format string, a ...any) {
 func waitReceipt(ctx context.Context, d *Daemon, path string, timeout time.Duration) error {
 	end := time.Now().Add(timeout)
 	for time.Now().Before(end) && ctx.Err() == nil {
-		if b, err := os.ReadFile(uploader.ReceiptPath(path)); err == nil {
-			var r uploader.Receipt
+		if b, err := os.ReadFile(after.ReceiptPath(path)); err == nil {
+			var r after.Receipt
 			if json.Unmarshal(b, &r) == nil {
 				if r.Status != "done" {
 					return fmt.Errorf("%s finished %s: %s", filepath.Base(path), r.Status, r.Message)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
@@ -281,11 +281,11 @@ func (e *tenv) stop() {
 // receipts counts the files with a receipt, and those whose receipt says done.
 func (e *tenv) receipts() (final, done int) {
 	for _, p := range e.files {
-		b, err := os.ReadFile(uploader.ReceiptPath(p))
+		b, err := os.ReadFile(after.ReceiptPath(p))
 		if err != nil {
 			continue
 		}
-		var r uploader.Receipt
+		var r after.Receipt
 		if json.Unmarshal(b, &r) != nil {
 			continue
 		}
@@ -383,7 +383,7 @@ func (e *tenv) verdict() {
 			r.Published++
 		}
 		j, ok := byPath[p]
-		_, rerr := os.Stat(uploader.ReceiptPath(p))
+		_, rerr := os.Stat(after.ReceiptPath(p))
 		switch {
 		case n == 0:
 			r.Lost++
@@ -738,14 +738,14 @@ func runKill(ctx context.Context, e *tenv) error {
 		if id, ok := splatOf[j.SHA256]; ok {
 			// The operator finds the splat on the account and closes the job
 			// with it: polled to done, not published again.
-			os.Remove(uploader.ReceiptPath(j.File)) // the resolved job writes a done one
+			os.Remove(after.ReceiptPath(j.File)) // the resolved job writes a done one
 			if _, err := Splatd(ctx, e.o.Bin, "resolve", "-config", e.cfgPath, fmt.Sprint(j.ID), id); err != nil {
 				return err
 			}
 			confirmed++
 			continue
 		}
-		os.Remove(uploader.ReceiptPath(j.File)) // the retried job writes a new one
+		os.Remove(after.ReceiptPath(j.File)) // the retried job writes a new one
 		if _, err := Splatd(ctx, e.o.Bin, "retry", "-config", e.cfgPath, fmt.Sprint(j.ID)); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 )
 
@@ -53,9 +54,8 @@ func (o *OneShotOptions) fill() {
 var ErrProcessingFailed = errors.New("processing failed")
 
 // PublishFile signs, uploads, publishes and polls one file to a terminal
-// status. r carries the publish parameters; its Key and KeyField are filled
-// here. The returned Splat is the last record seen, also on failure.
-func PublishFile(ctx context.Context, c *api.Client, path string, r api.PublishRequest, o OneShotOptions) (api.Splat, error) {
+// status with the publish parameters params. The returned Splat is the last record seen, also on failure.
+func PublishFile(ctx context.Context, c *api.Client, path string, params state.PublishParams, o OneShotOptions) (api.Splat, error) {
 	o.fill()
 	f, err := os.Open(path)
 	if err != nil {
@@ -106,7 +106,7 @@ func PublishFile(ctx context.Context, c *api.Client, path string, r api.PublishR
 	}
 
 	o.Stage("publish", "")
-	r.Key, r.KeyField = up.Key, up.KeyField
+	r := api.PublishRequest{Key: up.Key, KeyField: up.KeyField, PublishParams: params}
 	var sp api.Splat
 	err = RetryTransient(ctx, o.Attempts, func() error {
 		var err error

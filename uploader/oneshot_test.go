@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 )
 
@@ -77,7 +78,7 @@ func TestPublishFileSurvivesAnUnreadablePoll(t *testing.T) {
 			}
 			io.WriteString(w, `{"id":"50","hash":"h","title":"a","description":"","format":"sog"}`) // minimal record
 		})
-	sp, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), api.PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
+	sp, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), state.PublishParams{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
 	if err != nil || sp.ID != "50" || sp.URL != "https://v/view?id=h" || publishes.Load() != 1 {
 		t.Errorf("PublishFile = %+v, %v after %d publishes; want splat 50 with its link, 1 publish", sp, err, publishes.Load())
 	}
@@ -93,7 +94,7 @@ func TestPublishFileStopsOnUnreadablePublishAnswer(t *testing.T) {
 			io.WriteString(w, `{"splat":{"id":50}}`)
 		},
 		func(int32, http.ResponseWriter) {})
-	_, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), api.PublishRequest{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
+	_, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), state.PublishParams{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
 	if err == nil || publishes.Load() != 1 {
 		t.Errorf("PublishFile err = %v after %d publishes; want an error after exactly 1", err, publishes.Load())
 	}

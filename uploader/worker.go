@@ -58,9 +58,10 @@ type PoolOptions struct {
 	Client *api.Client
 	// Workers is the number of jobs advanced at the same time. Zero: 2.
 	Workers int
-	// Publish holds the configured publish parameters; the default Resolve
-	// applies them (title template, sidecar) to each file.
-	Publish PublishTemplate
+	// Publish holds the configured publish parameters (Title is a
+	// template); sidecar.Resolve applies them to each file when it becomes
+	// ready.
+	Publish state.PublishParams
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions
@@ -73,9 +74,6 @@ type PoolOptions struct {
 	// StoreBackoff paces a worker's retries while the job store fails
 	// (full disk, I/O error). Zero: 1 s doubling to 30 s.
 	StoreBackoff state.Backoff
-	// MaxAttempts fails a job after this many transient errors in a row at
-	// one stage. Zero: never (a long outage only delays work).
-	MaxAttempts int
 	// Settle is how long a file that changed since it was last seen must
 	// stay unchanged before it is hashed (and the first pause for one that
 	// is still incomplete). Zero: 2 s.
@@ -83,10 +81,6 @@ type PoolOptions struct {
 	// URLMaxAge is the age after which a stored signed URL is not used for
 	// a PUT but signed again. Zero: 10 min.
 	URLMaxAge time.Duration
-	// Resolve computes a job's publish parameters when it becomes ready.
-	// Nil: ResolvePublish with Publish (sidecar, title template, defaults).
-	// An error fails the job.
-	Resolve func(j state.Job) (state.PublishParams, error)
 	// Finish is called once for every job that reaches done, failed or
 	// held (also after a crash, at the next Run, if it had not completed).
 	// An error is logged and Finish runs again at the next start.
@@ -193,16 +187,6 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	if o.URLMaxAge <= 0 {
 		o.URLMaxAge = 10 * time.Minute
-	}
-	if o.Resolve == nil {
-		tmpl := o.Publish
-		o.Resolve = func(j state.Job) (state.PublishParams, error) {
-			r, err := ResolvePublish(tmpl, j.Path, j.Root, j.ModTime)
-			if err != nil {
-				return state.PublishParams{}, err
-			}
-			return state.PublishParams{Title: r.Title, Description: r.Description, Listed: r.Listed, Format: r.Format, Settings: r.Settings}, nil
-		}
 	}
 	if o.Observer == nil {
 		o.Observer = NopObserver{}
@@ -559,9 +543,6 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 	}
 	j.Attempts++
 	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
-	if p.o.MaxAttempts > 0 && j.Attempts >= p.o.MaxAttempts {
-		return p.fail(j, now, fmt.Errorf("gave up after %d attempts: %w", j.Attempts, err)), nil
-	}
 	d := p.o.Backoff.Delay(j.Attempts)
 	var ae *api.APIError
 	if errors.As(err, &ae) && ae.RetryAfter > d {

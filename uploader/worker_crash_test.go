@@ -97,7 +97,7 @@ func crashChild() error {
 	}
 	p, err := NewPool(PoolOptions{
 		Store: store, Client: client, Workers: 3,
-		Publish:     PublishTemplate{Title: "{{.Stem}}", Format: "sog"},
+		Publish:     state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
 		OnUncertain: UncertainHold,
 		Poll:        PollOptions{Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
 		Backoff:     state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
@@ -155,7 +156,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
-	params, err := p.o.Resolve(j)
+	params, err := sidecar.Resolve(p.o.Publish, j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
@@ -300,11 +301,7 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		ctx = api.WithReservation(ctx, res)
 		defer res.Cancel()
 	}
-	sp, err := p.o.Client.Publish(ctx, api.PublishRequest{
-		Key: j.Upload.Key, KeyField: j.Upload.KeyField,
-		Title: j.Params.Title, Description: j.Params.Description, Listed: j.Params.Listed,
-		Format: j.Params.Format, Settings: j.Params.Settings,
-	})
+	sp, err := p.o.Client.Publish(ctx, api.PublishRequest{Key: j.Upload.Key, KeyField: j.Upload.KeyField, PublishParams: j.Params})
 	j.Publishes++
 	var pe *api.ProtocolError
 	if errors.As(err, &pe) {

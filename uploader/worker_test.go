@@ -110,7 +110,7 @@ func (e *workerEnv) enqueue(paths ...string) {
 func (e *workerEnv) options(workers int) PoolOptions {
 	return PoolOptions{
 		Store: e.store, Client: e.client, Workers: workers,
-		Publish:      PublishTemplate{Title: "{{.Stem}}", Format: "sog"},
+		Publish:      state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
 		Poll:         PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
 		Backoff:      state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter},
 		AuthBackoff:  state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter},

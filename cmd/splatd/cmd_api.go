@@ -18,6 +18,7 @@ import (
 
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
@@ -281,7 +282,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return err
 	}
-	req, err := publishParams(a.cfg.Publish, path, "", fi.ModTime())
+	req, err := sidecar.Resolve(a.cfg.Publish.Params(), path, "", fi.ModTime())
 	if err != nil {
 		return err
 	}
@@ -302,18 +303,6 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	}
 	fmt.Fprintf(c.stdout, "%s\t%s\n", path, sp.URL)
 	return nil
-}
-
-// publishParams resolves the publish request for one file from the config
-// and the file's sidecar, if any.
-func publishParams(p PublishConfig, path, root string, mod time.Time) (api.PublishRequest, error) {
-	return uploader.ResolvePublish(uploader.PublishTemplate{
-		Title:       p.Title,
-		Description: p.Description,
-		Listed:      p.Listed,
-		Format:      p.Format,
-		Settings:    p.Settings,
-	}, path, root, mod)
 }
 
 // progress draws a bar on a terminal and plain lines elsewhere (journald,

@@ -18,7 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
 
-	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/sidecar"
 )
 
 // Config is the YAML configuration file. Every key and its default is
@@ -68,6 +69,12 @@ type PublishConfig struct {
 	Format      string         `yaml:"format"`
 	OnUncertain string         `yaml:"on_uncertain"`
 	Settings    map[string]any `yaml:"settings"`
+}
+
+// Params are the configured publish parameters, the defaults that
+// sidecar.Resolve renders for each file (Title is the template).
+func (p PublishConfig) Params() state.PublishParams {
+	return state.PublishParams{Title: p.Title, Description: p.Description, Listed: p.Listed, Format: p.Format, Settings: p.Settings}
 }
 
 // PollConfig paces the polling of a published splat until processing ends.
@@ -229,7 +236,7 @@ func parseConfig(data []byte) (*Config, error) {
 	// sidecar's are over the config's: `settings: {camera: {fov: 50}}`
 	// changes the field of view and keeps the rest.
 	merged := defaultSettings()
-	uploader.MergeSettings(merged, cfg.Publish.Settings)
+	sidecar.MergeSettings(merged, cfg.Publish.Settings)
 	cfg.Publish.Settings = merged
 	return &cfg, nil
 }
@@ -408,7 +415,7 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 
 	if tmpl, err := template.New("title").Option("missingkey=error").Parse(c.Publish.Title); err != nil {
 		bad("publish.title", "bad template: %v", err)
-	} else if err := tmpl.Execute(io.Discard, uploader.TitleData{Stem: "scan", Name: "scan.ply", Dir: "/d", RelDir: ".", ModTime: time.Now()}); err != nil {
+	} else if err := tmpl.Execute(io.Discard, sidecar.TitleData{Stem: "scan", Name: "scan.ply", Dir: "/d", RelDir: ".", ModTime: time.Now()}); err != nil {
 		// Parsing alone accepts {{.Stemm}}; every job would then fail.
 		bad("publish.title", "%v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
 	}

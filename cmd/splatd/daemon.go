@@ -21,6 +21,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/watcher"
 )
@@ -125,7 +126,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 	d.store = store
 	d.drain = &drainStore{Store: store}
 
-	after := uploader.NewAfter(uploader.AfterOptions{
+	actions := after.New(after.Options{
 		OnSuccess:  cfg.After.OnSuccess,
 		SuccessDir: cfg.After.SuccessDir,
 		OnFailure:  cfg.After.OnFailure,
@@ -138,13 +139,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 		Store:   d.drain,
 		Client:  client,
 		Workers: cfg.Workers,
-		Publish: uploader.PublishTemplate{
-			Title:       cfg.Publish.Title,
-			Description: cfg.Publish.Description,
-			Listed:      cfg.Publish.Listed,
-			Format:      cfg.Publish.Format,
-			Settings:    cfg.Publish.Settings,
-		},
+		Publish: cfg.Publish.Params(),
 		OnUncertain: cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
@@ -153,7 +148,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 		},
 		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
 		Finish: func(ctx context.Context, j state.Job) error {
-			_, err := after.Finish(ctx, j)
+			_, err := actions.Finish(ctx, j)
 			return err
 		},
 		OnTransition: func(j state.Job, from state.Stage) {

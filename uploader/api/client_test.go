@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 const testToken = "tok-S3CR3T-0123456789abcdef"
@@ -148,7 +150,7 @@ func TestClientSignedURLAndPublishEchoKeyField(t *testing.T) {
 				t.Fatalf("upload = %+v", up)
 			}
 			settings := map[string]any{"camera": map[string]any{"fov": 65}, "animTracks": []any{}}
-			sp, err := c.Publish(ctx, PublishRequest{Key: up.Key, KeyField: up.KeyField, Title: "Scan", Listed: true, Format: "sog", Settings: settings})
+			sp, err := c.Publish(ctx, PublishRequest{Key: up.Key, KeyField: up.KeyField, PublishParams: state.PublishParams{Title: "Scan", Listed: true, Format: "sog", Settings: settings}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +238,7 @@ func TestClientPublishWithoutIDReturnsRecordAndProtocolError(t *testing.T) {
 	c, _, _ := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 201, `{"hash":"h9","task":{"status":"running"}}`)
 	}))
-	s, err := c.Publish(context.Background(), PublishRequest{Key: "k", Title: "t"})
+	s, err := c.Publish(context.Background(), PublishRequest{Key: "k", PublishParams: state.PublishParams{Title: "t"}})
 	var pe *ProtocolError
 	if !errors.As(err, &pe) || s.Hash != "h9" {
 		t.Fatalf("Publish = (%+v, %v), want the record and a *ProtocolError", s, err)

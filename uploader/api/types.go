@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 // Route names, one per API call. They label metrics (low cardinality: never
@@ -41,11 +43,11 @@ type Upload struct {
 
 // PublishRequest is the body of the publish call.
 type PublishRequest struct {
-	Key, KeyField      string // from Upload; an empty KeyField means storageKey
-	Title, Description string
-	Listed             bool
-	Format             string         // output format: "sog" | "compressed.ply"; omitted when empty
-	Settings           map[string]any // experience settings, sent as a JSON object; omitted when nil
+	Key, KeyField string // from Upload; an empty KeyField means storageKey
+	// The publish fields: Format is the output format ("sog" |
+	// "compressed.ply", omitted when empty); Settings the experience
+	// settings, sent as a JSON object (omitted when nil).
+	state.PublishParams
 }
 
 // Task is the processing task of a splat.

@@ -1,4 +1,8 @@
-package uploader
+// Package sidecar resolves a file's publish parameters: the configured
+// defaults, the title template rendered for the file, and the overrides of
+// its sidecar <stem>.splat.yaml. The result is resolved once, when a job
+// becomes ready, so that a restarted daemon publishes with the same values.
+package sidecar
 
 import (
 	"bytes"
@@ -11,20 +15,9 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/state"
 	"gopkg.in/yaml.v3"
 )
-
-// PublishTemplate is the configured publish parameters (publish.* in the
-// config) before they are resolved for one file.
-type PublishTemplate struct {
-	// Title is a text/template over TitleData, e.g. "{{.Stem}}".
-	Title       string
-	Description string
-	Listed      bool
-	Format      string
-	Settings    map[string]any
-}
 
 // TitleData is what a title template may use.
 type TitleData struct {
@@ -35,9 +28,10 @@ type TitleData struct {
 	ModTime time.Time // the file's modification time
 }
 
-// Sidecar is the per-file override file <stem>.splat.yaml beside a splat.
-// Every field is optional; settings are merged key by key into the config's.
-type Sidecar struct {
+// Overrides is the content of a sidecar file <stem>.splat.yaml beside a
+// splat. Every field is optional; settings are merged key by key into the
+// config's.
+type Overrides struct {
 	Title       *string        `yaml:"title"`
 	Description *string        `yaml:"description"`
 	Listed      *bool          `yaml:"listed"`
@@ -45,16 +39,17 @@ type Sidecar struct {
 	Settings    map[string]any `yaml:"settings"`
 }
 
-// SidecarPath is where the sidecar of a splat file lives.
-func SidecarPath(path string) string {
+// Path is where the sidecar of a splat file lives.
+func Path(path string) string {
 	return strings.TrimSuffix(path, filepath.Ext(path)) + ".splat.yaml"
 }
 
-// ResolvePublish renders the title template for one file and applies its
-// sidecar. An unreadable or invalid sidecar is an error naming the sidecar
-// and the key: the job fails with it instead of publishing with parameters
-// the user did not intend.
-func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (api.PublishRequest, error) {
+// Resolve computes one file's publish parameters: the configured defaults t,
+// whose Title is a text/template over TitleData (e.g. "{{.Stem}}"), with the
+// title rendered for the file and its sidecar applied. An unreadable or
+// invalid sidecar is an error naming the sidecar and the key: the job fails
+// with it instead of publishing with parameters the user did not intend.
+func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.PublishParams, error) {
 	name := filepath.Base(path)
 	data := TitleData{
 		Stem:    strings.TrimSuffix(name, filepath.Ext(name)),
@@ -72,18 +67,18 @@ func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (api.Pu
 	if t.Title != "" {
 		tmpl, err := template.New("title").Option("missingkey=error").Parse(t.Title)
 		if err != nil {
-			return api.PublishRequest{}, fmt.Errorf("publish.title: %w", err)
+			return state.PublishParams{}, fmt.Errorf("publish.title: %w", err)
 		}
 		var b bytes.Buffer
 		if err := tmpl.Execute(&b, data); err != nil {
-			return api.PublishRequest{}, fmt.Errorf("publish.title: %w", err)
+			return state.PublishParams{}, fmt.Errorf("publish.title: %w", err)
 		}
 		title = strings.TrimSpace(b.String())
 		if title == "" {
 			title = data.Stem
 		}
 	}
-	r := api.PublishRequest{
+	r := state.PublishParams{
 		Title:       title,
 		Description: t.Description,
 		Listed:      t.Listed,
@@ -91,12 +86,12 @@ func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (api.Pu
 		Settings:    deepCopyMap(t.Settings),
 	}
 
-	sc, err := ReadSidecar(SidecarPath(path))
+	sc, err := Read(Path(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, nil
 	}
 	if err != nil {
-		return api.PublishRequest{}, err
+		return state.PublishParams{}, err
 	}
 	if sc.Title != nil {
 		r.Title = *sc.Title
@@ -119,11 +114,11 @@ func ResolvePublish(t PublishTemplate, path, root string, mod time.Time) (api.Pu
 	return r, nil
 }
 
-// ReadSidecar reads and checks a sidecar file. A missing file is
+// Read reads and checks a sidecar file. A missing file is
 // fs.ErrNotExist; anything else wrong names the file, and every bad key
 // with its line, in one message.
-func ReadSidecar(path string) (Sidecar, error) {
-	var sc Sidecar
+func Read(path string) (Overrides, error) {
+	var sc Overrides
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

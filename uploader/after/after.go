@@ -1,4 +1,8 @@
-package uploader
+// Package after finishes a job once it is final: the after-action on its
+// file (keep, delete, or move under success_dir / failure_dir, keeping the
+// relative path and carrying the sidecar) and the receipt <file>.splat.json
+// written atomically beside the file. It never calls the API.
+package after
 
 import (
 	"context"
@@ -17,11 +21,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/sidecar"
 )
 
-// AfterOptions configures what happens to a file once its job is final
+// Options configures what happens to a file once its job is final
 // (after.* in the config).
-type AfterOptions struct {
+type Options struct {
 	OnSuccess  string // keep | delete | move
 	SuccessDir string
 	OnFailure  string // keep | move
@@ -33,22 +38,22 @@ type AfterOptions struct {
 	Logger zerolog.Logger
 }
 
-// After runs the after-actions and writes receipts. Finish is idempotent: a
+// Runner runs the after-actions and writes receipts. Finish is idempotent: a
 // crash between a job's final commit and the end of Finish runs it again at
 // the next start, and a file already moved or deleted is not an error.
-type After struct {
-	o AfterOptions
+type Runner struct {
+	o Options
 }
 
-// NewAfter returns the after-action runner.
-func NewAfter(o AfterOptions) *After {
+// New returns the after-action runner.
+func New(o Options) *Runner {
 	if o.OnSuccess == "" {
 		o.OnSuccess = "keep"
 	}
 	if o.OnFailure == "" {
 		o.OnFailure = "keep"
 	}
-	return &After{o: o}
+	return &Runner{o: o}
 }
 
 // Receipt is the JSON written beside a finished file as <file>.splat.json.
@@ -79,7 +84,7 @@ func ReceiptPath(file string) string { return file + ".splat.json" }
 
 // Finish applies the after-action of a final job and writes its receipt. It
 // returns where the file now is ("" when deleted).
-func (a *After) Finish(ctx context.Context, j state.Job) (string, error) {
+func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
 	file := j.Path
 	var err error
@@ -90,7 +95,7 @@ func (a *After) Finish(ctx context.Context, j state.Job) (string, error) {
 		err = os.Remove(j.Path)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			err = nil
-			_ = os.Remove(SidecarPath(j.Path))
+			_ = os.Remove(sidecar.Path(j.Path))
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
 		// moveUnder finds a file it moved before a crash at its target.
@@ -123,7 +128,7 @@ func (a *After) Finish(ctx context.Context, j state.Job) (string, error) {
 	return file, nil
 }
 
-func (a *After) receipt(j state.Job) Receipt {
+func (a *Runner) receipt(j state.Job) Receipt {
 	r := Receipt{
 		File:        j.Path,
 		Size:        j.Size,
@@ -240,8 +245,8 @@ func moveUnder(file, root, dest string) (string, error) {
 	if err := moveFile(file, target); err != nil {
 		return file, err
 	}
-	if sc := SidecarPath(file); fileExists(sc) {
-		_ = moveFile(sc, freeName(SidecarPath(target)))
+	if sc := sidecar.Path(file); fileExists(sc) {
+		_ = moveFile(sc, freeName(sidecar.Path(target)))
 	}
 	return target, nil
 }

@@ -1,4 +1,4 @@
-package uploader
+package after
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/sidecar"
 )
 
 func afterTestJob(t *testing.T, root, rel string, stage state.Stage) state.Job {
@@ -47,7 +48,7 @@ func TestAfterKeepWritesReceipt(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	j := afterTestJob(t, root, "a/scan.ply", state.Done)
-	file, err := NewAfter(AfterOptions{Receipt: true}).Finish(context.Background(), j)
+	file, err := New(Options{Receipt: true}).Finish(context.Background(), j)
 	if err != nil || file != j.Path {
 		t.Fatalf("Finish = %q, %v", file, err)
 	}
@@ -67,10 +68,10 @@ func TestAfterKeepWritesReceipt(t *testing.T) {
 func TestAfterMoveKeepsRelativePathAndNeverOverwrites(t *testing.T) {
 	t.Parallel()
 	root, done := t.TempDir(), t.TempDir()
-	a := NewAfter(AfterOptions{OnSuccess: "move", SuccessDir: done, Receipt: true})
+	a := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
 
 	j := afterTestJob(t, root, "day1/scan.ply", state.Done)
-	if err := os.WriteFile(SidecarPath(j.Path), []byte("title: x\n"), 0o644); err != nil {
+	if err := os.WriteFile(sidecar.Path(j.Path), []byte("title: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	file, err := a.Finish(context.Background(), j)
@@ -81,7 +82,7 @@ func TestAfterMoveKeepsRelativePathAndNeverOverwrites(t *testing.T) {
 	if _, err := os.Stat(j.Path); !os.IsNotExist(err) {
 		t.Errorf("source still there: %v", err)
 	}
-	if _, err := os.Stat(SidecarPath(want)); err != nil {
+	if _, err := os.Stat(sidecar.Path(want)); err != nil {
 		t.Errorf("sidecar did not travel with the file: %v", err)
 	}
 	if r := readReceipt(t, ReceiptPath(want)); r.File != want {
@@ -105,7 +106,7 @@ func TestAfterDeleteKeepsReceipt(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	j := afterTestJob(t, root, "scan.ply", state.Done)
-	file, err := NewAfter(AfterOptions{OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j)
+	file, err := New(Options{OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestAfterFailureMoveAndReason(t *testing.T) {
 	root, failed := t.TempDir(), t.TempDir()
 	j := afterTestJob(t, root, "bad.ply", state.Failed)
 	j.SplatID, j.ViewerURL = "", ""
-	file, err := NewAfter(AfterOptions{OnSuccess: "move", SuccessDir: t.TempDir(), OnFailure: "move", FailureDir: failed, Receipt: true}).
+	file, err := New(Options{OnSuccess: "move", SuccessDir: t.TempDir(), OnFailure: "move", FailureDir: failed, Receipt: true}).
 		Finish(context.Background(), j)
 	if err != nil || file != filepath.Join(failed, "bad.ply") {
 		t.Fatalf("Finish = %q, %v", file, err)
@@ -140,7 +141,7 @@ func TestAfterDuplicateNamesOriginal(t *testing.T) {
 	orig.ID = 1
 	dup := afterTestJob(t, root, "copy.ply", state.Done)
 	dup.ID, dup.DuplicateOf, dup.SplatID, dup.ViewerURL = 2, 1, "", ""
-	a := NewAfter(AfterOptions{Receipt: true, Lookup: func(id uint64) (state.Job, error) {
+	a := New(Options{Receipt: true, Lookup: func(id uint64) (state.Job, error) {
 		if id != 1 {
 			t.Errorf("lookup of %d", id)
 		}
@@ -155,56 +156,6 @@ func TestAfterDuplicateNamesOriginal(t *testing.T) {
 	}
 }
 
-func TestResolvePublishTemplateAndSidecar(t *testing.T) {
-	t.Parallel()
-	root := t.TempDir()
-	p := filepath.Join(root, "site", "hall.ply")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmpl := PublishTemplate{
-		Title: "{{.RelDir}}/{{.Stem}}", Format: "sog",
-		Settings: map[string]any{"camera": map[string]any{"fov": 65, "target": []any{0, 0, 0}}},
-	}
-	r, err := ResolvePublish(tmpl, p, root, time.Now())
-	if err != nil || r.Title != "site/hall" || r.Format != "sog" {
-		t.Fatalf("ResolvePublish = %+v, %v", r, err)
-	}
-
-	sidecar := "title: Great Hall\nlisted: true\nformat: compressed.ply\nsettings:\n  camera:\n    fov: 40\n"
-	if err := os.WriteFile(SidecarPath(p), []byte(sidecar), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err = ResolvePublish(tmpl, p, root, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cam := r.Settings["camera"].(map[string]any)
-	if r.Title != "Great Hall" || !r.Listed || r.Format != "compressed.ply" || cam["fov"] != 40 || cam["target"] == nil {
-		t.Errorf("with sidecar = %+v (camera %v)", r, cam)
-	}
-	// The config's settings were not modified by the merge.
-	if tmpl.Settings["camera"].(map[string]any)["fov"] != 65 {
-		t.Error("merge changed the configured settings")
-	}
-
-	for _, bad := range []struct{ body, want string }{
-		{"format: ply\n", "format: must be sog or compressed.ply"},
-		{"titel: x\n", "titel: unknown key"},
-		{"title: \"\"\n", "title: must not be empty"},
-		{"listed: maybe\nsettings: 3\n", "listed: want true or false (line 1); settings: want a mapping (line 2)"},
-		{"titel: oops\nformat: ply\n", "titel: unknown key (known: title, description, listed, format, settings) (line 1); format: must be sog"},
-	} {
-		if err := os.WriteFile(SidecarPath(p), []byte(bad.body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		_, err := ResolvePublish(tmpl, p, root, time.Now())
-		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "hall.splat.yaml") {
-			t.Errorf("sidecar %q: err = %v, want %q naming the sidecar", bad.body, err, bad.want)
-		}
-	}
-}
-
 func TestAfterNoReceiptForVanishedFailedFile(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -212,7 +163,7 @@ func TestAfterNoReceiptForVanishedFailedFile(t *testing.T) {
 	if err := os.Remove(j.Path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewAfter(AfterOptions{Receipt: true, OnFailure: "move", FailureDir: t.TempDir()}).Finish(context.Background(), j); err != nil {
+	if _, err := New(Options{Receipt: true, OnFailure: "move", FailureDir: t.TempDir()}).Finish(context.Background(), j); err != nil {
 		t.Fatalf("Finish of a failed job whose file is gone: %v", err)
 	}
 	if _, err := os.Stat(ReceiptPath(j.Path)); !os.IsNotExist(err) {
@@ -231,7 +182,7 @@ func TestAfterFailureMoveFinishedAfterCrash(t *testing.T) {
 	if err := os.Rename(j.Path, target); err != nil { // the move happened, the receipt did not
 		t.Fatal(err)
 	}
-	file, err := NewAfter(AfterOptions{Receipt: true, OnFailure: "move", FailureDir: failed}).Finish(context.Background(), j)
+	file, err := New(Options{Receipt: true, OnFailure: "move", FailureDir: failed}).Finish(context.Background(), j)
 	if err != nil || file != target {
 		t.Fatalf("Finish = %q, %v; want %q", file, err, target)
 	}
