@@ -184,39 +184,62 @@ type fakeIncomplete struct{}
 func (fakeIncomplete) Error() string    { return "short" }
 func (fakeIncomplete) Incomplete() bool { return true }
 
-func TestClassify(t *testing.T) {
+type fakeWait struct {
+	fakeStatus
+	d time.Duration
+}
+
+func (f fakeWait) RetryWait(time.Time) time.Duration { return f.d }
+
+// TestPolicyDecide covers every class of error the rule knows, with the
+// delay it gives. Rand 0.5 makes equal jitter exactly 3/4 of the step.
+func TestPolicyDecide(t *testing.T) {
 	t.Parallel()
 	wrap := func(err error) error { return fmt.Errorf("sign: %w", err) }
+	p := Policy{Backoff: Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter, Rand: func() float64 { return 0.5 }}, Settle: 2 * time.Second}
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
 	tests := []struct {
-		name   string
-		err    error
-		want   Class
-		newURL bool
+		name    string
+		ctx     context.Context
+		err     error
+		attempt int
+		want    Action
+		delay   time.Duration
 	}{
-		{"network", errors.New("connection reset by peer"), Transient, false},
-		{"timeout", context.DeadlineExceeded, Transient, false},
-		{"canceled", wrap(context.Canceled), Canceled, false},
-		{"500", fakeStatus{500, false}, Transient, false},
-		{"503 storage", wrap(fakeStatus{503, true}), Transient, false},
-		{"429", fakeStatus{429, false}, Transient, false},
-		{"408", fakeStatus{408, false}, Transient, false},
-		{"storage 403", wrap(fakeStatus{403, true}), Transient, true},
-		{"storage 404", fakeStatus{404, true}, Transient, true},
-		{"storage 400", fakeStatus{400, true}, Permanent, false},
-		{"api 400", fakeStatus{400, false}, Permanent, false},
-		{"api 403", wrap(fakeStatus{403, false}), Permanent, false},
-		{"api 404", fakeStatus{404, false}, Permanent, false},
-		{"api 401", wrap(fakeStatus{401, false}), Auth, false},
-		{"invalid file", wrap(fakeInvalid{}), Permanent, false},
-		{"incomplete", wrap(fakeIncomplete{}), Wait, false},
+		{"network", live, errors.New("connection reset by peer"), 1, Retry, 3 * time.Second},
+		{"network, third try", live, errors.New("connection reset by peer"), 3, Retry, 12 * time.Second},
+		{"timeout below us", live, context.DeadlineExceeded, 1, Retry, 3 * time.Second},
+		{"a cancel that is not ours", live, wrap(context.Canceled), 1, Retry, 3 * time.Second},
+		{"our own cancel", ended, wrap(context.Canceled), 1, Stop, 0},
+		{"our own deadline", ended, context.DeadlineExceeded, 1, Stop, 0},
+		{"500", live, fakeStatus{500, false}, 1, Retry, 3 * time.Second},
+		{"503 storage", live, wrap(fakeStatus{503, true}), 2, Retry, 6 * time.Second},
+		{"408", live, fakeStatus{408, false}, 1, Retry, 3 * time.Second},
+		{"429 waits for the server's word", live, fakeWait{fakeStatus{429, false}, 40 * time.Second}, 1, Retry, 40 * time.Second},
+		{"Retry-After shorter than backoff", live, fakeWait{fakeStatus{503, false}, time.Second}, 1, Retry, 3 * time.Second},
+		{"storage 403: sign again at once", live, wrap(fakeStatus{403, true}), 1, Resign, 0},
+		{"storage 403 again: backoff", live, fakeStatus{403, true}, 2, Resign, 3 * time.Second},
+		{"storage 401", live, fakeStatus{401, true}, 1, Resign, 0},
+		{"storage 404", live, fakeStatus{404, true}, 1, Resign, 0},
+		{"storage 400", live, fakeStatus{400, true}, 1, Fail, 0},
+		{"api 400", live, fakeStatus{400, false}, 1, Fail, 0},
+		{"api 403", live, wrap(fakeStatus{403, false}), 1, Fail, 0},
+		{"api 404", live, fakeStatus{404, false}, 1, Fail, 0},
+		{"api 409", live, fakeStatus{409, false}, 1, Fail, 0},
+		{"api 413", live, fakeStatus{413, false}, 1, Fail, 0},
+		{"api 401", live, wrap(fakeStatus{401, false}), 1, PauseToken, 0},
+		{"invalid file", live, wrap(fakeInvalid{}), 1, Fail, 0},
+		{"incomplete file", live, wrap(fakeIncomplete{}), 1, WaitFile, 1500 * time.Millisecond},
+		{"incomplete file, later", live, wrap(fakeIncomplete{}), 3, WaitFile, 6 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Classify(tt.err); got != tt.want {
-				t.Errorf("Classify(%v) = %v, want %v", tt.err, got, tt.want)
-			}
-			if got := NeedsNewURL(tt.err); got != tt.newURL {
-				t.Errorf("NeedsNewURL(%v) = %v, want %v", tt.err, got, tt.newURL)
+			t.Parallel()
+			got := p.Decide(tt.ctx, tt.err, tt.attempt, time.Unix(0, 0))
+			if got.Action != tt.want || got.Delay != tt.delay {
+				t.Errorf("Decide(%v, attempt %d) = %v after %v, want %v after %v", tt.err, tt.attempt, got.Action, got.Delay, tt.want, tt.delay)
 			}
 		})
 	}

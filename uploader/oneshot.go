@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,8 +16,9 @@ import (
 // OneShotOptions tunes PublishFile, the foreground publish of `splatd
 // publish`. It has no queue behind it: what it does not finish is not resumed.
 type OneShotOptions struct {
-	// Attempts bounds the tries of each step on transient errors (network,
-	// 5xx, 429, storage 403). Zero means 5.
+	// Attempts bounds the tries of each step that the retry rule would
+	// retry (network errors, timeouts, a stalled upload, 408, 429, 5xx, a
+	// refused signed URL). Zero means 5.
 	Attempts int
 	// PollInterval and PollMaxInterval pace the polling after publish; the
 	// interval doubles up to the maximum. PollTimeout bounds the whole wait.
@@ -27,8 +26,14 @@ type OneShotOptions struct {
 	// Progress, when set, receives bytes sent of the file's size.
 	Progress func(sent, size int64)
 	// Stage, when set, is told each step as it starts ("sign", "upload",
-	// "publish", "processing") and each unknown task status seen.
+	// "publish", "processing"), each retry and each unknown task status.
 	Stage func(step, detail string)
+	// Policy is the retry rule; zero: the daemon's (state.DefaultBackoff).
+	Policy state.Policy
+	// Now and After are the clock (tests inject a fake one). Zero: time.Now
+	// and time.After.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
 }
 
 func (o *OneShotOptions) fill() {
@@ -46,6 +51,12 @@ func (o *OneShotOptions) fill() {
 	}
 	if o.Stage == nil {
 		o.Stage = func(string, string) {}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 }
 
@@ -70,7 +81,7 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	var up api.Upload
 	sign := func() error {
 		o.Stage("sign", "")
-		return RetryTransient(ctx, o.Attempts, func() error {
+		return o.Retry(ctx, func() error {
 			var err error
 			up, err = c.SignedURL(ctx, filepath.Base(path))
 			return err
@@ -81,7 +92,7 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	}
 
 	o.Stage("upload", "")
-	err = RetryTransient(ctx, o.Attempts, func() error {
+	err = o.Retry(ctx, func() error {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
@@ -90,10 +101,9 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 			progress = func(sent int64) { o.Progress(sent, fi.Size()) }
 		}
 		err := c.Put(ctx, up.URL, f, fi.Size(), progress)
-		var ae *api.APIError
-		if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
+		if err != nil && o.Policy.Decide(ctx, err, 1, o.Now()).Action == state.Resign {
 			// Storage refused the signature (expired or revoked): a new URL
-			// and another try, which the retry loop counts as transient.
+			// for the next try.
 			if serr := sign(); serr != nil {
 				return serr
 			}
@@ -108,7 +118,7 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	o.Stage("publish", "")
 	r := api.PublishRequest{Key: up.Key, KeyField: up.KeyField, PublishParams: params}
 	var sp api.Splat
-	err = RetryTransient(ctx, o.Attempts, func() error {
+	err = o.Retry(ctx, func() error {
 		var err error
 		sp, err = c.Publish(ctx, r)
 		return err
@@ -118,7 +128,7 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	}
 
 	o.Stage("processing", sp.Task.Status)
-	deadline := time.Now().Add(o.PollTimeout)
+	deadline := o.Now().Add(o.PollTimeout)
 	interval := o.PollInterval
 	for {
 		switch sp.Outcome() {
@@ -129,17 +139,17 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 		case api.OutcomeUnknown:
 			o.Stage("processing", "unknown task status "+sp.Task.Status)
 		}
-		if time.Now().After(deadline) {
+		if o.Now().After(deadline) {
 			return sp, fmt.Errorf("processing did not finish within %s (last status %q)", o.PollTimeout, sp.Task.Status)
 		}
 		select {
 		case <-ctx.Done():
 			return sp, ctx.Err()
-		case <-time.After(interval):
+		case <-o.After(interval):
 		}
 		interval = min(interval*2, o.PollMaxInterval)
 		var next api.Splat
-		err := RetryTransient(ctx, o.Attempts, func() error {
+		err := o.Retry(ctx, func() error {
 			var err error
 			next, err = c.Splat(ctx, sp.ID)
 			return err
@@ -154,53 +164,39 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	}
 }
 
-// RetryTransient runs fn until it succeeds, fails permanently or runs out of
-// attempts. Transient: network errors, 5xx, 429 and storage 403. Waits honour
-// Retry-After and X-RateLimit-Reset, else back off exponentially with jitter.
-func RetryTransient(ctx context.Context, attempts int, fn func() error) error {
+// Retry runs fn until it succeeds, the retry rule (state.Policy.Decide,
+// the daemon's own) says to stop, or attempts run out. Waits go through o's
+// clock. A storage refusal of a signed URL is returned as is: only the
+// caller knows how to sign again (PublishFile does).
+func (o *OneShotOptions) Retry(ctx context.Context, fn func() error) error {
+	o.fill()
 	var err error
-	for i := 0; i < attempts; i++ {
+	for attempt := 1; ; attempt++ {
 		err = fn()
-		if err == nil || !oneshotTransient(err) || ctx.Err() != nil {
+		if err == nil {
+			return nil
+		}
+		d := o.Policy.Decide(ctx, err, attempt, o.Now())
+		switch d.Action {
+		case state.Retry, state.Resign:
+		case state.Stop:
+			return ctx.Err()
+		default:
 			return err
 		}
-		if i == attempts-1 {
-			break
+		if attempt >= o.Attempts {
+			return err
 		}
-		wait := time.Duration(1<<i) * time.Second
-		wait = wait/2 + rand.N(wait/2+1)
-		var ae *api.APIError
-		if errors.As(err, &ae) {
-			if ae.RetryAfter > wait {
-				wait = ae.RetryAfter
-			}
-			if d := time.Until(ae.Reset); ae.Status == http.StatusTooManyRequests && d > wait {
-				wait = d
-			}
+		var pe *api.ProtocolError
+		if errors.As(err, &pe) && pe.Route == api.RoutePublish {
+			// A 2xx we cannot read: the splat may exist, so never repeat it.
+			return err
 		}
+		o.Stage("retry", fmt.Sprintf("attempt %d of %d in %.1fs: %v", attempt+1, o.Attempts, d.Delay.Seconds(), err))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait):
+		case <-o.After(d.Delay):
 		}
 	}
-	return err
-}
-
-func oneshotTransient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var pe *api.ProtocolError
-	if errors.As(err, &pe) {
-		// A 2xx we cannot read: after publish the splat may exist, so never
-		// repeat that; a poll answer (a proxy's page, say) can be asked again.
-		return pe.Route != api.RoutePublish
-	}
-	var ae *api.APIError
-	if errors.As(err, &ae) {
-		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests ||
-			(ae.FromStorage() && ae.Status == http.StatusForbidden)
-	}
-	return true // no HTTP answer: the network or the server's connection
 }

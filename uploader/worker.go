@@ -113,9 +113,10 @@ type Progress struct {
 // moves it one stage per step, committing each stage before the side effect
 // of the next, so a crash at any point resumes from the last commit.
 type Pool struct {
-	o    PoolOptions
-	log  zerolog.Logger
-	wake chan struct{}
+	o      PoolOptions
+	policy state.Policy // the one retry rule, with o.Backoff and o.Settle
+	log    zerolog.Logger
+	wake   chan struct{}
 
 	progMu   sync.Mutex
 	progress map[uint64]Progress
@@ -196,6 +197,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	return &Pool{
 		o:           o,
+		policy:      state.Policy{Backoff: o.Backoff, Settle: o.Settle},
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
 		progress:    make(map[uint64]Progress),
@@ -518,39 +520,34 @@ func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (st
 }
 
 // onError turns a step's error into the job to commit (same stage later,
-// or failed), or returns an error when nothing must be committed
-// (shutdown, 401).
+// back to sign, or failed), or returns an error when nothing must be
+// committed (shutdown, 401). What to do is the one retry rule's decision
+// (state.Policy.Decide), shared with the one-shot commands and the prober.
 func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, error) {
 	now := p.o.Now()
-	cls := state.Classify(err)
-	if cls == state.Canceled && ctx.Err() == nil {
-		cls = state.Transient // a cancellation that is not ours: a timeout
-	}
-	switch cls {
-	case state.Canceled:
+	d := p.policy.Decide(ctx, err, j.Attempts+1, now)
+	switch d.Action {
+	case state.Stop:
 		return j, err
-	case state.Auth:
+	case state.PauseToken:
 		p.pause(err)
 		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
 		return j, errWorkerPaused
-	case state.Wait:
+	case state.Fail:
+		return p.fail(j, now, err), nil
+	case state.Resign:
+		return p.resign(j, now.Add(d.Delay), err.Error())
+	case state.WaitFile:
 		j.Attempts++
-		j.NextAttempt = now.Add(state.Backoff{Base: p.o.Settle, Cap: time.Minute, Jitter: state.EqualJitter, Rand: p.o.Rand}.Delay(j.Attempts))
+		j.NextAttempt = now.Add(d.Delay)
 		j.LastError, j.LastStatus = err.Error(), 0
 		return j, nil
-	case state.Permanent:
-		return p.fail(j, now, err), nil
 	}
 	j.Attempts++
 	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
-	d := p.o.Backoff.Delay(j.Attempts)
-	var ae *api.APIError
-	if errors.As(err, &ae) && ae.RetryAfter > d {
-		d = ae.RetryAfter
-	}
-	j.NextAttempt = now.Add(d)
+	j.NextAttempt = now.Add(d.Delay)
 	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Int("attempt", j.Attempts).
-		Dur("retry_in", d).Err(err).Msg("transient error; will retry")
+		Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("transient error; will retry")
 	return j, nil
 }
 
@@ -683,7 +680,7 @@ func (p *Pool) authProber(ctx context.Context) error {
 				t.Stop()
 			}
 			_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
-			if err == nil || state.Classify(err) != state.Auth {
+			if err == nil || p.policy.Decide(ctx, err, attempt, p.o.Now()).Action != state.PauseToken {
 				p.authMu.Lock()
 				p.authErr = nil
 				close(p.authChanged)

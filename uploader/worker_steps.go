@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
@@ -222,7 +223,7 @@ func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
 func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
 	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
-		return p.workerResign(j, "signed URL is older than "+p.o.URLMaxAge.String())
+		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
 	}
 	f, err := os.Open(j.Path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -246,10 +247,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: j.Size})
 	})
 	if err != nil {
-		if state.NeedsNewURL(err) {
-			return p.workerResign(j, err.Error())
-		}
-		return j, err
+		return j, err // storage refusing the URL: the retry rule re-signs
 	}
 	if err := p.hook("put", j); err != nil {
 		return j, err
@@ -269,14 +267,13 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	return j, nil
 }
 
-// workerResign drops the signed URL so that the job signs again.
-func (p *Pool) workerResign(j state.Job, why string) (state.Job, error) {
-	now := p.o.Now()
-	if err := j.Move(state.Ready, now); err != nil {
+// resign drops the signed URL so that the job signs again at the time at.
+func (p *Pool) resign(j state.Job, at time.Time, why string) (state.Job, error) {
+	if err := j.Move(state.Ready, p.o.Now()); err != nil {
 		return j, err
 	}
 	j.Upload = state.Upload{}
-	j.NextAttempt, j.LastError = now, why
+	j.NextAttempt, j.LastError = at, why
 	return j, nil
 }
 
@@ -329,7 +326,7 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		// A 5xx or a lost connection may come after the splat was created:
 		// the next attempt is uncertain. A refusal is not.
 		if st := state.HTTPStatus(err); st == 0 || st >= 500 {
-			if state.Classify(err) == state.Transient {
+			if p.policy.Decide(ctx, err, 1, now).Action == state.Retry {
 				j.Uncertain = true
 			}
 		}

@@ -172,10 +172,11 @@ func cmdCheckpoints(ctx context.Context, c *cli, args []string) int {
 	return exitOK
 }
 
-// retryAPI retries a read-only call on transient errors, honouring the
-// server's Retry-After / reset time.
+// retryAPI retries a read-only call under the daemon's retry rule, at most
+// five attempts (uploader.OneShotOptions.Retry).
 func retryAPI(ctx context.Context, fn func() error) error {
-	return uploader.RetryTransient(ctx, 5, fn)
+	var o uploader.OneShotOptions
+	return o.Retry(ctx, fn)
 }
 
 func isSet(fs *flag.FlagSet, name string) bool {

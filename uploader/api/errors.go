@@ -41,6 +41,17 @@ func (e *APIError) Error() string {
 // errors without importing net/http or this package.
 func (e *APIError) HTTPStatus() int { return e.Status }
 
+// RetryWait is how long the server asked the caller to wait, measured from
+// now: its Retry-After, or on a 429 the time left until the window resets
+// (state.Policy lengthens a backoff to it, never shortens one).
+func (e *APIError) RetryWait(now time.Time) time.Duration {
+	d := e.RetryAfter
+	if e.Status == http.StatusTooManyRequests && !e.Reset.IsZero() {
+		d = max(d, e.Reset.Sub(now))
+	}
+	return max(d, 0)
+}
+
 // FromStorage reports whether the answer came from object storage (the
 // signed-URL PUT), where a 403 means "URL expired or refused: sign again"
 // rather than "forbidden".
