@@ -44,6 +44,11 @@ type ClientOptions struct {
 	Pacer     *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
 	Observer  Observer // metrics hooks; nil = no-op
 	Logger    zerolog.Logger
+
+	// ClientVersion is the version sent as uploadClient.version in v1 upload
+	// sessions; "" takes it from a "splatd/<version>" UserAgent, else "dev".
+	// It is cut to 64 characters, the API's limit.
+	ClientVersion string
 }
 
 // Client is the concrete client of the splat publishing API. It is safe for
@@ -54,6 +59,7 @@ type Client struct {
 	tokenMu   sync.RWMutex
 	token     string // read through currentToken: SetToken may replace it
 	userAgent string
+	clientVer string // uploadClient.version of v1 sessions: 1..64 characters
 	timeout   time.Duration
 	api       *http.Client // API calls: bearer header, same-origin redirects only
 	storage   *http.Client // signed-URL PUTs: no bearer, no redirects, no overall timeout
@@ -107,6 +113,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 	if c.userAgent == "" {
 		c.userAgent = "splatd"
 	}
+	c.clientVer = clientVersion(o.ClientVersion, c.userAgent)
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
