@@ -44,6 +44,11 @@ type ClientOptions struct {
 	Pacer     *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
 	Observer  Observer // metrics hooks; nil = no-op
 	Logger    zerolog.Logger
+
+	// ClientVersion is the version sent as uploadClient.version in v1 upload
+	// sessions; "" takes it from a "splatd/<version>" UserAgent, else "dev".
+	// It is cut to 64 characters, the API's limit.
+	ClientVersion string
 }
 
 // Client is the concrete client of the splat publishing API. It is safe for
@@ -54,6 +59,7 @@ type Client struct {
 	tokenMu   sync.RWMutex
 	token     string // read through currentToken: SetToken may replace it
 	userAgent string
+	clientVer string // uploadClient.version of v1 sessions: 1..64 characters
 	timeout   time.Duration
 	api       *http.Client // API calls: bearer header, same-origin redirects only
 	storage   *http.Client // signed-URL PUTs: no bearer, no redirects, no overall timeout
@@ -107,6 +113,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 	if c.userAgent == "" {
 		c.userAgent = "splatd"
 	}
+	c.clientVer = clientVersion(o.ClientVersion, c.userAgent)
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -219,12 +226,20 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 // into v (when not nil). The pacer's wait is outside the per-call timeout: a
 // request held for a rate-limit window has not started yet.
 func (c *Client) do(ctx context.Context, route string, req *http.Request, v any) error {
+	_, _, err := c.send(ctx, route, req, v)
+	return err
+}
+
+// send is do for the calls whose answer's status and headers mean something
+// (v1's 201 vs 200, Location): it also returns them, status 0 when no
+// response came.
+func (c *Client) send(ctx context.Context, route string, req *http.Request, v any) (int, http.Header, error) {
 	release, ok := reserved(ctx, route)
 	if !ok {
 		var err error
 		release, err = c.pacer.Wait(ctx, route)
 		if err != nil {
-			return fmt.Errorf("%s: waiting for rate limit: %w", route, err)
+			return 0, nil, fmt.Errorf("%s: waiting for rate limit: %w", route, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -238,7 +253,7 @@ func (c *Client) do(ctx context.Context, route string, req *http.Request, v any)
 		c.obs.APIRequest(route, 0, c.now().Sub(start))
 		err = wrapNetErr(route, err, c.secrets(nil))
 		c.log.Debug().Str("route", route).Err(err).Msg("API request failed")
-		return err
+		return 0, nil, err
 	}
 	release(resp) // the headers are all the pacer needs; free the slot now
 	defer resp.Body.Close()
@@ -251,7 +266,7 @@ func (c *Client) do(ctx context.Context, route string, req *http.Request, v any)
 	d := c.now().Sub(start)
 	c.obs.APIRequest(route, resp.StatusCode, d)
 	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Dur("took", d).Msg("API request")
-	return err
+	return resp.StatusCode, resp.Header, err
 }
 
 // decode reads a JSON body of at most responseBodyLimit bytes.
@@ -450,17 +465,31 @@ func (c *Client) Checkpoints(ctx context.Context, branch string, limit int, skip
 // goroutine writing the request; it is never called after Put returns.
 // Every error text has the signed URL's query removed.
 func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size int64, progress func(sent int64)) error {
+	start := c.now()
+	if _, err := c.storagePut(ctx, RouteStoragePut, signedURL, body, size, progress, "binary/octet-stream"); err != nil {
+		return err
+	}
+	c.obs.UploadDone(c.now().Sub(start))
+	return nil
+}
+
+// storagePut is the streaming PUT behind Put and PutPart: validation of
+// the URL, no bearer, no redirects, the no-progress watchdog, and the signed
+// query scrubbed from every error. contentType "" sends no Content-Type (an
+// S3 UploadPart URL may not have signed one). It returns the 2xx response's
+// headers.
+func (c *Client) storagePut(ctx context.Context, route, signedURL string, body io.Reader, size int64, progress func(sent int64), contentType string) (http.Header, error) {
 	u, err := url.Parse(signedURL)
 	if err != nil || !u.IsAbs() || u.Host == "" {
-		return fmt.Errorf("%s: invalid signed URL %s", RouteStoragePut, redactURL(signedURL))
+		return nil, fmt.Errorf("%s: invalid signed URL %s", route, redactURL(signedURL))
 	}
 	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
 		// Plain http is tolerated only on this machine (a local MinIO, a
 		// test server): anywhere else it would expose the file in transit.
-		return fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", RouteStoragePut, u.Scheme)
+		return nil, fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", route, u.Scheme)
 	}
 	if size < 0 {
-		return fmt.Errorf("%s: negative size %d", RouteStoragePut, size)
+		return nil, fmt.Errorf("%s: negative size %d", route, size)
 	}
 	secrets := c.secrets(urlSecrets(u))
 
@@ -474,10 +503,12 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), rb)
 	if err != nil {
-		return fmt.Errorf("%s: building request: %s", RouteStoragePut, scrub(err.Error(), secrets))
+		return nil, fmt.Errorf("%s: building request: %s", route, scrub(err.Error(), secrets))
 	}
 	req.ContentLength = size
-	req.Header.Set("Content-Type", "binary/octet-stream")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	req.Header.Set("User-Agent", c.userAgent)
 	// Deliberately no Authorization header, even when storage shares the
 	// API's host.
@@ -492,22 +523,21 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 		if cause := context.Cause(ctx); errors.Is(cause, errPutStalled) {
 			err = fmt.Errorf("%w after %d of %d bytes (%w)", errPutStalled, pr.count(), size, err)
 		}
-		c.obs.APIRequest(RouteStoragePut, 0, c.now().Sub(start))
-		err = wrapNetErr(RouteStoragePut, err, secrets)
-		c.log.Debug().Str("route", RouteStoragePut).Str("url", redactURL(signedURL)).Err(err).Msg("storage PUT failed")
-		return err
+		c.obs.APIRequest(route, 0, c.now().Sub(start))
+		err = wrapNetErr(route, err, secrets)
+		c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Err(err).Msg("storage PUT failed")
+		return nil, err
 	}
 	defer resp.Body.Close()
-	err = c.checkResponse(RouteStoragePut, resp, secrets)
+	err = c.checkResponse(route, resp, secrets)
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	d := c.now().Sub(start)
-	c.obs.APIRequest(RouteStoragePut, resp.StatusCode, d)
+	c.obs.APIRequest(route, resp.StatusCode, d)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c.obs.UploadDone(d)
-	c.log.Debug().Str("url", redactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
-	return nil
+	c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
+	return resp.Header, nil
 }
 
 // putReader counts the bytes the transport takes from the body, feeds

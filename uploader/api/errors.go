@@ -53,9 +53,9 @@ func (e *APIError) RetryWait(now time.Time) time.Duration {
 }
 
 // FromStorage reports whether the answer came from object storage (the
-// signed-URL PUT), where a 403 means "URL expired or refused: sign again"
-// rather than "forbidden".
-func (e *APIError) FromStorage() bool { return e.Route == RouteStoragePut }
+// signed-URL PUT or a v1 part PUT), where a 403 means "URL expired or
+// refused: sign again" rather than "forbidden".
+func (e *APIError) FromStorage() bool { return e.Route == RouteStoragePut || e.Route == RouteV1PartPut }
 
 // ProtocolError is a 2xx answer the client cannot use: not JSON, or missing
 // a field the next step needs (a signed-URL response with neither storageKey
@@ -77,6 +77,23 @@ func (e *ProtocolError) Error() string {
 
 // Unwrap returns the underlying decode error.
 func (e *ProtocolError) Unwrap() error { return e.Err }
+
+// RequestError is a request the client refused to send because the API would
+// refuse it (a field outside the contract's limits, an enum value it does not
+// name). Nothing was sent; sending the same request again cannot succeed, so
+// it reports Invalid, which state classifies as permanent.
+type RequestError struct {
+	Route  string
+	Reason string
+}
+
+// Error reads like `v1_create_upload: request not sent: unknown sourceFormat "obj"`.
+func (e *RequestError) Error() string {
+	return e.Route + ": request not sent: " + e.Reason
+}
+
+// Invalid reports true: the request, not the moment, is at fault.
+func (e *RequestError) Invalid() bool { return true }
 
 // netError is a transport failure (no HTTP answer). Its text has been
 // scrubbed of signed-URL queries and the token; Unwrap still reaches the

@@ -19,10 +19,24 @@ const (
 	RoutePublish     = "publish"     // POST /api/splats/publish
 	RouteGetSplat    = "get_splat"   // GET /api/splats/{id}
 	RouteCheckpoints = "checkpoints" // GET /api/branches/{branchId}/checkpoints
+
+	// SuperSplat API v1, under {base_url}/api/supersplat (api-v1.md).
+	RouteV1Me           = "v1_me"            // GET /v1/me
+	RouteV1Splats       = "v1_splats"        // GET /v1/splats
+	RouteV1GetSplat     = "v1_get_splat"     // GET /v1/splats/{splatId}
+	RouteV1CreateUpload = "v1_create_upload" // POST /v1/splats/uploads
+	RouteV1GetUpload    = "v1_get_upload"    // GET /v1/splats/uploads/{uploadId}
+	RouteV1PartURLs     = "v1_part_urls"     // POST /v1/splats/uploads/{uploadId}/part-upload-urls
+	RouteV1Complete     = "v1_complete"      // POST /v1/splats/uploads/{uploadId}/complete
+	RouteV1PartPut      = "v1_part_put"      // PUT {part url}: object storage, not paced
 )
 
 // Routes lists every route name, for metrics to pre-initialise its series.
-var Routes = []string{RouteSignedURL, RouteStoragePut, RoutePublish, RouteGetSplat, RouteCheckpoints}
+var Routes = []string{
+	RouteSignedURL, RouteStoragePut, RoutePublish, RouteGetSplat, RouteCheckpoints,
+	RouteV1Me, RouteV1Splats, RouteV1GetSplat, RouteV1CreateUpload, RouteV1GetUpload,
+	RouteV1PartURLs, RouteV1Complete, RouteV1PartPut,
+}
 
 // Key field names of the signed-URL response. api-spec.md says storageKey,
 // the public documentation and editor say s3Key; publish must get the key back
