@@ -108,8 +108,10 @@ type SessionStats struct {
 type ConnStats struct {
 	// Bytes is the request-body bytes read on the connection.
 	Bytes int64
-	// Waited is the time the bandwidth cap paused its reads. With the cap
-	// at R bytes/s, a busy connection waits about Bytes/R in all.
+	// Waited is the time the bandwidth cap paused its reads. With a fake
+	// Now and a no-op Options.Sleep it is Bytes/R (R the cap) to within
+	// 2 ms, which is how tests measure the cap; with the real clock it is
+	// less, as the reads themselves take part of that time.
 	Waited time.Duration
 }
 
