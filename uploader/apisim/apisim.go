@@ -165,7 +165,9 @@ type Options struct {
 	// (normal 240, strict 10, assets 120).
 	Limits map[Class]int
 	// Classes maps a route (Route* constant) to its class; unlisted routes
-	// are ClassNormal. Pacing tests set e.g. {RoutePublish: ClassStrict}.
+	// are ClassNormal, the v1 routes included (api-v1.md documents no
+	// limits). Pacing tests set e.g. {RoutePublish: ClassStrict} or
+	// {RouteV1CreateUpload: ClassStrict, RouteV1Complete: ClassStrict}.
 	Classes map[string]Class
 
 	// ProcessingDelay is the time from publish to the terminal task status.

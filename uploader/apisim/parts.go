@@ -211,8 +211,7 @@ func (ls *localStore) receive(uploadID string, n int, body io.Reader, size int64
 	if u == nil {
 		return "", false, ErrNoSuchUpload
 	}
-	md := md5.New()
-	var sh = sha256.New()
+	md, sh := md5.New(), sha256.New()
 	head := &headWriter{}
 	w := []io.Writer{md, head}
 	var tmp *os.File

@@ -437,12 +437,12 @@ func (s *Server) handleV1PartURLs(w http.ResponseWriter, r *http.Request, id str
 	}
 	urls := make([]map[string]any, 0, len(nums))
 	for _, n := range nums {
-		u, err := s.parts.SignPart(r.Context(), id, n, expires)
+		link, err := s.parts.SignPart(r.Context(), id, n, expires)
 		if err != nil {
 			s.log.Debug().Err(err).Msg("part store sign")
 			return jsonError(w, http.StatusInternalServerError, "Internal server error (part store)")
 		}
-		urls = append(urls, map[string]any{"partNumber": n, "url": u, "expiresAt": isoTime(expires)})
+		urls = append(urls, map[string]any{"partNumber": n, "url": link, "expiresAt": isoTime(expires)})
 	}
 	s.bump(func(st *Stats) { st.PartURLs += len(urls) })
 	return writeJSON(w, http.StatusOK, map[string]any{"uploadId": id, "partSize": partSize, "urls": urls})
