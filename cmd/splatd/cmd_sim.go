@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/splatd/splatd/uploader/apisim"
@@ -16,12 +18,22 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	dir := fs.String("dir", "", "folder for the CA file, the token, a ready config and stored objects (default: a temporary folder)")
 	window := fs.Duration("window", time.Minute, "rate-limit window")
 	delay := fs.Duration("processing-delay", 2*time.Second, "time from publish to the terminal task status")
+	partSize := byteSize(apisim.DefaultPartSize)
+	fs.Var(&partSize, "part-size", "v1: the partSize (`SIZE`) the server chooses for upload sessions; S3's minimum is 5MiB")
+	maxUpload := byteSize(0)
+	fs.Var(&maxUpload, "max-upload-size", "v1: refuse uploads larger than `SIZE` with 413 (0: only the schema's 25 GB limit)")
+	expiry := fs.Duration("session-expiry", apisim.DefaultSessionExpiry, "v1: life of an upload session that is not completed")
+	bandwidth := byteSize(0)
+	fs.Var(&bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
 	}
 	if len(pos) > 0 {
 		return usageError(c, fs, "takes no arguments")
+	}
+	if partSize <= 0 {
+		return usageError(c, fs, "-part-size must be positive")
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "splatd-sim-")
@@ -33,12 +45,16 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		*dir = d
 	}
 	sim, err := apisim.New(apisim.Options{
-		Listen:          *listen,
-		Dir:             *dir,
-		Window:          *window,
-		ProcessingDelay: *delay,
-		Branches:        map[string]int{"main": 123, "demo": 7},
-		Logger:          cliLogger(c),
+		Listen:           *listen,
+		Dir:              *dir,
+		Window:           *window,
+		ProcessingDelay:  *delay,
+		PartSize:         int64(partSize),
+		MaxUploadSize:    int64(maxUpload),
+		SessionExpiry:    *expiry,
+		StorageBandwidth: int64(bandwidth),
+		Branches:         map[string]int{"main": 123, "demo": 7},
+		Logger:           cliLogger(c),
 	})
 	if err != nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
@@ -59,6 +75,11 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nbranches:   main (123 checkpoints), demo (7)\n",
 		sim.URL(), sim.StorageURL(), sim.CAFile(), sim.Token(), tokenFile, cfgFile)
+	bw := "none"
+	if bandwidth > 0 {
+		bw = bandwidth.String() + "/s per connection"
+	}
+	fmt.Fprintf(c.stdout, "v1 API:     %s/api/supersplat (partSize %s)\nbandwidth:  %s\n", sim.URL(), partSize, bw)
 	self := os.Args[0] // as the user typed it (bin/splatd after make build)
 	fmt.Fprintf(c.stdout, "\ntry:  %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n", self, cfgFile, self, cfgFile)
 	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
@@ -67,4 +88,43 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// byteSize is a flag value in bytes that also takes the units people type:
+// "1048576", "5MiB", "40MB", "2GiB" (KB/MB/GB are powers of 1000, KiB/MiB/GiB
+// of 1024, as in curl --limit-rate and S3's documentation).
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+	{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
+}
+
+func (b *byteSize) Set(s string) error {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range byteUnits {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return fmt.Errorf("want a size such as 1048576, 5MiB or 40MB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+func (b byteSize) String() string {
+	for _, u := range byteUnits {
+		if u.mult > 1 && b != 0 && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
 }

@@ -22,6 +22,7 @@ type apiRoute struct {
 	name   string
 	method string
 	serve  func(w http.ResponseWriter, r *http.Request, param string) int
+	v1     bool // answers with api-v1.md's error messages
 }
 
 // Handler serves the API routes. Every answer passes through the same gate:
@@ -33,25 +34,29 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveAPI) }
 func (s *Server) match(path string) (rt apiRoute, param string, ok bool) {
 	switch {
 	case path == "/api/upload/signed-url":
-		return apiRoute{RouteSignedURL, http.MethodPost, s.handleSignedURL}, "", true
+		return apiRoute{RouteSignedURL, http.MethodPost, s.handleSignedURL, false}, "", true
 	case path == "/api/splats/publish":
-		return apiRoute{RoutePublish, http.MethodPost, s.handlePublish}, "", true
+		return apiRoute{RoutePublish, http.MethodPost, s.handlePublish, false}, "", true
 	case strings.HasPrefix(path, "/api/splats/"):
 		id := strings.TrimPrefix(path, "/api/splats/")
 		if id != "" && !strings.Contains(id, "/") {
-			return apiRoute{RouteGetSplat, http.MethodGet, s.handleGetSplat}, id, true
+			return apiRoute{RouteGetSplat, http.MethodGet, s.handleGetSplat, false}, id, true
 		}
+	case strings.HasPrefix(path, v1Prefix):
+		return s.matchV1(strings.TrimPrefix(path, v1Prefix))
+	case path == "/api/supersplat" || strings.HasPrefix(path, "/api/supersplat/"):
+		return apiRoute{name: RouteOther, v1: true}, "", false
 	case strings.HasPrefix(path, "/api/branches/"):
 		rest := strings.TrimPrefix(path, "/api/branches/")
 		if b, ok := strings.CutSuffix(rest, "/checkpoints"); ok && b != "" && !strings.Contains(b, "/") {
-			return apiRoute{RouteCheckpoints, http.MethodGet, s.handleCheckpoints}, b, true
+			return apiRoute{RouteCheckpoints, http.MethodGet, s.handleCheckpoints, false}, b, true
 		}
 	}
 	return apiRoute{name: RouteOther}, "", false
 }
 
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/view" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	if isViewerPath(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		code := s.handleView(w, r)
 		s.finish(r, RouteOther, code)
 		return
@@ -111,11 +116,15 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, rt apiRoute, param
 		wait := q.reset.Sub(now)
 		h.Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(wait.Seconds()))), 10))
 		return jsonError(w, http.StatusTooManyRequests, "Too many requests")
+	case !known && rt.v1:
+		return v1Error(w, http.StatusNotFound)
 	case !known:
 		return jsonError(w, http.StatusNotFound, "Not found")
 	case r.Method != rt.method:
 		h.Set("Allow", rt.method)
 		return jsonError(w, http.StatusMethodNotAllowed, "Method not allowed")
+	case fail && rt.v1 && v1Messages[f.errorStatus()] != "":
+		return v1Error(w, f.errorStatus())
 	case fail:
 		return jsonError(w, f.errorStatus(), "Internal server error (simulated)")
 	}
@@ -342,11 +351,21 @@ func (s *Server) splatByID(id string) *splat {
 	return s.splats[n-1]
 }
 
+// isViewerPath tells the viewer pages: /view?id=<hash> (legacy links),
+// /scene/<id> and /scene/<id>/edit (v1 links).
+func isViewerPath(p string) bool {
+	return p == "/view" || strings.HasPrefix(p, "/scene/")
+}
+
 // handleView is the viewer page the splat URLs point at by default, so the
 // demo's links lead somewhere. It needs no token, like a public viewer.
 func (s *Server) handleView(w http.ResponseWriter, r *http.Request) int {
+	hash := r.URL.Query().Get("id")
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/scene/"); ok {
+		hash = strings.TrimSuffix(rest, "/edit")
+	}
 	s.mu.Lock()
-	sp := s.byHash[r.URL.Query().Get("id")]
+	sp := s.byHash[hash]
 	var rec SplatRecord
 	if sp != nil {
 		rec = sp.record(s.now(), s.o)
@@ -382,6 +401,23 @@ type splat struct {
 	doneAt      time.Time
 	failMsg     string // non-empty: processing ends "failed" with it
 	uncertain   bool
+	uploadID    string // v1: the session that made it; "" for a legacy publish
+}
+
+// viewerURL is the link of the record: a v1 splat's viewerUrl, else the
+// legacy url.
+func (sp *splat) viewerURL(o Options) string {
+	if sp.uploadID != "" {
+		return o.ViewerURL + "/scene/" + sp.hash
+	}
+	return o.ViewerURL + "/view?id=" + sp.hash
+}
+
+func (sp *splat) protocol() string {
+	if sp.uploadID != "" {
+		return "v1"
+	}
+	return "legacy"
 }
 
 func (sp *splat) idString() string { return strconv.Itoa(sp.id) }
@@ -401,7 +437,7 @@ func (sp *splat) state(now time.Time, o Options) (status, msg string, done *time
 func (sp *splat) record(now time.Time, o Options) SplatRecord {
 	status, msg, done := sp.state(now, o)
 	return SplatRecord{
-		ID: sp.idString(), Hash: sp.hash, URL: o.ViewerURL + "/view?id=" + sp.hash,
+		ID: sp.idString(), Hash: sp.hash, Protocol: sp.protocol(), UploadID: sp.uploadID, URL: sp.viewerURL(o),
 		Title: sp.title, Description: sp.description, Listed: sp.listed, Format: sp.format,
 		Settings: sp.settings, Key: sp.key, ObjectSHA256: sp.sha256, Size: sp.size,
 		Status: status, Message: msg, Uncertain: sp.uncertain, CreatedAt: sp.createdAt, CompletedAt: done,

@@ -1,17 +1,32 @@
 // Package apisim is an in-process simulator of the splat publishing API and
-// its object storage, written from api-spec.md alone so that it can catch the
-// client's misreadings of the spec instead of sharing them.
+// its object storage, written from api-spec.md and api-v1.md alone so that it
+// can catch the client's misreadings of the specs instead of sharing them.
 //
-// A Server listens on two loopback TLS ports: the API (signed-url, publish,
-// get-splat, checkpoints) and the object storage that the signed URLs point
-// at. It issues HMAC-signed expiring PUT URLs, streams uploads to disk while
-// hashing them, moves published splats from "running" to a terminal status
-// after a delay, enforces fixed-window rate limits per token and class with
-// the X-RateLimit-* headers on every API response, and can inject faults
-// (5xx, storage resets mid-upload, latency, 429 storms, publishes whose
-// outcome is uncertain) that tests switch at runtime. Counters (requests per
-// route and status, publishes per content sha256, storage Authorization
-// headers seen) let tests assert what the client really did.
+// A Server listens on two loopback TLS ports: the API and the object storage
+// that its signed URLs point at. The API serves both protocols of one
+// account: the legacy one (signed-url, publish, get-splat, checkpoints) and
+// the SuperSplat API v1 under /api/supersplat (me, list and get splats, and
+// resumable upload sessions: create with an Idempotency-Key, per-part signed
+// URLs, the session's uploaded parts, complete). A splat made by either
+// protocol is visible to both: its legacy hash is its v1 public id.
+//
+// Storage issues HMAC-signed expiring PUT URLs, for whole objects (legacy)
+// and for the parts of a session (v1, answering S3-style quoted md5 ETags),
+// streams them to disk while hashing them, and can cap each TCP connection's
+// upload bandwidth so that parallel parts can be measured against one
+// stream. The v1 part store sits behind the PartStore interface, so that a
+// real S3 server's multipart API can take its place.
+//
+// Published splats move from running (processing) to a terminal status after
+// a delay. Every API response carries the X-RateLimit-* headers of a fixed
+// window per token and class; v1 request bodies are checked against closed
+// schemas (an unknown field is a 400, and counted). Fault knobs that tests
+// switch at runtime inject 5xx, storage and part failures, resets mid-upload,
+// latency, 429 storms, and publishes, creates and completes that commit and
+// then fail. Counters (requests per route and status, publishes per content
+// sha256, creates and completes new or replayed, bytes received per session,
+// storage Authorization headers seen) let tests assert what the client
+// really did.
 //
 // It is used by the test suites, the benchmarks, `splatd sim` and
 // `splatd demo`; production code paths never import it.
@@ -34,6 +49,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,7 +65,17 @@ const (
 	RoutePublish     = "publish"     // POST /api/splats/publish
 	RouteGetSplat    = "get_splat"   // GET /api/splats/{id}
 	RouteCheckpoints = "checkpoints" // GET /api/branches/{branchId}/checkpoints
-	RouteOther       = "other"       // anything else (404s, the /view page)
+	RouteOther       = "other"       // anything else (404s, the /view and /scene pages)
+
+	// The SuperSplat API v1 routes, under /api/supersplat.
+	RouteV1Me           = "v1_me"            // GET /v1/me
+	RouteV1ListSplats   = "v1_list_splats"   // GET /v1/splats
+	RouteV1GetSplat     = "v1_get_splat"     // GET /v1/splats/{splatId}
+	RouteV1CreateUpload = "v1_create_upload" // POST /v1/splats/uploads
+	RouteV1GetUpload    = "v1_get_upload"    // GET /v1/splats/uploads/{uploadId}
+	RouteV1PartURLs     = "v1_part_urls"     // POST /v1/splats/uploads/{uploadId}/part-upload-urls
+	RouteV1Complete     = "v1_complete"      // POST /v1/splats/uploads/{uploadId}/complete
+	RoutePartPut        = "part_put"         // PUT {part url} on the storage listener
 )
 
 // Class is a rate-limit class of api-spec.md's "Limits" table.
@@ -81,6 +107,10 @@ const (
 	DefaultSuccessStatus   = "completed"
 	DefaultUserID          = 1001
 	DefaultCheckpointLimit = 20
+
+	DefaultPartSize      = 1 << 20 // small, so that tests make several parts cheaply
+	DefaultSessionExpiry = 24 * time.Hour
+	DefaultUsername      = "sim-user"
 )
 
 // Options configures a Server. The zero value is usable: every field has a
@@ -135,7 +165,9 @@ type Options struct {
 	// (normal 240, strict 10, assets 120).
 	Limits map[Class]int
 	// Classes maps a route (Route* constant) to its class; unlisted routes
-	// are ClassNormal. Pacing tests set e.g. {RoutePublish: ClassStrict}.
+	// are ClassNormal, the v1 routes included (api-v1.md documents no
+	// limits). Pacing tests set e.g. {RoutePublish: ClassStrict} or
+	// {RouteV1CreateUpload: ClassStrict, RouteV1Complete: ClassStrict}.
 	Classes map[string]Class
 
 	// ProcessingDelay is the time from publish to the terminal task status.
@@ -162,8 +194,46 @@ type Options struct {
 	// ({ViewerURL}/view?id=<hash>). Default: the simulator's own URL, which
 	// serves a small /view page.
 	ViewerURL string
-	// UserID is the owner id put in splat records. Default 1001.
+	// UserID is the owner id put in splat records (and, as a string, the
+	// id of GET /v1/me). Default 1001.
 	UserID int64
+	// Username is the username of GET /v1/me. Default "sim-user".
+	// NullUsername answers null instead, which the contract allows.
+	Username     string
+	NullUsername bool
+
+	// PartSize is the partSize the server chooses for a v1 session: every
+	// part but the last has exactly this size. Default 1 MiB; set it to
+	// 5 MiB or more to match S3's minimum. A session whose contentLength
+	// would need more than 10000 parts gets the smallest whole number of
+	// MiB that fits.
+	PartSize int64
+	// MaxUploadSize, if positive, is the largest v1 upload accepted: a
+	// create with a larger contentLength, or a complete whose parts add up
+	// to more, is a 413 "Upload size limit exceeded".
+	MaxUploadSize int64
+	// SessionExpiry is the life of a v1 session that has not been
+	// completed (its expiresAt); after it the session is gone (404) and
+	// its parts are discarded. Default 24h.
+	SessionExpiry time.Duration
+	// OmitSessionSplatID leaves splatId out of processing or completed
+	// sessions, which the contract allows: the client must then replay
+	// complete to learn it.
+	OmitSessionSplatID bool
+	// PartStore, if set, replaces the built-in v1 part store (the part
+	// PUTs of the simulator's storage listener), e.g. with a real S3
+	// server's multipart API. Part faults, the bandwidth cap and the
+	// per-session byte counters only see the built-in store's traffic.
+	PartStore PartStore
+	// StorageBandwidth, if positive, caps the request-body bytes per
+	// second that storage reads on each TCP connection (object and part
+	// PUTs alike), as S3 throttles single streams. SetStorageBandwidth
+	// changes it at runtime.
+	StorageBandwidth int64
+	// Sleep is how the bandwidth cap waits. Default: a timer that ends
+	// early when ctx does. Tests pair a no-op Sleep with a fake Now to
+	// measure the cap through Stats.StorageConns without wall-clock time.
+	Sleep func(ctx context.Context, d time.Duration) error
 
 	// Now is the clock (tests inject a fake one to expire URLs or roll rate
 	// windows without sleeping). Default time.Now.
@@ -202,6 +272,12 @@ type Server struct {
 	published  map[string]int       // object sha256 → publishes
 	pubBytes   int64
 	branches   map[string][]Checkpoint // oldest first
+	uploads    map[string]*upload      // v1 session id → session
+	byKey      map[string]*upload      // Idempotency-Key → its latest session
+	parts      PartStore               // Options.PartStore or local
+	local      *localStore             // the built-in part store; nil if replaced
+	bandwidth  atomic.Int64            // StorageBandwidth, changed by SetStorageBandwidth
+	connSeq    atomic.Int64            // storage connections accepted
 	stats      Stats
 	closeOnce  sync.Once
 	closeErr   error
@@ -225,6 +301,8 @@ func New(o Options) (*Server, error) {
 		byHash:     map[string]*splat{},
 		published:  map[string]int{},
 		branches:   map[string][]Checkpoint{},
+		uploads:    map[string]*upload{},
+		byKey:      map[string]*upload{},
 		serveErr:   make(chan error, 2),
 		closedChan: make(chan struct{}),
 		stats:      newStats(),
@@ -247,9 +325,15 @@ func New(o Options) (*Server, error) {
 		}
 	}
 	s.secret = []byte(randomHex(32))
+	s.bandwidth.Store(o.StorageBandwidth)
 
 	if err := s.setupDir(); err != nil {
 		return nil, err
+	}
+	s.parts = o.PartStore
+	if s.parts == nil {
+		s.local = newLocalStore(s)
+		s.parts = s.local
 	}
 	ok := false
 	defer func() {
@@ -319,6 +403,24 @@ func (o *Options) setDefaults() error {
 	}
 	if o.UserID == 0 {
 		o.UserID = DefaultUserID
+	}
+	if o.Username == "" {
+		o.Username = DefaultUsername
+	}
+	if o.PartSize < 0 {
+		return fmt.Errorf("apisim: PartSize %d: must be positive", o.PartSize)
+	}
+	if o.PartSize == 0 {
+		o.PartSize = DefaultPartSize
+	}
+	if o.SessionExpiry <= 0 {
+		o.SessionExpiry = DefaultSessionExpiry
+	}
+	if o.StorageBandwidth < 0 {
+		return fmt.Errorf("apisim: StorageBandwidth %d: must not be negative", o.StorageBandwidth)
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -405,6 +507,8 @@ func (s *Server) listen() error {
 		// HTTP/1.1 only, like S3, and because the reset fault hijacks the
 		// connection, which HTTP/2 does not allow.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		// Each connection carries its own bandwidth account.
+		ConnContext: s.storageConnContext,
 	}
 	for _, p := range []struct {
 		srv *http.Server

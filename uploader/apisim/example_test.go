@@ -36,3 +36,31 @@ func Example() {
 	// true true true
 	// <nil>
 }
+
+// Example_v1 shows the v1 knobs: a server-chosen part size, a bandwidth cap
+// per storage connection, and faults that a resumable, idempotent client
+// must survive without a duplicate.
+func Example_v1() {
+	s, err := apisim.New(apisim.Options{
+		PartSize:         5 << 20,
+		StorageBandwidth: 40e6,
+		MaxUploadSize:    4 << 30,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+	// A client's base_url is s.URL(); the v1 routes are under /api/supersplat.
+
+	s.SetFaults(apisim.Faults{
+		PartResetRate:         0.05,
+		PartErrors:            2,
+		UncertainCreateRate:   0.2,
+		UncertainCompleteRate: 0.3,
+	})
+	// … run the client, then check what the server saw:
+	st := s.Stats()
+	fmt.Println(st.V1Splats, st.UnknownFields, st.StorageAuthHeaders)
+	// Output:
+	// 0 0 0
+}

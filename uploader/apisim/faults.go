@@ -46,8 +46,56 @@ type Faults struct {
 	// publish decrements it; Faults() shows what is left.
 	UncertainPublishes int
 	// ProcessingFailRate is the probability that processing of a valid file
-	// ends "failed" anyway.
+	// ends "failed" anyway (legacy publishes and v1 completes).
 	ProcessingFailRate float64
+
+	// The v1 knobs. ErrorRate, Latency, Force429 and Neighbour apply to the
+	// v1 routes too (by their Route* names), and the Storage* rates to part
+	// PUTs as well as object PUTs. A count N fires on the next N
+	// occasions and is decremented each time (Faults shows what is left);
+	// a rate is drawn on the occasions the count did not take.
+
+	// PartErrors and PartErrorRate refuse part PUTs with PartErrorStatus
+	// (default 503; 500 and 503 carry S3's InternalError and SlowDown
+	// bodies) after reading up to 64 MiB of the body: nothing is stored.
+	PartErrors      int
+	PartErrorRate   float64
+	PartErrorStatus int
+	// PartResets and PartResetRate reset a part PUT's connection after
+	// reading part of its body: nothing is stored.
+	PartResets    int
+	PartResetRate float64
+	// ExpiredPartURLs refuses the next N part PUTs with a valid signature
+	// 403 AccessDenied "Request has expired", as when the client was slower
+	// than the URL's life. (Real expiry follows URLExpiry and the clock.)
+	ExpiredPartURLs int
+
+	// UncertainCreates and UncertainCreateRate make a create commit the
+	// session (and its Idempotency-Key) and then answer 502: the client
+	// cannot know that it succeeded.
+	UncertainCreates    int
+	UncertainCreateRate float64
+	// UncertainCompletes and UncertainCompleteRate make a complete create
+	// the splat and then answer 502; a repeated complete answers 200.
+	UncertainCompletes    int
+	UncertainCompleteRate float64
+}
+
+// take draws a count-or-rate fault: the count fires first, then the rate.
+// Callers hold s.mu (n points into s.faults).
+func (s *Server) take(n *int, rate float64) bool {
+	if *n > 0 {
+		*n--
+		return true
+	}
+	return s.roll(rate)
+}
+
+func (f Faults) partErrorStatus() int {
+	if f.PartErrorStatus >= 400 && f.PartErrorStatus <= 599 {
+		return f.PartErrorStatus
+	}
+	return http.StatusServiceUnavailable
 }
 
 func (f Faults) clone() Faults {

@@ -86,12 +86,35 @@ func safeName(name string) string {
 // StorageHandler serves the object storage: PUT /objects/<key>?expires&sig.
 func (s *Server) StorageHandler() http.Handler { return http.HandlerFunc(s.serveStorage) }
 
+// Part PUTs (v1) go to /parts/<uploadId>/<n>; everything else is the
+// legacy object storage. Both read their body under the connection's
+// bandwidth cap.
 func (s *Server) serveStorage(w http.ResponseWriter, r *http.Request) {
-	code := s.storagePut(w, r)
+	conn, _ := r.Context().Value(connKey{}).(*storageConn)
+	body := &pacedBody{ReadCloser: r.Body, ctx: r.Context(), s: s, conn: conn}
+	r.Body = body
+	route, code := RouteStoragePut, 0
+	if strings.HasPrefix(r.URL.Path, partsPrefix) {
+		route = RoutePartPut
+		code = s.partPut(w, r, body)
+	} else {
+		code = s.storagePut(w, r)
+	}
 	s.mu.Lock()
-	s.count(RouteStoragePut, code)
+	s.count(route, code)
+	if conn != nil {
+		cs := s.stats.StorageConns[conn.id]
+		cs.Bytes += body.read
+		cs.Waited += body.waited
+		s.stats.StorageConns[conn.id] = cs
+	}
+	if body.session != "" {
+		ss := s.stats.Sessions[body.session]
+		ss.BytesReceived += body.read
+		s.stats.Sessions[body.session] = ss
+	}
 	s.mu.Unlock()
-	s.log.Debug().Str("route", RouteStoragePut).Str("method", r.Method).Int("status", code).Msg("storage request")
+	s.log.Debug().Str("route", route).Str("method", r.Method).Int("status", code).Msg("storage request")
 }
 
 // storagePut handles one storage request and returns the status it
