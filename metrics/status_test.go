@@ -42,8 +42,8 @@ func (f *fakeSource) Status(context.Context) (Status, error) {
 
 func (f *fakeSource) Jobs(_ context.Context, q JobQuery) (JobList, error) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.queries = append(f.queries, q)
-	f.mu.Unlock()
 	if f.err != nil {
 		return JobList{}, f.err
 	}
@@ -58,6 +58,13 @@ func (f *fakeSource) Jobs(_ context.Context, q JobQuery) (JobList, error) {
 		}
 	}
 	return out, nil
+}
+
+// addJob puts j first, as the most recently updated job.
+func (f *fakeSource) addJob(j Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.jobs = append([]Job{j}, f.jobs...)
 }
 
 func (f *fakeSource) lastQuery() JobQuery {
@@ -243,8 +250,8 @@ func TestAPIJobsQuery(t *testing.T) {
 				if !strings.Contains(e.Error, tc.errText) {
 					t.Errorf("error = %q, want it to contain %q", e.Error, tc.errText)
 				}
-				if len(src.queries) != 0 {
-					t.Errorf("source asked %+v for a bad query", src.queries)
+				if q := src.lastQuery(); q.Limit != 0 {
+					t.Errorf("source asked %+v for a bad query", q)
 				}
 				return
 			}
