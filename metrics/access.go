@@ -58,11 +58,32 @@ func isLoopback(addr net.Addr) bool {
 	return false
 }
 
+// localHost reports whether a request's Host names this machine's loopback
+// interface. Without this check a web page on another site could read the
+// open loopback endpoints through DNS rebinding: its own name, re-resolved
+// to 127.0.0.1, makes the browser treat the daemon as same-origin.
+func localHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // guard wraps a status endpoint with the access rule. The listener's
 // address is read per request because Listen binds after NewServer.
 func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.loopback.Load() {
+			if !localHost(r.Host) {
+				denyStatus(w, r, http.StatusForbidden,
+					"the status endpoints on a loopback listener answer only requests for localhost or a loopback address (Host header); a proxy must pass Host: localhost")
+				return
+			}
 			h(w, r)
 			return
 		}

@@ -98,6 +98,7 @@ type response struct {
 func do(t testing.TB, h http.Handler, target string, header ...string) response {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, target, nil)
+	req.Host = "127.0.0.1:9464" // as a local browser or script sends it
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -480,6 +481,44 @@ func TestStatusAccess(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestStatusRefusesForeignHostOnLoopback(t *testing.T) {
+	t.Parallel()
+	h := statusHandler(t, ServerOptions{Status: sampleSource()}, true)
+	tests := []struct {
+		host string
+		code int
+	}{
+		{"127.0.0.1:9464", 200},
+		{"localhost:9464", 200},
+		{"LOCALHOST.", 200},
+		{"[::1]:9464", 200},
+		{"127.0.0.1", 200},
+		// A rebinding attacker's page asks with its own name.
+		{"attacker.example:9464", 403},
+		{"localhost.attacker.example", 403},
+		{"10.0.0.5:9464", 403},
+	}
+	for _, tc := range tests {
+		for _, path := range []string{"/", "/api/status", "/api/jobs"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Host = tc.host
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tc.code {
+				t.Errorf("Host %s %s = %d, want %d", tc.host, path, rec.Code, tc.code)
+			}
+		}
+		// Probes and scrapers are not browsers' business; they stay open.
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		req.Host = tc.host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("Host %s /metrics = %d, want 200", tc.host, rec.Code)
+		}
 	}
 }
 
