@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,9 +33,20 @@ type ServerOptions struct {
 	Ready func() error
 	// Logger receives listen, serve and scrape errors.
 	Logger zerolog.Logger
+
+	// Status feeds /api/status, /api/jobs and the status page at /. Nil
+	// leaves / a page of links and /api/ unrouted (404).
+	Status StatusSource
+	// StatusToken returns the bearer token that the status endpoints
+	// require when the listener is not a loopback address (see TokenFile
+	// for status.token_file). It is called on each such request, so a
+	// rotated file applies at once. Nil turns the status endpoints off on
+	// a non-loopback listener; on loopback they are always open.
+	StatusToken func() (string, error)
 }
 
-// Server serves /metrics, /healthz and /readyz.
+// Server serves /metrics, /healthz and /readyz, and with a StatusSource the
+// status endpoints /api/status, /api/jobs and the page at /.
 //
 // /healthz answers 200 as long as the process can answer at all: it is the
 // liveness probe, and restarting a daemon because the API is down or the
@@ -45,13 +57,22 @@ type Server struct {
 
 	mu sync.Mutex
 	ln net.Listener
+	// loopback is set once the listener is bound to a loopback address;
+	// until then the status endpoints take the stricter rule.
+	loopback atomic.Bool
 }
 
 // NewServer returns a server for o; nothing is bound until Listen or Run.
 func NewServer(o ServerOptions) *Server {
 	s := &Server{opts: o}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.index)
+	if o.Status != nil {
+		mux.HandleFunc("GET /{$}", s.guard(s.page))
+		mux.HandleFunc("GET /api/status", s.guard(s.apiStatus))
+		mux.HandleFunc("GET /api/jobs", s.guard(s.apiJobs))
+	} else {
+		mux.HandleFunc("GET /{$}", s.index)
+	}
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	if o.Registry != nil {
@@ -91,6 +112,7 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("metrics: listen on %q: %w", s.opts.Listen, err)
 	}
 	s.ln = ln
+	s.loopback.Store(isLoopback(ln.Addr()))
 	return nil
 }
 
@@ -113,7 +135,17 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	ln := s.ln
 	s.mu.Unlock()
-	s.opts.Logger.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics, /healthz, /readyz")
+	l := s.opts.Logger.Info().Str("addr", ln.Addr().String())
+	switch {
+	case s.opts.Status == nil:
+	case s.loopback.Load():
+		l = l.Str("status", "open (loopback)")
+	case s.opts.StatusToken != nil:
+		l = l.Str("status", "bearer token required")
+	default:
+		l = l.Str("status", "off (not loopback and no status.token_file)")
+	}
+	l.Msg("serving /metrics, /healthz, /readyz")
 
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(ln) }()

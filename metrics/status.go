@@ -1,0 +1,355 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/splatd/splatd/state"
+)
+
+// The status endpoints (/api/status, /api/jobs and the page at /) show what
+// the daemon is doing to people and scripts who cannot reach the admin
+// socket. They are read-only, and the types below are views: they hold only
+// what is shown, so a token or a signed upload URL cannot reach a response
+// by way of a field somebody forgot to clear. The handlers scrub the free
+// texts (errors, advice) once more before encoding, because those carry
+// server messages that may echo a signed URL.
+
+// StatusSource is what the status endpoints read; the daemon implements it.
+// Both methods are called once per request, from the request's goroutine,
+// and must not block on the network: they read in-memory state and the job
+// store.
+type StatusSource interface {
+	// Status returns the daemon's current state. Ready is ignored: the
+	// server fills it from ServerOptions.Ready, the same answer /readyz gives.
+	Status(ctx context.Context) (Status, error)
+	// Jobs returns at most q.Limit jobs whose stage is one of q.Stages (all
+	// stages when empty), most recently updated first, and how many jobs
+	// match in all.
+	Jobs(ctx context.Context, q JobQuery) (JobList, error)
+}
+
+// JobQuery selects jobs for StatusSource.Jobs.
+type JobQuery struct {
+	// Stages to include; empty means every stage.
+	Stages []state.Stage
+	// Limit is the most jobs to return, at least 1.
+	Limit int
+}
+
+// JobList is a page of jobs.
+type JobList struct {
+	Jobs []Job `json:"jobs"`
+	// Total counts the jobs that match the query, returned or not.
+	Total int `json:"total"`
+}
+
+// Status is the body of /api/status.
+type Status struct {
+	Version string `json:"version"`
+	// Protocol is api.protocol: "legacy" or "v1".
+	Protocol string   `json:"protocol"`
+	Watched  []Folder `json:"watched"`
+	Token    Token    `json:"token"`
+	// Pacing has one entry per rate-limit class seen so far.
+	Pacing    []Pacing  `json:"pacing"`
+	Bandwidth Bandwidth `json:"bandwidth"`
+	// Queue counts jobs per stage; every stage of state.Stages is present.
+	Queue map[state.Stage]int `json:"queue"`
+	Ready Readiness           `json:"ready"`
+	// Time is when the status was taken.
+	Time time.Time `json:"time"`
+}
+
+// Folder is one watch root.
+type Folder struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+	// Polling is true while the root runs on the polling fallback.
+	Polling bool `json:"polling,omitempty"`
+}
+
+// TokenState says whether the API accepts the token.
+type TokenState string
+
+// The token states.
+const (
+	// TokenUnknown: no authenticated API call has been answered yet.
+	TokenUnknown TokenState = "unknown"
+	// TokenOK: the API accepted the token on its last use.
+	TokenOK TokenState = "ok"
+	// TokenRefused: the API refused the token; the workers are paused.
+	TokenRefused TokenState = "refused"
+)
+
+// Token is the state of the API token, never the token itself.
+type Token struct {
+	State TokenState `json:"state"`
+	// Advice tells the operator what to do when the token is refused,
+	// e.g. which file to replace.
+	Advice string `json:"advice,omitempty"`
+}
+
+// Pacing is the rate-limit pacer's view of one limit class.
+type Pacing struct {
+	Class     string `json:"class"`
+	Limit     int    `json:"limit"`
+	Remaining int    `json:"remaining"`
+	// Reset is when the budget refills; zero when not known.
+	Reset time.Time `json:"reset,omitzero"`
+	// Waiting counts requests the pacer is holding back right now.
+	Waiting int `json:"waiting"`
+}
+
+// Bandwidth is the upload bandwidth limit and the current aggregate rate.
+type Bandwidth struct {
+	// Limit is upload.bandwidth in bytes per second; 0 means none.
+	Limit int64 `json:"limit_bytes_per_second"`
+	// Rate is the recent aggregate upload rate in bytes per second.
+	Rate float64 `json:"rate_bytes_per_second"`
+}
+
+// Readiness is /readyz as data.
+type Readiness struct {
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// Job is the view of one job.
+type Job struct {
+	ID       uint64      `json:"id"`
+	Path     string      `json:"path"`
+	Stage    state.Stage `json:"stage"`
+	Attempts int         `json:"attempts"`
+	// Progress is set while the file is being uploaded.
+	Progress   *Progress `json:"progress,omitempty"`
+	LastError  string    `json:"last_error,omitempty"`
+	FailReason string    `json:"fail_reason,omitempty"`
+	// ViewerURL is the public viewer link of a published splat.
+	ViewerURL string    `json:"viewer_url,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Progress is how much of a file's upload has been sent.
+type Progress struct {
+	Sent int64 `json:"sent"`
+	Size int64 `json:"size"`
+}
+
+// JobFromState returns the view of j. It copies no field of j.Upload (the
+// signed URL is a bearer secret) and leaves Progress nil: upload progress
+// lives in the workers, not in the store.
+func JobFromState(j state.Job) Job {
+	return Job{
+		ID:         j.ID,
+		Path:       j.Path,
+		Stage:      j.Stage,
+		Attempts:   j.Attempts,
+		LastError:  j.LastError,
+		FailReason: j.FailReason,
+		ViewerURL:  j.ViewerURL,
+		UpdatedAt:  j.UpdatedAt,
+	}
+}
+
+// Job list bounds: a page asks for a few dozen jobs; a script that wants
+// more says so, up to maxJobLimit, so that a state of 10,000 jobs is never
+// serialised in one answer unasked.
+const (
+	defaultJobLimit = 200
+	maxJobLimit     = 1000
+)
+
+func (s *Server) apiStatus(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeJSONError(w, http.StatusBadRequest, "/api/status takes no query parameters")
+		return
+	}
+	st, err := s.opts.Status.Status(r.Context())
+	if err != nil {
+		s.sourceError(w, "status", err)
+		return
+	}
+	st.Ready = s.readiness()
+	writeJSON(w, http.StatusOK, cleanStatus(st))
+}
+
+func (s *Server) apiJobs(w http.ResponseWriter, r *http.Request) {
+	q, err := parseJobQuery(r.URL.RawQuery)
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	list, err := s.opts.Status.Jobs(r.Context(), q)
+	if err != nil {
+		s.sourceError(w, "jobs", err)
+		return
+	}
+	// The source promised at most Limit; a source that ignores it still
+	// does not get to send 10,000 jobs.
+	if len(list.Jobs) > q.Limit {
+		list.Jobs = list.Jobs[:q.Limit]
+	}
+	if list.Jobs == nil {
+		list.Jobs = []Job{}
+	}
+	for i := range list.Jobs {
+		list.Jobs[i] = cleanJob(list.Jobs[i])
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// parseJobQuery reads stage (repeated or comma-separated stage names) and
+// limit. Unknown parameters are refused rather than ignored: a script that
+// misspells "stage" would otherwise silently get every job.
+func parseJobQuery(raw string) (JobQuery, error) {
+	q := JobQuery{Limit: defaultJobLimit}
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return q, fmt.Errorf("query: %w", err)
+	}
+	for key, vs := range vals {
+		switch key {
+		case "stage":
+			for _, v := range vs {
+				for _, name := range strings.Split(v, ",") {
+					st := state.Stage(strings.TrimSpace(name))
+					if st == "" {
+						continue
+					}
+					if !st.Valid() {
+						return q, fmt.Errorf("unknown stage %q; stages are %s", name, stageNames())
+					}
+					q.Stages = append(q.Stages, st)
+				}
+			}
+		case "limit":
+			if len(vs) != 1 {
+				return q, errors.New("limit given more than once")
+			}
+			n, err := strconv.Atoi(vs[0])
+			if err != nil || n < 1 || n > maxJobLimit {
+				return q, fmt.Errorf("limit %q: want a whole number from 1 to %d", vs[0], maxJobLimit)
+			}
+			q.Limit = n
+		default:
+			return q, fmt.Errorf("unknown query parameter %q; /api/jobs takes stage and limit", key)
+		}
+	}
+	return q, nil
+}
+
+func stageNames() string {
+	names := make([]string, len(state.Stages))
+	for i, s := range state.Stages {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// readiness is ServerOptions.Ready as data; an error made by errors.Join
+// gives one reason per joined error.
+func (s *Server) readiness() Readiness {
+	if s.opts.Ready == nil {
+		return Readiness{Ready: true}
+	}
+	err := s.opts.Ready()
+	if err == nil {
+		return Readiness{Ready: true}
+	}
+	var reasons []string
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if e != nil {
+				reasons = append(reasons, e.Error())
+			}
+		}
+	}
+	if len(reasons) == 0 {
+		reasons = []string{err.Error()}
+	}
+	return Readiness{Ready: false, Reasons: reasons}
+}
+
+// sourceError answers 500 for a failing StatusSource. The error may come
+// from the store or the pacer, so its text is scrubbed like any other.
+func (s *Server) sourceError(w http.ResponseWriter, what string, err error) {
+	msg := scrub(err.Error())
+	s.opts.Logger.Error().Str("endpoint", what).Str("error", msg).Msg("status source failed")
+	writeJSONError(w, http.StatusInternalServerError, what+": "+msg)
+}
+
+// cleanStatus scrubs the free texts of st and fills in every known stage.
+func cleanStatus(st Status) Status {
+	st.Token.Advice = scrub(st.Token.Advice)
+	if st.Token.State == "" {
+		st.Token.State = TokenUnknown
+	}
+	reasons := make([]string, len(st.Ready.Reasons))
+	for i, r := range st.Ready.Reasons {
+		reasons[i] = scrub(r)
+	}
+	st.Ready.Reasons = reasons
+	queue := make(map[state.Stage]int, len(state.Stages))
+	for _, s := range state.Stages {
+		queue[s] = 0
+	}
+	for s, n := range st.Queue {
+		queue[s] = n
+	}
+	st.Queue = queue
+	if st.Watched == nil {
+		st.Watched = []Folder{}
+	}
+	if st.Pacing == nil {
+		st.Pacing = []Pacing{}
+	}
+	if r := st.Bandwidth.Rate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+		st.Bandwidth.Rate = 0
+	}
+	return st
+}
+
+// cleanJob scrubs the free texts of j and reduces its viewer link to what
+// opens the scene.
+func cleanJob(j Job) Job {
+	j.LastError = scrub(j.LastError)
+	j.FailReason = scrub(j.FailReason)
+	j.ViewerURL = viewerLink(j.ViewerURL)
+	return j
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Unreachable for the view types; answered rather than panicking.
+		writeJSONError(w, http.StatusInternalServerError, "encoding the answer: "+err.Error())
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
