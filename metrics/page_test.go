@@ -137,7 +137,7 @@ func testPageJobs(t *testing.T, ctx context.Context) {
 			{ID: 1, Path: "/srv/captures/room.ply", Stage: state.Done, ViewerURL: "https://viewer.example/view?id=h1abc&X-Amz-Signature=deadbeefdeadbeef", UpdatedAt: now.Add(-2 * time.Minute)},
 		},
 	}
-	reg, _ := NewRegistry("test")
+	reg, _ := NewRegistry("test", testRoutes)
 	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(), Status: src})
 	runServer(t, s)
 	base := "http://" + s.Addr() + "/"
@@ -232,7 +232,7 @@ func testPageJobs(t *testing.T, ctx context.Context) {
 // how long it takes to render: the figure issue 14 asks for.
 func testPageManyJobs(t *testing.T, ctx context.Context) {
 	src := manyJobs(10_000)
-	reg, _ := NewRegistry("test")
+	reg, _ := NewRegistry("test", testRoutes)
 	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(), Status: src})
 	runServer(t, s)
 	con := watchConsole(ctx)

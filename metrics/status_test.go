@@ -81,7 +81,7 @@ func (f *fakeSource) lastQuery() JobQuery {
 func statusHandler(t testing.TB, o ServerOptions, loopback bool) http.Handler {
 	t.Helper()
 	if o.Registry == nil {
-		o.Registry, _ = NewRegistry("test")
+		o.Registry, _ = NewRegistry("test", testRoutes)
 	}
 	o.Logger = zerolog.Nop()
 	s := NewServer(o)
@@ -547,7 +547,7 @@ func TestIsLoopback(t *testing.T) {
 // bound to 127.0.0.1 serves the status endpoints without a token.
 func TestServerStatusOnLoopbackListener(t *testing.T) {
 	t.Parallel()
-	reg, _ := NewRegistry("test")
+	reg, _ := NewRegistry("test", testRoutes)
 	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(), Status: sampleSource(),
 		StatusToken: func() (string, error) { return "unused", nil }})
 	runServer(t, s)

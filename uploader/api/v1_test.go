@@ -550,8 +550,8 @@ func TestV1RequestsRefusedBeforeSending(t *testing.T) {
 			t.Errorf("%s: err = %v, want *RequestError", name, err)
 			continue
 		}
-		if !strings.HasPrefix(re.Route, "v1_") || state.Classify(err) != state.Permanent {
-			t.Errorf("%s: route %q, class %v", name, re.Route, state.Classify(err))
+		if !strings.HasPrefix(re.Route, "v1_") || (&state.Policy{}).Decide(context.Background(), err, 1, time.Now()).Action != state.Fail {
+			t.Errorf("%s: route %q, decision %v", name, re.Route, (&state.Policy{}).Decide(context.Background(), err, 1, time.Now()).Action)
 		}
 	}
 	mu.Lock()
@@ -985,8 +985,8 @@ func TestV1PutPartStorageErrors(t *testing.T) {
 		if want := tc.code + ": " + tc.msg; ae.Message != want {
 			t.Errorf("%s: message %q, want %q", tc.code, ae.Message, want)
 		}
-		if state.NeedsNewURL(err) != tc.resign {
-			t.Errorf("%s: NeedsNewURL = %v", tc.code, !tc.resign)
+		if ((&state.Policy{}).Decide(context.Background(), err, 1, time.Now()).Action == state.Resign) != tc.resign {
+			t.Errorf("%s: re-sign = %v", tc.code, !tc.resign)
 		}
 		for _, leak := range []string{"0f1e2d3c4b5a", "AKIAEXAMPLE", testToken} {
 			if strings.Contains(err.Error(), leak) {
