@@ -116,6 +116,17 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// Close releases a listener that Listen bound when Run will not be called
+// (the daemon failed to start after binding it). Run's shutdown closes it
+// otherwise.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+}
+
 // Addr is the bound address, or "" before Listen.
 func (s *Server) Addr() string {
 	s.mu.Lock()

@@ -71,6 +71,12 @@ type PoolOptions struct {
 	// AuthBackoff paces the probes while the token is refused (401).
 	// Zero: 30 s doubling to 5 min.
 	AuthBackoff state.Backoff
+	// TokenRecheck is how often a paused pool re-reads the token source
+	// (api.Token.Reload). Zero: 2 s.
+	TokenRecheck time.Duration
+	// Grace is how long steps in flight may run once Run's context ends
+	// (see Run). Zero: 20 s.
+	Grace time.Duration
 	// StoreBackoff paces a worker's retries while the job store fails
 	// (full disk, I/O error). Zero: 1 s doubling to 30 s.
 	StoreBackoff state.Backoff
@@ -124,14 +130,11 @@ type Pool struct {
 	resMu    sync.Mutex
 	reserved map[uint64]*api.Reservation // publish slots taken before the intent commit
 
-	draining  atomic.Bool // Drain: finish the current step, start no other
-	drainCh   chan struct{}
-	drainOnce sync.Once
+	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
+	drainCh  chan struct{} // closed when draining starts
 
 	storeMu  sync.Mutex
 	storeErr error // last store failure, until a job advances again
-
-	probeNow chan struct{} // ProbeNow: skip the rest of the auth backoff
 
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
@@ -186,6 +189,12 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Settle <= 0 {
 		o.Settle = 2 * time.Second
 	}
+	if o.TokenRecheck <= 0 {
+		o.TokenRecheck = 2 * time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 20 * time.Second
+	}
 	if o.URLMaxAge <= 0 {
 		o.URLMaxAge = 10 * time.Minute
 	}
@@ -203,7 +212,6 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		progress:    make(map[uint64]Progress),
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
-		probeNow:    make(chan struct{}, 1),
 		authChanged: make(chan struct{}),
 	}, nil
 }
@@ -212,40 +220,68 @@ func NewPool(o PoolOptions) (*Pool, error) {
 var errWorkerCrash = errors.New("worker: simulated crash")
 
 // Run finishes the after-actions a crash interrupted, then runs the workers
-// and the auth prober until ctx ends. It returns nil on cancellation and an
-// error only when the store fails.
+// and the token prober until ctx ends, and drains:
+//
+//  1. When ctx ends, no worker claims a new job, and a publish still
+//     waiting for its rate-limit slot gives up (nothing was sent).
+//  2. Steps in flight finish their call and commit it, for up to Grace:
+//     a publish call in flight returns its answer instead of leaving an
+//     uncertain outcome for the next start.
+//  3. After Grace, the calls still running are cancelled. Every stage was
+//     committed before its side effect, so they resume from the last
+//     commit at the next start.
+//
+// Run returns nil after a drain and an error only when the store fails.
 func (p *Pool) Run(ctx context.Context) error {
+	work, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
 	if err := p.finishPending(ctx); err != nil {
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
+	workersDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-workersDone:
+			return
+		}
+		p.draining.Store(true)
+		close(p.drainCh)
+		p.Wake()
+		grace := time.NewTimer(p.o.Grace)
+		defer grace.Stop()
+		select {
+		case <-workersDone:
+		case <-grace.C:
+			p.log.Warn().Float64("grace_s", p.o.Grace.Seconds()).Msg("abandoning in-flight calls; they resume from the last committed stage at the next start")
+			abort()
+		}
+	}()
+
+	prober, stopProber := context.WithCancel(work)
+	proberDone := make(chan error, 1)
+	go func() { proberDone <- p.authProber(prober) }()
+
+	g, gctx := errgroup.WithContext(work)
 	for i := range p.o.Workers {
-		g.Go(func() error { return p.worker(ctx, i) })
+		g.Go(func() error { return p.worker(gctx, i) })
 	}
-	g.Go(func() error { return p.authProber(ctx) })
 	err := g.Wait()
-	if errors.Is(err, context.Canceled) {
+	close(workersDone)
+	stopProber()
+	<-proberDone
+	if errors.Is(err, context.Canceled) || errors.Is(err, errDrained) {
 		return nil
 	}
 	return err
 }
 
-// Drain makes every worker stop after the step it is in (a call in flight
-// finishes and is committed); claiming new jobs is the Store's business.
-// Shutdown calls it, then cancels Run's context after a grace period.
-func (p *Pool) Drain() {
-	p.drainOnce.Do(func() {
-		p.draining.Store(true)
-		close(p.drainCh)
-	})
-}
-
-// errDrained stops a step that had not started its side effect when the
-// pool began draining (a publish still waiting for its rate-limit slot).
+// errDrained ends a worker, or a step that had not started its side effect
+// (a publish still waiting for its rate-limit slot), once the pool drains.
 // Nothing is committed: the job stays where it was.
 var errDrained = errors.New("worker: draining for shutdown")
 
-// untilDrain returns a context that also ends when Drain is called.
+// untilDrain returns a context that also ends when the pool starts draining.
 func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
@@ -273,15 +309,6 @@ func (p *Pool) takeReservation(id uint64) *api.Reservation {
 	r := p.reserved[id]
 	delete(p.reserved, id)
 	return r
-}
-
-// ProbeNow makes a paused pool try the token at once instead of at its next
-// backoff step (the daemon calls it when the token source changed).
-func (p *Pool) ProbeNow() {
-	select {
-	case p.probeNow <- struct{}{}:
-	default:
-	}
 }
 
 // Wake tells idle workers that a job was enqueued.
@@ -332,10 +359,14 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if p.draining.Load() {
+			return nil // claim nothing new
+		}
 		if ch := p.pausedChan(); ch != nil {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-p.drainCh:
 			case <-ch:
 			}
 			continue
@@ -424,6 +455,7 @@ func (p *Pool) idle(ctx context.Context) {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+	case <-p.drainCh:
 	case <-p.wake:
 	case <-t.C:
 	}
@@ -652,11 +684,13 @@ func (p *Pool) pausedChan() <-chan struct{} {
 	return p.authChanged
 }
 
-// authProber waits for a pause, then probes the token with one signed-URL
-// request per backoff step (30 s doubling to 5 min) and resumes the
-// workers as soon as the API accepts it again. Jobs are neither failed nor
-// charged an attempt meanwhile.
+// authProber waits for a pause, then probes the token with one request per
+// backoff step (30 s doubling to 5 min) and resumes the workers as soon as
+// the API accepts it again. While paused it re-reads the token source every
+// TokenRecheck: a token file fixed by the operator is tried at once, with
+// no restart. Jobs are neither failed nor charged an attempt meanwhile.
 func (p *Pool) authProber(ctx context.Context) error {
+	tokens := p.o.Client.Token()
 	for {
 		p.authMu.Lock()
 		paused, ch := p.authErr != nil, p.authChanged
@@ -669,15 +703,11 @@ func (p *Pool) authProber(ctx context.Context) error {
 				continue
 			}
 		}
+		p.log.Error().Str("token_from", tokens.Origin()).Err(p.Paused()).
+			Msg("the API refuses the token: all work is paused and the token is probed with backoff; " + tokens.Advice())
 		for attempt := 1; ; attempt++ {
-			t := time.NewTimer(p.o.AuthBackoff.Delay(attempt))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			case <-p.probeNow:
-				t.Stop()
+			if err := p.awaitProbe(ctx, tokens, attempt); err != nil {
+				return err
 			}
 			_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
 			if err == nil || p.policy.Decide(ctx, err, attempt, p.o.Now()).Action != state.PauseToken {
@@ -691,7 +721,33 @@ func (p *Pool) authProber(ctx context.Context) error {
 				break
 			}
 			p.pause(err)
-			p.log.Warn().Int("probe", attempt).Err(err).Msg("API still refuses the token")
+			p.log.Warn().Int("probe", attempt).Str("token_from", tokens.Origin()).Err(err).Msg("API still refuses the token")
+		}
+	}
+}
+
+// awaitProbe waits for the next probe: the attempt's backoff step, or
+// sooner when the token source changed.
+func (p *Pool) awaitProbe(ctx context.Context, tokens *api.Token, attempt int) error {
+	t := time.NewTimer(p.o.AuthBackoff.Delay(attempt))
+	defer t.Stop()
+	recheck := time.NewTicker(p.o.TokenRecheck)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		case <-recheck.C:
+			changed, err := tokens.Reload()
+			if err != nil {
+				p.log.Error().Err(err).Str("token_from", tokens.Origin()).Msg("the new token is unusable")
+			}
+			if changed {
+				p.log.Info().Str("token_from", tokens.Origin()).Msg("token changed: trying it now")
+				return nil
+			}
 		}
 	}
 }

@@ -127,6 +127,13 @@ func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, e
 	return &adminServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log}, nil
 }
 
+// close releases the socket when run will not be called (the daemon failed
+// to start after binding it).
+func (a *adminServer) close() {
+	_ = a.ln.Close()
+	_ = os.Remove(a.path)
+}
+
 func (a *adminServer) run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- a.srv.Serve(a.ln) }()

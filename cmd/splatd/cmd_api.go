@@ -27,7 +27,6 @@ import (
 type apiEnv struct {
 	cfg    *Config
 	client *api.Client
-	source tokenSource
 }
 
 // loadAPI loads the config and builds a client. A bad config is a usage
@@ -38,7 +37,7 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitUsage
 	}
-	token, source, err := loadToken(cfg, c.getenv)
+	token, err := api.LoadToken(cfg.API.TokenFile, c.getenv)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
@@ -48,31 +47,35 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
 	}
-	return &apiEnv{cfg: cfg, client: client, source: source}, exitOK
+	return &apiEnv{cfg: cfg, client: client}, exitOK
 }
 
 // newClient builds the API client for cfg with token.
-func newClient(cfg *Config, token string, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return api.NewClient(api.ClientOptions{
-		BaseURL:   cfg.API.BaseURL,
-		Token:     token,
-		RootCAs:   roots,
-		Timeout:   cfg.API.Timeout.D(),
-		UserAgent: "splatd/" + buildVersion(),
-		Observer:  obs,
-		Logger:    log,
+		BaseURL:     cfg.API.BaseURL,
+		TokenSource: token,
+		RootCAs:     roots,
+		Timeout:     cfg.API.Timeout.D(),
+		UserAgent:   "splatd/" + buildVersion(),
+		Observer:    obs,
+		Logger:      log,
 	})
 }
 
-// explainAPIError turns an API error into the sentence an operator needs.
-func (a *apiEnv) explain(err error) string {
+// explain turns an API error into the sentence an operator needs.
+func (a *apiEnv) explain(err error) string { return explainAPIError(err, a.client.Token()) }
+
+// explainAPIError says what an API error means, and for a refused token
+// where the token came from and how to replace it.
+func explainAPIError(err error, tok *api.Token) string {
 	var ae *api.APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
-		return fmt.Sprintf("the API refused the token read from %s (HTTP 401: %s); check that it was not revoked and belongs to this account", a.source, ae.Message)
+		return fmt.Sprintf("the API refused the token read from %s (HTTP 401: %s); check that it was not revoked and belongs to this account; %s", tok.Origin(), ae.Message, tok.Advice())
 	}
 	return oneLine(err.Error())
 }

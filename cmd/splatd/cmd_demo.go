@@ -310,7 +310,7 @@ func followJourney(ctx context.Context, w io.Writer, st *queue.Store, events <-c
 // (splatd jobs, retry, publish, checkpoints) can be tried against it.
 func writeDemoConfig(dir string, cfg *Config) string {
 	p := filepath.Join(dir, "config.yaml")
-	_ = os.WriteFile(p, []byte(cfg.redacted("", nil)), 0o600)
+	_ = os.WriteFile(p, []byte(cfg.redacted(nil, nil)), 0o600)
 	return p
 }
 

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
 )
 
@@ -497,43 +498,6 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 	return errs
 }
 
-// tokenSource says where a token was read from, never what it is.
-type tokenSource string
-
-// loadToken finds the API token: api.token_file, then SPLATD_TOKEN, then the
-// systemd credential. The returned source names the place for messages such
-// as "the token from /etc/splatd/token was refused".
-func loadToken(c *Config, getenv func(string) string) (string, tokenSource, error) {
-	readFile := func(path, key string) (string, tokenSource, error) {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", "", fmt.Errorf("%s: cannot read the token: %w", key, err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" {
-			return "", "", fmt.Errorf("%s: the token file %s is empty", key, path)
-		}
-		if strings.ContainsAny(tok, "\r\n\t ") {
-			return "", "", fmt.Errorf("%s: the token file %s holds more than one word", key, path)
-		}
-		return tok, tokenSource(path), nil
-	}
-	if c.API.TokenFile != "" {
-		return readFile(c.API.TokenFile, "api.token_file")
-	}
-	if tok := strings.TrimSpace(getenv("SPLATD_TOKEN")); tok != "" {
-		return tok, "the SPLATD_TOKEN environment variable", nil
-	}
-	if dir := getenv("CREDENTIALS_DIRECTORY"); dir != "" {
-		p := filepath.Join(dir, "splatd-token")
-		if _, err := os.Stat(p); err == nil {
-			return readFile(p, "credential splatd-token")
-		}
-	}
-	return "", "", errors.New("no API token: set api.token_file, or the SPLATD_TOKEN environment variable, " +
-		"or give systemd a credential named splatd-token (LoadCredential=splatd-token:/etc/splatd/token)")
-}
-
 // rootCAs returns the system roots plus api.ca_file, for the API and storage hosts.
 func rootCAs(c *Config) (*x509.CertPool, error) {
 	if c.API.CAFile == "" {
@@ -555,15 +519,16 @@ func rootCAs(c *Config) (*x509.CertPool, error) {
 
 // redacted renders the effective config as YAML for `config check`. The token
 // itself is never in Config, so there is nothing to hide but its source.
-func (c *Config) redacted(source tokenSource, tokenErr error) string {
+func (c *Config) redacted(tok *api.Token, tokenErr error) string {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	_ = enc.Encode(c)
-	if tokenErr != nil {
+	switch {
+	case tokenErr != nil:
 		fmt.Fprintf(&b, "# token: NOT FOUND: %v\n", tokenErr)
-	} else {
-		fmt.Fprintf(&b, "# token: <redacted>, read from %s\n", source)
+	case tok != nil:
+		fmt.Fprintf(&b, "# token: <redacted>, read from %s\n", tok.Origin())
 	}
 	return b.String()
 }

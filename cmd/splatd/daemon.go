@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,21 +34,17 @@ const shutdownGrace = 20 * time.Second
 type daemon struct {
 	cfg    *Config
 	log    zerolog.Logger
-	tokMu  sync.Mutex  // guards token and source: reloadToken writes them while /readyz reads
-	source tokenSource // where the token in use was read
-	token  string      // the token in use, to notice a changed source; never logged
+	getenv func(string) string
 
 	store   *queue.Store
-	drain   *drainStore
 	client  *api.Client
 	pool    *uploader.Pool
 	watch   *watcher.Watcher
 	reg     *prometheus.Registry
 	m       *metrics.Metrics
-	metrics *metrics.Server
+	metrics *metrics.Server // nil when metrics.listen is ""
 	admin   *adminServer
 	notify  *notifier
-	getenv  func(string) string
 
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
@@ -101,45 +95,68 @@ func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
 }
 
 // openDaemon builds every component; nothing runs until run. The state
-// directory is opened first so that a second splatd fails at once.
-func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*daemon, error) {
-	d := &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
+// directory is opened first so that a second splatd fails at once; what
+// fails later closes what was opened before it.
+func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
+	d = &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
-
-	token, source, err := loadToken(cfg, getenv)
+	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
 	if err != nil {
 		return nil, err
 	}
-	client, err := newClient(cfg, token, d.m, log) // the client names its own component
+	if d.client, err = newClient(cfg, token, d.m, log); err != nil { // the client names its own component
+		return nil, err
+	}
+	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
+	if errors.Is(err, queue.ErrLocked) {
+		return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
+	}
 	if err != nil {
 		return nil, err
 	}
-	d.client, d.token, d.source = client, token, source // before any goroutine starts
-
-	store, err := queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
-	if err != nil {
-		if errors.Is(err, queue.ErrLocked) {
-			return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
+	defer func() {
+		if err != nil {
+			d.closeAll()
 		}
+	}()
+	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
 	}
-	d.store = store
-	d.drain = &drainStore{Store: store}
+	if d.watch, err = d.newWatcher(); err != nil {
+		return nil, err
+	}
+	if cfg.Metrics.Listen != "" {
+		d.metrics = metrics.NewServer(metrics.ServerOptions{
+			Listen:   cfg.Metrics.Listen,
+			Registry: d.reg,
+			Ready:    d.ready,
+			Logger:   log.With().Str("component", "metrics").Logger(),
+		})
+		if err := d.metrics.Listen(); err != nil {
+			return nil, fmt.Errorf("metrics.listen: %w", err)
+		}
+	}
+	d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger())
+	return d, err
+}
 
+// newPool builds the worker pool with its after-actions.
+func (d *daemon) newPool() (*uploader.Pool, error) {
+	cfg := d.cfg
 	actions := after.New(after.Options{
 		OnSuccess:  cfg.After.OnSuccess,
 		SuccessDir: cfg.After.SuccessDir,
 		OnFailure:  cfg.After.OnFailure,
 		FailureDir: cfg.After.FailureDir,
 		Receipt:    cfg.After.Receipt,
-		Lookup:     store.Get,
-		Logger:     log,
+		Lookup:     d.store.Get,
+		Logger:     d.log,
 	})
-	pool, err := uploader.NewPool(uploader.PoolOptions{
-		Store:   d.drain,
-		Client:  client,
-		Workers: cfg.Workers,
-		Publish: cfg.Publish.Params(),
+	return uploader.NewPool(uploader.PoolOptions{
+		Store:       d.store,
+		Client:      d.client,
+		Workers:     cfg.Workers,
+		Publish:     cfg.Publish.Params(),
 		OnUncertain: cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
@@ -147,6 +164,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 			Timeout:     cfg.Poll.Timeout.D(),
 		},
 		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
+		Grace:  shutdownGrace,
 		Finish: func(ctx context.Context, j state.Job) error {
 			_, err := actions.Finish(ctx, j)
 			return err
@@ -157,14 +175,13 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 			}
 		},
 		Observer: d.m,
-		Logger:   log,
+		Logger:   d.log,
 	})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	d.pool = pool
+}
 
+// newWatcher builds the watcher over the configured roots.
+func (d *daemon) newWatcher() (*watcher.Watcher, error) {
+	cfg := d.cfg
 	roots := make([]watcher.Root, len(cfg.Watch))
 	for i, w := range cfg.Watch {
 		roots[i] = watcher.Root{
@@ -176,37 +193,26 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 	if rescan == 0 {
 		rescan = -1 // the watcher's "off"
 	}
-	d.watch, err = watcher.New(watcher.Options{
+	return watcher.New(watcher.Options{
 		Roots:          roots,
 		Settle:         max(cfg.Settle.D(), time.Millisecond),
 		RescanInterval: rescan,
-		Logger:         log.With().Str("component", "watcher").Logger(),
-		Known:          store.Known,
+		Logger:         d.log.With().Str("component", "watcher").Logger(),
+		Known:          d.store.Known,
 		Observer:       d.m,
 	})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
+}
 
-	if cfg.Metrics.Listen != "" {
-		d.metrics = metrics.NewServer(metrics.ServerOptions{
-			Listen:   cfg.Metrics.Listen,
-			Registry: d.reg,
-			Ready:    d.ready,
-			Logger:   log.With().Str("component", "metrics").Logger(),
-		})
-		if err := d.metrics.Listen(); err != nil {
-			store.Close()
-			return nil, fmt.Errorf("metrics.listen: %w", err)
-		}
+// closeAll releases what openDaemon opened: the listeners (when run never
+// started them) and the state.
+func (d *daemon) closeAll() {
+	if d.metrics != nil {
+		d.metrics.Close()
 	}
-	d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger())
-	if err != nil {
-		store.Close()
-		return nil, err
+	if d.admin != nil {
+		d.admin.close()
 	}
-	return d, nil
+	d.close()
 }
 
 func (d *daemon) close() {
@@ -226,7 +232,7 @@ func (d *daemon) ready() error {
 		why = append(why, fmt.Sprintf("the job store fails: %v", err))
 	}
 	if err := d.pool.Paused(); err != nil {
-		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.tokenSource(), err))
+		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.client.Token().Origin(), err))
 	}
 	if len(why) > 0 {
 		return errors.New(strings.Join(why, "; "))
@@ -234,96 +240,77 @@ func (d *daemon) ready() error {
 	return nil
 }
 
-// run starts the components and stops them in order when ctx ends.
+// run starts the components and stops them in order when ctx ends or one
+// of them fails. Each component runs until its own context ends and owns
+// its own drain; this function only decides the order.
 //
-// Start order: metrics + admin (operators can look from the first moment),
-// workers (jobs left from the last run resume at once), watcher (startup
-// scan, then events), then READY=1.
-//
-// Shutdown order, on SIGTERM/SIGINT:
-//  1. STOPPING=1; the watcher and the enqueuer stop: no new intake.
-//  2. Workers claim no new job; those in flight get shutdownGrace to finish
-//     their current call, then their context is cancelled. Every stage was
-//     committed before its side effect, so an abandoned call is redone from
-//     the last commit at the next start.
-//  3. The admin socket and the metrics listener close last, so the drain
-//     can be watched; the store is closed by the caller.
+// Start order: listeners (operators can look from the first moment),
+// workers (jobs left from the last run resume at once), intake (startup
+// scan, then events), then READY=1. Shutdown runs the other way round.
 func (d *daemon) run(ctx context.Context) error {
-	intakeCtx, stopIntake := context.WithCancel(ctx)
-	defer stopIntake()
-	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWork()
-	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServe()
-
-	var g errgroup.Group
-	if d.metrics != nil {
-		g.Go(func() error { return d.metrics.Run(serveCtx) })
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	tier := func(g *errgroup.Group, name string, run func() error) {
+		g.Go(func() error {
+			if err := run(); err != nil {
+				err = fmt.Errorf("%s: %w", name, err)
+				fail(err)
+				return err
+			}
+			return nil
+		})
 	}
-	g.Go(func() error { return d.admin.run(serveCtx) })
 
-	poolDone := make(chan error, 1)
-	go func() { poolDone <- d.pool.Run(workCtx) }()
+	// Listeners: /metrics, /readyz and the admin socket; up first and down
+	// last, so the drain can be watched.
+	serve, stopServe := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServe()
+	var listeners errgroup.Group
+	if d.metrics != nil {
+		tier(&listeners, "metrics", func() error { return d.metrics.Run(serve) })
+	}
+	tier(&listeners, "admin socket", func() error { return d.admin.run(serve) })
 
+	// Workers: the pool drains itself when work ends (no new claims, calls
+	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
+	// and the watchdog; maintenance keeps the state file bounded.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var workers errgroup.Group
+	tier(&workers, "workers", func() error { return d.pool.Run(work) })
+	tier(&workers, "stats", func() error { d.statsLoop(work); return nil })
+	tier(&workers, "maintenance", func() error { d.maintain(work); return nil })
+
+	// Intake: the watcher reports finished files, the enqueuer records them.
+	intake, stopIntake := context.WithCancel(ctx)
+	defer stopIntake()
+	var intakes errgroup.Group
 	cands := make(chan watcher.Candidate, 256)
-	watchDone := make(chan error, 1)
-	go func() { watchDone <- d.watch.Run(intakeCtx, cands) }()
-	enqDone := make(chan struct{})
-	go func() { defer close(enqDone); d.enqueue(intakeCtx, cands) }()
-
-	statsDone := make(chan struct{})
-	go func() { defer close(statsDone); d.statsLoop(workCtx) }()
-	maintDone := make(chan struct{})
-	go func() { defer close(maintDone); d.maintain(workCtx) }()
+	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
+	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
 
 	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
-		Str("api", d.cfg.API.BaseURL).Str("token_from", string(d.tokenSource())).Msg("splatd started")
+		Str("api", d.cfg.API.BaseURL).Str("token_from", d.client.Token().Origin()).Msg("splatd started")
 	if err := d.notify.send("READY=1"); err != nil {
 		d.log.Warn().Err(err).Msg("sd_notify READY=1")
 	}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
+	<-ctx.Done()
+	runErr := context.Cause(ctx)
+	if errors.Is(runErr, context.Canceled) {
+		runErr = nil // SIGTERM or SIGINT: a clean stop
 		d.log.Info().Msg("stopping: no new files are taken; in-flight calls may finish")
-	case err := <-watchDone:
-		runErr = fmt.Errorf("watcher: %w", err)
-		watchDone <- nil
-	case err := <-poolDone:
-		runErr = fmt.Errorf("workers: %w", err)
-		poolDone <- err
 	}
 	_ = d.notify.send("STOPPING=1")
-
-	// 1. intake
+	// 1. Intake: no new files.
 	stopIntake()
-	<-watchDone
-	<-enqDone
-
-	// 2. workers
-	d.drain.start()
-	d.pool.Drain()
-	grace := time.NewTimer(shutdownGrace)
-	select {
-	case <-d.drain.idle():
-	case <-grace.C:
-		d.log.Warn().Dur("grace", shutdownGrace).Msg("abandoning in-flight calls; they resume from the last committed stage at the next start")
-	case err := <-poolDone:
-		poolDone <- err
-	}
-	grace.Stop()
+	_ = intakes.Wait()
+	// 2. Workers: finish or abandon the calls in flight, then the loops.
 	stopWork()
-	if err := <-poolDone; err != nil && runErr == nil {
-		runErr = fmt.Errorf("workers: %w", err)
-	}
-	<-statsDone
-	<-maintDone
-
-	// 3. listeners
+	_ = workers.Wait()
+	// 3. Listeners.
 	stopServe()
-	if err := g.Wait(); err != nil && runErr == nil {
-		runErr = err
-	}
+	_ = listeners.Wait()
 	if runErr == nil {
 		d.log.Info().Msg("stopped cleanly; every job resumes at the next start")
 	}
@@ -423,20 +410,7 @@ func (d *daemon) statsLoop(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	lastStatus := ""
-	wasPaused := false
 	for {
-		// The pool logs the 401 itself; this line says where the token
-		// came from, which is what an operator fixes.
-		if d.pool.Paused() != nil {
-			d.reloadToken()
-		}
-		if paused := d.pool.Paused(); (paused != nil) != wasPaused {
-			wasPaused = paused != nil
-			if wasPaused {
-				d.log.Error().Str("token_from", string(d.tokenSource())).Err(paused).
-					Msg("the API refuses the token: all work is paused and the token is probed with backoff; " + d.tokenAdvice())
-			}
-		}
 		st, err := d.store.Stats()
 		if err != nil {
 			d.log.Error().Err(err).Msg("reading queue stats")
@@ -462,50 +436,6 @@ func (d *daemon) statsLoop(ctx context.Context) {
 	}
 }
 
-// tokenAdvice says how to replace a refused token from where it came:
-// only a token file can change under a running process; the environment and
-// a systemd credential (copied at service start, immutable while it runs)
-// need a restart.
-func (d *daemon) tokenAdvice() string {
-	switch {
-	case d.cfg.API.TokenFile != "":
-		return "write a valid token to " + d.cfg.API.TokenFile + ": it is picked up within seconds, no restart"
-	case d.tokenSource() == tokenSource("the SPLATD_TOKEN environment variable"):
-		return "set a valid SPLATD_TOKEN and restart splatd"
-	default:
-		return "put a valid token in the credential's source (LoadCredential=, e.g. /etc/splatd/token) and restart: systemctl restart splatd"
-	}
-}
-
-// reloadToken reads the token source again while the API refuses the
-// token; a new value is used at once, so fixing a token file needs no
-// restart (a credential or the environment cannot change under a running
-// process: tokenAdvice says so).
-func (d *daemon) reloadToken() {
-	tok, source, err := loadToken(d.cfg, d.getenv)
-	d.tokMu.Lock()
-	same := tok == d.token
-	d.tokMu.Unlock()
-	if err != nil || same {
-		return
-	}
-	if err := d.client.SetToken(tok); err != nil {
-		d.log.Error().Err(err).Str("token_from", string(source)).Msg("the new token is unusable")
-		return
-	}
-	d.tokMu.Lock()
-	d.token, d.source = tok, source
-	d.tokMu.Unlock()
-	d.log.Info().Str("token_from", string(source)).Msg("token changed: trying it now")
-	d.pool.ProbeNow()
-}
-
-func (d *daemon) tokenSource() tokenSource {
-	d.tokMu.Lock()
-	defer d.tokMu.Unlock()
-	return d.source
-}
-
 func statusLine(st queue.Stats, paused error) string {
 	active := 0
 	for _, s := range []state.Stage{state.Queued, state.Ready, state.Signed, state.Uploaded, state.Publishing, state.Processing} {
@@ -516,55 +446,4 @@ func statusLine(st queue.Stats, paused error) string {
 		s = "PAUSED: the API refuses the token; " + s
 	}
 	return s
-}
-
-// drainStore wraps the store for the pool so that shutdown can stop new
-// claims and wait for the claimed jobs' current calls to return.
-type drainStore struct {
-	*queue.Store
-	draining atomic.Bool
-	mu       sync.Mutex
-	held     int
-	idleCh   chan struct{}
-}
-
-var _ uploader.Store = (*drainStore)(nil)
-
-func (s *drainStore) Claim(now time.Time) (state.Job, bool, error) {
-	if s.draining.Load() {
-		return state.Job{}, false, nil
-	}
-	j, ok, err := s.Store.Claim(now)
-	if ok {
-		s.mu.Lock()
-		s.held++
-		s.mu.Unlock()
-	}
-	return j, ok, err
-}
-
-func (s *drainStore) Release(id uint64) {
-	s.Store.Release(id)
-	s.mu.Lock()
-	s.held--
-	if s.held == 0 && s.idleCh != nil {
-		close(s.idleCh)
-		s.idleCh = nil
-	}
-	s.mu.Unlock()
-}
-
-func (s *drainStore) start() { s.draining.Store(true) }
-
-// idle is closed once no claimed job remains (at once if none is held).
-func (s *drainStore) idle() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch := make(chan struct{})
-	if s.held == 0 {
-		close(ch)
-		return ch
-	}
-	s.idleCh = ch
-	return ch
 }

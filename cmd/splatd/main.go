@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/splatd/splatd/uploader/api"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -245,8 +247,8 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage // an invalid config is exit 2 for every command
 	}
-	token, source, tokErr := loadToken(cfg, c.getenv)
-	fmt.Fprint(c.stdout, cfg.redacted(source, tokErr))
+	token, tokErr := api.LoadToken(cfg.API.TokenFile, c.getenv)
+	fmt.Fprint(c.stdout, cfg.redacted(token, tokErr))
 	if tokErr != nil {
 		fmt.Fprintln(c.stderr, tokErr)
 		return exitFailure
@@ -261,11 +263,10 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 		_, err = client.SignedURL(ctx, "splatd-token-check.ply")
 	}
 	if err != nil {
-		a := &apiEnv{cfg: cfg, source: source}
-		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, a.explain(err))
+		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, explainAPIError(err, token))
 		return exitFailure
 	}
-	fmt.Fprintf(c.stdout, "# probe: %s accepts the token read from %s\n", cfg.API.BaseURL, source)
+	fmt.Fprintf(c.stdout, "# probe: %s accepts the token read from %s\n", cfg.API.BaseURL, token.Origin())
 	return exitOK
 }
 

@@ -36,14 +36,17 @@ const (
 
 // ClientOptions configures a Client.
 type ClientOptions struct {
-	BaseURL   string         // must be https
-	Token     string         // bearer token; only ever sent to BaseURL's origin
-	RootCAs   *x509.CertPool // nil = system roots (cmd adds api.ca_file to the system pool)
-	Timeout   time.Duration  // per API call; the storage PUT uses it as an idle/progress timeout instead
-	UserAgent string
-	Pacer     *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
-	Observer  Observer // metrics hooks; nil = no-op
-	Logger    zerolog.Logger
+	BaseURL string // must be https
+	Token   string // bearer token; only ever sent to BaseURL's origin
+	// TokenSource, when set, replaces Token: the token is read from it for
+	// every request, so a reloaded token file takes effect at once.
+	TokenSource *Token
+	RootCAs     *x509.CertPool // nil = system roots (cmd adds api.ca_file to the system pool)
+	Timeout     time.Duration  // per API call; the storage PUT uses it as an idle/progress timeout instead
+	UserAgent   string
+	Pacer       *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
+	Observer    Observer // metrics hooks; nil = no-op
+	Logger      zerolog.Logger
 
 	// ClientVersion is the version sent as uploadClient.version in v1 upload
 	// sessions; "" takes it from a "splatd/<version>" UserAgent, else "dev".
@@ -56,8 +59,7 @@ type ClientOptions struct {
 // decision (see the package doc).
 type Client struct {
 	baseURL   *url.URL // scheme, host and path prefix; no query
-	tokenMu   sync.RWMutex
-	token     string // read through currentToken: SetToken may replace it
+	tokens    *Token   // read for every request: the prober may reload it
 	userAgent string
 	clientVer string // uploadClient.version of v1 sessions: 1..64 characters
 	timeout   time.Duration
@@ -95,14 +97,17 @@ func NewClient(o ClientOptions) (*Client, error) {
 	u.Scheme = "https"
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = ""
-	token := strings.TrimSpace(o.Token)
-	if strings.ContainsAny(token, "\r\n\x00") {
+	tokens := o.TokenSource
+	if tokens == nil {
+		tokens = StaticToken(o.Token)
+	}
+	if strings.ContainsAny(tokens.Value(), "\r\n\x00") {
 		return nil, errors.New("uploader: API token contains a control character")
 	}
 
 	c := &Client{
 		baseURL:   u,
-		token:     token,
+		tokens:    tokens,
 		userAgent: o.UserAgent,
 		timeout:   o.Timeout,
 		pacer:     o.Pacer,
@@ -628,21 +633,7 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (c *Client) currentToken() string {
-	c.tokenMu.RLock()
-	defer c.tokenMu.RUnlock()
-	return c.token
-}
+func (c *Client) currentToken() string { return c.tokens.Value() }
 
-// SetToken replaces the bearer token for the calls that follow, so that an
-// operator who replaces a refused token does not have to restart the daemon.
-func (c *Client) SetToken(token string) error {
-	token = strings.TrimSpace(token)
-	if strings.ContainsAny(token, "\r\n\x00") {
-		return errors.New("uploader: API token contains a control character")
-	}
-	c.tokenMu.Lock()
-	c.token = token
-	c.tokenMu.Unlock()
-	return nil
-}
+// Token is the client's token source (the prober reloads it).
+func (c *Client) Token() *Token { return c.tokens }
