@@ -145,10 +145,6 @@ type Store struct {
 	mu       sync.Mutex
 	claimed  map[uint64]struct{}
 	finished int // jobs finished since the last retention pass
-
-	enqMu      sync.Mutex // group commit of Enqueue
-	enqPending []*enqueueReq
-	enqBusy    bool
 }
 
 // Open opens (creating if needed) the store in directory dir, lays out the
