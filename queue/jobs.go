@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -186,13 +185,16 @@ type Stats struct {
 	Tombstones int
 }
 
-// Stats counts jobs per stage and finds the oldest unfinished one.
+// Stats counts jobs per stage and finds the oldest unfinished one. The
+// daemon calls it every few seconds, so it reads only the counters in the
+// meta bucket and the first job of each unfinished stage: its cost does not
+// grow with the jobs and tombstones the store has accumulated.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{Stages: make(map[state.Stage]int, len(state.Stages))}
 	err := s.db.View(func(tx *bolt.Tx) error {
+		st.Tombstones = count(tx, keyTombstones)
 		for _, stg := range state.Stages {
-			b := tx.Bucket(bucketStages).Bucket([]byte(stg))
-			n := b.Stats().KeyN
+			n := count(tx, stageCountKey(stg))
 			st.Stages[stg] = n
 			st.Jobs += n
 			if stg == state.Done || stg == state.Failed || n == 0 {
@@ -200,20 +202,16 @@ func (s *Store) Stats() (Stats, error) {
 			}
 			// Ids grow with enqueue time, so the first id of each stage is
 			// its oldest job.
-			k, _ := b.Cursor().First()
+			k, _ := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor().First()
+			if k == nil {
+				continue
+			}
 			j, err := getJob(tx, binary.BigEndian.Uint64(k))
 			if err != nil {
 				return err
 			}
 			if st.OldestUnfinished.IsZero() || j.CreatedAt.Before(st.OldestUnfinished) {
 				st.OldestUnfinished = j.CreatedAt
-			}
-		}
-		c := tx.Bucket(bucketSHA).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			var he hashEntry
-			if err := json.Unmarshal(v, &he); err == nil && he.Pruned {
-				st.Tombstones++
 			}
 		}
 		return nil
