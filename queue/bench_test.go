@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,5 +147,131 @@ func BenchmarkStateFileSize(b *testing.B) {
 		b.ReportMetric(float64(used)/(1<<20), "MiB-used")
 		b.ReportMetric(float64(st.Jobs), "jobs-kept")
 		b.ReportMetric(float64(st.Tombstones), "tombstones")
+	}
+}
+
+// historyDirs holds, per tombstone count, a state seeded once per test
+// binary: -count 3 seeds a million tombstones once, not three times.
+var historyDirs = struct {
+	sync.Mutex
+	m map[int]string
+}{m: map[int]string{}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, dir := range historyDirs.m {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// historyStore opens a state holding `tombstones` finished and pruned jobs
+// (SeedTombstones) and the same live part whatever that number: 10 jobs
+// waiting to retry in an hour, so that nothing is due (an idle daemon) and
+// Stats has an oldest unfinished job to read.
+func historyStore(b *testing.B, tombstones int) *Store {
+	b.Helper()
+	historyDirs.Lock()
+	defer historyDirs.Unlock()
+	dir, ok := historyDirs.m[tombstones]
+	if !ok {
+		var err error
+		if dir, err = os.MkdirTemp("", "queue-history-"); err != nil {
+			b.Fatal(err)
+		}
+		historyDirs.m[tombstones] = dir
+		start := time.Now()
+		if err := SeedTombstones(dir, "/gone", tombstones); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("seeded %d tombstones in %s", tombstones, time.Since(start).Round(time.Millisecond))
+		if err := addWaiting(dir, 10); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// addWaiting enqueues n jobs to the store in dir and makes each wait an hour
+// for a retry.
+func addWaiting(dir string, n int) error {
+	s, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cs := benchCands(n)
+	for i := range cs {
+		cs[i].Path = fmt.Sprintf("/srv/waiting/scan-%d.ply", i)
+	}
+	if _, err := s.EnqueueBatch(context.Background(), cs); err != nil {
+		return err
+	}
+	now := time.Now()
+	for range n {
+		j, ok, err := s.Claim(now)
+		if err != nil || !ok {
+			return fmt.Errorf("claim: %v %v", ok, err)
+		}
+		j.Attempts++
+		j.NextAttempt = now.Add(time.Hour)
+		if _, err := s.Commit(j, j.Stage); err != nil {
+			return err
+		}
+		s.Release(j.ID)
+	}
+	return nil
+}
+
+var historySizes = []struct {
+	name string
+	n    int
+}{{"tombstones=1k", 1000}, {"tombstones=1M", 1_000_000}}
+
+// BenchmarkStats is the store read behind the daemon's 2-second stats loop
+// (gauges, systemd STATUS, watchdog), with 1,000 and 1,000,000 finished
+// jobs in the state: the time and allocations per call must not grow with
+// the history.
+func BenchmarkStats(b *testing.B) {
+	for _, size := range historySizes {
+		b.Run(size.name, func(b *testing.B) {
+			s := historyStore(b, size.n)
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := s.Stats()
+				if err != nil || st.Tombstones != size.n || st.Stages[state.Queued] != 10 {
+					b.Fatalf("Stats = %+v, %v", st, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPeriodic is everything an idle daemon reads from the store on
+// a timer: Stats (every 2 s) and an idle worker's Claim and NextDue (at
+// least once a minute), with 1,000 and 1,000,000 finished jobs in the state.
+func BenchmarkPeriodic(b *testing.B) {
+	for _, size := range historySizes {
+		b.Run(size.name, func(b *testing.B) {
+			s := historyStore(b, size.n)
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Stats(); err != nil {
+					b.Fatal(err)
+				}
+				if _, ok, err := s.Claim(now); ok || err != nil {
+					b.Fatalf("Claim = %v, %v", ok, err)
+				}
+				if _, ok := s.NextDue(); !ok {
+					b.Fatal("nothing waiting")
+				}
+			}
+		})
 	}
 }

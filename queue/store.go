@@ -122,6 +122,10 @@ type Options struct {
 	// Logger receives open, recovery and prune lines; the caller scopes it
 	// (component=queue).
 	Logger zerolog.Logger
+
+	// mmapSize is bbolt's initial mmap size: SeedTombstones sets it so that
+	// a million writes do not remap the file as it grows.
+	mmapSize int
 }
 
 func (o *Options) fill() {
@@ -174,9 +178,10 @@ func Open(dir string, o Options) (*Store, error) {
 		Timeout: o.LockTimeout,
 		// The freelist is rebuilt by scanning at open instead of being
 		// written on every commit: fewer pages per fsync, same durability.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-		NoSync:         o.NoSync,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		NoSync:          o.NoSync,
+		InitialMmapSize: o.mmapSize,
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, &lockedError{dir: dir}

@@ -278,3 +278,48 @@ func TestUpgradeFromV1(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSeedTombstones checks that seeded jobs are what retention leaves: the
+// content stays deduplicated, the path Known, the count right.
+func TestSeedTombstones(t *testing.T) {
+	t.Parallel()
+	// SeedTombstones opens the store on the real clock (and applies the
+	// retention age on it): this test's jobs must not look a year old.
+	clk := &clock{t: time.Now()}
+	dir := t.TempDir()
+	if err := SeedTombstones(dir, "/seeded", 1000); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, dir, Options{Now: clk.Now})
+	if st, err := s.Stats(); err != nil || st.Tombstones != 1000 || st.Jobs != 0 {
+		t.Fatalf("Stats = %+v, %v", st, err)
+	}
+	checkCounts(t, s)
+	if !s.Known("/seeded/seed-0000000007.ply", 1<<20, time.Unix(1700000000, 0)) {
+		t.Error("a seeded path is not Known")
+	}
+	mustEnqueue(t, s, cand("/w/copy-of-7.ply", 1, 1), true)
+	j := claim(t, s, clk.Now())
+	if j.ID != 1001 {
+		t.Errorf("first job after the seed has id %d, want 1001", j.ID)
+	}
+	j = advance(t, s, j, state.Ready, clk.Now(), func(j *state.Job) { j.SHA256 = fmt.Sprintf("%064x", 7) })
+	if j.Stage != state.Done || j.DuplicateOf != 7 || j.SplatID != "seed7" {
+		t.Errorf("copy of seeded content: %+v", j)
+	}
+	s.Release(j.ID)
+	s.Close()
+
+	// Again on the same state: new ids, new entries.
+	if err := SeedTombstones(dir, "/seeded", 10); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, Options{Now: clk.Now})
+	if st, err := s.Stats(); err != nil || st.Tombstones != 1010 || st.Jobs != 1 {
+		t.Fatalf("Stats after the second seed = %+v, %v", st, err)
+	}
+	if !s.Known("/seeded/seed-0000001002.ply", 1<<20, time.Unix(1700000000, 0)) {
+		t.Error("a path of the second seed is not Known")
+	}
+	checkCounts(t, s)
+}
