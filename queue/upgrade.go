@@ -16,6 +16,10 @@ func (s *Store) upgrade(tx *bolt.Tx, from uint64) error {
 		// Version 2 keeps counts that version 1 computed on every Stats
 		// call. Counting the tombstones reads every sha256 entry once, here,
 		// so that no periodic read ever has to again.
+		if from > 0 {
+			s.log.Info().Uint64("from", from).Int("to", SchemaVersion).
+				Msg("upgrading the state file: counting its jobs and tombstones once")
+		}
 		stages, tombstones := recount(tx)
 		meta := tx.Bucket(bucketMeta)
 		for stg, n := range stages {
@@ -25,10 +29,6 @@ func (s *Store) upgrade(tx *bolt.Tx, from uint64) error {
 		}
 		if err := meta.Put(keyTombstones, u64(uint64(tombstones))); err != nil {
 			return err
-		}
-		if from > 0 {
-			s.log.Info().Uint64("from", from).Int("to", SchemaVersion).Int("tombstones", tombstones).
-				Msg("upgraded the state file: job and tombstone counts are now kept")
 		}
 	}
 	return tx.Bucket(bucketMeta).Put(keySchema, u64(SchemaVersion))
