@@ -325,7 +325,7 @@ func PacingFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 }
 
 // RestartFigures builds a state of 10,000 finished jobs for 10,000 files in
-// the watched folder, through the real queue code (Enqueue, then Commit
+// the watched folder, through the real queue code (EnqueueBatch, then Commit
 // through every legal stage to done, and the after-action marked done), then
 // starts `splatd run` on it Reps times and measures the time from exec to
 // /readyz 200, and counts the API requests made (the simulator's counters)
@@ -409,7 +409,7 @@ func buildFinishedState(ctx context.Context, inbox, stateDir string, n int) erro
 		return err
 	}
 	defer s.Close()
-	if _, err := s.EnqueueAll(ctx, cands); err != nil {
+	if _, err := s.EnqueueBatch(ctx, cands); err != nil {
 		return err
 	}
 	for i := range n {

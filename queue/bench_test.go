@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/splatd/splatd/state"
 )
@@ -24,12 +26,12 @@ func benchCands(n int) []Candidate {
 }
 
 // BenchmarkEnqueue10k measures enqueueing 10,000 new files: one fsynced
-// transaction per Enqueue (what the watcher does file by file), from 8
-// goroutines at once, and one transaction for all (EnqueueAll, the startup
-// scan). Reported as seconds per 10,000 jobs.
+// transaction per file (files that arrive one at a time) and in
+// transactions of 512 (what the daemon commits when files arrive together,
+// as in the startup scan). Reported as seconds per 10,000 jobs.
 func BenchmarkEnqueue10k(b *testing.B) {
 	cs := benchCands(benchJobs)
-	run := func(b *testing.B, fn func(s *Store)) {
+	run := func(b *testing.B, per int) {
 		for b.Loop() {
 			b.StopTimer()
 			s, err := Open(b.TempDir(), Options{})
@@ -38,7 +40,11 @@ func BenchmarkEnqueue10k(b *testing.B) {
 			}
 			b.StartTimer()
 			start := time.Now()
-			fn(s)
+			for batch := range slices.Chunk(cs, per) {
+				if _, err := s.EnqueueBatch(context.Background(), batch); err != nil {
+					b.Fatal(err)
+				}
+			}
 			b.ReportMetric(time.Since(start).Seconds(), "s/10k-jobs")
 			b.StopTimer()
 			st, _ := s.Stats()
@@ -49,39 +55,8 @@ func BenchmarkEnqueue10k(b *testing.B) {
 			b.StartTimer()
 		}
 	}
-	ctx := context.Background()
-	b.Run("sequential", func(b *testing.B) {
-		run(b, func(s *Store) {
-			for _, c := range cs {
-				if _, err := s.Enqueue(ctx, c); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	})
-	b.Run("8-goroutines", func(b *testing.B) {
-		run(b, func(s *Store) {
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					for i := next.Add(1) - 1; i < int64(len(cs)); i = next.Add(1) - 1 {
-						if _, err := s.Enqueue(ctx, cs[i]); err != nil {
-							b.Error(err)
-						}
-					}
-				})
-			}
-			wg.Wait()
-		})
-	})
-	b.Run("EnqueueAll", func(b *testing.B) {
-		run(b, func(s *Store) {
-			if _, err := s.EnqueueAll(ctx, cs); err != nil {
-				b.Fatal(err)
-			}
-		})
-	})
+	b.Run("one-per-transaction", func(b *testing.B) { run(b, 1) })
+	b.Run("512-per-transaction", func(b *testing.B) { run(b, 512) })
 }
 
 // BenchmarkClaimCommit measures one worker step's store overhead: claim the
@@ -92,7 +67,7 @@ func BenchmarkClaimCommit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.EnqueueAll(context.Background(), benchCands(benchJobs)); err != nil {
+	if _, err := s.EnqueueBatch(context.Background(), benchCands(benchJobs)); err != nil {
 		b.Fatal(err)
 	}
 	now := time.Now()
@@ -127,7 +102,7 @@ func BenchmarkStateFileSize(b *testing.B) {
 			b.Fatal(err)
 		}
 		cs := benchCands(benchJobs)
-		if _, err := s.EnqueueAll(context.Background(), cs); err != nil {
+		if _, err := s.EnqueueBatch(context.Background(), cs); err != nil {
 			b.Fatal(err)
 		}
 		now := time.Now()
@@ -159,16 +134,144 @@ func BenchmarkStateFileSize(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		var used int64
+		_ = s.db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
 		s.Close()
 		fi, err := os.Stat(filepath.Join(dir, FileName))
 		if err != nil {
 			b.Fatal(err)
 		}
-		// The file grows in bbolt's allocation steps; UsedSize is how much
+		// The file grows in bbolt's allocation steps; MiB-used is how much
 		// of it the pages in use span.
 		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB-file")
-		b.ReportMetric(float64(st.UsedSize)/(1<<20), "MiB-used")
+		b.ReportMetric(float64(used)/(1<<20), "MiB-used")
 		b.ReportMetric(float64(st.Jobs), "jobs-kept")
 		b.ReportMetric(float64(st.Tombstones), "tombstones")
+	}
+}
+
+// historyDirs holds, per tombstone count, a state seeded once per test
+// binary: -count 3 seeds a million tombstones once, not three times.
+var historyDirs = struct {
+	sync.Mutex
+	m map[int]string
+}{m: map[int]string{}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, dir := range historyDirs.m {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// historyStore opens a state holding `tombstones` finished and pruned jobs
+// (SeedTombstones) and the same live part whatever that number: 10 jobs
+// waiting to retry in an hour, so that nothing is due (an idle daemon) and
+// Stats has an oldest unfinished job to read.
+func historyStore(b *testing.B, tombstones int) *Store {
+	b.Helper()
+	historyDirs.Lock()
+	defer historyDirs.Unlock()
+	dir, ok := historyDirs.m[tombstones]
+	if !ok {
+		var err error
+		if dir, err = os.MkdirTemp("", "queue-history-"); err != nil {
+			b.Fatal(err)
+		}
+		historyDirs.m[tombstones] = dir
+		start := time.Now()
+		if err := SeedTombstones(dir, "/gone", tombstones); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("seeded %d tombstones in %s", tombstones, time.Since(start).Round(time.Millisecond))
+		if err := addWaiting(dir, 10); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// addWaiting enqueues n jobs to the store in dir and makes each wait an hour
+// for a retry.
+func addWaiting(dir string, n int) error {
+	s, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cs := benchCands(n)
+	for i := range cs {
+		cs[i].Path = fmt.Sprintf("/srv/waiting/scan-%d.ply", i)
+	}
+	if _, err := s.EnqueueBatch(context.Background(), cs); err != nil {
+		return err
+	}
+	now := time.Now()
+	for range n {
+		j, ok, err := s.Claim(now)
+		if err != nil || !ok {
+			return fmt.Errorf("claim: %v %v", ok, err)
+		}
+		j.Attempts++
+		j.NextAttempt = now.Add(time.Hour)
+		if _, err := s.Commit(j, j.Stage); err != nil {
+			return err
+		}
+		s.Release(j.ID)
+	}
+	return nil
+}
+
+var historySizes = []struct {
+	name string
+	n    int
+}{{"tombstones=1k", 1000}, {"tombstones=1M", 1_000_000}}
+
+// BenchmarkStats is the store read behind the daemon's 2-second stats loop
+// (gauges, systemd STATUS, watchdog), with 1,000 and 1,000,000 finished
+// jobs in the state: the time and allocations per call must not grow with
+// the history.
+func BenchmarkStats(b *testing.B) {
+	for _, size := range historySizes {
+		b.Run(size.name, func(b *testing.B) {
+			s := historyStore(b, size.n)
+			b.ReportAllocs()
+			for b.Loop() {
+				st, err := s.Stats()
+				if err != nil || st.Tombstones != size.n || st.Stages[state.Queued] != 10 {
+					b.Fatalf("Stats = %+v, %v", st, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPeriodic is everything an idle daemon reads from the store on
+// a timer: Stats (every 2 s) and an idle worker's Claim and NextDue (at
+// least once a minute), with 1,000 and 1,000,000 finished jobs in the state.
+func BenchmarkPeriodic(b *testing.B) {
+	for _, size := range historySizes {
+		b.Run(size.name, func(b *testing.B) {
+			s := historyStore(b, size.n)
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Stats(); err != nil {
+					b.Fatal(err)
+				}
+				if _, ok, err := s.Claim(now); ok || err != nil {
+					b.Fatalf("Claim = %v, %v", ok, err)
+				}
+				if _, ok := s.NextDue(); !ok {
+					b.Fatal("nothing waiting")
+				}
+			}
+		})
 	}
 }

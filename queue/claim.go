@@ -162,6 +162,8 @@ func (s *Store) dedupe(tx *bolt.Tx, j state.Job, from state.Stage, now time.Time
 			return j, nil
 		}
 	}
+	// Never a tombstone overwritten here (a pruned owner made j a duplicate
+	// above, and j itself is not pruned), so the tombstone count holds.
 	return j, putJSON(shas, key, hashEntry{V: 1, Job: j.ID})
 }
 
@@ -186,8 +188,10 @@ func (s *Store) Prune() (int, error) {
 	var n int
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		n = 0
+		// The finished bucket holds the done and failed jobs: their
+		// counters say how many without walking it.
 		fin := tx.Bucket(bucketFinished)
-		total := fin.Stats().KeyN
+		total := count(tx, stageCountKey(state.Done)) + count(tx, stageCountKey(state.Failed))
 		cutoff := s.o.Now().Add(-r.MaxAge)
 		var victims [][]byte
 		c := fin.Cursor()
@@ -236,8 +240,23 @@ func (s *Store) prune(tx *bolt.Tx, j state.Job) error {
 		return err
 	}
 	if j.Stage == state.Done {
-		return putJSON(shas, []byte(j.SHA256), hashEntry{V: 1, Job: j.ID, Pruned: true,
-			SplatID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL, At: j.UpdatedAt})
+		return putTombstone(tx, []byte(j.SHA256), j)
 	}
 	return shas.Delete([]byte(j.SHA256))
+}
+
+// putTombstone replaces the sha256 entry of done job j, which is being
+// pruned, with the tombstone that keeps its content deduplicated, and
+// counts it.
+func putTombstone(tx *bolt.Tx, sha []byte, j state.Job) error {
+	if err := putJSON(tx.Bucket(bucketSHA), sha, tombstone(j)); err != nil {
+		return err
+	}
+	return addCount(tx, keyTombstones, 1)
+}
+
+// tombstone is the sha256 entry a pruned done job leaves.
+func tombstone(j state.Job) hashEntry {
+	return hashEntry{V: 1, Job: j.ID, Pruned: true,
+		SplatID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL, At: j.UpdatedAt}
 }

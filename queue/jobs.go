@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,90 +24,21 @@ type Candidate struct {
 	ModTime time.Time
 }
 
-// Enqueue adds a job for c unless the path is already known with the same
-// size and mtime, or an earlier job for the path has not yet published (its
-// worker notices the change itself and hashes the file again). A changed
-// file whose earlier job is finished or publishing becomes a new job: the
-// old content may already be published. created reports whether a job was
-// added.
-//
-// Concurrent calls share transactions (group commit): while one caller's
-// transaction is being fsynced, the candidates that arrive meanwhile are
-// collected and committed together by that caller next, so N enqueueing
-// goroutines pay about one fsync per round instead of one each. A single
-// caller is never delayed.
-func (s *Store) Enqueue(ctx context.Context, c Candidate) (created bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if c.Path == "" {
-		return false, errors.New("enqueue: empty path")
-	}
-	r := &enqueueReq{c: c, done: make(chan struct{})}
-	s.enqMu.Lock()
-	s.enqPending = append(s.enqPending, r)
-	if s.enqBusy {
-		s.enqMu.Unlock()
-		<-r.done
-		return r.created, r.err
-	}
-	s.enqBusy = true
-	for len(s.enqPending) > 0 {
-		batch := s.enqPending
-		s.enqPending = nil
-		s.enqMu.Unlock()
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			now := s.o.Now()
-			for _, r := range batch {
-				var err error
-				if r.created, err = s.enqueue(tx, r.c, now); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		for _, r := range batch {
-			if err != nil {
-				r.created, r.err = false, err
-			}
-			close(r.done)
-		}
-		s.enqMu.Lock()
-	}
-	s.enqBusy = false
-	s.enqMu.Unlock()
-	return r.created, r.err
-}
-
-// enqueueReq is one caller's candidate waiting for a group commit.
-type enqueueReq struct {
-	c       Candidate
-	created bool
-	err     error
-	done    chan struct{}
-}
-
-// EnqueueAll is Enqueue for many candidates in one transaction (one fsync),
-// for the watcher's startup scan. It returns the number of jobs created.
-func (s *Store) EnqueueAll(ctx context.Context, cs []Candidate) (int, error) {
-	created, err := s.EnqueueBatch(ctx, cs)
-	n := 0
-	for _, c := range created {
-		if c {
-			n++
-		}
-	}
-	return n, err
-}
-
-// EnqueueBatch is EnqueueAll reporting, per candidate, whether a job was
-// created, so the caller can log each new file.
-func (s *Store) EnqueueBatch(ctx context.Context, cs []Candidate) ([]bool, error) {
+// EnqueueBatch adds a job for each candidate unless its path is already
+// known with the same size and mtime, or an earlier job for the path has not
+// yet published (its worker notices the change itself and hashes the file
+// again). A changed file whose earlier job is finished or publishing becomes
+// a new job: the old content may already be published. All candidates are
+// committed in one transaction (one fsync): the daemon passes what the
+// watcher reported together, a startup scan or a burst. created reports,
+// per candidate, whether a job was added, so the caller can log each new
+// file.
+func (s *Store) EnqueueBatch(ctx context.Context, cs []Candidate) (created []bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	created := make([]bool, len(cs))
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	created = make([]bool, len(cs))
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		now := s.o.Now()
 		for i, c := range cs {
 			ok, err := s.enqueue(tx, c, now)
@@ -253,19 +183,18 @@ type Stats struct {
 	OldestAge        time.Duration
 	// Tombstones is the number of pruned contents still deduplicated.
 	Tombstones int
-	// UsedSize is the span of the bbolt file's pages in use, in bytes (the
-	// file itself grows in larger steps and never shrinks).
-	UsedSize int64
 }
 
-// Stats counts jobs per stage and finds the oldest unfinished one.
+// Stats counts jobs per stage and finds the oldest unfinished one. The
+// daemon calls it every few seconds, so it reads only the counters in the
+// meta bucket and the first job of each unfinished stage: its cost does not
+// grow with the jobs and tombstones the store has accumulated.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{Stages: make(map[state.Stage]int, len(state.Stages))}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		st.UsedSize = tx.Size()
+		st.Tombstones = count(tx, keyTombstones)
 		for _, stg := range state.Stages {
-			b := tx.Bucket(bucketStages).Bucket([]byte(stg))
-			n := b.Stats().KeyN
+			n := count(tx, stageCountKey(stg))
 			st.Stages[stg] = n
 			st.Jobs += n
 			if stg == state.Done || stg == state.Failed || n == 0 {
@@ -273,20 +202,16 @@ func (s *Store) Stats() (Stats, error) {
 			}
 			// Ids grow with enqueue time, so the first id of each stage is
 			// its oldest job.
-			k, _ := b.Cursor().First()
+			k, _ := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor().First()
+			if k == nil {
+				continue
+			}
 			j, err := getJob(tx, binary.BigEndian.Uint64(k))
 			if err != nil {
 				return err
 			}
 			if st.OldestUnfinished.IsZero() || j.CreatedAt.Before(st.OldestUnfinished) {
 				st.OldestUnfinished = j.CreatedAt
-			}
-		}
-		c := tx.Bucket(bucketSHA).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			var he hashEntry
-			if err := json.Unmarshal(v, &he); err == nil && he.Pruned {
-				st.Tombstones++
 			}
 		}
 		return nil

@@ -6,6 +6,7 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,8 @@ import (
 //
 //	meta/
 //	    schema            → uint64 big-endian (SchemaVersion)
+//	    count/<stage>     → uint64 big-endian: keys in stages/<stage>/   (v2)
+//	    count/tombstones  → uint64 big-endian: pruned entries in sha256/ (v2)
 //	jobs/
 //	    <id u64be>        → state.Job JSON ({"v":1,...})
 //	due/                  runnable (non-final) jobs, earliest first
@@ -48,12 +51,21 @@ var (
 	bucketSHA      = []byte("sha256")
 	bucketPaths    = []byte("paths")
 
-	keySchema = []byte("schema")
+	keySchema     = []byte("schema")
+	keyTombstones = []byte("count/tombstones")
 )
 
+// stageCountKey is the meta key counting the jobs in stage.
+func stageCountKey(stage state.Stage) []byte { return []byte("count/" + stage) }
+
 // SchemaVersion is the layout version this code reads and writes. Opening a
-// file written with a newer version fails rather than corrupting it.
-const SchemaVersion = 1
+// file written with a newer version fails rather than corrupting it; an
+// older one is upgraded at open (upgrade.go).
+//
+//	1  the bucket tree without counters
+//	2  meta/count/*: job counts per stage and the tombstone count, kept in
+//	   the transaction that changes them, so Stats reads no history
+const SchemaVersion = 2
 
 // FileName is the bbolt file inside the state directory.
 const FileName = "splatd.db"
@@ -110,6 +122,10 @@ type Options struct {
 	// Logger receives open, recovery and prune lines; the caller scopes it
 	// (component=queue).
 	Logger zerolog.Logger
+
+	// mmapSize is bbolt's initial mmap size: SeedTombstones sets it so that
+	// a million writes do not remap the file as it grows.
+	mmapSize int
 }
 
 func (o *Options) fill() {
@@ -145,10 +161,6 @@ type Store struct {
 	mu       sync.Mutex
 	claimed  map[uint64]struct{}
 	finished int // jobs finished since the last retention pass
-
-	enqMu      sync.Mutex // group commit of Enqueue
-	enqPending []*enqueueReq
-	enqBusy    bool
 }
 
 // Open opens (creating if needed) the store in directory dir, lays out the
@@ -166,9 +178,10 @@ func Open(dir string, o Options) (*Store, error) {
 		Timeout: o.LockTimeout,
 		// The freelist is rebuilt by scanning at open instead of being
 		// written on every commit: fewer pages per fsync, same durability.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-		NoSync:         o.NoSync,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		NoSync:          o.NoSync,
+		InitialMmapSize: o.mmapSize,
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, &lockedError{dir: dir}
@@ -204,16 +217,22 @@ func (s *Store) init() error {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
+		// A file without a version record is new: its buckets were just
+		// created, and upgrading it from 0 counts nothing.
+		var version uint64
 		if v := meta.Get(keySchema); v != nil {
 			if len(v) != 8 {
 				return fmt.Errorf("state file %s: bad schema version record", s.dir)
 			}
-			if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
-				return fmt.Errorf("state file in %s has schema version %d, newer than this splatd's %d: use a newer splatd", s.dir, got, SchemaVersion)
+			version = binary.BigEndian.Uint64(v)
+			if version > SchemaVersion {
+				return fmt.Errorf("state file in %s has schema version %d, newer than this splatd's %d: use a newer splatd", s.dir, version, SchemaVersion)
 			}
 		}
-		if err := meta.Put(keySchema, u64(SchemaVersion)); err != nil {
-			return err
+		if version < SchemaVersion {
+			if err := s.upgrade(tx, version); err != nil {
+				return err
+			}
 		}
 		// Recovery: mark publish intents whose outcome is unknown. Collect
 		// first, write after: never modify a bucket under a live cursor.
@@ -294,6 +313,32 @@ func splitTimeKey(k []byte) (time.Time, uint64) {
 	return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))), binary.BigEndian.Uint64(k[8:])
 }
 
+// has reports whether b holds key k. (Get cannot tell: it may return nil
+// for the empty values the index buckets hold.)
+func has(b *bolt.Bucket, k []byte) bool {
+	got, _ := b.Cursor().Seek(k)
+	return bytes.Equal(got, k)
+}
+
+// count reads a counter from the meta bucket; a missing one is zero.
+func count(tx *bolt.Tx, key []byte) int {
+	v := tx.Bucket(bucketMeta).Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint64(v))
+}
+
+// addCount moves a counter in the meta bucket, in the caller's transaction,
+// so that it commits (or not) with the change it counts. The callers move a
+// counter only when the key it counts appears or goes, so it cannot drift;
+// were it ever to, a wrong statistic must not stop the jobs it counts, so
+// it stops at zero instead of failing the commit.
+func addCount(tx *bolt.Tx, key []byte, delta int64) error {
+	n := max(int64(count(tx, key))+delta, 0)
+	return tx.Bucket(bucketMeta).Put(key, u64(uint64(n)))
+}
+
 func getJob(tx *bolt.Tx, id uint64) (state.Job, error) {
 	v := tx.Bucket(bucketJobs).Get(u64(id))
 	if v == nil {
@@ -344,8 +389,19 @@ func index(tx *bolt.Tx, j state.Job, add bool) error {
 	if sb == nil {
 		return fmt.Errorf("job %d: unknown stage %q", j.ID, j.Stage)
 	}
-	if err := op(sb, id); err != nil {
-		return err
+	// The stage's counter follows the keys of its bucket exactly: it moves
+	// only when the key really appears or goes.
+	if has(sb, id) != add {
+		if err := op(sb, id); err != nil {
+			return err
+		}
+		delta := int64(1)
+		if !add {
+			delta = -1
+		}
+		if err := addCount(tx, stageCountKey(j.Stage), delta); err != nil {
+			return err
+		}
 	}
 	if !j.Stage.Final() {
 		if err := op(tx.Bucket(bucketDue), timeKey(j.NextAttempt, j.ID)); err != nil {

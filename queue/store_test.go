@@ -47,11 +47,11 @@ func cand(path string, size int64, sec int64) Candidate {
 
 func mustEnqueue(t *testing.T, s *Store, c Candidate, want bool) {
 	t.Helper()
-	got, err := s.Enqueue(context.Background(), c)
+	created, err := s.EnqueueBatch(context.Background(), []Candidate{c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != want {
+	if got := created[0]; got != want {
 		t.Fatalf("Enqueue(%s) created=%v, want %v", c.Path, got, want)
 	}
 }
@@ -95,9 +95,9 @@ func TestEnqueueIdempotentAndKnown(t *testing.T) {
 	if !s.Known("/w/a.ply", 10, time.Unix(100, 0)) || s.Known("/w/a.ply", 11, time.Unix(101, 0)) || s.Known("/w/c.ply", 1, time.Unix(1, 0)) {
 		t.Error("Known")
 	}
-	n, err := s.EnqueueAll(context.Background(), []Candidate{cand("/w/b.ply", 10, 100), cand("/w/c.ply", 1, 1), cand("/w/d.ply", 1, 1)})
-	if err != nil || n != 2 {
-		t.Fatalf("EnqueueAll = %d, %v", n, err)
+	created, err := s.EnqueueBatch(context.Background(), []Candidate{cand("/w/b.ply", 10, 100), cand("/w/c.ply", 1, 1), cand("/w/d.ply", 1, 1)})
+	if err != nil || fmt.Sprint(created) != "[false true true]" {
+		t.Fatalf("EnqueueBatch = %v, %v", created, err)
 	}
 	jobs, err := s.List(Filter{})
 	if err != nil || len(jobs) != 4 {
@@ -113,8 +113,8 @@ func TestEnqueueIdempotentAndKnown(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.Enqueue(ctx, cand("/w/e.ply", 1, 1)); !errors.Is(err, context.Canceled) {
-		t.Errorf("canceled Enqueue = %v", err)
+	if _, err := s.EnqueueBatch(ctx, []Candidate{cand("/w/e.ply", 1, 1)}); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled EnqueueBatch = %v", err)
 	}
 }
 
@@ -158,7 +158,7 @@ func TestClaimConcurrent(t *testing.T) {
 	for i := range cs {
 		cs[i] = cand(fmt.Sprintf("/w/%d.ply", i), 1, 1)
 	}
-	if _, err := s.EnqueueAll(context.Background(), cs); err != nil {
+	if _, err := s.EnqueueBatch(context.Background(), cs); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

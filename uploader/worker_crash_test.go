@@ -87,7 +87,7 @@ func crashChild() error {
 	for _, part := range [][]queue.Candidate{cands[:half], cands[half:]} {
 		go func() {
 			for _, c := range part {
-				if _, err := store.Enqueue(ctx, c); err != nil {
+				if _, err := store.EnqueueBatch(ctx, []queue.Candidate{c}); err != nil {
 					errc <- err
 					return
 				}

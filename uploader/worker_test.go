@@ -101,7 +101,7 @@ func (e *workerEnv) enqueue(paths ...string) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if _, err := e.store.Enqueue(context.Background(), queue.Candidate{Path: p, Root: e.files, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		if _, err := e.store.EnqueueBatch(context.Background(), []queue.Candidate{{Path: p, Root: e.files, Size: fi.Size(), ModTime: fi.ModTime()}}); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	bin := fs.String("splatd", "bin/splatd", "the splatd binary")
 	reps := fs.Int("reps", 3, "repetitions of the upload and restart figures (medians are printed)")
-	only := fs.String("only", "", "comma-separated groups to run (default all: upload,pacing,restart,watcher,queue)")
+	only := fs.String("only", "", "comma-separated groups to run (default all: upload,pacing,restart,watcher,queue,history)")
 	limit := fs.Duration("timeout", 14*time.Minute, "stop after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -57,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		{"restart", func() ([]bench.Figure, error) { return bench.RestartFigures(ctx, o) }},
 		{"watcher", func() ([]bench.Figure, error) { return bench.GoBenchFigures(ctx, o, 3, "./watcher/") }},
 		{"queue", func() ([]bench.Figure, error) { return bench.GoBenchFigures(ctx, o, 3, "./queue/") }},
+		{"history", func() ([]bench.Figure, error) { return bench.HistoryFigures(ctx, o) }},
 	}
 	start := time.Now()
 	missed, failed := 0, 0

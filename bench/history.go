@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+)
+
+// HistoryState builds, in stateDir, the state of a daemon that has
+// finished `finished` jobs long ago (retention has pruned them to
+// tombstones, queue.SeedTombstones; their files, under
+// stateDir/seeded-files, are gone) and now has `waiting` jobs waiting an
+// hour to retry, so that nothing is due: an idle daemon with a history.
+// The live part is the same whatever the history, so a figure taken on two
+// such states shows only what the history costs.
+func HistoryState(ctx context.Context, stateDir string, finished, waiting int) error {
+	if err := queue.SeedTombstones(stateDir, filepath.Join(stateDir, "seeded-files"), finished); err != nil {
+		return err
+	}
+	s, err := queue.Open(stateDir, queue.Options{NoSync: true})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	cands := make([]queue.Candidate, waiting)
+	for i := range cands {
+		cands[i] = queue.Candidate{Path: fmt.Sprintf("/srv/waiting/scan-%d.ply", i), Root: "/srv/waiting", Size: 1 << 20, ModTime: time.Unix(1700000000, 0)}
+	}
+	if _, err := s.EnqueueBatch(ctx, cands); err != nil {
+		return err
+	}
+	now := time.Now()
+	for range waiting {
+		j, ok, err := s.Claim(now)
+		if err != nil || !ok {
+			return fmt.Errorf("claim: %v %v", ok, err)
+		}
+		j.Attempts++
+		j.NextAttempt = now.Add(time.Hour)
+		if _, err := s.Commit(j, j.Stage); err != nil {
+			return err
+		}
+		s.Release(j.ID)
+	}
+	return nil
+}
+
+// HistoryFigures measures what the daemon reads from its store on a timer,
+// with 1,000 and with 1,000,000 finished jobs in the state (HistoryState,
+// 10 jobs waiting in both): Stats, every 2 s (gauges, systemd STATUS,
+// watchdog), and the whole periodic path, Stats plus an idle worker's
+// Claim and NextDue. Each is timed in rounds of a fixed number of calls,
+// the two states alternating, and the medians over the rounds are printed
+// as CPU time (getrusage: what the calls cost the machine, insensitive to
+// other load), wall time and heap allocations per call. The 1M figure must
+// be within 1.2x of the 1k one.
+func HistoryFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
+	sizes := []struct {
+		name string
+		n    int
+	}{{"1k", 1000}, {"1M", 1_000_000}}
+	stores := make([]*queue.Store, len(sizes))
+	for i, sz := range sizes {
+		dir := filepath.Join(o.Dir, "history-"+sz.name)
+		t0 := time.Now()
+		if err := HistoryState(ctx, dir, sz.n, 10); err != nil {
+			return nil, fmt.Errorf("history state %s: %w", sz.name, err)
+		}
+		o.logf("history: %d finished jobs seeded in %s", sz.n, time.Since(t0).Round(100*time.Millisecond))
+		s, err := queue.Open(dir, queue.Options{})
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	now := time.Now()
+	paths := []struct {
+		name string
+		fn   func(s *queue.Store) error
+	}{
+		{"stats", func(s *queue.Store) error {
+			st, err := s.Stats()
+			if err == nil && st.Stages[state.Queued] != 10 {
+				err = fmt.Errorf("stats: %d queued, want 10", st.Stages[state.Queued])
+			}
+			return err
+		}},
+		{"periodic", func(s *queue.Store) error {
+			if _, err := s.Stats(); err != nil {
+				return err
+			}
+			if _, ok, err := s.Claim(now); ok || err != nil {
+				return fmt.Errorf("claim: %v %v", ok, err)
+			}
+			if _, ok := s.NextDue(); !ok {
+				return fmt.Errorf("nothing waiting")
+			}
+			return nil
+		}},
+	}
+	const rounds, calls = 7, 10000
+	var figs []Figure
+	for _, p := range paths {
+		cpu := make([][]float64, len(sizes))
+		wall := make([][]float64, len(sizes))
+		allocs := make([][]float64, len(sizes))
+		for r := range rounds {
+			for k := range sizes {
+				i := (k + r) % len(sizes) // alternate which state goes first
+				c, w, a, err := measure(stores[i], p.fn, calls)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", p.name, sizes[i].name, err)
+				}
+				cpu[i], wall[i], allocs[i] = append(cpu[i], c), append(wall[i], w), append(allocs[i], a)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+		note := fmt.Sprintf("median of %d rounds of %d calls; 10 jobs waiting", rounds, calls)
+		for i, sz := range sizes {
+			figs = append(figs,
+				Figure{Name: fmt.Sprintf("history_%s_cpu_%s", p.name, sz.name), Value: round(median(cpu[i]), 0), Unit: "ns/call",
+					Note: fmt.Sprintf("%s; %d finished jobs (tombstones); min %.0f max %.0f", note, sz.n, slices.Min(cpu[i]), slices.Max(cpu[i]))},
+				Figure{Name: fmt.Sprintf("history_%s_wall_%s", p.name, sz.name), Value: round(median(wall[i]), 0), Unit: "ns/call", Note: note},
+				Figure{Name: fmt.Sprintf("history_%s_allocs_%s", p.name, sz.name), Value: round(median(allocs[i]), 1), Unit: "allocs/call", Note: note})
+		}
+		cpuRatio := median(cpu[1]) / median(cpu[0])
+		allocRatio := median(allocs[1]) / median(allocs[0])
+		figs = append(figs,
+			Figure{Name: "history_" + p.name + "_cpu_ratio_1M_to_1k", Value: round(cpuRatio, 3), Unit: "ratio",
+				Target: "<= 1.2", Met: met(cpuRatio <= 1.2), Note: "the cost of a call does not grow with the finished jobs"},
+			Figure{Name: "history_" + p.name + "_allocs_ratio_1M_to_1k", Value: round(allocRatio, 3), Unit: "ratio",
+				Target: "<= 1.2", Met: met(allocRatio <= 1.2)})
+	}
+	return figs, nil
+}
+
+// measure calls fn n times on s, after a warm-up, and returns the process
+// CPU time, the wall time and the heap allocations per call.
+func measure(s *queue.Store, fn func(*queue.Store) error, n int) (cpuNs, wallNs, allocs float64, err error) {
+	for range n / 10 {
+		if err := fn(s); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	c0, err := cpuTime()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t0 := time.Now()
+	for range n {
+		if err := fn(s); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	wall := time.Since(t0)
+	c1, err := cpuTime()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	runtime.ReadMemStats(&m1)
+	return float64(c1-c0) / float64(n), float64(wall) / float64(n), float64(m1.Mallocs-m0.Mallocs) / float64(n), nil
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
