@@ -27,6 +27,7 @@ import (
 // documented in config.example.yaml; DESIGN.md holds the contract.
 type Config struct {
 	API            APIConfig     `yaml:"api"`
+	Upload         UploadConfig  `yaml:"upload"`
 	Watch          []WatchConfig `yaml:"watch"`
 	Settle         Duration      `yaml:"settle"`
 	RescanInterval Duration      `yaml:"rescan_interval"`
@@ -45,9 +46,16 @@ type APIConfig struct {
 	TokenFile string   `yaml:"token_file"`
 	CAFile    string   `yaml:"ca_file"`
 	Timeout   Duration `yaml:"timeout"`
+	Protocol  string   `yaml:"protocol"` // legacy | v1
 	// Token exists only so that an inline token is refused with a message
 	// that says where to put it, instead of "unknown key".
 	Token string `yaml:"token,omitempty"`
+}
+
+// UploadConfig tunes the storage uploads.
+type UploadConfig struct {
+	ParallelParts int    `yaml:"parallel_parts"` // v1: part PUTs in flight per job
+	Bandwidth     string `yaml:"bandwidth"`      // api.ParseBandwidth: a rate or a weekly timetable
 }
 
 // WatchConfig is one watched folder.
@@ -153,9 +161,11 @@ func defaultSettings() map[string]any {
 func defaultConfig() Config {
 	return Config{
 		API: APIConfig{
-			BaseURL: "https://playcanvas.com",
-			Timeout: Duration(60 * time.Second),
+			BaseURL:  "https://playcanvas.com",
+			Timeout:  Duration(60 * time.Second),
+			Protocol: protocolLegacy,
 		},
+		Upload:         UploadConfig{ParallelParts: 4, Bandwidth: "0"},
 		Settle:         Duration(5 * time.Second),
 		RescanInterval: Duration(5 * time.Minute),
 		StateDir:       "/var/lib/splatd",
@@ -361,6 +371,7 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 			bad("api.ca_file", "%v", err)
 		}
 	}
+	errs = append(errs, c.validateUpload()...)
 
 	if forRun && len(c.Watch) == 0 {
 		bad("watch", "at least one folder is required")

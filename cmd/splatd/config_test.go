@@ -209,3 +209,39 @@ func TestDecodeAndValidationProblemsTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestProtocolNotes: under v1, config check names each legacy-only key that
+// is set; under legacy, nothing.
+func TestProtocolNotes(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig([]byte("api: {protocol: v1}\npublish: {listed: true, format: compressed.ply, settings: {camera: {fov: 40}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(cfg.protocolNotes(), "\n")
+	for _, key := range []string{"publish.listed", "publish.format", "publish.settings"} {
+		if !strings.Contains(notes, key+": has no effect") {
+			t.Errorf("notes %q do not name %s", notes, key)
+		}
+	}
+	plain, err := parseConfig([]byte("api: {protocol: v1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := plain.protocolNotes(); len(n) != 0 {
+		t.Errorf("v1 with defaults: notes %q, want none", n)
+	}
+	cfg.API.Protocol = protocolLegacy
+	if n := cfg.protocolNotes(); len(n) != 0 {
+		t.Errorf("legacy: notes %q, want none", n)
+	}
+	for _, bad := range []string{"api: {protocol: v2}", "upload: {parallel_parts: 17}", "upload: {bandwidth: 25:00,off}"} {
+		c, err := parseConfig([]byte(bad + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs := c.validate(false); len(errs) == 0 {
+			t.Errorf("%q passed validation", bad)
+		}
+	}
+}

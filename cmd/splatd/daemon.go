@@ -291,6 +291,9 @@ func (d *daemon) run(ctx context.Context) error {
 
 	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
 		Str("api", d.cfg.API.BaseURL).Str("token_from", d.client.Token().Origin()).Msg("splatd started")
+	for _, n := range d.cfg.protocolNotes() {
+		d.log.Warn().Msg(n)
+	}
 	if err := d.notify.send("READY=1"); err != nil {
 		d.log.Warn().Err(err).Msg("sd_notify READY=1")
 	}

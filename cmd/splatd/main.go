@@ -249,6 +249,9 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	}
 	token, tokErr := api.LoadToken(cfg.API.TokenFile, c.getenv)
 	fmt.Fprint(c.stdout, cfg.redacted(token, tokErr))
+	for _, n := range cfg.protocolNotes() {
+		fmt.Fprintln(c.stderr, "note: "+n)
+	}
 	if tokErr != nil {
 		fmt.Fprintln(c.stderr, tokErr)
 		return exitFailure

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/splatd/splatd/uploader/api"
+)
+
+// The two protocols api.protocol chooses between.
+const (
+	protocolLegacy = "legacy" // api-spec.md: one signed URL, one PUT, publish
+	protocolV1     = "v1"     // api-v1.md: resumable multipart upload sessions
+)
+
+// validateUpload checks api.protocol and the upload section.
+func (c *Config) validateUpload() ConfigErrors {
+	var errs ConfigErrors
+	switch c.API.Protocol {
+	case protocolLegacy, protocolV1:
+	default:
+		errs = append(errs, fmt.Sprintf("api.protocol: must be %s or %s (got %q)", protocolLegacy, protocolV1, c.API.Protocol))
+	}
+	if n := c.Upload.ParallelParts; n < 1 || n > 16 {
+		errs = append(errs, fmt.Sprintf("upload.parallel_parts: must be between 1 and 16 (got %d)", n))
+	}
+	if _, err := api.ParseBandwidth(c.Upload.Bandwidth); err != nil {
+		errs = append(errs, fmt.Sprintf("upload.bandwidth: %v", err))
+	}
+	return errs
+}
+
+// bandwidth is upload.bandwidth parsed (validate has checked it).
+func (c *Config) bandwidth() api.Schedule {
+	s, _ := api.ParseBandwidth(c.Upload.Bandwidth)
+	return s
+}
+
+// protocolNotes says which keys the chosen protocol ignores, for `config
+// check` and the daemon's start: under v1 a splat is uploaded unlisted, with
+// no settings and no output-format choice (api-v1.md has no field for them).
+func (c *Config) protocolNotes() []string {
+	if c.API.Protocol != protocolV1 {
+		return nil
+	}
+	def := defaultConfig()
+	var notes []string
+	note := func(key string) {
+		notes = append(notes, key+": has no effect under api.protocol v1 (a v1 upload is unlisted; its settings and format are edited on the site)")
+	}
+	if c.Publish.Listed != def.Publish.Listed {
+		note("publish.listed")
+	}
+	if c.Publish.Format != def.Publish.Format {
+		note("publish.format")
+	}
+	if !reflect.DeepEqual(c.Publish.Settings, def.Publish.Settings) {
+		note("publish.settings")
+	}
+	if c.Publish.OnUncertain != def.Publish.OnUncertain {
+		notes = append(notes, "publish.on_uncertain: has no effect under api.protocol v1 (a v1 publish has no uncertain outcome)")
+	}
+	return notes
+}
