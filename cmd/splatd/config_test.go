@@ -235,7 +235,7 @@ func TestProtocolNotes(t *testing.T) {
 	if n := cfg.protocolNotes(); len(n) != 0 {
 		t.Errorf("legacy: notes %q, want none", n)
 	}
-	for _, bad := range []string{"api: {protocol: v2}", "upload: {parallel_parts: 17}", "upload: {bandwidth: 25:00,off}"} {
+	for _, bad := range []string{"api: {protocol: v2}", "upload: {parallel_parts: 17}", `upload: {bandwidth: "25:00,off"}`} {
 		c, err := parseConfig([]byte(bad + "\n"))
 		if err != nil {
 			t.Fatal(err)
