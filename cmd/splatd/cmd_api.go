@@ -107,53 +107,18 @@ func cmdCheckpoints(ctx context.Context, c *cli, args []string) int {
 	if a == nil {
 		return code
 	}
-
-	var list []api.Checkpoint
-	seen := map[string]bool{}
-	skip := ""
-	for {
-		var page api.CheckpointPage
-		err := retryAPI(ctx, func() error {
-			var err error
-			page, err = a.client.Checkpoints(ctx, branch, *limit, skip)
-			return err
-		})
-		var ae *api.APIError
-		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-			fmt.Fprintf(c.stderr, "branch %s not found\n", branch)
-			return exitFailure
-		}
-		if err != nil {
-			fmt.Fprintf(c.stderr, "checkpoints: %s\n", a.explain(err))
-			return exitFailure
-		}
-		for _, cp := range page.Checkpoints {
-			if !seen[cp.ID] { // a cursor that moves under us must not print twice
-				seen[cp.ID] = true
-				list = append(list, cp)
-			}
-		}
-		if !*all || !page.HasMore || len(page.Checkpoints) == 0 {
-			break
-		}
-		next := page.Checkpoints[len(page.Checkpoints)-1].ID
-		if next == skip {
-			fmt.Fprintf(c.stderr, "checkpoints: the server repeated cursor %s; stopping\n", next)
-			return exitFailure
-		}
-		skip = next
+	list, err := a.checkpoints(ctx, branch, *limit, *all)
+	var ae *api.APIError
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		fmt.Fprintf(c.stderr, "branch %s not found\n", branch)
+		return exitFailure
+	case err != nil:
+		fmt.Fprintf(c.stderr, "checkpoints: %s\n", a.explain(err))
+		return exitFailure
 	}
-
 	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		if list == nil {
-			list = []api.Checkpoint{}
-		}
-		if err := enc.Encode(list); err != nil {
-			return exitFailure
-		}
-		return exitOK
+		return printJSON(c, list)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCREATED\tUSER\tDESCRIPTION")
@@ -162,17 +127,64 @@ func cmdCheckpoints(ctx context.Context, c *cli, args []string) int {
 		if user == "" {
 			user = cp.User.FullName
 		}
-		created := "-"
-		if !cp.CreatedAt.IsZero() {
-			created = cp.CreatedAt.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cp.ID, created, user, oneLine(cp.Description))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cp.ID, rfc3339(cp.CreatedAt), user, oneLine(cp.Description))
 	}
 	tw.Flush()
 	if len(list) == 0 {
 		fmt.Fprintf(c.stderr, "branch %s has no checkpoints\n", branch)
 	}
 	return exitOK
+}
+
+// checkpoints lists a branch's checkpoints, newest first: one page, or
+// with all every page, following the cursor.
+func (a *apiEnv) checkpoints(ctx context.Context, branch string, limit int, all bool) ([]api.Checkpoint, error) {
+	list := []api.Checkpoint{}
+	seen := map[string]bool{}
+	skip := ""
+	for {
+		var page api.CheckpointPage
+		err := retryAPI(ctx, func() error {
+			var err error
+			page, err = a.client.Checkpoints(ctx, branch, limit, skip)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, cp := range page.Checkpoints {
+			if !seen[cp.ID] { // a cursor that moves under us must not print twice
+				seen[cp.ID] = true
+				list = append(list, cp)
+			}
+		}
+		if !all || !page.HasMore || len(page.Checkpoints) == 0 {
+			return list, nil
+		}
+		next := page.Checkpoints[len(page.Checkpoints)-1].ID
+		if next == skip {
+			return nil, fmt.Errorf("the server repeated cursor %s; stopping", next)
+		}
+		skip = next
+	}
+}
+
+// printJSON writes v indented to stdout.
+func printJSON(c *cli, v any) int {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// rfc3339 formats t in UTC, or "-" when unknown.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // retryAPI retries a read-only call under the daemon's retry rule, at most

@@ -37,6 +37,7 @@ type Config struct {
 	Poll           PollConfig    `yaml:"poll"`
 	After          AfterConfig   `yaml:"after"`
 	Metrics        MetricsConfig `yaml:"metrics"`
+	Status         StatusConfig  `yaml:"status"`
 	Log            LogConfig     `yaml:"log"`
 }
 
@@ -50,6 +51,14 @@ type APIConfig struct {
 	// Token exists only so that an inline token is refused with a message
 	// that says where to put it, instead of "unknown key".
 	Token string `yaml:"token,omitempty"`
+}
+
+// StatusConfig guards the status endpoints (/api/status, /api/jobs, the
+// page at /) on a listener that is not a loopback address.
+type StatusConfig struct {
+	// TokenFile holds the bearer token those requests must carry; with
+	// none, they are off on such a listener. Re-read at every request.
+	TokenFile string `yaml:"token_file"`
 }
 
 // UploadConfig tunes the storage uploads.

@@ -126,12 +126,17 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 		return nil, err
 	}
 	if cfg.Metrics.Listen != "" {
-		d.metrics = metrics.NewServer(metrics.ServerOptions{
+		o := metrics.ServerOptions{
 			Listen:   cfg.Metrics.Listen,
 			Registry: d.reg,
 			Ready:    d.ready,
+			Status:   statusView{d},
 			Logger:   log.With().Str("component", "metrics").Logger(),
-		})
+		}
+		if cfg.Status.TokenFile != "" {
+			o.StatusToken = metrics.TokenFile(cfg.Status.TokenFile)
+		}
+		d.metrics = metrics.NewServer(o)
 		if err := d.metrics.Listen(); err != nil {
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}

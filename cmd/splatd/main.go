@@ -66,6 +66,7 @@ func commands() []command {
 		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
 		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs", cmdRetry},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
+		{"splats", "[-config FILE] [-limit N] [-all] [-json]", "list the account's own splats (v1 API), newest first", cmdSplats},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
 		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
 		{"version", "", "print the version", cmdVersion},

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/splatd/splatd/metrics"
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+)
+
+// statusView is what the status endpoints (/api/status, /api/jobs and the
+// page at /) read of the daemon: in-memory state and the job store, never
+// the network, never a secret.
+type statusView struct{ d *daemon }
+
+var _ metrics.StatusSource = statusView{}
+
+// Status implements metrics.StatusSource.
+func (v statusView) Status(context.Context) (metrics.Status, error) {
+	d := v.d
+	st, err := d.store.Stats()
+	if err != nil {
+		return metrics.Status{}, err
+	}
+	out := metrics.Status{
+		Version:  buildVersion(),
+		Protocol: d.cfg.API.Protocol,
+		Token:    metrics.Token{State: metrics.TokenOK},
+		Queue:    make(map[state.Stage]int, len(state.Stages)),
+		Time:     time.Now(),
+	}
+	for _, s := range state.Stages {
+		out.Queue[s] = st.Stages[s]
+	}
+	for _, w := range d.cfg.Watch {
+		out.Watched = append(out.Watched, metrics.Folder{Path: w.Path, Recursive: *w.Recursive, Polling: w.Mode == "poll"})
+	}
+	if err := d.pool.Paused(); err != nil {
+		out.Token = metrics.Token{State: metrics.TokenRefused, Advice: d.client.Token().Advice()}
+	}
+	out.Bandwidth.Limit = d.cfg.bandwidth().At(out.Time)
+	return out, nil
+}
+
+// Jobs implements metrics.StatusSource: the most recently updated first,
+// with the progress of running uploads.
+func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList, error) {
+	jobs, err := v.d.store.List(queue.Filter{Stages: q.Stages})
+	if err != nil {
+		return metrics.JobList{}, err
+	}
+	slices.SortStableFunc(jobs, func(a, b state.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	progress := v.d.pool.Progress()
+	out := metrics.JobList{Total: len(jobs)}
+	for _, j := range jobs[:min(len(jobs), q.Limit)] {
+		view := metrics.JobFromState(j)
+		if p, ok := progress[j.ID]; ok {
+			view.Progress = &metrics.Progress{Sent: p.Sent, Size: p.Size}
+		}
+		out.Jobs = append(out.Jobs, view)
+	}
+	return out, nil
+}
