@@ -65,56 +65,14 @@ func (o *OneShotOptions) fill() {
 var ErrProcessingFailed = errors.New("processing failed")
 
 // PublishFile signs, uploads, publishes and polls one file to a terminal
-// status with the publish parameters params. The returned Splat is the last record seen, also on failure.
+// status with the publish parameters params. The returned Splat is the last
+// record seen, also on failure.
 func PublishFile(ctx context.Context, c *api.Client, path string, params state.PublishParams, o OneShotOptions) (api.Splat, error) {
 	o.fill()
-	f, err := os.Open(path)
+	up, err := o.upload(ctx, c, path)
 	if err != nil {
 		return api.Splat{}, err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return api.Splat{}, err
-	}
-
-	var up api.Upload
-	sign := func() error {
-		o.Stage("sign", "")
-		return o.Retry(ctx, func() error {
-			var err error
-			up, err = c.SignedURL(ctx, filepath.Base(path))
-			return err
-		})
-	}
-	if err := sign(); err != nil {
-		return api.Splat{}, err
-	}
-
-	o.Stage("upload", "")
-	err = o.Retry(ctx, func() error {
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		var progress func(int64)
-		if o.Progress != nil {
-			progress = func(sent int64) { o.Progress(sent, fi.Size()) }
-		}
-		err := c.Put(ctx, up.URL, f, fi.Size(), progress)
-		if err != nil && o.Policy.Decide(ctx, err, 1, o.Now()).Action == state.Resign {
-			// Storage refused the signature (expired or revoked): a new URL
-			// for the next try.
-			if serr := sign(); serr != nil {
-				return serr
-			}
-			o.Stage("upload", "new signed URL")
-		}
-		return err
-	})
-	if err != nil {
-		return api.Splat{}, err
-	}
-
 	o.Stage("publish", "")
 	r := api.PublishRequest{Key: up.Key, KeyField: up.KeyField, PublishParams: params}
 	var sp api.Splat
@@ -126,7 +84,57 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	if err != nil {
 		return api.Splat{}, err
 	}
+	return o.poll(ctx, c, sp)
+}
 
+// upload signs a URL and PUTs the file to it, signing again when storage
+// refuses the signature (expired or revoked).
+func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, path string) (api.Upload, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return api.Upload{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return api.Upload{}, err
+	}
+	var up api.Upload
+	sign := func() error {
+		o.Stage("sign", "")
+		return o.Retry(ctx, func() error {
+			var err error
+			up, err = c.SignedURL(ctx, filepath.Base(path))
+			return err
+		})
+	}
+	if err := sign(); err != nil {
+		return api.Upload{}, err
+	}
+	o.Stage("upload", "")
+	var progress func(int64)
+	if o.Progress != nil {
+		progress = func(sent int64) { o.Progress(sent, fi.Size()) }
+	}
+	err = o.Retry(ctx, func() error {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		err := c.Put(ctx, up.URL, f, fi.Size(), progress)
+		if err != nil && o.Policy.Decide(ctx, err, 1, o.Now()).Action == state.Resign {
+			if serr := sign(); serr != nil {
+				return serr
+			}
+			o.Stage("upload", "new signed URL")
+		}
+		return err
+	})
+	return up, err
+}
+
+// poll asks for the splat, backing off, until processing ends or
+// PollTimeout passes.
+func (o *OneShotOptions) poll(ctx context.Context, c *api.Client, sp api.Splat) (api.Splat, error) {
 	o.Stage("processing", sp.Task.Status)
 	deadline := o.Now().Add(o.PollTimeout)
 	interval := o.PollInterval

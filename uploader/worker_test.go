@@ -424,7 +424,10 @@ func TestWorkerAuthPausesAndResumes(t *testing.T) {
 		paths = append(paths, e.writePLY(fmt.Sprintf("f%d.ply", i), 30+i))
 	}
 	e.enqueue(paths...)
-	p, err := NewPool(e.options(3))
+	o := e.options(3)
+	var logs lockedBuffer
+	o.Logger = zerolog.New(&logs)
+	p, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +442,15 @@ func TestWorkerAuthPausesAndResumes(t *testing.T) {
 			t.Errorf("job %d while paused: %s attempts=%d", j.ID, j.Stage, j.Attempts)
 		}
 	}
+	// Paused workers do not hammer: every 401 is the prober's (one logged
+	// line each) or a worker's that was in flight when the first came (at
+	// most one per worker). Counted in that order, at most one probe is
+	// answered but not yet logged.
 	unauth := e.sim.Stats().Unauthorized
+	probes := strings.Count(logs.String(), "API still refuses the token")
+	if unauth > probes+o.Workers+1 {
+		t.Errorf("%d answers 401 while paused; want at most %d probes + %d workers in flight + 1", unauth, probes, o.Workers)
+	}
 	e.sim.SetTokens(good)
 	e.waitFor("all jobs final", func() bool { return e.unfinished() == 0 })
 	if p.Paused() != nil {
@@ -450,9 +461,25 @@ func TestWorkerAuthPausesAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkOnce(paths...)
-	// Paused workers do not hammer: only the prober (and the workers that
-	// were in flight when the first 401 came) asked.
-	t.Logf("401 answers while paused: %d", unauth)
+	t.Logf("401 answers while paused: %d (%d probes)", unauth, probes)
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestWorkerProcessingOutcomes(t *testing.T) {

@@ -1091,11 +1091,12 @@ func TestE2ESidecarsAndAfterActions(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(good), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writePLY(t, good, 700)
-	time.Sleep(100 * time.Millisecond) // the sidecar follows its splat, within settle
+	// The sidecar first: a sidecar that follows its splat within settle is
+	// the watcher's re-arm (watcher tests); here the settings must apply.
 	if err := os.WriteFile(filepath.Join(e.inbox, "site", "hall.splat.yaml"), []byte("title: The Great Hall\nformat: compressed.ply\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	writePLY(t, good, 700)
 	bad := filepath.Join(e.inbox, "odd.ply")
 	writePLY(t, bad, 701)
 	if err := os.WriteFile(filepath.Join(e.inbox, "odd.splat.yaml"), []byte("format: ply\n"), 0o644); err != nil {
