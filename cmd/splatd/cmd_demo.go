@@ -30,6 +30,7 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "demo")
 	keep := fs.Bool("keep", false, "keep the daemon running after the samples so you can drop your own files in")
 	dir := fs.String("dir", "", "work folder (default: a temporary folder, removed at the end unless -keep)")
+	protocol := fs.String("protocol", protocolLegacy, "the API protocol to show: legacy, or v1 (resumable multipart uploads, parts in parallel)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -37,7 +38,9 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	if len(pos) > 0 {
 		return usageError(c, fs, "takes no arguments")
 	}
-	out := c.stdout
+	if *protocol != protocolLegacy && *protocol != protocolV1 {
+		return usageError(c, fs, "-protocol must be %s or %s, got %q", protocolLegacy, protocolV1, *protocol)
+	}
 	removeDir := *dir == "" && !*keep
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "splatd-demo-")
@@ -50,66 +53,98 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 			defer os.RemoveAll(d)
 		}
 	}
-	inbox := filepath.Join(*dir, "inbox")
-	for _, p := range []string{inbox, filepath.Join(*dir, "sim")} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			fmt.Fprintln(c.stderr, err)
-			return exitFailure
-		}
-	}
-
-	sim, err := apisim.New(apisim.Options{
-		Dir:             filepath.Join(*dir, "sim"),
-		ProcessingDelay: 1500 * time.Millisecond,
-		Branches:        map[string]int{"main": 12},
-		Logger:          cliLogger(c),
-	})
-	if err != nil {
-		fmt.Fprintf(c.stderr, "demo: simulator: %v\n", err)
-		return exitFailure
-	}
-	defer sim.Close()
-	tokenFile := filepath.Join(*dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(sim.Token()+"\n"), 0o600); err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return exitFailure
-	}
-
-	cfg := defaultConfig()
-	cfg.API.BaseURL = sim.URL()
-	cfg.API.CAFile = sim.CAFile()
-	cfg.API.TokenFile = tokenFile
-	cfg.Watch = []WatchConfig{{Path: inbox}}
-	cfg.Settle = Duration(time.Second)
-	cfg.StateDir = filepath.Join(*dir, "state")
-	cfg.Poll = PollConfig{Interval: Duration(500 * time.Millisecond), MaxInterval: Duration(2 * time.Second), Timeout: Duration(time.Minute)}
-	cfg.Metrics.Listen = "127.0.0.1:0"
-	if errs := cfg.validate(true); len(errs) > 0 {
-		fmt.Fprintf(c.stderr, "demo: %v\n", errs)
-		return exitFailure
-	}
-	logPath := filepath.Join(*dir, "splatd.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return exitFailure
-	}
-	defer logFile.Close()
-
-	d, err := openDaemon(&cfg, c.getenv, newLogger(cfg.Log, logFile))
+	dm, err := newDemo(c, *dir, *protocol)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "demo: %v\n", err)
 		return exitFailure
 	}
-	defer d.close()
+	defer dm.close()
+	return dm.run(ctx, *keep, removeDir)
+}
 
-	fmt.Fprintf(out, "splatd demo\n  simulator  %s (storage %s)\n  inbox      %s\n  metrics    http://%s/metrics\n  log        %s\n\n",
-		sim.URL(), sim.StorageURL(), inbox, d.metrics.Addr(), logPath)
+// demo is `splatd demo`: the simulator, a daemon configured for it, and
+// an inbox the samples are dropped into.
+type demo struct {
+	c        *cli
+	dir      string
+	inbox    string
+	protocol string
+	sim      *apisim.Server
+	cfg      Config
+	logPath  string
+	logFile  *os.File
+	d        *daemon
+}
+
+// newDemo starts the simulator and builds (without running) the daemon.
+func newDemo(c *cli, dir, protocol string) (*demo, error) {
+	dm := &demo{c: c, dir: dir, inbox: filepath.Join(dir, "inbox"), protocol: protocol, logPath: filepath.Join(dir, "splatd.log")}
+	for _, p := range []string{dm.inbox, filepath.Join(dir, "sim")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	sim, err := apisim.New(apisim.Options{
+		Dir:             filepath.Join(dir, "sim"),
+		ProcessingDelay: 1500 * time.Millisecond,
+		Branches:        map[string]int{"main": 12},
+		PartSize:        demoPartSize,
+		Logger:          cliLogger(c),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("simulator: %w", err)
+	}
+	dm.sim = sim
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(sim.Token()+"\n"), 0o600); err != nil {
+		sim.Close()
+		return nil, err
+	}
+	cfg := defaultConfig()
+	cfg.API.BaseURL, cfg.API.CAFile, cfg.API.TokenFile, cfg.API.Protocol = sim.URL(), sim.CAFile(), tokenFile, protocol
+	cfg.Watch = []WatchConfig{{Path: dm.inbox}}
+	cfg.Settle = Duration(time.Second)
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Poll = PollConfig{Interval: Duration(500 * time.Millisecond), MaxInterval: Duration(2 * time.Second), Timeout: Duration(time.Minute)}
+	cfg.Metrics.Listen = "127.0.0.1:0"
+	if errs := cfg.validate(true); len(errs) > 0 {
+		sim.Close()
+		return nil, errs
+	}
+	dm.cfg = cfg
+	if dm.logFile, err = os.Create(dm.logPath); err != nil {
+		sim.Close()
+		return nil, err
+	}
+	if dm.d, err = openDaemon(&dm.cfg, c.getenv, newLogger(cfg.Log, dm.logFile)); err != nil {
+		dm.logFile.Close()
+		sim.Close()
+		return nil, err
+	}
+	return dm, nil
+}
+
+// demoPartSize is the simulator's v1 part size in the demo: small, so that
+// the larger sample goes up in several parts in parallel.
+const demoPartSize = 256 << 10
+
+func (dm *demo) close() {
+	dm.d.close()
+	dm.logFile.Close()
+	dm.sim.Close()
+}
+
+// run drops the samples, prints their journeys and the summary, and with
+// keep leaves the daemon running until ctx ends.
+func (dm *demo) run(ctx context.Context, keep, removeDir bool) int {
+	out, c := dm.c.stdout, dm.c
+	fmt.Fprintf(out, "splatd demo (api.protocol %s)\n  simulator  %s (storage %s)\n  inbox      %s\n  metrics    http://%s/  (status page; /metrics, /api/status)\n  log        %s\n\n",
+		dm.protocol, dm.sim.URL(), dm.sim.StorageURL(), dm.inbox, dm.d.metrics.Addr(), dm.logPath)
 
 	// Every stage change, as the pool commits it; a buffer generous enough
 	// that the pool never waits on the printer (extra events are dropped).
 	events := make(chan journeyEvent, 1024)
-	d.onTransition = func(j state.Job, from state.Stage) {
+	dm.d.onTransition = func(j state.Job, from state.Stage) {
 		select {
 		case events <- journeyEvent{j, from}:
 		default:
@@ -118,14 +153,13 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)
-	go func() { runErr <- d.run(dctx) }()
+	go func() { runErr <- dm.d.run(dctx) }()
 
-	files := demoFiles()
+	files := demoFiles(dm.protocol)
 	start := time.Now()
 	go func() {
 		for _, f := range files {
-			p := filepath.Join(inbox, f.name)
-			if err := f.write(p); err != nil {
+			if err := f.write(filepath.Join(dm.inbox, f.name)); err != nil {
 				fmt.Fprintf(out, "  cannot write %s: %v\n", f.name, err)
 			}
 		}
@@ -135,15 +169,47 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(out, "  %-24s %s\n", f.name, f.how)
 	}
 	fmt.Fprintln(out, "\njourney:")
+	final := followJourney(dctx, out, dm.d.store, events, start, len(files), 90*time.Second)
+	okAll := dm.summary(ctx, files, final)
+	if removeDir {
+		fmt.Fprintln(out, "(the demo folder is removed at exit; -keep or -dir DIR keeps it)")
+	}
+	if keep {
+		fmt.Fprintf(out, "\nsplatd keeps running: drop .ply or .sog files into\n  %s\nand watch them with\n  %s jobs -config %s\nor on the status page http://%s/\n(Ctrl-C stops it.)\n",
+			dm.inbox, os.Args[0], writeDemoConfig(dm.dir, &dm.cfg), dm.d.metrics.Addr())
+		select {
+		case <-ctx.Done():
+		case err := <-runErr:
+			runErr <- err
+		}
+	}
+	stop()
+	if err := <-runErr; err != nil {
+		fmt.Fprintf(c.stderr, "demo: daemon: %v\n", err)
+		return exitFailure
+	}
+	if !okAll {
+		fmt.Fprintf(c.stderr, "demo: not every sample ended as expected; see %s\n", dm.logPath)
+		if !keep {
+			data, _ := os.ReadFile(dm.logPath)
+			fmt.Fprintf(c.stderr, "%s\n", tail(data, 40))
+		}
+		return exitFailure
+	}
+	fmt.Fprintf(out, "\ndemo passed: %d samples published once each, the invalid one rejected with its reason.\n", len(files)-1)
+	return exitOK
+}
 
-	final := followJourney(dctx, out, d.store, events, start, len(files), 90*time.Second)
-
+// summary prints each sample's outcome, a branch's checkpoints and what the
+// simulator saw; it reports whether every sample ended as expected.
+func (dm *demo) summary(ctx context.Context, files []demoFile, final map[string]state.Job) bool {
+	out := dm.c.stdout
 	fmt.Fprintln(out, "\nsummary:")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FILE\tSTAGE\tVIEWER LINK OR REASON")
 	okAll := true
 	for _, f := range files {
-		j, found := final[filepath.Join(inbox, f.name)]
+		j, found := final[filepath.Join(dm.inbox, f.name)]
 		stage, result := "missing", "never seen"
 		if found {
 			stage, result = string(j.Stage), j.ViewerURL
@@ -159,51 +225,31 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	tw.Flush()
 
 	fmt.Fprintln(out, "\ncheckpoints of branch main (newest first, first 5):")
-	page, err := d.client.Checkpoints(ctx, "main", 5, "")
+	page, err := dm.d.client.Checkpoints(ctx, "main", 5, "")
 	if err != nil {
 		fmt.Fprintf(out, "  %v\n", err)
 		okAll = false
 	} else {
 		for _, cp := range page.Checkpoints {
-			fmt.Fprintf(out, "  %s  %s  %s\n", cp.ID, cp.CreatedAt.UTC().Format(time.RFC3339), oneLine(cp.Description))
+			fmt.Fprintf(out, "  %s  %s  %s\n", cp.ID, rfc3339(cp.CreatedAt), oneLine(cp.Description))
 		}
 	}
-	st := sim.Stats()
-	fmt.Fprintf(out, "\nsimulator: %d uploads, %d publishes, %d storage requests with an Authorization header\n",
-		st.Uploads, st.Publishes, st.StorageAuthHeaders)
-	fmt.Fprintf(out, "receipts:  %s\n", filepath.Join(inbox, "*.splat.json"))
-	if removeDir {
-		fmt.Fprintln(out, "(the demo folder is removed at exit; -keep or -dir DIR keeps it)")
+	st := dm.sim.Stats()
+	if dm.protocol == protocolV1 {
+		fmt.Fprintf(out, "\nsimulator: %d upload sessions, %d parts received, %d completes, %d splats, %d storage requests with an Authorization header\n",
+			st.Creates, st.PartPuts, st.Completes, st.V1Splats, st.StorageAuthHeaders)
+	} else {
+		fmt.Fprintf(out, "\nsimulator: %d uploads, %d publishes, %d storage requests with an Authorization header\n",
+			st.Uploads, st.Publishes, st.StorageAuthHeaders)
 	}
-
-	if *keep {
-		fmt.Fprintf(out, "\nsplatd keeps running: drop .ply or .sog files into\n  %s\nand watch them with\n  %s jobs -config %s\n(Ctrl-C stops it.)\n",
-			inbox, os.Args[0], writeDemoConfig(*dir, &cfg))
-		select {
-		case <-ctx.Done():
-		case err := <-runErr:
-			runErr <- err
-		}
-	}
-	stop()
-	if err := <-runErr; err != nil {
-		fmt.Fprintf(c.stderr, "demo: daemon: %v\n", err)
-		return exitFailure
-	}
-	if !okAll {
-		fmt.Fprintf(c.stderr, "demo: not every sample ended as expected; see %s\n", logPath)
-		if !*keep {
-			data, _ := os.ReadFile(logPath)
-			fmt.Fprintf(c.stderr, "%s\n", tail(data, 40))
-		}
-		return exitFailure
-	}
-	fmt.Fprintln(out, "\ndemo passed: 3 samples published once each, the invalid one rejected with its reason.")
-	return exitOK
+	fmt.Fprintf(out, "receipts:  %s\n", filepath.Join(dm.inbox, "*.splat.json"))
+	return okAll
 }
 
-func demoFiles() []demoFile {
-	return []demoFile{
+// demoFiles are the samples; under v1 one of them is large enough to go up
+// in several parts.
+func demoFiles(protocol string) []demoFile {
+	files := []demoFile{
 		{name: "lobby.ply", how: "plain 3DGS PLY, written at once", want: state.Done,
 			write: func(p string) error {
 				return writeWith(p, func(w io.Writer) error { return splatfile.WritePLY(w, 4000) })
@@ -223,6 +269,13 @@ func demoFiles() []demoFile {
 				return os.WriteFile(p, []byte("this is a text file someone named .ply\n"), 0o644)
 			}},
 	}
+	if protocol == protocolV1 {
+		files = append(files[:1], append([]demoFile{{name: "hangar.ply", how: "plain PLY of ~1.6 MB: 7 parts of 256 KiB, 4 in flight", want: state.Done,
+			write: func(p string) error {
+				return writeWith(p, func(w io.Writer) error { return splatfile.WritePLY(w, 6800) })
+			}}}, files[1:]...)...)
+	}
+	return files
 }
 
 func writeWith(path string, gen func(io.Writer) error) error {
