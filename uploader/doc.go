@@ -1,18 +1,24 @@
-// Package uploader talks to the splat publishing API: a concrete HTTPS
-// client for its five calls (sign, storage PUT, publish, get-splat,
-// checkpoints), the typed errors those calls return, a rate-limit pacer
-// shared by every goroutine that uses one token, and the worker that advances
-// one job one stage.
+// Package uploader is the worker pool: it claims jobs from the store and
+// advances each one committed stage at a time, through the steps of the
+// configured protocol (legacy: sign, PUT, publish; v1: an upload session,
+// parts in parallel, complete), then polls until processing ends and hands
+// the final job to the after-actions. It also holds the one-shot publish
+// of `splatd publish` and `splatd checkpoints`.
 //
-// The client makes exactly one attempt per call and returns its error
-// (*APIError for any non-2xx answer, *ProtocolError for a 2xx answer it
-// cannot use, a wrapped transport error otherwise); deciding whether to retry
-// belongs to the caller, which knows the job's stage. Pacing, by contrast, is
-// done inside the client, because every caller must obey the same per-account
-// budget and only a single shared view of the X-RateLimit-* headers can keep
-// the daemon from earning 429s.
+// Every error goes through the one retry rule, state.Policy.Decide: retry
+// the step later, sign again, wait for the file, pause every worker while
+// the API refuses the token (the prober reloads the token source and tries
+// it with backoff), or fail the job with the reason.
 //
-// Secrets: the bearer token is only ever sent to the API base URL's origin and
-// never to object storage; a signed URL's query string (its signature) is
-// removed from every error text the package produces.
+// The package map under uploader:
+//   - api: the HTTP clients of both protocols, wire types, typed errors,
+//     redaction, the token source, the rate-limit pacer, the bandwidth
+//     limiter and the streaming PUTs. It knows nothing of jobs.
+//   - after: after-actions (keep, delete, move) and receipts.
+//   - sidecar: a file's publish parameters (config, title template, sidecar).
+//   - splatfile: the local content check of PLY and SOG files.
+//   - apisim: the simulator of the whole API and its storage (tests, demo).
+//
+// uploader declares the store it needs (Store); queue.Store implements it,
+// and cmd/splatd asserts that where the two meet.
 package uploader
