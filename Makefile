@@ -6,7 +6,7 @@ BIN     := bin/splatd
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test vet fmt-check demo sim bench torture fuzz install cross deploy-check clean
+.PHONY: all build test vet fmt-check demo sim bench torture fuzz install uninstall cross deploy-check clean
 
 all: build
 
@@ -55,10 +55,12 @@ deploy-check:
 	bash deploy/check.sh
 
 SYSTEMDUNITDIR ?= /etc/systemd/system
+MANDIR         ?= $(PREFIX)/share/man
 
-# Installs binary, unit, sysusers/tmpfiles snippets and an example config
-# (kept if one is there). The config holds no secret: the token goes to
-# /etc/splatd/token, read by systemd's LoadCredential=.
+# Installs binary, unit, sysusers/tmpfiles snippets, man page, bash/zsh/fish
+# completions and an example config (kept if one is there). The config holds
+# no secret: the token goes to /etc/splatd/token, read by systemd's
+# LoadCredential=. `make uninstall` with the same PREFIX and DESTDIR mirrors it.
 install:
 	@test -x $(BIN) || { echo "install: $(BIN) is missing: run 'make build' first, as yourself (root's PATH may have no Go)"; exit 1; }
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/splatd
@@ -70,8 +72,29 @@ install:
 	install -D -m 0644 deploy/systemd/splatd.tmpfiles.conf $(DESTDIR)/usr/lib/tmpfiles.d/splatd.conf
 	install -d -m 0755 $(DESTDIR)/etc/splatd
 	[ -e $(DESTDIR)/etc/splatd/config.yaml ] || install -m 0644 config.example.yaml $(DESTDIR)/etc/splatd/config.yaml
+	install -d -m 0755 $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	./$(BIN) man > $(DESTDIR)$(MANDIR)/man1/splatd.1
+	./$(BIN) completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/splatd
+	./$(BIN) completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_splatd
+	./$(BIN) completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/splatd.fish
+	chmod 0644 $(DESTDIR)$(MANDIR)/man1/splatd.1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions/splatd \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_splatd $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/splatd.fish
 	@echo "next, as root: systemd-sysusers splatd.conf && systemd-tmpfiles --create splatd.conf"
 	@echo "  then put the token in /etc/splatd/token (root, 0600) and: systemctl daemon-reload && systemctl enable --now splatd"
+
+# Everything install writes except the config and the token, which may hold
+# the operator's edits: those stay, and are named at the end.
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/splatd
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/splatd.service
+	rm -f $(DESTDIR)/usr/lib/sysusers.d/splatd.conf $(DESTDIR)/usr/lib/tmpfiles.d/splatd.conf
+	rm -f $(DESTDIR)$(MANDIR)/man1/splatd.1
+	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/splatd
+	rm -f $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_splatd
+	rm -f $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/splatd.fish
+	@echo "kept: $(DESTDIR)/etc/splatd (config, token), /var/lib/splatd (job database), the splatd user and /srv/captures"
+	@echo "  if the service was enabled, first: systemctl disable --now splatd; after: systemctl daemon-reload"
 
 # The platforms CI builds for. Linux is the target with systemd; for the
 # others the command is also vetted, its tests included (the library
