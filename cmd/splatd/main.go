@@ -47,6 +47,9 @@ const (
 type cli struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// describe, when set, receives a command's flag set at -h in place of
+	// the usage text (specs reads the flags for completion and the man page).
+	describe func(*flag.FlagSet)
 }
 
 type command struct {
@@ -70,6 +73,8 @@ func commands() []command {
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
 		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
 		{"version", "", "print the version", cmdVersion},
+		{"completion", "bash|zsh|fish", "print a shell completion script", cmdCompletion},
+		{"man", "", "print the manual page (roff)", cmdMan},
 		{"help", "[COMMAND]", "list the commands, or describe one", nil},
 	}
 }
@@ -154,6 +159,10 @@ func newFlags(c *cli, name string) *flag.FlagSet {
 		}
 	}
 	fs.Usage = func() {
+		if c.describe != nil {
+			c.describe(fs)
+			return
+		}
 		fmt.Fprintf(c.stderr, "%s\n\n%s\n", strings.TrimSpace("usage: splatd "+name+" "+synopsis), summary)
 		var any bool
 		fs.VisitAll(func(*flag.Flag) { any = true })
