@@ -87,6 +87,16 @@ type PoolOptions struct {
 	// URLMaxAge is the age after which a stored signed URL is not used for
 	// a PUT but signed again. Zero: 10 min.
 	URLMaxAge time.Duration
+	// Protocol is the API new jobs are published through: ProtocolLegacy
+	// (default) or ProtocolV1. A job that has started keeps its own.
+	Protocol string
+	// ParallelParts is the number of v1 part PUTs in flight per job,
+	// 1..16. Zero: 4.
+	ParallelParts int
+	// PeerWait is how long a v1 job whose session another daemon created
+	// watches that session's parts without progress before it sends the
+	// missing ones itself. Zero: 2 min.
+	PeerWait time.Duration
 	// Finish is called once for every job that reaches done, failed or
 	// held (also after a crash, at the next Run, if it had not completed).
 	// An error is logged and Finish runs again at the next start.
@@ -152,6 +162,9 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	case UncertainRepublish, UncertainHold:
 	default:
 		return nil, fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, o.OnUncertain)
+	}
+	if err := o.fillV1(); err != nil {
+		return nil, err
 	}
 	if o.Workers <= 0 {
 		o.Workers = 2

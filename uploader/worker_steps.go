@@ -22,6 +22,9 @@ import (
 // step performs the side effect of j's stage and returns the job to
 // commit. An error is classified by the caller (retry, fail, pause).
 func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
+	if p.usesV1(j) {
+		return p.stepV1(ctx, j)
+	}
 	switch j.Stage {
 	case state.Queued:
 		return p.stepCheck(ctx, j)
@@ -121,6 +124,7 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
 	j.SHA256, j.Kind = "", ""
 	j.Upload = state.Upload{}
+	j.Protocol, j.V1 = "", nil // a v1 session of the old content is abandoned
 	j.NextAttempt = now.Add(p.o.Settle)
 	j.LastError, j.LastStatus = why, 0
 	return j, nil
