@@ -68,7 +68,7 @@ func v1CrashChild() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := store.EnqueueAll(ctx, cands); err != nil {
+	if _, err := store.EnqueueBatch(ctx, cands); err != nil {
 		return err
 	}
 	p, err := NewPool(PoolOptions{

@@ -501,7 +501,7 @@ func TestV1TwoDaemonsOneFolder(t *testing.T) {
 	t.Cleanup(func() { other.Close() })
 	for _, p := range paths {
 		fi, _ := os.Stat(p)
-		if _, err := other.Enqueue(context.Background(), queue.Candidate{Path: p, Root: e.files, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		if _, err := other.EnqueueBatch(context.Background(), []queue.Candidate{{Path: p, Root: e.files, Size: fi.Size(), ModTime: fi.ModTime()}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -722,7 +722,7 @@ func (p *Pool) authProber(ctx context.Context) error {
 			if err := p.awaitProbe(ctx, tokens, attempt); err != nil {
 				return err
 			}
-			_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
+			err := p.probe(ctx)
 			if err == nil || p.policy.Decide(ctx, err, attempt, p.o.Now()).Action != state.PauseToken {
 				p.authMu.Lock()
 				p.authErr = nil
@@ -737,6 +737,17 @@ func (p *Pool) authProber(ctx context.Context) error {
 			p.log.Warn().Int("probe", attempt).Str("token_from", tokens.Origin()).Err(err).Msg("API still refuses the token")
 		}
 	}
+}
+
+// probe asks the API whether it accepts the token, with the configured
+// protocol's cheapest authenticated call (nothing is uploaded).
+func (p *Pool) probe(ctx context.Context) error {
+	if p.o.Protocol == ProtocolV1 {
+		_, err := p.o.Client.Me(ctx)
+		return err
+	}
+	_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
+	return err
 }
 
 // awaitProbe waits for the next probe: the attempt's backoff step, or

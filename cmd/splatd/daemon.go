@@ -158,11 +158,13 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Logger:     d.log,
 	})
 	return uploader.NewPool(uploader.PoolOptions{
-		Store:       d.store,
-		Client:      d.client,
-		Workers:     cfg.Workers,
-		Publish:     cfg.Publish.Params(),
-		OnUncertain: cfg.Publish.OnUncertain,
+		Store:         d.store,
+		Client:        d.client,
+		Workers:       cfg.Workers,
+		Protocol:      cfg.API.Protocol,
+		ParallelParts: cfg.Upload.ParallelParts,
+		Publish:       cfg.Publish.Params(),
+		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
 			MaxInterval: cfg.Poll.MaxInterval.D(),
@@ -294,7 +296,7 @@ func (d *daemon) run(ctx context.Context) error {
 	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
 
-	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
+	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).Str("protocol", d.cfg.API.Protocol).
 		Str("api", d.cfg.API.BaseURL).Str("token_from", d.client.Token().Origin()).Msg("splatd started")
 	for _, n := range d.cfg.protocolNotes() {
 		d.log.Warn().Msg(n)

@@ -67,7 +67,7 @@ func commands() []command {
 		{"publish", "[-config FILE] FILE...", "publish files once, in the foreground, with progress", cmdPublish},
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
 		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
-		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs", cmdRetry},
+		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"splats", "[-config FILE] [-limit N] [-all] [-json]", "list the account's own splats (v1 API), newest first", cmdSplats},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
@@ -273,7 +273,11 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	// vouch for a token before the first file; this can.
 	client, err := newClient(cfg, token, nil, cliLogger(c))
 	if err == nil {
-		_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+		if cfg.API.Protocol == protocolV1 {
+			_, err = client.Me(ctx)
+		} else {
+			_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, explainAPIError(err, token))
