@@ -25,7 +25,7 @@ func TestPoolUsesTheDefaultsOfTheJobsRoot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.Enqueue(context.Background(), queue.Candidate{Path: c.path, Root: c.root, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		if _, err := e.store.EnqueueBatch(context.Background(), []queue.Candidate{{Path: c.path, Root: c.root, Size: fi.Size(), ModTime: fi.ModTime()}}); err != nil {
 			t.Fatal(err)
 		}
 	}
