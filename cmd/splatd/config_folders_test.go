@@ -214,3 +214,26 @@ func TestWatchOfPicksTheInnermostEntry(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleShowsFolderAndNotifyKeys: the example's watch entry shows the
+// filters at their defaults (TestExampleMatchesDefaults compares the rest)
+// and every new key is documented.
+func TestExampleShowsFolderAndNotifyKeys(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig("../../config.example.yaml", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Watch[0]; w.MinSize != 0 || w.MaxSize != 0 || w.MinAge != 0 {
+		t.Errorf("example watch entry filters = %+v, want the defaults (off)", w)
+	}
+	b, err := os.ReadFile("../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"min_size:", "max_size:", "min_age:", "publish: {", "after: {", ".splat.yaml", "exec: []", "exec_timeout: 30s", "webhook: \"\"", "webhook_headers_file: \"\""} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("config.example.yaml does not document %q", key)
+		}
+	}
+}
