@@ -62,6 +62,10 @@ type PoolOptions struct {
 	// template); sidecar.Resolve applies them to each file when it becomes
 	// ready.
 	Publish state.PublishParams
+	// Defaults, when set, returns the publish defaults of a watch root
+	// (Job.Root: its folder's own publish block over the global one); nil,
+	// or a root it does not know, falls back to Publish.
+	Defaults func(root string) state.PublishParams
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions

@@ -161,7 +161,11 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
-	params, err := sidecar.Resolve(p.o.Publish, j.Path, j.Root, j.ModTime)
+	defaults := p.o.Publish
+	if p.o.Defaults != nil {
+		defaults = p.o.Defaults(j.Root)
+	}
+	params, err := sidecar.Resolve(defaults, j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

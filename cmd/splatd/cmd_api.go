@@ -298,7 +298,13 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return err
 	}
-	req, err := sidecar.Resolve(a.cfg.Publish.Params(), path, "", fi.ModTime())
+	// A file inside a watched folder gets that folder's settings, as the
+	// daemon would give it.
+	defaults, root := a.cfg.Publish.Params(), ""
+	if w, ok := a.cfg.watchOf(path); ok {
+		defaults, root = a.cfg.publishFor(w), w.Path
+	}
+	req, err := sidecar.Resolve(defaults, path, root, fi.ModTime())
 	if err != nil {
 		return err
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
-	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -45,6 +45,7 @@ type daemon struct {
 	metrics *metrics.Server // nil when metrics.listen is ""
 	admin   *adminServer
 	notify  *notifier
+	events  *notify.Notifier // notify.webhook and after.exec
 
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
@@ -119,6 +120,9 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 			d.closeAll()
 		}
 	}()
+	if d.events, err = d.newEvents(token.Value()); err != nil {
+		return nil, err
+	}
 	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
 	}
@@ -148,15 +152,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 // newPool builds the worker pool with its after-actions.
 func (d *daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
-	actions := after.New(after.Options{
-		OnSuccess:  cfg.After.OnSuccess,
-		SuccessDir: cfg.After.SuccessDir,
-		OnFailure:  cfg.After.OnFailure,
-		FailureDir: cfg.After.FailureDir,
-		Receipt:    cfg.After.Receipt,
-		Lookup:     d.store.Get,
-		Logger:     d.log,
-	})
+	actions := d.afterRunners()
 	return uploader.NewPool(uploader.PoolOptions{
 		Store:         d.store,
 		Client:        d.client,
@@ -164,6 +160,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Protocol:      cfg.API.Protocol,
 		ParallelParts: cfg.Upload.ParallelParts,
 		Publish:       cfg.Publish.Params(),
+		Defaults:      d.publishDefaults(),
 		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
@@ -172,10 +169,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		},
 		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
 		Grace:  shutdownGrace,
-		Finish: func(ctx context.Context, j state.Job) error {
-			_, err := actions.Finish(ctx, j)
-			return err
-		},
+		Finish: finishAndNotify(actions, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.onTransition != nil {
 				d.onTransition(j, from)
@@ -194,6 +188,7 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 		roots[i] = watcher.Root{
 			Path: w.Path, Recursive: *w.Recursive, Include: w.Include, Exclude: w.Exclude,
 			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
+			MinSize: int64(w.MinSize), MaxSize: int64(w.MaxSize), MinAge: w.MinAge.D(),
 		}
 	}
 	rescan := cfg.RescanInterval.D()
@@ -223,6 +218,7 @@ func (d *daemon) closeAll() {
 }
 
 func (d *daemon) close() {
+	d.stopEvents()
 	if err := d.store.Close(); err != nil {
 		d.log.Error().Err(err).Msg("closing the state")
 	}
