@@ -247,7 +247,7 @@ func NewPacer(o PacerOptions) *Pacer {
 		if interval == 0 {
 			interval = DefaultPacerPersistInterval
 		}
-		p.persist = &persister{path: o.StateFile, interval: max(interval, 0), log: p.log}
+		p.persist = &persister{path: o.StateFile, interval: max(interval, 0), log: p.log, idle: sync.NewCond(&p.mu)}
 		p.loadState()
 	}
 	return p
@@ -273,7 +273,7 @@ func (p *Pacer) Wait(ctx context.Context, route string) (release func(*http.Resp
 			p.mu.Unlock()
 			// A reservation that spends a window's last slot is written
 			// before the request can leave (see pacerstate.go).
-			p.persist.write(p, snap)
+			p.persist.save(p, snap)
 			p.recordWait(waited, start)
 			var once sync.Once
 			return func(resp *http.Response) {
@@ -529,7 +529,7 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
-	p.persist.write(p, snap)
+	p.persist.save(p, snap)
 }
 
 // releaseLocked folds one answer into the pacer's state; true when it put a

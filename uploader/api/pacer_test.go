@@ -214,7 +214,13 @@ func newTestPacer(t *testing.T, clk *fakeClock, o PacerOptions) *Pacer {
 	if o.Rand == nil {
 		o.Rand = func() float64 { return 0.5 }
 	}
-	return NewPacer(o)
+	p := NewPacer(o)
+	if o.StateFile != "" {
+		// A write behind may still be under way: let it end before the
+		// test's directory goes.
+		t.Cleanup(func() { _ = p.Flush() })
+	}
+	return p
 }
 
 // windowResp builds a response with rate-limit headers; a zero reset or date
@@ -595,11 +601,12 @@ type simServer struct {
 	window      time.Duration
 	curStart    time.Time
 	count       int
-	ok, r429    int       // our requests
-	inFirst     int       // ours in the window of our first request
-	trace       []string  // when each request went, and whose it was (for failure reports)
-	nOK, n429   int       // the neighbour's
-	first, last time.Time // our first request, our last answer
+	ok, r429    int         // our requests
+	inFirst     int         // ours in the window of our first request
+	trace       []string    // when each request went, and whose it was (for failure reports)
+	sentAt      []time.Time // each of our requests, 429s included
+	nOK, n429   int         // the neighbour's
+	first, last time.Time   // our first request, our last answer
 }
 
 func newSimServer(clk *fakeClock, limit int, window time.Duration) *simServer {
@@ -622,6 +629,7 @@ func (s *simServer) handle() *http.Response {
 		s.first = now
 	}
 	s.last = now
+	s.sentAt = append(s.sentAt, now)
 	reset := s.rollLocked(now)
 	date := now.Truncate(time.Second)
 	if s.count >= s.limit {

@@ -33,8 +33,9 @@ import (
 //     if the last request of a window may have reached the server, the file
 //     says the window is spent until its Reset.
 //   - Every other change (an ordinary decrement, a new window with budget
-//     left, a route learning its class) is written behind, at most once per
-//     PersistInterval, without fsync; a file that still shows a spent window
+//     left, a route learning its class) is written behind, by a goroutine
+//     off the request's path, at most once per PersistInterval, without
+//     fsync; a file that still shows a spent window
 //     or a hold is always fsynced, so a power cut cannot put an emptier file
 //     in its place. After a crash the file can therefore be behind: it may
 //     show more remaining than the server has, never fewer than 1 when the
@@ -86,6 +87,8 @@ type persister struct {
 	seq       uint64
 	lastWrite time.Time
 	dirty     bool
+	writing   bool              // a write behind is under way
+	idle      *sync.Cond        // on Pacer.mu: broadcast when a write behind ends
 	spentOut  map[int]int64     // limit → Reset of the window the last snapshot shows spent
 	holdOut   map[int]time.Time // limit → hold the last snapshot shows
 
@@ -124,8 +127,11 @@ func (p *Pacer) snapshotLocked(now time.Time, force, behind bool) *stateSnapshot
 			urgent = true
 		}
 	}
-	if !urgent && (!behind || now.Sub(ps.lastWrite) < ps.interval) {
+	if !urgent && (!behind || ps.writing || now.Sub(ps.lastWrite) < ps.interval) {
 		return nil
+	}
+	if !urgent {
+		ps.writing = true
 	}
 	ps.seq++
 	s := &stateSnapshot{seq: ps.seq, sync: urgent, file: pacerFile{
@@ -164,6 +170,25 @@ func (p *Pacer) snapshotLocked(now time.Time, force, behind bool) *stateSnapshot
 // spent says b's current window has nothing left for another request.
 func (b *bucket) spent(now time.Time) bool {
 	return b.known && now.Before(b.resetAt) && b.remaining-b.inFlight <= 0
+}
+
+// save writes s: at once when the caller must not go on before it is on
+// disk, else in the background, off the request's path (nil: nothing to do).
+func (ps *persister) save(p *Pacer, s *stateSnapshot) {
+	if s == nil {
+		return
+	}
+	if s.sync {
+		ps.write(p, s)
+		return
+	}
+	go func() {
+		ps.write(p, s)
+		p.mu.Lock()
+		ps.writing = false
+		ps.idle.Broadcast()
+		p.mu.Unlock()
+	}()
 }
 
 // write writes s (nil: nothing to do) unless a later snapshot is on disk
@@ -240,16 +265,24 @@ func (p *Pacer) Flush() error {
 		return nil
 	}
 	p.mu.Lock()
+	p.persist.waitIdleLocked()
 	s := p.snapshotLocked(p.now(), true, true)
 	p.mu.Unlock()
-	s.durable = true
-	p.persist.write(p, s)
+	s.durable, s.sync = true, true
+	p.persist.save(p, s)
 	p.persist.fileMu.Lock()
 	defer p.persist.fileMu.Unlock()
 	if p.persist.written < s.seq {
 		return fmt.Errorf("pacer: cannot save the rate-limit state to %s", p.persist.path)
 	}
 	return nil
+}
+
+// waitIdleLocked waits until no write behind is under way.
+func (ps *persister) waitIdleLocked() {
+	for ps.writing {
+		ps.idle.Wait()
+	}
 }
 
 // loadState starts the pacer from the state file, if there is one.
