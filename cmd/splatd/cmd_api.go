@@ -42,7 +42,7 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
 	}
-	client, err := newClient(cfg, token, obs, log)
+	client, err := newClient(cfg, token, nil, obs, log)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
@@ -50,8 +50,9 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 	return &apiEnv{cfg: cfg, client: client}, exitOK
 }
 
-// newClient builds the API client for cfg with token.
-func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+// newClient builds the API client for cfg with token; a nil pacer is the
+// client's own (one-shot commands keep no pacer state).
+func newClient(cfg *Config, token *api.Token, pacer *api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
 		return nil, err
@@ -59,6 +60,7 @@ func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logg
 	return api.NewClient(api.ClientOptions{
 		BaseURL:     cfg.API.BaseURL,
 		TokenSource: token,
+		Pacer:       pacer,
 		RootCAs:     roots,
 		Timeout:     cfg.API.Timeout.D(),
 		UserAgent:   "splatd/" + buildVersion(),

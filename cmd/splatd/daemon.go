@@ -30,6 +30,9 @@ import (
 // answer instead of leaving an uncertain outcome for the next start.
 const shutdownGrace = 20 * time.Second
 
+// pacerStateFile, in state_dir, holds the pacer's last known windows.
+const pacerStateFile = "pacer.json"
+
 // daemon is `splatd run`: the watcher feeds the queue, the pool works it.
 type daemon struct {
 	cfg    *Config
@@ -38,6 +41,7 @@ type daemon struct {
 
 	store   *queue.Store
 	client  *api.Client
+	pacer   *api.Pacer
 	pool    *uploader.Pool
 	watch   *watcher.Watcher
 	reg     *prometheus.Registry
@@ -105,9 +109,6 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if err != nil {
 		return nil, err
 	}
-	if d.client, err = newClient(cfg, token, d.m, log); err != nil { // the client names its own component
-		return nil, err
-	}
 	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
 	if errors.Is(err, queue.ErrLocked) {
 		return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
@@ -120,6 +121,17 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 			d.closeAll()
 		}
 	}()
+	// The pacer keeps each limit class's window in the state directory, so
+	// a restarted daemon waits for a spent window's reset instead of
+	// drawing a 429 (the lock on the state file makes it this daemon's).
+	d.pacer = api.NewPacer(api.PacerOptions{
+		StateFile: filepath.Join(cfg.StateDir, pacerStateFile),
+		Observer:  d.m,
+		Logger:    log.With().Str("component", "pacer").Logger(),
+	})
+	if d.client, err = newClient(cfg, token, d.pacer, d.m, log); err != nil { // the client names its own component
+		return nil, err
+	}
 	if d.events, err = d.newEvents(token.Value()); err != nil {
 		return nil, err
 	}
@@ -314,6 +326,9 @@ func (d *daemon) run(ctx context.Context) error {
 	// 2. Workers: finish or abandon the calls in flight, then the loops.
 	stopWork()
 	_ = workers.Wait()
+	if err := d.pacer.Flush(); err != nil {
+		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
+	}
 	// 3. Listeners.
 	stopServe()
 	_ = listeners.Wait()

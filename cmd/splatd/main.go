@@ -271,7 +271,7 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	}
 	// splatd calls the API only when there is work, so /readyz cannot
 	// vouch for a token before the first file; this can.
-	client, err := newClient(cfg, token, nil, cliLogger(c))
+	client, err := newClient(cfg, token, nil, nil, cliLogger(c))
 	if err == nil {
 		if cfg.API.Protocol == protocolV1 {
 			_, err = client.Me(ctx)
