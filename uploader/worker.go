@@ -81,6 +81,22 @@ type PoolOptions struct {
 	// URLMaxAge is the age after which a stored signed URL is not used for
 	// a PUT but signed again. Zero: 10 min.
 	URLMaxAge time.Duration
+	// IncompleteTimeout fails a file still incomplete this long after it
+	// last changed (incomplete_timeout). Zero: 1 h; negative: never.
+	IncompleteTimeout time.Duration
+	// RefusedGrace is how long a host may refuse connections before that
+	// pauses the pool as a configuration error. Zero: 2 min.
+	RefusedGrace time.Duration
+	// ConfigBackoff paces the pauses of a configuration error (TLS, DNS,
+	// refused). Zero: 5 s doubling to 5 min.
+	ConfigBackoff state.Backoff
+	// AfterBackoff paces the retries of a failed after-action (receipt,
+	// move, delete). Zero: 10 s doubling to 10 min.
+	AfterBackoff state.Backoff
+	// OnStoreRecovered, when set, is called when the job store works again
+	// after failing (the daemon rescans the watch folders at once). It must
+	// not block.
+	OnStoreRecovered func()
 	// Finish is called once for every job that reaches done, failed or
 	// held (also after a crash, at the next Run, if it had not completed).
 	// An error is logged and Finish runs again at the next start.
@@ -136,6 +152,9 @@ type Pool struct {
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
+
+	cfg   configState // a configuration error pauses the pool (stages.go)
+	after afterState  // failed after-actions and their retries (stages.go)
 }
 
 // NewPool checks o and builds a pool; Run starts it.
@@ -186,6 +205,12 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Settle <= 0 {
 		o.Settle = 2 * time.Second
 	}
+	if o.AfterBackoff.Base <= 0 {
+		o.AfterBackoff = state.Backoff{Base: 10 * time.Second, Cap: 10 * time.Minute, Jitter: state.EqualJitter}
+	}
+	if o.AfterBackoff.Rand == nil {
+		o.AfterBackoff.Rand = o.Rand
+	}
 	if o.URLMaxAge <= 0 {
 		o.URLMaxAge = 10 * time.Minute
 	}
@@ -197,7 +222,8 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	return &Pool{
 		o:           o,
-		policy:      state.Policy{Backoff: o.Backoff, Settle: o.Settle},
+		policy:      policyOf(o),
+		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
 		progress:    make(map[uint64]Progress),
@@ -223,6 +249,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		g.Go(func() error { return p.worker(ctx, i) })
 	}
 	g.Go(func() error { return p.authProber(ctx) })
+	g.Go(func() error { return p.afterLoop(ctx) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -399,11 +426,15 @@ func (p *Pool) storeOK(n *int) {
 	}
 	*n = 0
 	p.storeMu.Lock()
-	if p.storeErr != nil {
+	recovered := p.storeErr != nil
+	if recovered {
 		p.log.Info().Msg("job store works again")
 	}
 	p.storeErr = nil
 	p.storeMu.Unlock()
+	if recovered && p.o.OnStoreRecovered != nil {
+		p.o.OnStoreRecovered()
+	}
 }
 
 // StoreError returns the last store failure while the store keeps failing
@@ -474,6 +505,9 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
 	}
+	if err == nil {
+		p.configCleared(from)
+	}
 	if err != nil {
 		// The step's job carries what the failed attempt changed (e.g. a
 		// publish that may have reached the API marks it uncertain).
@@ -534,7 +568,18 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
 		return j, errWorkerPaused
 	case state.Fail:
-		return p.fail(j, now, err), nil
+		j = p.fail(j, now, err)
+		if d.Reason != "" {
+			j.FailReason = d.Reason
+		}
+		return j, nil
+	case state.WaitConfig:
+		// Not the job's fault and not its attempt: the job shows why it
+		// waits (splatd jobs) and the whole pool pauses.
+		delay := max(p.pauseConfig(d, err), d.Delay)
+		j.NextAttempt = now.Add(delay)
+		j.LastError, j.LastStatus = fmt.Sprintf("waiting: configuration error (%s): %v", d.Kind, err), 0
+		return j, nil
 	case state.Resign:
 		return p.resign(j, now.Add(d.Delay), err.Error())
 	case state.WaitFile:
@@ -603,17 +648,8 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 	p.finalize(ctx, j)
 }
 
-func (p *Pool) finalize(ctx context.Context, j state.Job) {
-	if p.o.Finish != nil {
-		if err := p.o.Finish(ctx, j); err != nil {
-			p.log.Error().Uint64("job", j.ID).Str("path", j.Path).Err(err).Msg("after-action failed; will run again at next start")
-			return
-		}
-	}
-	if err := p.o.Store.MarkFinalized(j.ID); err != nil {
-		p.log.Error().Uint64("job", j.ID).Err(err).Msg("cannot record after-action")
-	}
-}
+// finalize runs the after-action stage of a final job (stages.go).
+func (p *Pool) finalize(ctx context.Context, j state.Job) { p.runFinish(ctx, j) }
 
 // finishPending runs the Finish hook of jobs that became final before a
 // crash interrupted it.
@@ -647,7 +683,7 @@ func (p *Pool) pausedChan() <-chan struct{} {
 	p.authMu.Lock()
 	defer p.authMu.Unlock()
 	if p.authErr == nil {
-		return nil
+		return p.configPausedChan()
 	}
 	return p.authChanged
 }
