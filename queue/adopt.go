@@ -150,3 +150,14 @@ func (s *Store) RecordAfterError(id uint64, action, msg string, retry time.Time)
 	})
 	return out, err
 }
+
+// keyPing is the meta key Ping writes.
+var keyPing = []byte("ping")
+
+// Ping writes one small record and fsyncs it: whether the store can commit
+// again (the daemon's intake probes a full disk with it).
+func (s *Store) Ping() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyPing, u64(uint64(s.o.Now().UnixNano())))
+	})
+}

@@ -26,6 +26,7 @@ import (
 //
 //	meta/
 //	    schema            → uint64 big-endian (SchemaVersion)
+//	    ping              → uint64 big-endian (Unix ns of the last Ping)
 //	jobs/
 //	    <id u64be>        → state.Job JSON ({"v":1,...})
 //	due/                  runnable (non-final) jobs, earliest first

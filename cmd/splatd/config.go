@@ -36,6 +36,10 @@ type Config struct {
 	After          AfterConfig   `yaml:"after"`
 	Metrics        MetricsConfig `yaml:"metrics"`
 	Log            LogConfig     `yaml:"log"`
+
+	// IncompleteTimeout fails a file still incomplete this long after it
+	// last changed; 0 waits for ever.
+	IncompleteTimeout Duration `yaml:"incomplete_timeout"`
 }
 
 // APIConfig says where the API is and how to authenticate to it.
@@ -173,6 +177,8 @@ func defaultConfig() Config {
 		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:     LogConfig{Level: "info", Format: "auto"},
+
+		IncompleteTimeout: Duration(time.Hour),
 	}
 }
 
@@ -405,6 +411,9 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 	}
 	if c.RescanInterval < 0 {
 		bad("rescan_interval", "must not be negative (0 turns the periodic rescan off)")
+	}
+	if c.IncompleteTimeout < 0 {
+		bad("incomplete_timeout", "must not be negative (0 waits for ever)")
 	}
 	if forRun && c.StateDir == "" {
 		bad("state_dir", "is required")

@@ -51,6 +51,7 @@ type daemon struct {
 	admin   *adminServer
 	notify  *notifier
 	getenv  func(string) string
+	intake  *intake // receipts adopted at intake, store recovery (intake.go)
 
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
@@ -103,7 +104,7 @@ func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
 // openDaemon builds every component; nothing runs until run. The state
 // directory is opened first so that a second splatd fails at once.
 func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*daemon, error) {
-	d := &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
+	d := &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv, intake: newIntake()}
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
 
 	token, source, err := loadToken(cfg, getenv)
@@ -132,21 +133,25 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 		OnFailure:  cfg.After.OnFailure,
 		FailureDir: cfg.After.FailureDir,
 		Receipt:    cfg.After.Receipt,
+		Protocol:   receiptService(cfg).Protocol,
+		API:        receiptService(cfg).API,
 		Lookup:     store.Get,
 		Logger:     log,
 	})
 	pool, err := uploader.NewPool(uploader.PoolOptions{
-		Store:   d.drain,
-		Client:  client,
-		Workers: cfg.Workers,
-		Publish: cfg.Publish.Params(),
+		Store:       d.drain,
+		Client:      client,
+		Workers:     cfg.Workers,
+		Publish:     cfg.Publish.Params(),
 		OnUncertain: cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
 			MaxInterval: cfg.Poll.MaxInterval.D(),
 			Timeout:     cfg.Poll.Timeout.D(),
 		},
-		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
+		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
+		IncompleteTimeout: incompleteTimeout(cfg),
+		OnStoreRecovered:  d.storeRecovered,
 		Finish: func(ctx context.Context, j state.Job) error {
 			_, err := actions.Finish(ctx, j)
 			return err
@@ -194,6 +199,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 			Listen:   cfg.Metrics.Listen,
 			Registry: d.reg,
 			Ready:    d.ready,
+			Degraded: d.degraded,
 			Logger:   log.With().Str("component", "metrics").Logger(),
 		})
 		if err := d.metrics.Listen(); err != nil {
@@ -228,6 +234,7 @@ func (d *daemon) ready() error {
 	if err := d.pool.Paused(); err != nil {
 		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.tokenSource(), err))
 	}
+	why = append(why, d.readyProblems()...)
 	if len(why) > 0 {
 		return errors.New(strings.Join(why, "; "))
 	}
@@ -354,18 +361,24 @@ func (d *daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 				break more
 			}
 		}
+		if batch = d.adoptFound(ctx, batch); len(batch) == 0 {
+			continue
+		}
 		created, err := d.store.EnqueueBatch(ctx, batch)
 		if err != nil {
 			if ctx.Err() == nil {
 				// Nothing is lost: the watcher reports the files again at its
-				// next rescan, since they are not Known.
-				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried at the next rescan")
+				// next rescan (at once when the store recovers), since they
+				// are not Known.
+				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried when the store works again")
+				d.intakeFailed(ctx)
 			}
 			for _, c := range batch {
 				d.watch.Forget(c.Path)
 			}
 			continue
 		}
+		d.intakeOK()
 		n := 0
 		for i, ok := range created {
 			if ok {

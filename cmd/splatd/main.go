@@ -63,6 +63,7 @@ func commands() []command {
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
 		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
 		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs", cmdRetry},
+		{"adopt", "[-config FILE] [-dry-run] DIR", "record files whose receipt says done as published (a new or lost state_dir): never published again", cmdAdopt},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
 		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
