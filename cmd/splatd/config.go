@@ -62,6 +62,8 @@ type WatchConfig struct {
 	Mode           string   `yaml:"mode"`
 	PollInterval   Duration `yaml:"poll_interval"`
 	FollowSymlinks bool     `yaml:"follow_symlinks"`
+
+	given string // path as written, before validate made it absolute (config check warns)
 }
 
 // PublishConfig holds the defaults of every publish call; a per-file sidecar
@@ -373,6 +375,9 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 	for i := range c.Watch {
 		w := &c.Watch[i]
 		key := fmt.Sprintf("watch[%d]", i)
+		if w.given == "" {
+			w.given = w.Path
+		}
 		if w.Path == "" {
 			bad(key+".path", "is required")
 		} else if abs, err := filepath.Abs(w.Path); err == nil {

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/splatd/splatd/uploader/api"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -248,8 +250,18 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	}
 	token, source, tokErr := loadToken(cfg, c.getenv)
 	fmt.Fprint(c.stdout, cfg.redacted(source, tokErr))
+	warnings, fatal := cfg.checkEnvironment()
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "warning: %s\n", w)
+	}
+	for _, f := range fatal {
+		fmt.Fprintf(c.stderr, "error: %s\n", f)
+	}
 	if tokErr != nil {
 		fmt.Fprintln(c.stderr, tokErr)
+		return exitFailure
+	}
+	if len(fatal) > 0 {
 		return exitFailure
 	}
 	if !*probe {
@@ -258,15 +270,22 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	// splatd calls the API only when there is work, so /readyz cannot
 	// vouch for a token before the first file; this can.
 	client, err := newClient(cfg, token, nil, cliLogger(c))
+	var up api.Upload
 	if err == nil {
-		_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+		up, err = client.SignedURL(ctx, "splatd-token-check.ply")
 	}
 	if err != nil {
 		a := &apiEnv{cfg: cfg, source: source}
-		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, a.explain(err))
+		fmt.Fprintf(c.stderr, "probe of %s: %s%s\n", cfg.API.BaseURL, a.explain(err), probeHint(err))
 		return exitFailure
 	}
-	fmt.Fprintf(c.stdout, "# probe: %s accepts the token read from %s\n", cfg.API.BaseURL, source)
+	fmt.Fprintf(c.stdout, "# probe: %s is reachable and accepts the token read from %s\n", cfg.API.BaseURL, source)
+	host, err := probeStorage(ctx, cfg, up.URL)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "probe of the storage host %s: %v%s\n", host, err, probeHint(err))
+		return exitFailure
+	}
+	fmt.Fprintf(c.stdout, "# probe: the storage host %s is reachable (TLS verified); nothing was uploaded\n", host)
 	return exitOK
 }
 
