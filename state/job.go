@@ -3,6 +3,13 @@
 // them, the retry policy and the classification of errors into what the
 // worker should do next. It is pure code (no I/O) so that the queue, the
 // worker and the CLI agree on the rules without depending on each other.
+//
+// The retry rule (Policy.Decide) also knows errors that no retry fixes but
+// that are no fault of the job: TLS verification failures, host names that
+// do not resolve and hosts that refuse connections for longer than a grace
+// are WaitConfig, a configuration class that pauses work and is reported
+// instead of being retried in silence or failing the job; and a file
+// incomplete for longer than IncompleteTimeout fails with its reason.
 package state
 
 import (

@@ -12,6 +12,17 @@
 // budget and only a single shared view of the X-RateLimit-* headers can keep
 // the daemon from earning 429s.
 //
+// Two conditions never wait silently (stages.go). A configuration error
+// that no retry can fix (state.WaitConfig: a certificate that does not
+// verify, a host name that does not resolve, a host refusing connections for
+// longer than a grace) pauses every worker on its own backoff, shows on the
+// waiting job and through ConfigError (/readyz not ready, the
+// splatd_config_error gauge), and clears by itself when a network step
+// succeeds again. The after-action of a final job (receipt, move, delete) is
+// a stage of its own: a failure is recorded on the job, counted, reported by
+// AfterErrors (/readyz "degraded:") and retried on AfterBackoff while the
+// pool runs, never only at the next start.
+//
 // Secrets: the bearer token is only ever sent to the API base URL's origin and
 // never to object storage; a signed URL's query string (its signature) is
 // removed from every error text the package produces.

@@ -2,6 +2,12 @@
 // file (keep, delete, or move under success_dir / failure_dir, keeping the
 // relative path and carrying the sidecar) and the receipt <file>.splat.json
 // written atomically beside the file. It never calls the API.
+//
+// A receipt is also evidence (evidence.go): one saying done for a file's
+// current sha256 proves the file published, so a daemon with a new or lost
+// state directory adopts such a file as done instead of publishing it again.
+// A failed action is an *ActionError naming it (receipt, move, delete), and
+// a move never leaves a second copy behind.
 package after
 
 import (
