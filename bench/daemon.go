@@ -39,6 +39,7 @@ type DaemonConfig struct {
 	OnUncertain string        // default republish (the product's default)
 	Rescan      time.Duration // rescan_interval; 0 = default 5m
 	LogLevel    string        // default info
+	After       string        // the after: mapping in flow style; default {receipt: true}
 }
 
 // Write fills the defaults and writes the token file and config.yaml,
@@ -68,6 +69,9 @@ func (c *DaemonConfig) Write() (string, error) {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.After == "" {
+		c.After = "{receipt: true}"
+	}
 	for _, d := range []string{c.Dir, c.Inbox, c.StateDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return "", err
@@ -91,11 +95,11 @@ workers: %d
 publish:
   on_uncertain: %s
 poll: {interval: %s, max_interval: %s, timeout: 10m}
-after: {receipt: true}
+after: %s
 metrics: {listen: "127.0.0.1:0"}
 log: {level: %s, format: json}
 `, c.Sim.URL(), token, c.Sim.CAFile(), c.Inbox, c.Settle, c.Rescan, c.StateDir, c.Workers,
-		c.OnUncertain, c.Poll, 4*c.Poll, c.LogLevel)
+		c.OnUncertain, c.Poll, 4*c.Poll, c.After, c.LogLevel)
 	path := filepath.Join(c.Dir, "config.yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }

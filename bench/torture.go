@@ -78,6 +78,8 @@ func scenarios() []scenario {
 		{"neighbour-429", runNeighbour},
 		{"disk-full", runDiskFull},
 		{"token-401", runToken401},
+		{"fresh-state", runFreshState},
+		{"unremovable-move", runUnremovableMove},
 	}
 }
 
@@ -335,11 +337,14 @@ func (e *tenv) jobsOf(ctx context.Context, stage string) ([]jobView, error) {
 }
 
 type jobView struct {
-	ID     uint64 `json:"id"`
-	File   string `json:"file"`
-	Stage  string `json:"stage"`
-	SHA256 string `json:"sha256"`
-	Error  string `json:"error"`
+	ID          uint64 `json:"id"`
+	File        string `json:"file"`
+	Stage       string `json:"stage"`
+	SHA256      string `json:"sha256"`
+	Error       string `json:"error"`
+	Adopted     bool   `json:"adopted"`
+	AfterAction string `json:"after_action"`
+	AfterError  string `json:"after_error"`
 }
 
 // verdict stops the daemon and checks, file by file: the server published

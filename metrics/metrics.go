@@ -36,6 +36,9 @@ var (
 	// NotifyErrorKinds lists the notification channels that report
 	// failures through NotifyError: the webhook and after.exec.
 	NotifyErrorKinds = []string{"webhook", "exec"}
+	// AfterActions lists the after-actions counted by AfterActionError
+	// (after.ActionReceipt, ActionMove, ActionDelete).
+	AfterActions = []string{"receipt", "move", "delete"}
 )
 
 // CodeNoResponse is the code label of an API request that got no HTTP
@@ -80,6 +83,10 @@ type Metrics struct {
 	tokenRefused prometheus.Gauge
 	// notifyErrors counts notifications that failed or were dropped, by kind.
 	notifyErrors *prometheus.CounterVec
+	// afterActionErrors counts failed after-actions by action.
+	afterActionErrors *prometheus.CounterVec
+	// configError is 1 per kind while a configuration error pauses work.
+	configError *prometheus.GaugeVec
 }
 
 // Bucket layouts. API calls are sub-second but a storage PUT of a large splat
@@ -166,13 +173,27 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 			Namespace: namespace, Name: "notify_errors_total",
 			Help: "Notifications that failed after their last try or were dropped from a full queue, by kind: webhook, exec.",
 		}, []string{"kind"}),
+		afterActionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "after_action_errors_total",
+			Help: "Failed after-actions of finished jobs, by action (receipt, move, delete); each is retried with backoff.",
+		}, []string{"action"}),
+		configError: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "config_error",
+			Help: "1 while a configuration error no retry can fix pauses all work, by kind: tls (certificate does not verify), dns (host name does not resolve), refused (host refuses connections).",
+		}, []string{"kind"}),
 	}
 	reg.MustRegister(
 		m.filesDiscovered, m.jobs, m.jobsFinished, m.uploadBytes, m.uploadDuration,
 		m.apiRequests, m.apiRequestDuration, m.rateLimitRemaining, m.rateLimitWait,
 		m.jobDuration, m.oldestJobAge, m.buildInfo, m.watchErrors, m.watchPolling, m.tokenRefused,
-		m.notifyErrors,
+		m.notifyErrors, m.afterActionErrors, m.configError,
 	)
+	for _, a := range AfterActions {
+		m.afterActionErrors.WithLabelValues(a).Add(0)
+	}
+	for _, k := range state.ConfigKinds {
+		m.configError.WithLabelValues(k).Set(0)
+	}
 
 	for _, s := range state.Stages {
 		m.jobs.WithLabelValues(string(s)).Set(0)
@@ -324,6 +345,23 @@ func (m *Metrics) SetTokenRefused(refused bool) {
 		return
 	}
 	m.tokenRefused.Set(boolValue(refused))
+}
+
+// AfterActionError records one failed after-action (see AfterActions).
+func (m *Metrics) AfterActionError(action string) {
+	if m == nil {
+		return
+	}
+	m.afterActionErrors.WithLabelValues(action).Inc()
+}
+
+// ConfigError records whether a configuration error of kind (see
+// state.ConfigKinds) currently pauses work.
+func (m *Metrics) ConfigError(kind string, active bool) {
+	if m == nil {
+		return
+	}
+	m.configError.WithLabelValues(kind).Set(boolValue(active))
 }
 
 // SetStages sets the per-stage job counts from the queue's stats. Known

@@ -87,6 +87,8 @@ func TestPreinitialisedSeries(t *testing.T) {
 		"splatd_notify_errors_total":          len(NotifyErrorKinds),
 		"splatd_ratelimit_remaining":          0, // a 0 would read as "exhausted"
 		"splatd_build_info":                   1,
+		"splatd_after_action_errors_total":    3, // receipt, move, delete
+		"splatd_config_error":                 len(state.ConfigKinds),
 	}
 	for name, want := range counts {
 		got, err := testutil.GatherAndCount(reg, name)
@@ -226,3 +228,24 @@ func TestNilMetricsIsNoop(t *testing.T) {
 // testRoutes stands for the client's route names (api.Routes), which
 // metrics does not import.
 var testRoutes = []string{"signed_url", "storage_put", "publish", "get_splat", "checkpoints"}
+
+// TestStageHooks: the after-action and configuration-error hooks move their
+// series (issue 15: both used to be a log line only).
+func TestStageHooks(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, testRoutes)
+	m.AfterActionError("move")
+	m.AfterActionError("move")
+	m.ConfigError(state.ConfigTLS, true)
+	if got := testutil.ToFloat64(m.afterActionErrors.WithLabelValues("move")); got != 2 {
+		t.Errorf("after_action_errors_total{action=move} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.configError.WithLabelValues(state.ConfigTLS)); got != 1 {
+		t.Errorf("config_error{kind=tls} = %v, want 1", got)
+	}
+	m.ConfigError(state.ConfigTLS, false)
+	if got := testutil.ToFloat64(m.configError.WithLabelValues(state.ConfigTLS)); got != 0 {
+		t.Errorf("config_error{kind=tls} after it cleared = %v, want 0", got)
+	}
+}

@@ -31,6 +31,11 @@ type ServerOptions struct {
 	// watches active, token not refused); a non-nil error's text is the
 	// /readyz body. Nil means always ready.
 	Ready func() error
+	// Degraded reports what works but needs an operator (failing
+	// after-actions): /readyz still answers 200, since publishing goes on
+	// and taking the daemon out of rotation would stop it, with the body
+	// "degraded: REASON" instead of "ready". Nil means never degraded.
+	Degraded func() error
 	// Logger receives listen, serve and scrape errors.
 	Logger zerolog.Logger
 
@@ -201,6 +206,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		if err := s.opts.Ready(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+	}
+	if s.opts.Degraded != nil {
+		if err := s.opts.Degraded(); err != nil {
+			fmt.Fprintf(w, "degraded: %v\n", err)
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -140,5 +141,37 @@ func TestServerRunReturnsOnCancel(t *testing.T) {
 	// the cancelled context and shuts down cleanly.
 	if err := s.Run(ctx); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
+// TestReadyzDegraded: a daemon that publishes but whose after-actions fail
+// stays ready (200) and says "degraded: REASON"; not-ready wins over it.
+func TestReadyzDegraded(t *testing.T) {
+	t.Parallel()
+	var notReady atomic.Bool
+	reg := prometheus.NewRegistry()
+	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(),
+		Ready: func() error {
+			if notReady.Load() {
+				return errors.New("configuration error (tls)")
+			}
+			return nil
+		},
+		Degraded: func() error { return errors.New("after-actions failing for 1 job(s)") },
+	})
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	code, body := get(t, "http://"+s.Addr()+"/readyz")
+	if code != http.StatusOK || body != "degraded: after-actions failing for 1 job(s)\n" {
+		t.Errorf("/readyz = %d %q, want 200 degraded: …", code, body)
+	}
+	notReady.Store(true)
+	if code, body := get(t, "http://"+s.Addr()+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "tls") {
+		t.Errorf("/readyz = %d %q, want 503 with the configuration error", code, body)
 	}
 }

@@ -339,6 +339,7 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 	}
 	j.FailReason, j.LastError, j.LastStatus = "", "", 0
 	j.Finalized = false
+	j.AfterAction, j.AfterError, j.AfterAttempts, j.AfterRetry = "", "", 0, time.Time{}
 	j.NextAttempt = now
 	return j, s.write(tx, old, j)
 }
@@ -411,6 +412,7 @@ func (s *Store) MarkFinalized(id uint64) error {
 			return nil
 		}
 		j.Finalized = true
+		j.AfterAction, j.AfterError, j.AfterAttempts, j.AfterRetry = "", "", 0, time.Time{}
 		return putJob(tx, j)
 	})
 }

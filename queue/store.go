@@ -29,6 +29,7 @@ import (
 //	    schema            → uint64 big-endian (SchemaVersion)
 //	    count/<stage>     → uint64 big-endian: keys in stages/<stage>/   (v2)
 //	    count/tombstones  → uint64 big-endian: pruned entries in sha256/ (v2)
+//	    ping              → uint64 big-endian (Unix ns of the last Ping)
 //	jobs/
 //	    <id u64be>        → state.Job JSON ({"v":1,...})
 //	due/                  runnable (non-final) jobs, earliest first

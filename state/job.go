@@ -3,6 +3,13 @@
 // them, the retry policy and the classification of errors into what the
 // worker should do next. It is pure code (no I/O) so that the queue, the
 // worker and the CLI agree on the rules without depending on each other.
+//
+// The retry rule (Policy.Decide) also knows errors that no retry fixes but
+// that are no fault of the job: TLS verification failures, host names that
+// do not resolve and hosts that refuse connections for longer than a grace
+// are WaitConfig, a configuration class that pauses work and is reported
+// instead of being retried in silence or failing the job; and a file
+// incomplete for longer than IncompleteTimeout fails with its reason.
 package state
 
 import (
@@ -141,6 +148,18 @@ type Job struct {
 	// DuplicateOf is the id of the job that published the same content;
 	// set on jobs that reached Done without being uploaded.
 	DuplicateOf uint64 `json:"duplicate_of,omitempty"`
+	// Adopted marks a job recorded as Done from the file's receipt
+	// (<file>.splat.json said done for the same sha256): it was published
+	// before this state directory knew it, and is never published again.
+	Adopted bool `json:"adopted,omitempty"`
+
+	// The after-action stage of a final job: while its after-action
+	// (receipt, move, delete) fails, Finalized stays false and these say
+	// which action failed, why, how often, and when it is tried again.
+	AfterAction   string    `json:"after_action,omitempty"`
+	AfterError    string    `json:"after_error,omitempty"`
+	AfterAttempts int       `json:"after_attempts,omitempty"`
+	AfterRetry    time.Time `json:"after_retry,omitzero"`
 }
 
 // Upload is the signed upload descriptor a job holds between Signed and

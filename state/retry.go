@@ -2,7 +2,13 @@ package state
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -29,6 +35,13 @@ const (
 	// Stop: the caller's own context ended (shutdown, Ctrl-C): not the
 	// job's fault; commit nothing.
 	Stop
+	// WaitConfig: the configuration or the machine's environment is wrong
+	// (a TLS certificate that does not verify, a host name that does not
+	// resolve, a host that keeps refusing connections): no retry of this
+	// job can fix it, and failing the job would lose it. Pause all work
+	// like PauseToken, report the Kind (not ready, alert), try again after
+	// Delay and resume by itself once it clears.
+	WaitConfig
 )
 
 func (a Action) String() string {
@@ -45,6 +58,8 @@ func (a Action) String() string {
 		return "fail"
 	case Stop:
 		return "stop"
+	case WaitConfig:
+		return "config"
 	}
 	return "unknown"
 }
@@ -53,6 +68,13 @@ func (a Action) String() string {
 type Decision struct {
 	Action Action
 	Delay  time.Duration
+	// Kind is the configuration class of a WaitConfig decision (ConfigTLS,
+	// ConfigDNS, ConfigRefused), empty otherwise.
+	Kind string
+	// Reason, when set, is the operator's one line for a Fail that the rule
+	// itself decided (a file incomplete for too long); otherwise the
+	// error's own text says it.
+	Reason string
 }
 
 // Policy is the one retry rule, with its backoffs. The worker and the
@@ -66,7 +88,33 @@ type Policy struct {
 	// Settle paces WaitFile: the first look after Settle, doubling to a
 	// minute. Zero: 2 s.
 	Settle time.Duration
+	// IncompleteTimeout fails a file that is still incomplete this long
+	// after it last changed (its mtime): a truncated export does not wait
+	// for ever. Zero: 1 h; negative: never.
+	IncompleteTimeout time.Duration
+	// RefusedGrace is how long a host may refuse connections (a restart, a
+	// deploy) before that is a configuration class error (WaitConfig):
+	// measured over the same step's consecutive failures, as the sum of
+	// the backoff's shortest delays. Zero: 2 min.
+	RefusedGrace time.Duration
+	// ConfigBackoff paces the pauses of WaitConfig (ConfigPause). Zero: 5 s
+	// doubling to 5 min, equal jitter.
+	ConfigBackoff Backoff
 }
+
+// DefaultIncompleteTimeout is Policy.IncompleteTimeout's zero value.
+const DefaultIncompleteTimeout = time.Hour
+
+// The configuration classes of WaitConfig, a label of the
+// splatd_config_error gauge.
+const (
+	ConfigTLS     = "tls"     // certificate verification failed (unknown authority, bad or expired certificate, wrong host name)
+	ConfigDNS     = "dns"     // the host name does not resolve
+	ConfigRefused = "refused" // the host refuses connections for longer than RefusedGrace
+)
+
+// ConfigKinds lists the configuration classes (metrics pre-initialise them).
+var ConfigKinds = []string{ConfigTLS, ConfigDNS, ConfigRefused}
 
 // Decide says what to do about err, the attempt-th failure in a row of the
 // same step (1 for the first). ownCtx is the caller's context: a
@@ -85,6 +133,14 @@ func (p Policy) Decide(ctx context.Context, err error, attempt int, now time.Tim
 	}
 	var inc incompleteError
 	if errors.As(err, &inc) && inc.Incomplete() {
+		limit := p.IncompleteTimeout
+		if limit == 0 {
+			limit = DefaultIncompleteTimeout
+		}
+		var since incompleteSince
+		if limit > 0 && errors.As(err, &since) && !since.ChangedAt().IsZero() && now.Sub(since.ChangedAt()) > limit {
+			return Decision{Action: Fail, Reason: fmt.Sprintf("file still incomplete after %s: %v", ShortDuration(limit), err)}
+		}
 		settle := p.Settle
 		if settle <= 0 {
 			settle = 2 * time.Second
@@ -94,6 +150,9 @@ func (p Policy) Decide(ctx context.Context, err error, attempt int, now time.Tim
 	var inv invalidError
 	if errors.As(err, &inv) && inv.Invalid() {
 		return Decision{Action: Fail}
+	}
+	if kind := ConfigKind(err); kind != "" && (kind != ConfigRefused || p.refusedTooLong(b, attempt)) {
+		return Decision{Action: WaitConfig, Kind: kind, Delay: p.ConfigPause(1)}
 	}
 	var se statusError
 	if errors.As(err, &se) {
@@ -125,6 +184,73 @@ func (p Policy) Decide(ctx context.Context, err error, attempt int, now time.Tim
 	return Decision{Action: Retry, Delay: d}
 }
 
+// ConfigPause is the length of the n-th pause in a row for a WaitConfig
+// decision (ConfigBackoff): the caller counts its pauses, since a paused
+// job's attempts do not grow.
+func (p Policy) ConfigPause(n int) time.Duration {
+	cb := p.ConfigBackoff
+	if cb.Base <= 0 {
+		cb = Backoff{Base: 5 * time.Second, Cap: 5 * time.Minute, Jitter: EqualJitter, Rand: p.Backoff.Rand}
+	}
+	return cb.Delay(n)
+}
+
+// refusedTooLong reports whether attempt consecutive refusals span more
+// than RefusedGrace: the sum of the shortest delays b waits between them.
+func (p Policy) refusedTooLong(b Backoff, attempt int) bool {
+	grace := p.RefusedGrace
+	if grace <= 0 {
+		grace = 2 * time.Minute
+	}
+	shortest := b
+	shortest.Rand = func() float64 { return 0 }
+	var spent time.Duration
+	for i := 1; i < attempt; i++ {
+		spent += shortest.Delay(i)
+		if spent > grace {
+			return true
+		}
+	}
+	return false
+}
+
+// ConfigKind classifies err as an error of configuration or environment
+// that no retry fixes (ConfigTLS, ConfigDNS, ConfigRefused), or "". A
+// refused connection is "refused" here; Decide gives it RefusedGrace first.
+// Temporary DNS failures (no network, a timeout) are not "dns": they retry.
+func ConfigKind(err error) string {
+	var (
+		unknown  x509.UnknownAuthorityError
+		invalid  x509.CertificateInvalidError
+		hostname x509.HostnameError
+		verify   *tls.CertificateVerificationError
+		dnsErr   *net.DNSError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &hostname), errors.As(err, &verify):
+		return ConfigTLS
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return ConfigDNS
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ConfigRefused
+	}
+	return ""
+}
+
+// ShortDuration prints d the way people write it: 1h, 90m, 1h30m, 45s.
+func ShortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 // The small interfaces the rule works through, so that state imports
 // neither the API client nor the file checker. api.APIError implements
 // statusError and waitHint; splatfile.InvalidError implements invalidError.
@@ -140,6 +266,9 @@ type (
 	}
 	invalidError    interface{ Invalid() bool }
 	incompleteError interface{ Incomplete() bool }
+	// incompleteSince is an incomplete file's last change (its mtime), for
+	// IncompleteTimeout; an incomplete error without it waits for ever.
+	incompleteSince interface{ ChangedAt() time.Time }
 )
 
 // HTTPStatus returns the HTTP status carried by err, or 0.

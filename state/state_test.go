@@ -2,8 +2,14 @@ package state
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -218,6 +224,12 @@ type fakeWait struct {
 
 func (f fakeWait) RetryWait(time.Time) time.Duration { return f.d }
 
+type fakeIncompleteSince struct{ at time.Time }
+
+func (fakeIncompleteSince) Error() string          { return "short by 12 bytes" }
+func (fakeIncompleteSince) Incomplete() bool       { return true }
+func (f fakeIncompleteSince) ChangedAt() time.Time { return f.at }
+
 // TestPolicyDecide covers every class of error the rule knows, with the
 // delay it gives. Rand 0.5 makes equal jitter exactly 3/4 of the step.
 func TestPolicyDecide(t *testing.T) {
@@ -260,6 +272,15 @@ func TestPolicyDecide(t *testing.T) {
 		{"invalid file", live, wrap(fakeInvalid{}), 1, Fail, 0},
 		{"incomplete file", live, wrap(fakeIncomplete{}), 1, WaitFile, 1500 * time.Millisecond},
 		{"incomplete file, later", live, wrap(fakeIncomplete{}), 3, WaitFile, 6 * time.Second},
+		{"incomplete, changed a minute ago", live, wrap(fakeIncompleteSince{time.Unix(0, 0).Add(-time.Minute)}), 3, WaitFile, 6 * time.Second},
+		{"incomplete for longer than the timeout", live, wrap(fakeIncompleteSince{time.Unix(0, 0).Add(-61 * time.Minute)}), 3, Fail, 0},
+		{"tls: unknown authority", live, wrap(&url.Error{Op: "Post", URL: "https://x", Err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}}), 1, WaitConfig, 3750 * time.Millisecond},
+		{"tls: bad certificate", live, x509.CertificateInvalidError{Reason: x509.Expired}, 2, WaitConfig, 3750 * time.Millisecond},
+		{"tls: wrong host name", live, x509.HostnameError{Host: "x"}, 1, WaitConfig, 3750 * time.Millisecond},
+		{"dns: no such host", live, wrap(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true}}), 1, WaitConfig, 3750 * time.Millisecond},
+		{"dns: temporary failure retries", live, &net.DNSError{Err: "server misbehaving", Name: "x", IsTemporary: true}, 1, Retry, 3 * time.Second},
+		{"refused, within the grace", live, wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 8, Retry, 45 * time.Second},
+		{"refused for longer than the grace", live, wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 9, WaitConfig, 3750 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,5 +293,32 @@ func TestPolicyDecide(t *testing.T) {
 	}
 	if HTTPStatus(wrap(fakeStatus{418, false})) != 418 || HTTPStatus(errors.New("x")) != 0 {
 		t.Error("HTTPStatus")
+	}
+}
+
+// TestPolicyDecideReasons checks the kinds and reasons that the worker shows
+// operators (jobs, /readyz, the splatd_config_error gauge).
+func TestPolicyDecideReasons(t *testing.T) {
+	t.Parallel()
+	p := Policy{Backoff: Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: NoJitter}}
+	now := time.Unix(100000, 0)
+	d := p.Decide(context.Background(), fmt.Errorf("check: %w", fakeIncompleteSince{now.Add(-2 * time.Hour)}), 40, now)
+	if d.Action != Fail || d.Reason != "file still incomplete after 1h: check: short by 12 bytes" {
+		t.Errorf("incomplete for 2h: %v %q", d.Action, d.Reason)
+	}
+	p.IncompleteTimeout = -1
+	if d := p.Decide(context.Background(), fakeIncompleteSince{now.Add(-48 * time.Hour)}, 40, now); d.Action != WaitFile {
+		t.Errorf("incomplete_timeout off: %v", d.Action)
+	}
+	if d := p.Decide(context.Background(), x509.UnknownAuthorityError{}, 1, now); d.Kind != ConfigTLS {
+		t.Errorf("kind %q, want tls", d.Kind)
+	}
+	if d := p.Decide(context.Background(), errors.New("connection reset by peer"), 50, now); d.Kind != "" || d.Action != Retry {
+		t.Errorf("a reset is transient however often: %v %q", d.Action, d.Kind)
+	}
+	for in, want := range map[time.Duration]string{time.Hour: "1h", 90 * time.Minute: "1h30m", 5 * time.Minute: "5m", 45 * time.Second: "45s", 1500 * time.Millisecond: "1.5s"} {
+		if got := ShortDuration(in); got != want {
+			t.Errorf("ShortDuration(%v) = %q, want %q", in, got, want)
+		}
 	}
 }

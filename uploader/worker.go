@@ -101,6 +101,22 @@ type PoolOptions struct {
 	// watches that session's parts without progress before it sends the
 	// missing ones itself. Zero: 2 min.
 	PeerWait time.Duration
+	// IncompleteTimeout fails a file still incomplete this long after it
+	// last changed (incomplete_timeout). Zero: 1 h; negative: never.
+	IncompleteTimeout time.Duration
+	// RefusedGrace is how long a host may refuse connections before that
+	// pauses the pool as a configuration error. Zero: 2 min.
+	RefusedGrace time.Duration
+	// ConfigBackoff paces the pauses of a configuration error (TLS, DNS,
+	// refused). Zero: 5 s doubling to 5 min.
+	ConfigBackoff state.Backoff
+	// AfterBackoff paces the retries of a failed after-action (receipt,
+	// move, delete). Zero: 10 s doubling to 10 min.
+	AfterBackoff state.Backoff
+	// OnStoreRecovered, when set, is called when the job store works again
+	// after failing (the daemon rescans the watch folders at once). It must
+	// not block.
+	OnStoreRecovered func()
 	// Finish is called once for every job that reaches done, failed or
 	// held (also after a crash, at the next Run, if it had not completed).
 	// An error is logged and Finish runs again at the next start.
@@ -153,6 +169,9 @@ type Pool struct {
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
+
+	cfg   configState // a configuration error pauses the pool (stages.go)
+	after afterState  // failed after-actions and their retries (stages.go)
 }
 
 // NewPool checks o and builds a pool; Run starts it.
@@ -212,6 +231,12 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Grace <= 0 {
 		o.Grace = 20 * time.Second
 	}
+	if o.AfterBackoff.Base <= 0 {
+		o.AfterBackoff = state.Backoff{Base: 10 * time.Second, Cap: 10 * time.Minute, Jitter: state.EqualJitter}
+	}
+	if o.AfterBackoff.Rand == nil {
+		o.AfterBackoff.Rand = o.Rand
+	}
 	if o.URLMaxAge <= 0 {
 		o.URLMaxAge = 10 * time.Minute
 	}
@@ -223,7 +248,8 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	return &Pool{
 		o:           o,
-		policy:      state.Policy{Backoff: o.Backoff, Settle: o.Settle},
+		policy:      policyOf(o),
+		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
 		progress:    make(map[uint64]Progress),
@@ -275,9 +301,12 @@ func (p *Pool) Run(ctx context.Context) error {
 		}
 	}()
 
-	prober, stopProber := context.WithCancel(work)
-	proberDone := make(chan error, 1)
-	go func() { proberDone <- p.authProber(prober) }()
+	// The token prober and the after-action retries run beside the
+	// workers and stop with them.
+	helpers, stopHelpers := context.WithCancel(work)
+	helpersDone := make(chan struct{}, 2)
+	go func() { _ = p.authProber(helpers); helpersDone <- struct{}{} }()
+	go func() { _ = p.afterLoop(helpers); helpersDone <- struct{}{} }()
 
 	g, gctx := errgroup.WithContext(work)
 	for i := range p.o.Workers {
@@ -285,8 +314,9 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	err := g.Wait()
 	close(workersDone)
-	stopProber()
-	<-proberDone
+	stopHelpers()
+	<-helpersDone
+	<-helpersDone
 	if errors.Is(err, context.Canceled) || errors.Is(err, errDrained) {
 		return nil
 	}
@@ -447,11 +477,15 @@ func (p *Pool) storeOK(n *int) {
 	}
 	*n = 0
 	p.storeMu.Lock()
-	if p.storeErr != nil {
+	recovered := p.storeErr != nil
+	if recovered {
 		p.log.Info().Msg("job store works again")
 	}
 	p.storeErr = nil
 	p.storeMu.Unlock()
+	if recovered && p.o.OnStoreRecovered != nil {
+		p.o.OnStoreRecovered()
+	}
 }
 
 // StoreError returns the last store failure while the store keeps failing
@@ -523,6 +557,9 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
 	}
+	if err == nil {
+		p.configCleared(from)
+	}
 	if err != nil {
 		// The step's job carries what the failed attempt changed (e.g. a
 		// publish that may have reached the API marks it uncertain).
@@ -583,7 +620,18 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
 		return j, errWorkerPaused
 	case state.Fail:
-		return p.fail(j, now, err), nil
+		j = p.fail(j, now, err)
+		if d.Reason != "" {
+			j.FailReason = d.Reason
+		}
+		return j, nil
+	case state.WaitConfig:
+		// Not the job's fault and not its attempt: the job shows why it
+		// waits (splatd jobs) and the whole pool pauses.
+		delay := max(p.pauseConfig(d, err), d.Delay)
+		j.NextAttempt = now.Add(delay)
+		j.LastError, j.LastStatus = fmt.Sprintf("waiting: configuration error (%s): %v", d.Kind, err), 0
+		return j, nil
 	case state.Resign:
 		return p.resign(j, now.Add(d.Delay), err.Error())
 	case state.WaitFile:
@@ -652,17 +700,8 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 	p.finalize(ctx, j)
 }
 
-func (p *Pool) finalize(ctx context.Context, j state.Job) {
-	if p.o.Finish != nil {
-		if err := p.o.Finish(ctx, j); err != nil {
-			p.log.Error().Uint64("job", j.ID).Str("path", j.Path).Err(err).Msg("after-action failed; will run again at next start")
-			return
-		}
-	}
-	if err := p.o.Store.MarkFinalized(j.ID); err != nil {
-		p.log.Error().Uint64("job", j.ID).Err(err).Msg("cannot record after-action")
-	}
-}
+// finalize runs the after-action stage of a final job (stages.go).
+func (p *Pool) finalize(ctx context.Context, j state.Job) { p.runFinish(ctx, j) }
 
 // finishPending runs the Finish hook of jobs that became final before a
 // crash interrupted it.
@@ -696,7 +735,7 @@ func (p *Pool) pausedChan() <-chan struct{} {
 	p.authMu.Lock()
 	defer p.authMu.Unlock()
 	if p.authErr == nil {
-		return nil
+		return p.configPausedChan()
 	}
 	return p.authChanged
 }

@@ -87,13 +87,18 @@ func (e *workerFileError) Error() string { return e.err.Error() }
 func (e *workerFileError) Unwrap() error { return e.err }
 func (e *workerFileError) Invalid() bool { return true }
 
-// workerIncomplete marks splatfile.ErrIncomplete for state.Classify
-// (state must not import splatfile).
-type workerIncomplete struct{ err error }
+// workerIncomplete marks splatfile.ErrIncomplete for the retry rule
+// (state must not import splatfile), with the file's mtime: a file still
+// incomplete incomplete_timeout after it last changed fails.
+type workerIncomplete struct {
+	err     error
+	changed time.Time
+}
 
-func (e *workerIncomplete) Error() string    { return e.err.Error() }
-func (e *workerIncomplete) Unwrap() error    { return e.err }
-func (e *workerIncomplete) Incomplete() bool { return true }
+func (e *workerIncomplete) Error() string        { return e.err.Error() }
+func (e *workerIncomplete) Unwrap() error        { return e.err }
+func (e *workerIncomplete) Incomplete() bool     { return true }
+func (e *workerIncomplete) ChangedAt() time.Time { return e.changed }
 
 func workerStat(path string) (fs.FileInfo, error) {
 	fi, err := os.Stat(path)
@@ -142,7 +147,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	info, err := splatfile.Check(j.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
-		return j, &workerIncomplete{err}
+		return j, &workerIncomplete{err: err, changed: j.ModTime}
 	}
 	if err != nil {
 		return j, err

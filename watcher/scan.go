@@ -58,6 +58,15 @@ func (w *Watcher) requestRescan(r *root) {
 	}
 }
 
+// Rescan asks for a full rescan of every root as soon as the scanner can
+// (the daemon calls it when its state store works again, so that files
+// found while it failed are not left for the next periodic rescan).
+func (w *Watcher) Rescan() {
+	for _, r := range w.roots {
+		w.requestRescan(r)
+	}
+}
+
 // scanState collects what one walk learnt.
 type scanState struct {
 	tryWatch bool            // add inotify watches for folders that lack one

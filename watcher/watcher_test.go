@@ -608,3 +608,20 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestRescanReemitsForgottenFiles: Rescan (the daemon's "the state store
+// works again") rescans every root at once, so forgotten files come back
+// without waiting for the periodic rescan (off here).
+func TestRescanReemitsForgottenFiles(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{RescanInterval: -1}, Root{Path: t.TempDir(), Recursive: true}, nil)
+	pa := h.write("scan.ply", "ply")
+	if got := h.until(pa); got[len(got)-1].Path != pa {
+		t.Fatalf("first emission: %v", paths(got))
+	}
+	h.w.Forget(pa)
+	h.w.Rescan()
+	if got := h.until(pa); got[len(got)-1].Path != pa {
+		t.Fatalf("forgotten file not emitted again after Rescan: %v", paths(got))
+	}
+}

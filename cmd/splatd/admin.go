@@ -44,13 +44,26 @@ type jobView struct {
 	URL         string     `json:"url,omitempty"`
 	Error       string     `json:"error,omitempty"`
 	DuplicateOf uint64     `json:"duplicate_of,omitempty"`
+	// Adopted: recorded as done from its receipt, not published by this
+	// state directory.
+	Adopted bool `json:"adopted,omitempty"`
+	// AfterAction and AfterError: the after-action (receipt, move, delete)
+	// of a final job keeps failing; AfterRetry is its next attempt.
+	AfterAction string     `json:"after_action,omitempty"`
+	AfterError  string     `json:"after_error,omitempty"`
+	AfterRetry  *time.Time `json:"after_retry,omitempty"`
 }
 
 func viewOf(j state.Job, sent int64) jobView {
 	v := jobView{
 		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, SHA256: j.SHA256,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Sent: sent, SplatID: j.SplatID, URL: j.ViewerURL,
-		DuplicateOf: j.DuplicateOf,
+		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted,
+		AfterAction: j.AfterAction, AfterError: j.AfterError,
+	}
+	if j.AfterError != "" && !j.AfterRetry.IsZero() {
+		t := j.AfterRetry
+		v.AfterRetry = &t
 	}
 	if !j.Stage.Final() && !j.NextAttempt.IsZero() {
 		t := j.NextAttempt
@@ -112,6 +125,14 @@ func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, e
 		}
 		d.pool.Wake()
 		writeJSON(w, map[string]int{"retried": n})
+	})
+	mux.HandleFunc("POST /v1/adopt", func(w http.ResponseWriter, r *http.Request) {
+		rep, err := adoptDir(r.Context(), d.store, d.cfg, r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, rep)
 	})
 	mux.HandleFunc("POST /v1/resolve", func(w http.ResponseWriter, r *http.Request) {
 		n, err := doResolve(d.store, r.URL.Query().Get("id"), r.URL.Query().Get("splat"))
@@ -224,6 +245,12 @@ func doResolve(src jobSource, id, splat string) (int, error) {
 // adminCall talks to the daemon through its socket. ok is false when no
 // daemon listens there (the caller then opens the state file directly).
 func adminCall(ctx context.Context, stateDir, method, path string) (body []byte, ok bool, err error) {
+	return adminCallTimeout(ctx, stateDir, method, path, 30*time.Second)
+}
+
+// adminCallTimeout is adminCall with its own time limit (0: ctx only), for
+// calls that hash files (adopt).
+func adminCallTimeout(ctx context.Context, stateDir, method, path string, timeout time.Duration) (body []byte, ok bool, err error) {
 	if !adminSocket {
 		return nil, false, nil
 	}
@@ -233,7 +260,7 @@ func adminCall(ctx context.Context, stateDir, method, path string) (body []byte,
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		},
-	}, Timeout: 30 * time.Second}
+	}, Timeout: timeout}
 	req, err := http.NewRequestWithContext(ctx, method, "http://splatd"+path, nil)
 	if err != nil {
 		return nil, false, err
@@ -347,6 +374,12 @@ func printJobs(w io.Writer, views []jobView, now time.Time) {
 		}
 		if v.DuplicateOf != 0 {
 			result = fmt.Sprintf("duplicate of job %d", v.DuplicateOf)
+		}
+		if v.Adopted {
+			result = "adopted from its receipt: " + v.URL
+		}
+		if v.AfterError != "" {
+			result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))
 		}
 		if len(result) > 100 {
 			result = result[:97] + "..."

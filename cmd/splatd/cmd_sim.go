@@ -68,20 +68,31 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stderr, err)
 		return exitFailure
 	}
-	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\npoll: {interval: 1s}\n", sim.URL(), sim.CAFile(), tokenFile)
+	// A complete config: a watch folder and a state directory of its own,
+	// so that `config check` passes and `run` works as printed.
+	inbox, stateDir := filepath.Join(*dir, "inbox"), filepath.Join(*dir, "state")
+	for _, d := range []string{inbox, stateDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			fmt.Fprintln(c.stderr, err)
+			return exitFailure
+		}
+	}
+	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nsettle: 1s\npoll: {interval: 1s}\nmetrics: {listen: \"127.0.0.1:0\"}\n",
+		sim.URL(), sim.CAFile(), tokenFile, inbox, stateDir)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitFailure
 	}
-	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nbranches:   main (123 checkpoints), demo (7)\n",
-		sim.URL(), sim.StorageURL(), sim.CAFile(), sim.Token(), tokenFile, cfgFile)
+	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nwatch:      %s\nstate_dir:  %s\nbranches:   main (123 checkpoints), demo (7)\n",
+		sim.URL(), sim.StorageURL(), sim.CAFile(), sim.Token(), tokenFile, cfgFile, inbox, stateDir)
 	bw := "none"
 	if bandwidth > 0 {
 		bw = bandwidth.String() + "/s per connection"
 	}
 	fmt.Fprintf(c.stdout, "v1 API:     %s/api/supersplat (partSize %s)\nbandwidth:  %s\n", sim.URL(), partSize, bw)
 	self := os.Args[0] // as the user typed it (bin/splatd after make build)
-	fmt.Fprintf(c.stdout, "\ntry:  %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n", self, cfgFile, self, cfgFile)
+	fmt.Fprintf(c.stdout, "\ntry:  %s config check -config %s -probe\n      %s run -config %s    (then drop .ply files into %s)\n      %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n",
+		self, cfgFile, self, cfgFile, inbox, self, cfgFile, self, cfgFile)
 	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
 	if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)

@@ -38,6 +38,10 @@ type Config struct {
 	Metrics        MetricsConfig `yaml:"metrics"`
 	Status         StatusConfig  `yaml:"status"`
 	Log            LogConfig     `yaml:"log"`
+
+	// IncompleteTimeout fails a file still incomplete this long after it
+	// last changed; 0 waits for ever.
+	IncompleteTimeout Duration `yaml:"incomplete_timeout"`
 }
 
 // APIConfig says where the API is and how to authenticate to it.
@@ -82,6 +86,8 @@ type WatchConfig struct {
 	// this folder's files (config_folders.go).
 	Publish FolderPublish `yaml:"publish,omitempty"`
 	After   FolderAfter   `yaml:"after,omitempty"`
+
+	given string // path as written, before validate made it absolute (config check warns)
 }
 
 // PublishConfig holds the defaults of every publish call; a per-file sidecar
@@ -203,6 +209,8 @@ func defaultConfig() Config {
 		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true, Exec: []string{}, ExecTimeout: Duration(30 * time.Second)},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:     LogConfig{Level: "info", Format: "auto"},
+
+		IncompleteTimeout: Duration(time.Hour),
 	}
 }
 
@@ -398,6 +406,9 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 	for i := range c.Watch {
 		w := &c.Watch[i]
 		key := fmt.Sprintf("watch[%d]", i)
+		if w.given == "" {
+			w.given = w.Path
+		}
 		if w.Path == "" {
 			bad(key+".path", "is required")
 		} else if abs, err := filepath.Abs(w.Path); err == nil {
@@ -436,6 +447,9 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 	}
 	if c.RescanInterval < 0 {
 		bad("rescan_interval", "must not be negative (0 turns the periodic rescan off)")
+	}
+	if c.IncompleteTimeout < 0 {
+		bad("incomplete_timeout", "must not be negative (0 waits for ever)")
 	}
 	if forRun && c.StateDir == "" {
 		bad("state_dir", "is required")

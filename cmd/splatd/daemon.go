@@ -50,6 +50,7 @@ type daemon struct {
 	admin   *adminServer
 	notify  *notifier
 	events  *notify.Notifier // notify.webhook and after.exec
+	intake  *intake          // receipts adopted at intake, store recovery (intake.go)
 
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
@@ -103,7 +104,7 @@ func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
 // directory is opened first so that a second splatd fails at once; what
 // fails later closes what was opened before it.
 func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
-	d = &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
+	d = &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv, intake: newIntake()}
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
 	if err != nil {
@@ -146,6 +147,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 			Listen:   cfg.Metrics.Listen,
 			Registry: d.reg,
 			Ready:    d.ready,
+			Degraded: d.degraded,
 			Status:   statusView{d},
 			Logger:   log.With().Str("component", "metrics").Logger(),
 		}
@@ -179,9 +181,11 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 			MaxInterval: cfg.Poll.MaxInterval.D(),
 			Timeout:     cfg.Poll.Timeout.D(),
 		},
-		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
-		Grace:  shutdownGrace,
-		Finish: finishAndNotify(actions, d.events),
+		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
+		Grace:             shutdownGrace,
+		IncompleteTimeout: incompleteTimeout(cfg),
+		OnStoreRecovered:  d.storeRecovered,
+		Finish:            finishAndNotify(actions, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.onTransition != nil {
 				d.onTransition(j, from)
@@ -249,6 +253,7 @@ func (d *daemon) ready() error {
 	if err := d.pool.Paused(); err != nil {
 		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.client.Token().Origin(), err))
 	}
+	why = append(why, d.readyProblems()...)
 	if len(why) > 0 {
 		return errors.New(strings.Join(why, "; "))
 	}
@@ -362,18 +367,24 @@ func (d *daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 				break more
 			}
 		}
+		if batch = d.adoptFound(ctx, batch); len(batch) == 0 {
+			continue
+		}
 		created, err := d.store.EnqueueBatch(ctx, batch)
 		if err != nil {
 			if ctx.Err() == nil {
 				// Nothing is lost: the watcher reports the files again at its
-				// next rescan, since they are not Known.
-				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried at the next rescan")
+				// next rescan (at once when the store recovers), since they
+				// are not Known.
+				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried when the store works again")
+				d.intakeFailed(ctx)
 			}
 			for _, c := range batch {
 				d.watch.Forget(c.Path)
 			}
 			continue
 		}
+		d.intakeOK()
 		n := 0
 		for i, ok := range created {
 			if ok {

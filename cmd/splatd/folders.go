@@ -44,6 +44,8 @@ func (d *daemon) afterRunners() after.Runners {
 			OnFailure:  a.OnFailure,
 			FailureDir: a.FailureDir,
 			Receipt:    a.Receipt,
+			Protocol:   receiptService(d.cfg).Protocol,
+			API:        receiptService(d.cfg).API,
 			Lookup:     d.store.Get,
 			Logger:     d.log,
 		})

@@ -68,6 +68,7 @@ func commands() []command {
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
 		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
 		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},
+		{"adopt", "[-config FILE] [-dry-run] DIR", "record files whose receipt says done as published (a new or lost state_dir): never published again", cmdAdopt},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"splats", "[-config FILE] [-limit N] [-all] [-json]", "list the account's own splats (v1 API), newest first", cmdSplats},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
@@ -262,8 +263,18 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	for _, n := range cfg.protocolNotes() {
 		fmt.Fprintln(c.stderr, "note: "+n)
 	}
+	warnings, fatal := cfg.checkEnvironment()
+	for _, w := range warnings {
+		fmt.Fprintf(c.stderr, "warning: %s\n", w)
+	}
+	for _, f := range fatal {
+		fmt.Fprintf(c.stderr, "error: %s\n", f)
+	}
 	if tokErr != nil {
 		fmt.Fprintln(c.stderr, tokErr)
+		return exitFailure
+	}
+	if len(fatal) > 0 {
 		return exitFailure
 	}
 	if !*probe {
@@ -272,18 +283,31 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	// splatd calls the API only when there is work, so /readyz cannot
 	// vouch for a token before the first file; this can.
 	client, err := newClient(cfg, token, nil, nil, cliLogger(c))
+	var up api.Upload
 	if err == nil {
 		if cfg.API.Protocol == protocolV1 {
 			_, err = client.Me(ctx)
 		} else {
-			_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+			up, err = client.SignedURL(ctx, "splatd-token-check.ply")
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, explainAPIError(err, token))
+		fmt.Fprintf(c.stderr, "probe of %s: %s%s\n", cfg.API.BaseURL, explainAPIError(err, token), probeHint(err))
 		return exitFailure
 	}
-	fmt.Fprintf(c.stdout, "# probe: %s accepts the token read from %s\n", cfg.API.BaseURL, token.Origin())
+	fmt.Fprintf(c.stdout, "# probe: %s is reachable and accepts the token read from %s\n", cfg.API.BaseURL, token.Origin())
+	if up.URL == "" {
+		// v1 signs part URLs only for an upload session, and a probe
+		// creates none: storage is first reached by a real upload.
+		fmt.Fprintln(c.stdout, "# probe: storage is reached at the first upload (api.protocol v1 signs URLs per upload session)")
+		return exitOK
+	}
+	host, err := probeStorage(ctx, cfg, up.URL)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "probe of the storage host %s: %v%s\n", host, err, probeHint(err))
+		return exitFailure
+	}
+	fmt.Fprintf(c.stdout, "# probe: the storage host %s is reachable (TLS verified); nothing was uploaded\n", host)
 	return exitOK
 }
 

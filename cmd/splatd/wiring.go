@@ -1,8 +1,11 @@
 package main
 
 import (
+	"time"
+
 	"github.com/splatd/splatd/metrics"
 	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/notify"
@@ -16,4 +19,14 @@ var (
 	_ uploader.Observer = (*metrics.Metrics)(nil)
 	_ api.Observer      = (*metrics.Metrics)(nil)
 	_ notify.Observer   = (*metrics.Metrics)(nil)
+
+	// The pool's optional hooks (uploader/stages.go), found by type
+	// assertion so that test fakes need not implement them.
+	_ interface {
+		RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error)
+	} = (*queue.Store)(nil)
+	_ interface {
+		AfterActionError(action string)
+		ConfigError(kind string, active bool)
+	} = (*metrics.Metrics)(nil)
 )

@@ -2,6 +2,12 @@
 // file (keep, delete, or move under success_dir / failure_dir, keeping the
 // relative path and carrying the sidecar) and the receipt <file>.splat.json
 // written atomically beside the file. It never calls the API.
+//
+// A receipt is also evidence (evidence.go): one saying done for a file's
+// current sha256 proves the file published, so a daemon with a new or lost
+// state directory adopts such a file as done instead of publishing it again.
+// A failed action is an *ActionError naming it (receipt, move, delete), and
+// a move never leaves a second copy behind.
 package after
 
 import (
@@ -32,6 +38,10 @@ type Options struct {
 	OnFailure  string // keep | move
 	FailureDir string
 	Receipt    bool // write <file>.splat.json
+	// Protocol ("legacy" when empty) and API (api.base_url) are recorded in
+	// receipts, so that adoption trusts only receipts of the same service.
+	Protocol string
+	API      string
 	// Lookup returns another job by id; a duplicate's receipt names the
 	// splat that its content was published as.
 	Lookup func(id uint64) (state.Job, error)
@@ -63,7 +73,6 @@ type Receipt struct {
 	SHA256      string       `json:"sha256"`
 	Title       string       `json:"title"`
 	Format      string       `json:"format"`
-	Protocol    string       `json:"protocol"` // legacy | v1
 	Splat       ReceiptSplat `json:"splat"`
 	Status      string       `json:"status"` // done | duplicate | failed | held
 	Message     string       `json:"message"`
@@ -71,6 +80,11 @@ type Receipt struct {
 	CompletedAt *time.Time   `json:"completed_at"`
 	Job         uint64       `json:"job"`
 	DuplicateOf uint64       `json:"duplicate_of,omitempty"`
+	// Protocol and API say through which protocol and to which service
+	// (api.base_url) the file was published; a receipt that names another
+	// is not evidence for this daemon (see Evidence).
+	Protocol string `json:"protocol"` // legacy | v1
+	API      string `json:"api,omitempty"`
 }
 
 // ReceiptSplat identifies the published splat; empty when none was made.
@@ -98,26 +112,60 @@ func receiptSplat(j state.Job) ReceiptSplat {
 // ReceiptPath is where the receipt of a file is written.
 func ReceiptPath(file string) string { return file + ".splat.json" }
 
+// The after-actions, as named in errors, `splatd jobs` and the
+// splatd_after_action_errors_total{action} metric.
+const (
+	ActionReceipt = "receipt"
+	ActionMove    = "move"
+	ActionDelete  = "delete"
+)
+
+// ActionError is a failed after-action: which one, and why. The pool
+// records it on the job and tries again on its own backoff.
+type ActionError struct {
+	Action string // ActionReceipt, ActionMove or ActionDelete
+	Err    error
+}
+
+func (e *ActionError) Error() string { return e.Action + ": " + e.Err.Error() }
+func (e *ActionError) Unwrap() error { return e.Err }
+
+// AfterAction names the failed action (the pool reads it through this
+// method, without importing this package).
+func (e *ActionError) AfterAction() string { return e.Action }
+
 // Finish applies the after-action of a final job and writes its receipt. It
-// returns where the file now is ("" when deleted).
+// returns where the file now is ("" when deleted). A failed move or delete
+// still writes the receipt beside the file where it stayed, so the evidence
+// that it was published exists while the action is retried; a later
+// successful move writes the receipt at the target and removes the one left
+// at the source. An error is an *ActionError.
 func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
 	file := j.Path
-	var err error
+	var actErr error
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":
-		file, err = moveUnder(j.Path, j.Root, a.o.SuccessDir)
+		var err error
+		if file, err = moveUnder(j.Path, j.Root, a.o.SuccessDir); err != nil {
+			file, actErr = j.Path, &ActionError{ActionMove, fmt.Errorf("after-action for %s: %w", j.Path, err)}
+		}
 	case j.Stage == state.Done && a.o.OnSuccess == "delete":
-		err = os.Remove(j.Path)
+		err := os.Remove(j.Path)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			err = nil
 			_ = os.Remove(sidecar.Path(j.Path))
+		} else {
+			actErr = &ActionError{ActionDelete, fmt.Errorf("after-action for %s: %w", j.Path, err)}
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
 		// moveUnder finds a file it moved before a crash at its target.
+		var err error
 		file, err = moveUnder(j.Path, j.Root, a.o.FailureDir)
-		if errors.Is(err, errFileGone) {
-			file, err = j.Path, nil
+		switch {
+		case errors.Is(err, errFileGone):
+			file = j.Path
+		case err != nil:
+			file, actErr = j.Path, &ActionError{ActionMove, fmt.Errorf("after-action for %s: %w", j.Path, err)}
 		}
 	}
 	if j.Stage == state.Failed && !fileExists(file) {
@@ -127,19 +175,23 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no receipt")
 		return file, nil
 	}
-	if err != nil {
-		return j.Path, fmt.Errorf("after-action for %s: %w", j.Path, err)
-	}
 	if file != j.Path {
 		rec.File = file
 	}
 	if a.o.Receipt {
 		// A deleted file keeps its receipt where it was: the operator's
 		// record that it was published and may be gone.
-		at := file
-		if err := WriteReceipt(ReceiptPath(at), rec); err != nil {
-			return file, fmt.Errorf("receipt for %s: %w", file, err)
+		if err := WriteReceipt(ReceiptPath(file), rec); err != nil {
+			if actErr == nil {
+				actErr = &ActionError{ActionReceipt, fmt.Errorf("receipt for %s: %w", file, err)}
+			}
+		} else if file != j.Path {
+			// Left by an earlier attempt whose move failed.
+			_ = os.Remove(ReceiptPath(j.Path))
 		}
+	}
+	if actErr != nil {
+		return file, actErr
 	}
 	return file, nil
 }
@@ -159,13 +211,14 @@ func (a *Runner) receipt(j state.Job) Receipt {
 		SHA256:      j.SHA256,
 		Title:       j.Params.Title,
 		Format:      j.Params.Format,
-		Protocol:    protocol(j),
 		Splat:       receiptSplat(j),
 		Status:      string(j.Stage),
 		PublishedAt: j.PublishedAt,
 		CompletedAt: j.CompletedAt,
 		Job:         j.ID,
 		DuplicateOf: j.DuplicateOf,
+		Protocol:    protocol(j),
+		API:         a.o.API,
 	}
 	if j.Protocol == state.ProtocolV1 {
 		// v1 has no output-format choice: the receipt names what was sent.
@@ -299,36 +352,63 @@ func freeName(p string) string {
 	}
 }
 
-// moveFile renames, or copies and removes when the target is on another
-// filesystem (EXDEV). The copy is fsynced before the source is removed, and
-// os.Link refuses to replace an existing name, so nothing is overwritten.
+// moveFile moves src to dst without ever leaving two copies or replacing
+// an existing dst. On one filesystem it links dst (os.Link refuses an
+// existing name) and removes src; across filesystems (EXDEV), or where
+// links are not allowed, it copies to a temp name in dst's folder, fsyncs,
+// links that to dst and removes the temp name, then removes src. When src
+// cannot be removed (a folder the daemon may not write, an immutable
+// file), dst is removed again: a half-done move would otherwise copy the
+// file once more at every retry and restart (ro1.ply, ro1.1.ply, …).
 func moveFile(src, dst string) error {
-	if err := os.Link(src, dst); err == nil {
-		return os.Remove(src)
-	} else if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ENOTSUP) {
+	err := os.Link(src, dst)
+	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ENOTSUP) {
 		return err
 	}
+	if err != nil {
+		if err := copyTo(src, dst); err != nil {
+			return err
+		}
+	}
+	if err := removeFile(src); err != nil {
+		if rerr := os.Remove(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return fmt.Errorf("cannot remove the source (%w) nor the copy %s (%v): remove one by hand", err, dst, rerr)
+		}
+		return fmt.Errorf("cannot remove the source, so the copy at %s was removed again: %w", dst, err)
+	}
+	return nil
+}
+
+// removeFile is os.Remove; tests replace it to make a source unremovable.
+var removeFile = os.Remove
+
+// copyTo copies src to a temp name beside dst, fsynced, and links it to
+// dst; dst never exists half-written.
+func copyTo(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(dst)
+	defer os.Remove(tmp.Name()) // after the link, or on failure
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
 		return err
 	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		os.Remove(dst)
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
 		return err
 	}
-	if err := out.Close(); err != nil {
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
 		return err
 	}
-	return os.Remove(src)
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Link(tmp.Name(), dst)
 }

@@ -822,7 +822,10 @@ func TestV1RoutesArePaced(t *testing.T) {
 		Observer: obs,
 		// The hold is observed, never slept: the channel never fires, and
 		// the test ends the wait by cancelling the call.
-		Timer: func(d time.Duration) (<-chan time.Time, func() bool) { waits <- d; return nil, func() bool { return true } },
+		Timer: func(d time.Duration) (<-chan time.Time, func() bool) {
+			waits <- d
+			return nil, func() bool { return true }
+		},
 	})
 	c, err := NewClient(ClientOptions{BaseURL: srv.URL, Token: testToken, RootCAs: testRoots(), Pacer: pacer, Observer: obs})
 	if err != nil {
@@ -1080,7 +1083,6 @@ func TestV1PutPartAbortsStall(t *testing.T) {
 		t.Fatalf("err = %v, want a scrubbed stall", err)
 	}
 }
-
 
 // TestV1SecretsNeverInErrorsOrLogs drives every v1 call against servers that
 // echo the bearer and the signed query back, and searches every error and

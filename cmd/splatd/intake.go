@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/after"
+)
+
+// intake is the daemon's state around the watcher → queue hand-over:
+// which folders' unknown receipts were already reported, and whether a
+// failed state store is being watched for its recovery.
+type intake struct {
+	mu         sync.Mutex
+	loggedDirs map[string]bool // folders whose unknown receipts were logged once
+	recovering bool            // a goroutine waits for the store to work again
+	failures   int             // intake failures since the last good enqueue: the probe's backoff
+}
+
+func newIntake() *intake { return &intake{loggedDirs: make(map[string]bool)} }
+
+// receiptService is the protocol and service this daemon publishes to, as
+// written into receipts and required of the receipts it adopts.
+func receiptService(cfg *Config) after.Service {
+	return after.Service{Protocol: cfg.API.Protocol, API: cfg.API.BaseURL}
+}
+
+// adoptFound records the candidates whose receipt proves them published
+// (after.Check: done for the same sha256, protocol and service) as adopted
+// done jobs, and returns the others, to be queued. Only files with a
+// receipt are hashed. A folder holding receipts the state did not know is
+// logged once, with a count: a new or lost state directory on published
+// files, which before issue 15 published them all again.
+func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queue.Candidate {
+	svc := receiptService(d.cfg)
+	rest := batch[:0]
+	var adopt []queue.Adoption
+	for _, c := range batch {
+		ev, err := after.Check(ctx, c.Path, svc)
+		switch {
+		case errors.Is(err, after.ErrNoReceipt):
+			rest = append(rest, c)
+		case err != nil:
+			d.log.Warn().Str("path", c.Path).Err(err).Msg("cannot weigh the file's receipt; it is queued as usual")
+			rest = append(rest, c)
+		case !ev.Done:
+			d.log.Info().Str("path", c.Path).Str("receipt_status", ev.Receipt.Status).Str("why", ev.Why).
+				Msg("the receipt beside the file is not evidence that it is published; it is queued as usual")
+			rest = append(rest, c)
+		default:
+			adopt = append(adopt, adoptionOf(ev, c.Root))
+		}
+	}
+	if len(adopt) == 0 {
+		return rest
+	}
+	jobs, err := d.store.AdoptBatch(ctx, adopt)
+	if err != nil {
+		// Queuing them instead would publish them again: the watcher hands
+		// them over again at its next rescan.
+		if ctx.Err() == nil {
+			d.log.Error().Err(err).Int("files", len(adopt)).Msg("cannot record files proven published by their receipts; tried again at the next rescan")
+			d.intakeFailed(ctx)
+		}
+		for _, a := range adopt {
+			d.watch.Forget(a.Path)
+		}
+		return rest
+	}
+	byDir := map[string]int{}
+	for _, j := range jobs {
+		if j.ID != 0 {
+			byDir[filepath.Dir(j.Path)]++
+			d.log.Debug().Uint64("job", j.ID).Str("path", j.Path).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
+		}
+	}
+	d.logReceiptDirs(byDir)
+	return rest
+}
+
+// logReceiptDirs logs, once per folder, that it holds receipts the state
+// did not know.
+func (d *daemon) logReceiptDirs(byDir map[string]int) {
+	d.intake.mu.Lock()
+	defer d.intake.mu.Unlock()
+	for dir, n := range byDir {
+		if d.intake.loggedDirs[dir] {
+			continue
+		}
+		d.intake.loggedDirs[dir] = true
+		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
+			Msg("folder holds receipts this state directory did not know (a new or lost state_dir?): files whose receipt says done for their content are adopted as done, not published again")
+	}
+}
+
+func countReceipts(dir string) int {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".splat.json") && !e.IsDir() {
+			n++
+		}
+	}
+	return n
+}
+
+func adoptionOf(ev after.Evidence, root string) queue.Adoption {
+	r := ev.Receipt
+	return queue.Adoption{
+		Path: ev.File, Root: root, Size: ev.Size, ModTime: ev.ModTime, SHA256: ev.SHA256,
+		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: r.Splat.URL, Title: r.Title, Format: r.Format,
+		PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt, Receipt: after.ReceiptPath(ev.File),
+	}
+}
+
+// intakeFailed notes that the store refused found files (a full disk):
+// they were forgotten by the watcher, and once the store works again a
+// full rescan hands them over at once instead of at the next periodic
+// rescan. The pool reports its own recovery (storeRecovered); this covers
+// an idle pool, whose store is only written to by the intake.
+func (d *daemon) intakeFailed(ctx context.Context) {
+	d.intake.mu.Lock()
+	if d.intake.recovering {
+		d.intake.mu.Unlock()
+		return
+	}
+	d.intake.recovering = true
+	d.intake.failures++
+	first := d.intake.failures
+	d.intake.mu.Unlock()
+	go func() {
+		// A small write may succeed on a disk that is still full; the
+		// backoff then keeps growing across such false recoveries.
+		b := state.Backoff{Base: time.Second, Cap: 30 * time.Second, Jitter: state.EqualJitter}
+		for n := first; ; n++ {
+			t := time.NewTimer(b.Delay(n))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if err := d.store.Ping(); err == nil {
+				d.storeRecovered()
+				return
+			}
+		}
+	}()
+}
+
+// intakeOK resets the recovery probe's backoff after a good enqueue.
+func (d *daemon) intakeOK() {
+	d.intake.mu.Lock()
+	d.intake.failures = 0
+	d.intake.mu.Unlock()
+}
+
+// storeRecovered rescans the watch folders at once: files found while the
+// store failed were forgotten and wait for a rescan.
+func (d *daemon) storeRecovered() {
+	d.intake.mu.Lock()
+	d.intake.recovering = false
+	d.intake.mu.Unlock()
+	if d.watch != nil {
+		d.log.Info().Msg("the state store works again: rescanning the watch folders now")
+		d.watch.Rescan()
+	}
+}
+
+// readyProblems adds to /readyz's reasons the configuration error that
+// pauses the pool (not ready: nothing is published until it clears).
+func (d *daemon) readyProblems() []string {
+	if err, kind, since := d.pool.ConfigError(); err != nil {
+		return []string{fmt.Sprintf("configuration error (%s) since %s: %v; all work is paused and tried again with backoff",
+			kind, since.Format(time.RFC3339), err)}
+	}
+	return nil
+}
+
+// degraded is /readyz's "degraded:" line (200): after-actions failing.
+// Publishing goes on, so the daemon stays ready; the line, the
+// splatd_after_action_errors_total metric and its alert tell the operator.
+func (d *daemon) degraded() error { return d.pool.AfterErrors() }
+
+// incompleteTimeout maps incomplete_timeout (0: wait for ever) to the
+// pool's option (negative: never).
+func incompleteTimeout(cfg *Config) time.Duration {
+	if cfg.IncompleteTimeout == 0 {
+		return -1
+	}
+	return cfg.IncompleteTimeout.D()
+}

@@ -1,0 +1,163 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/splatd/splatd/state"
+)
+
+// Adoption is a file whose receipt proves it published (after.Check): it
+// is recorded as a done job instead of being queued, so a new or lost state
+// directory never publishes it again.
+type Adoption struct {
+	Path    string
+	Root    string
+	Size    int64
+	ModTime time.Time
+	SHA256  string
+
+	SplatID, SplatHash, URL string
+	Title, Format           string
+	PublishedAt             *time.Time
+	CompletedAt             *time.Time
+	// Receipt is the receipt's path, named in the job's message.
+	Receipt string
+}
+
+// AdoptBatch records each adoption as a done job (Adopted, Finalized: the
+// after-action already ran when the receipt was written) in one
+// transaction, unless the state already knows the path with this size and
+// mtime or holds an unpublished job for it. The adopted job owns its
+// content in the sha256 index when no live job does, so a copy of the file
+// elsewhere is a duplicate, not a publish. It returns, per adoption, the
+// job created (ID 0: none).
+func (s *Store) AdoptBatch(ctx context.Context, as []Adoption) ([]state.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]state.Job, len(as))
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		now := s.o.Now()
+		for i, a := range as {
+			j, err := s.adopt(tx, a, now)
+			if err != nil {
+				return err
+			}
+			out[i] = j
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error) {
+	if a.Path == "" || a.SHA256 == "" {
+		return state.Job{}, errors.New("adopt: empty path or sha256")
+	}
+	paths := tx.Bucket(bucketPaths)
+	var pe pathEntry
+	found, err := getJSON(paths, []byte(a.Path), &pe)
+	if err != nil {
+		return state.Job{}, err
+	}
+	if found {
+		if pe.Size == a.Size && pe.MTime == a.ModTime.UnixNano() {
+			return state.Job{}, nil // known as it is
+		}
+		old, err := getJob(tx, pe.Job)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return state.Job{}, err
+		}
+		if err == nil && !old.Stage.Final() {
+			return state.Job{}, nil // its worker is at it
+		}
+	}
+	id, err := tx.Bucket(bucketJobs).NextSequence()
+	if err != nil {
+		return state.Job{}, err
+	}
+	completed := cmp.Or(a.CompletedAt, &now)
+	j := state.Job{
+		ID: id, Path: a.Path, Root: a.Root, Size: a.Size, ModTime: a.ModTime, SHA256: a.SHA256,
+		Stage: state.Done, NextAttempt: now, CreatedAt: now, UpdatedAt: now, StageSince: now,
+		Params:  state.PublishParams{Title: a.Title, Format: a.Format},
+		SplatID: a.SplatID, SplatHash: a.SplatHash, ViewerURL: a.URL,
+		TaskStatus: "adopted", TaskMessage: fmt.Sprintf("adopted from its receipt %s: published before, not published again", a.Receipt),
+		PublishedAt: a.PublishedAt, CompletedAt: completed,
+		Adopted: true, Finalized: true,
+	}
+	if err := putJob(tx, j); err != nil {
+		return state.Job{}, err
+	}
+	if err := index(tx, j, true); err != nil {
+		return state.Job{}, err
+	}
+	if err := putJSON(paths, []byte(a.Path), pathEntry{V: 1, Job: id, Size: a.Size, MTime: a.ModTime.UnixNano()}); err != nil {
+		return state.Job{}, err
+	}
+	shas := tx.Bucket(bucketSHA)
+	var he hashEntry
+	ok, err := getJSON(shas, []byte(a.SHA256), &he)
+	if err != nil {
+		return state.Job{}, err
+	}
+	take := !ok
+	if ok && !he.Pruned {
+		owner, err := getJob(tx, he.Job)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			take = true
+		case err != nil:
+			return state.Job{}, err
+		default:
+			take = owner.Stage == state.Failed || owner.SHA256 != a.SHA256
+		}
+	}
+	if take {
+		if err := putJSON(shas, []byte(a.SHA256), hashEntry{V: 1, Job: id}); err != nil {
+			return state.Job{}, err
+		}
+	}
+	return j, nil
+}
+
+// RecordAfterError records that final job id's after-action failed: which
+// action, why, and when the pool tries it again. The job stays
+// unfinalized; MarkFinalized clears the record once the action succeeds.
+func (s *Store) RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error) {
+	var out state.Job
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		j, err := getJob(tx, id)
+		if err != nil {
+			return err
+		}
+		if !j.Stage.Final() || j.Finalized {
+			return fmt.Errorf("job %d is %s (finalized %v): no after-action pending", id, j.Stage, j.Finalized)
+		}
+		j.AfterAction, j.AfterError, j.AfterRetry = action, msg, retry
+		j.AfterAttempts++
+		out = j
+		return putJob(tx, j)
+	})
+	return out, err
+}
+
+// keyPing is the meta key Ping writes.
+var keyPing = []byte("ping")
+
+// Ping writes one small record and fsyncs it: whether the store can commit
+// again (the daemon's intake probes a full disk with it).
+func (s *Store) Ping() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyPing, u64(uint64(s.o.Now().UnixNano())))
+	})
+}

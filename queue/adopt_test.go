@@ -1,0 +1,91 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/state"
+)
+
+// TestAdoptBatch: an adopted file is a done, finalized job that is Known
+// (the watcher skips it), owns its content (a copy elsewhere is a
+// duplicate), is never runnable, and is adopted only once.
+func TestAdoptBatch(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	s := open(t, t.TempDir(), Options{Now: clk.Now})
+	ctx := context.Background()
+	a := Adoption{Path: "/in/a.ply", Root: "/in", Size: 10, ModTime: time.Unix(100, 0), SHA256: "aaa",
+		SplatID: "7", URL: "https://v/7", Title: "a", Format: "sog", Receipt: "/in/a.ply.splat.json"}
+	jobs, err := s.AdoptBatch(ctx, []Adoption{a, {Path: "/in/b.ply", Size: 3, ModTime: time.Unix(100, 0), SHA256: "bbb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := jobs[0]
+	if j.ID == 0 || j.Stage != state.Done || !j.Adopted || !j.Finalized || j.SplatID != "7" || j.SHA256 != "aaa" || j.CompletedAt == nil {
+		t.Fatalf("adopted job = %+v", j)
+	}
+	if !s.Known(a.Path, a.Size, a.ModTime) {
+		t.Error("an adopted file is not Known: the watcher would hand it over again")
+	}
+	if _, ok, _ := s.Claim(clk.Now().Add(time.Hour)); ok {
+		t.Error("an adopted job is runnable")
+	}
+	if again, err := s.AdoptBatch(ctx, []Adoption{a}); err != nil || again[0].ID != 0 {
+		t.Errorf("adopting the same file again: %+v, %v", again, err)
+	}
+	if fin, err := s.Unfinalized(); err != nil || len(fin) != 0 {
+		t.Errorf("adopted jobs wait for after-actions: %v, %v", fin, err)
+	}
+	// A copy of the same content in another folder is a duplicate.
+	mustEnqueue(t, s, cand("/other/copy.ply", 10, 200), true)
+	c, ok, err := s.Claim(clk.Now())
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	got := advance(t, s, c, state.Ready, clk.Now(), func(j *state.Job) { j.SHA256 = "aaa" })
+	if got.Stage != state.Done || got.DuplicateOf != j.ID {
+		t.Errorf("a copy of adopted content: %s, duplicate of %d (want done, %d)", got.Stage, got.DuplicateOf, j.ID)
+	}
+}
+
+// TestAdoptLeavesJobsInFlight: a path whose job is still being worked on is
+// not adopted from under its worker.
+func TestAdoptLeavesJobsInFlight(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), Options{})
+	mustEnqueue(t, s, cand("/in/a.ply", 10, 100), true)
+	jobs, err := s.AdoptBatch(context.Background(), []Adoption{{Path: "/in/a.ply", Size: 10, ModTime: time.Unix(200, 0), SHA256: "aaa"}})
+	if err != nil || jobs[0].ID != 0 {
+		t.Errorf("adopted over a queued job: %+v, %v", jobs, err)
+	}
+}
+
+// TestRecordAfterError: the after-action stage is recorded on the job and
+// cleared by MarkFinalized and by an operator's retry.
+func TestRecordAfterError(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	s := open(t, t.TempDir(), Options{Now: clk.Now})
+	mustEnqueue(t, s, cand("/in/a.ply", 10, 100), true)
+	j, _, _ := s.Claim(clk.Now())
+	if _, err := s.RecordAfterError(j.ID, "move", "x", clk.Now()); err == nil {
+		t.Error("recorded an after-action error on a queued job")
+	}
+	j = advance(t, s, j, state.Failed, clk.Now(), func(j *state.Job) { j.FailReason = "bad" })
+	retry := clk.Now().Add(time.Minute)
+	got, err := s.RecordAfterError(j.ID, "move", "permission denied", retry)
+	if err != nil || got.AfterAction != "move" || got.AfterError != "permission denied" || got.AfterAttempts != 1 || !got.AfterRetry.Equal(retry) {
+		t.Fatalf("RecordAfterError = %+v, %v", got, err)
+	}
+	if got, _ = s.RecordAfterError(j.ID, "move", "permission denied", retry); got.AfterAttempts != 2 {
+		t.Errorf("attempts = %d, want 2", got.AfterAttempts)
+	}
+	if err := s.MarkFinalized(j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(j.ID); got.AfterError != "" || got.AfterAttempts != 0 || !got.Finalized {
+		t.Errorf("after MarkFinalized: %+v", got)
+	}
+}

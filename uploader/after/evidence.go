@@ -1,0 +1,142 @@
+package after
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+)
+
+// Receipts are evidence. A receipt is written only once its job is final,
+// and one saying "done" only after the publish is known done (processing
+// finished, the splat's id stored): so a file whose receipt says done for
+// the file's current content was published, whoever's state directory
+// recorded it. Adoption trusts the receipt's sha256: an edited receipt, or
+// one copied beside other content with its sha256 changed to match, is
+// believed. That is the cost of not republishing after a lost state
+// directory; README "Receipts are evidence" says so.
+
+// Service is the protocol and service that receipts must name (when they
+// name one) to count as evidence for this daemon.
+type Service struct {
+	Protocol string // "legacy" when empty
+	API      string // api.base_url
+}
+
+// Evidence is the verdict on one file's receipt.
+type Evidence struct {
+	File    string
+	Receipt Receipt
+	// Done is true when the receipt proves the file's current content
+	// published; then SHA256, Size and ModTime describe the file as hashed.
+	Done    bool
+	SHA256  string
+	Size    int64
+	ModTime time.Time
+	// Why says why a receipt that exists is not evidence ("" when Done).
+	Why string
+}
+
+// ErrNoReceipt: the file has no receipt.
+var ErrNoReceipt = errors.New("no receipt")
+
+// ReadReceipt reads and decodes the receipt of file.
+func ReadReceipt(file string) (Receipt, error) {
+	b, err := os.ReadFile(ReceiptPath(file))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Receipt{}, ErrNoReceipt
+	}
+	if err != nil {
+		return Receipt{}, err
+	}
+	var r Receipt
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Receipt{}, fmt.Errorf("%s: not a receipt: %w", ReceiptPath(file), err)
+	}
+	return r, nil
+}
+
+// Check weighs file's receipt: it is evidence when it says done (or
+// duplicate: the same content was published as done) for the file's
+// current sha256 and size, and names this service's protocol and API when
+// it names them at all. Only a file that has such a receipt is hashed. It
+// returns ErrNoReceipt when there is none; other errors are I/O errors.
+func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
+	ev := Evidence{File: file}
+	r, err := ReadReceipt(file)
+	if err != nil {
+		return ev, err
+	}
+	ev.Receipt = r
+	if svc.Protocol == "" {
+		svc.Protocol = "legacy"
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return ev, err
+	}
+	switch {
+	case r.Status != "done" && r.Status != "duplicate":
+		ev.Why = fmt.Sprintf("the receipt says %q, not done", r.Status)
+	case r.SHA256 == "":
+		ev.Why = "the receipt has no sha256"
+	case r.Protocol != "" && r.Protocol != svc.Protocol:
+		ev.Why = fmt.Sprintf("published through protocol %s, this daemon uses %s", r.Protocol, svc.Protocol)
+	case r.API != "" && svc.API != "" && r.API != svc.API:
+		ev.Why = fmt.Sprintf("published to %s, this daemon publishes to %s", r.API, svc.API)
+	case !fi.Mode().IsRegular():
+		ev.Why = "not a regular file"
+	case fi.Size() != r.Size:
+		ev.Why = fmt.Sprintf("the file has changed since (size %d, the receipt says %d)", fi.Size(), r.Size)
+	}
+	if ev.Why != "" {
+		return ev, nil
+	}
+	sum, err := hashFile(ctx, file)
+	if err != nil {
+		return ev, err
+	}
+	fi2, err := os.Stat(file)
+	if err != nil {
+		return ev, err
+	}
+	if fi2.Size() != fi.Size() || !fi2.ModTime().Equal(fi.ModTime()) {
+		ev.Why = "the file changed while it was hashed"
+		return ev, nil
+	}
+	if sum != r.SHA256 {
+		ev.Why = "the file has changed since (its sha256 differs from the receipt's)"
+		return ev, nil
+	}
+	ev.Done, ev.SHA256, ev.Size, ev.ModTime = true, sum, fi.Size(), fi.ModTime()
+	return ev, nil
+}
+
+func hashFile(ctx context.Context, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		n, err := f.Read(buf)
+		h.Write(buf[:n])
+		if err == io.EOF {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+}
