@@ -413,7 +413,7 @@ func (p *Pool) storeTrouble(ctx context.Context, err error, n *int) bool {
 	p.storeErr = err
 	p.storeMu.Unlock()
 	d := p.o.StoreBackoff.Delay(*n)
-	p.log.Error().Err(err).Dur("retry_in", d).Msg("job store failed; work continues when it recovers")
+	p.log.Error().Err(err).Float64("retry_in_s", d.Seconds()).Msg("job store failed; work continues when it recovers")
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -605,7 +605,7 @@ func (p *Pool) logTransition(j state.Job, from state.Stage, since time.Time) {
 		ev = p.log.Warn()
 	}
 	ev = ev.Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("from", string(from)).
-		Dur("took", p.o.Now().Sub(since))
+		Float64("took_s", p.o.Now().Sub(since).Seconds())
 	switch j.Stage {
 	case state.Processing, state.Done:
 		ev = ev.Str("splat", j.SplatID).Str("url", j.ViewerURL)

@@ -96,7 +96,8 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	}
 	defer logFile.Close()
 
-	d, err := openDaemon(&cfg, c.getenv, newLogger(cfg.Log, logFile))
+	dlog, _ := newLogger(cfg.Log, logFile, false)
+	d, err := openDaemon(&cfg, c.getenv, dlog)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "demo: %v\n", err)
 		return exitFailure

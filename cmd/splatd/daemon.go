@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,6 +45,10 @@ type daemon struct {
 	admin   *adminServer
 	notify  *notifier
 
+	// logOut is the writer under log (nil when the caller made its own
+	// logger, as the demo does): a reload changes its level.
+	logOut *logOutput
+
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
 }
@@ -65,33 +68,21 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage
 	}
-	log := newLogger(cfg.Log, c.stderr)
+	log, logOut := newLogger(cfg.Log, c.stderr, onJournal(c.getenv, c.stderr))
 	d, err := openDaemon(cfg, c.getenv, log)
 	if err != nil {
+		// Once, as a log line: on a terminal it reads as one, under
+		// systemd it is filed with priority "error".
 		log.Error().Err(err).Msg("cannot start")
-		fmt.Fprintf(c.stderr, "splatd: %v\n", err)
 		return exitFailure
 	}
+	d.logOut = logOut
 	defer d.close()
 	if err := d.run(ctx); err != nil {
 		log.Error().Err(err).Msg("stopped with an error")
 		return exitFailure
 	}
 	return exitOK
-}
-
-// newLogger writes JSON (journald, collectors) or console lines to w;
-// "auto" is console on a terminal and JSON anywhere else (systemd, pipes,
-// containers).
-func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
-	level, err := zerolog.ParseLevel(lc.Level)
-	if err != nil {
-		level = zerolog.InfoLevel
-	}
-	if lc.Format == "console" || (lc.Format == "auto" && isTerminal(w)) {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
 
 // openDaemon builds every component; nothing runs until run. The state
@@ -203,6 +194,15 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 	})
 }
 
+// watchPaths lists the watched folders, for the start line and reloads.
+func watchPaths(cfg *Config) []string {
+	paths := make([]string, len(cfg.Watch))
+	for i, w := range cfg.Watch {
+		paths[i] = w.Path
+	}
+	return paths
+}
+
 // closeAll releases what openDaemon opened: the listeners (when run never
 // started them) and the state.
 func (d *daemon) closeAll() {
@@ -289,8 +289,9 @@ func (d *daemon) run(ctx context.Context) error {
 	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
 
-	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
-		Str("api", d.cfg.API.BaseURL).Str("token_from", d.client.Token().Origin()).Msg("splatd started")
+	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
+		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
+		Str("token_from", d.client.Token().Origin()).Msg("splatd started")
 	for _, n := range d.cfg.protocolNotes() {
 		d.log.Warn().Msg(n)
 	}

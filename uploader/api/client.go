@@ -270,7 +270,7 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	d := c.now().Sub(start)
 	c.obs.APIRequest(route, resp.StatusCode, d)
-	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Dur("took", d).Msg("API request")
+	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Float64("took_s", d.Seconds()).Msg("API request")
 	return resp.StatusCode, resp.Header, err
 }
 
@@ -541,7 +541,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	if err != nil {
 		return nil, err
 	}
-	c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
+	c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Int64("bytes", size).Float64("took_s", d.Seconds()).Msg("storage PUT done")
 	return resp.Header, nil
 }
 
