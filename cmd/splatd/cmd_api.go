@@ -50,7 +50,9 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 	return &apiEnv{cfg: cfg, client: client}, exitOK
 }
 
-// newClient builds the API client for cfg with token.
+// newClient builds the API client for cfg with token. Its storage PUTs
+// share one bandwidth limiter built from upload.bandwidth: one per daemon
+// (the daemon has one client) and per `splatd publish`.
 func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
@@ -64,6 +66,7 @@ func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logg
 		UserAgent:   "splatd/" + buildVersion(),
 		Observer:    obs,
 		Logger:      log,
+		Limiter:     api.NewLimiter(cfg.bandwidth(), api.LimiterOptions{}),
 	})
 }
 
