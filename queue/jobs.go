@@ -177,7 +177,7 @@ type Stats struct {
 	// Jobs is the number of job records (pruned jobs excluded).
 	Jobs int
 	// OldestUnfinished is the creation time of the oldest job that is not
-	// done or failed (held jobs count: they wait for an operator); zero if
+	// done, failed or canceled (held jobs count: they wait for an operator); zero if
 	// there is none. OldestAge is its age.
 	OldestUnfinished time.Time
 	OldestAge        time.Duration
@@ -197,7 +197,7 @@ func (s *Store) Stats() (Stats, error) {
 			n := count(tx, stageCountKey(stg))
 			st.Stages[stg] = n
 			st.Jobs += n
-			if stg == state.Done || stg == state.Failed || n == 0 {
+			if stg.Finished() || n == 0 {
 				continue
 			}
 			// Ids grow with enqueue time, so the first id of each stage is
@@ -297,7 +297,7 @@ func (s *Store) Resolve(id uint64, splatID string) (state.Job, error) {
 func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error) {
 	old := j
 	switch j.Stage {
-	case state.Failed:
+	case state.Failed, state.Canceled:
 		// Start again from the file: whatever was uploaded or published
 		// for it is not trusted, the content may have changed.
 		if err := j.Move(state.Queued, now); err != nil {
@@ -314,7 +314,7 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		j.Uncertain = false
 		j.TaskMessage = ""
 	default:
-		return j, fmt.Errorf("job %d is %s: only failed and held jobs can be retried", j.ID, j.Stage)
+		return j, fmt.Errorf("job %d is %s: only failed, held and canceled jobs can be retried", j.ID, j.Stage)
 	}
 	j.FailReason, j.LastError, j.LastStatus = "", "", 0
 	j.Finalized = false
@@ -357,7 +357,7 @@ func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
 func (s *Store) Unfinalized() ([]state.Job, error) {
 	var out []state.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held} {
+		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held, state.Canceled} {
 			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				j, err := getJob(tx, binary.BigEndian.Uint64(k))

@@ -470,6 +470,13 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 		if errors.Is(err, errDrained) {
 			return nil
 		}
+		if errors.Is(err, state.ErrStale) {
+			// An operator changed the job meanwhile (splatd cancel): the
+			// step's outcome is dropped at this boundary and the job stays
+			// as the operator left it.
+			p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Msg("job changed by an operator; its step's outcome is dropped")
+			return nil
+		}
 		if err != nil {
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				return ctx.Err()
