@@ -314,7 +314,7 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		j.Uncertain = false
 		j.TaskMessage = ""
 	default:
-		return j, fmt.Errorf("job %d is %s: only failed, held and canceled jobs can be retried", j.ID, j.Stage)
+		return j, fmt.Errorf("job %d is %s: only failed and held jobs, or canceled ones, can be retried", j.ID, j.Stage)
 	}
 	j.FailReason, j.LastError, j.LastStatus = "", "", 0
 	j.Finalized = false

@@ -139,6 +139,14 @@ type Pool struct {
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
+
+	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+}
+
+// publishDefaults are the publish settings a reload may change.
+type publishDefaults struct {
+	params      state.PublishParams
+	onUncertain string
 }
 
 // NewPool checks o and builds a pool; Run starts it.
@@ -204,7 +212,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Pool{
+	p := &Pool{
 		o:           o,
 		policy:      state.Policy{Backoff: o.Backoff, Settle: o.Settle},
 		log:         o.Logger.With().Str("component", "worker").Logger(),
@@ -213,7 +221,24 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
-	}, nil
+	}
+	p.publish.Store(&publishDefaults{params: o.Publish, onUncertain: o.OnUncertain})
+	return p, nil
+}
+
+// SetPublish replaces the configured publish parameters and the uncertain
+// outcome rule, for a config reload. Jobs that become ready from now on use
+// them; a job already ready keeps the parameters it resolved then.
+func (p *Pool) SetPublish(params state.PublishParams, onUncertain string) error {
+	switch onUncertain {
+	case "":
+		onUncertain = UncertainRepublish
+	case UncertainRepublish, UncertainHold:
+	default:
+		return fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, onUncertain)
+	}
+	p.publish.Store(&publishDefaults{params: params, onUncertain: onUncertain})
+	return nil
 }
 
 // errWorkerCrash stops the pool from a test hook, like a process death.

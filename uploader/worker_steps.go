@@ -157,7 +157,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
-	params, err := sidecar.Resolve(p.o.Publish, j.Path, j.Root, j.ModTime)
+	params, err := sidecar.Resolve(p.publish.Load().params, j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
@@ -283,7 +283,7 @@ func (p *Pool) resign(j state.Job, at time.Time, why string) (state.Job, error) 
 func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
 	if j.Uncertain {
-		if p.o.OnUncertain == UncertainHold {
+		if p.publish.Load().onUncertain == UncertainHold {
 			if err := j.Move(state.Held, now); err != nil {
 				return j, err
 			}

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +49,17 @@ type daemon struct {
 	admin   *adminServer
 	notify  *notifier
 
+	// actions are the after-actions and receipts; a reload replaces them.
+	actions atomic.Pointer[after.Runner]
+	// cfgPath is the file cfg came from, read again by a reload; live is
+	// the config in force (cfg as started, with what reloads applied), and
+	// reloadMu makes reloads (SIGHUP, splatd reload) one at a time.
+	cfgPath  string
+	live     atomic.Pointer[Config]
+	reloadMu sync.Mutex
+	// hup delivers SIGHUP (nil: no signal reloads, as in the demo).
+	hup <-chan os.Signal
+
 	// logOut is the writer under log (nil when the caller made its own
 	// logger, as the demo does): a reload changes its level.
 	logOut *logOutput
@@ -77,6 +92,13 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	d.logOut = logOut
+	d.cfgPath = *cfgPath
+	// SIGHUP reloads the config: without this, it would end the process
+	// (and systemd counts a death by SIGHUP as clean: no restart).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	d.hup = hup
 	defer d.close()
 	if err := d.run(ctx); err != nil {
 		log.Error().Err(err).Msg("stopped with an error")
@@ -90,6 +112,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 // fails later closes what was opened before it.
 func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
 	d = &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv}
+	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
 	if err != nil {
@@ -134,15 +157,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 // newPool builds the worker pool with its after-actions.
 func (d *daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
-	actions := after.New(after.Options{
-		OnSuccess:  cfg.After.OnSuccess,
-		SuccessDir: cfg.After.SuccessDir,
-		OnFailure:  cfg.After.OnFailure,
-		FailureDir: cfg.After.FailureDir,
-		Receipt:    cfg.After.Receipt,
-		Lookup:     d.store.Get,
-		Logger:     d.log,
-	})
+	d.actions.Store(d.newActions(cfg))
 	return uploader.NewPool(uploader.PoolOptions{
 		Store:       d.store,
 		Client:      d.client,
@@ -157,7 +172,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
 		Grace:  shutdownGrace,
 		Finish: func(ctx context.Context, j state.Job) error {
-			_, err := actions.Finish(ctx, j)
+			_, err := d.actions.Load().Finish(ctx, j)
 			return err
 		},
 		OnTransition: func(j state.Job, from state.Stage) {
@@ -170,9 +185,21 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 	})
 }
 
-// newWatcher builds the watcher over the configured roots.
-func (d *daemon) newWatcher() (*watcher.Watcher, error) {
-	cfg := d.cfg
+// newActions builds the after-actions of cfg.
+func (d *daemon) newActions(cfg *Config) *after.Runner {
+	return after.New(after.Options{
+		OnSuccess:  cfg.After.OnSuccess,
+		SuccessDir: cfg.After.SuccessDir,
+		OnFailure:  cfg.After.OnFailure,
+		FailureDir: cfg.After.FailureDir,
+		Receipt:    cfg.After.Receipt,
+		Lookup:     d.store.Get,
+		Logger:     d.log,
+	})
+}
+
+// watchRoots turns the watch entries of cfg into the watcher's roots.
+func watchRoots(cfg *Config) []watcher.Root {
 	roots := make([]watcher.Root, len(cfg.Watch))
 	for i, w := range cfg.Watch {
 		roots[i] = watcher.Root{
@@ -180,6 +207,13 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
 		}
 	}
+	return roots
+}
+
+// newWatcher builds the watcher over the configured roots.
+func (d *daemon) newWatcher() (*watcher.Watcher, error) {
+	cfg := d.cfg
+	roots := watchRoots(cfg)
 	rescan := cfg.RescanInterval.D()
 	if rescan == 0 {
 		rescan = -1 // the watcher's "off"
@@ -270,6 +304,7 @@ func (d *daemon) run(ctx context.Context) error {
 		tier(&listeners, "metrics", func() error { return d.metrics.Run(serve) })
 	}
 	tier(&listeners, "admin socket", func() error { return d.admin.run(serve) })
+	tier(&listeners, "reload", func() error { d.reloadOnHUP(serve); return nil })
 
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
