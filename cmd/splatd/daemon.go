@@ -71,6 +71,7 @@ type daemon struct {
 func cmdRun(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "run")
 	cfgPath := configFlag(c, fs)
+	dry := fs.Bool("dry-run", false, "watch, check and hash, and log what would be published (path, size, sha256, title); no API call, no state written; a summary on exit")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -84,6 +85,9 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 		return exitUsage
 	}
 	log, logOut := newLogger(cfg.Log, c.stderr, onJournal(c.getenv, c.stderr))
+	if *dry {
+		return dryRun(ctx, c, cfg, log)
+	}
 	d, err := openDaemon(cfg, c.getenv, log)
 	if err != nil {
 		// Once, as a log line: on a terminal it reads as one, under

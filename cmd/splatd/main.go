@@ -58,7 +58,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"run", "[-config FILE]", "run the daemon: watch folders and publish every finished file once", cmdRun},
+		{"run", "[-config FILE] [-dry-run]", "run the daemon: watch folders and publish every finished file once", cmdRun},
 		{"demo", "[-keep] [-dir DIR]", "simulator + daemon + sample files in a temporary folder", cmdDemo},
 		{"sim", "[-listen ADDR] [-dir DIR]", "run the API simulator alone; prints its base URL, CA file and token", cmdSim},
 		{"publish", "[-config FILE] FILE...", "publish files once, in the foreground, with progress", cmdPublish},

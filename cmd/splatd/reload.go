@@ -252,4 +252,3 @@ func printReload(c *cli, res reloadResult) int {
 func (d *daemon) adminReload(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, d.reload())
 }
-
