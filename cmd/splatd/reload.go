@@ -89,16 +89,28 @@ func (d *daemon) reload() reloadResult {
 		}
 		return false
 	}
+	// notApplied takes the keys under prefix back out of Applied: a
+	// component refused them (validation should have caught it first).
+	notApplied := func(prefix string, err error) {
+		res.Errors = append(res.Errors, prefix+": "+err.Error())
+		kept := res.Applied[:0]
+		for _, k := range res.Applied {
+			if k != prefix && !strings.HasPrefix(k, prefix+".") {
+				kept = append(kept, k)
+			}
+		}
+		res.Applied = kept
+	}
 	if changed("watch") {
 		if err := d.watch.SetRoots(watchRoots(nw)); err != nil {
-			res.Errors = append(res.Errors, "watch: "+err.Error())
+			notApplied("watch", err)
 		} else {
 			eff.Watch = nw.Watch
 		}
 	}
 	if changed("publish") {
 		if err := d.pool.SetPublish(nw.Publish.Params(), nw.Publish.OnUncertain); err != nil {
-			res.Errors = append(res.Errors, "publish: "+err.Error())
+			notApplied("publish", err)
 		} else {
 			eff.Publish = nw.Publish
 		}
