@@ -28,7 +28,7 @@ const namespace = "splatd"
 // missing series never fires.
 var (
 	// Results lists the terminal outcomes passed to JobFinished.
-	Results = []string{"done", "failed", "duplicate", "held"}
+	Results = []string{"done", "failed", "duplicate", "held", "canceled"}
 	// WatchErrorKinds lists the kinds the watcher reports through WatchError
 	// (see watcher.Observer). Other kinds are still counted; these are the
 	// ones that exist at zero.
@@ -116,7 +116,7 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 		}, []string{"stage"}),
 		jobsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "jobs_finished_total",
-			Help: "Jobs that reached a terminal stage, by result (done, failed, duplicate, held).",
+			Help: "Jobs that reached a terminal stage, by result (done, failed, duplicate, held, canceled).",
 		}, []string{"result"}),
 		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "upload_bytes_total",

@@ -105,7 +105,7 @@ func (s *Store) Commit(j state.Job, from state.Stage) (state.Job, error) {
 		if err := s.write(tx, stored, j); err != nil {
 			return err
 		}
-		finished = (j.Stage == state.Done || j.Stage == state.Failed) && j.Stage != from
+		finished = j.Stage.Finished() && j.Stage != from
 		return nil
 	})
 	if err != nil {
@@ -149,8 +149,9 @@ func (s *Store) dedupe(tx *bolt.Tx, j state.Job, from state.Stage, now time.Time
 			// A dangling entry (pruned failed owner): take it over.
 		case err != nil:
 			return j, err
-		case owner.SHA256 != j.SHA256 || owner.Stage == state.Failed:
-			// The owner was re-hashed to other content or gave up.
+		case owner.SHA256 != j.SHA256 || owner.Stage == state.Failed || owner.Stage == state.Canceled:
+			// The owner was re-hashed to other content, gave up or was
+			// canceled: nothing of it is published.
 		case owner.Stage == state.Done:
 			return duplicate(j, owner, now), nil
 		default:
@@ -188,10 +189,10 @@ func (s *Store) Prune() (int, error) {
 	var n int
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		n = 0
-		// The finished bucket holds the done and failed jobs: their
-		// counters say how many without walking it.
+		// The finished bucket holds the done, failed and canceled jobs:
+		// their counters say how many without walking it.
 		fin := tx.Bucket(bucketFinished)
-		total := count(tx, stageCountKey(state.Done)) + count(tx, stageCountKey(state.Failed))
+		total := count(tx, stageCountKey(state.Done)) + count(tx, stageCountKey(state.Failed)) + count(tx, stageCountKey(state.Canceled))
 		cutoff := s.o.Now().Add(-r.MaxAge)
 		var victims [][]byte
 		c := fin.Cursor()

@@ -177,7 +177,7 @@ type Stats struct {
 	// Jobs is the number of job records (pruned jobs excluded).
 	Jobs int
 	// OldestUnfinished is the creation time of the oldest job that is not
-	// done or failed (held jobs count: they wait for an operator); zero if
+	// done, failed or canceled (held jobs count: they wait for an operator); zero if
 	// there is none. OldestAge is its age.
 	OldestUnfinished time.Time
 	OldestAge        time.Duration
@@ -197,7 +197,7 @@ func (s *Store) Stats() (Stats, error) {
 			n := count(tx, stageCountKey(stg))
 			st.Stages[stg] = n
 			st.Jobs += n
-			if stg == state.Done || stg == state.Failed || n == 0 {
+			if stg.Finished() || n == 0 {
 				continue
 			}
 			// Ids grow with enqueue time, so the first id of each stage is
@@ -312,7 +312,7 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		j.Upload = state.Upload{}
 		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
 		j.PublishedAt, j.CompletedAt = nil, nil
-	case state.Failed:
+	case state.Failed, state.Canceled:
 		// Start again from the file: whatever was uploaded or published
 		// for it is not trusted, the content may have changed. A v1
 		// session is kept: the same content finds it again by its key and
@@ -335,7 +335,7 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		j.Uncertain = false
 		j.TaskMessage = ""
 	default:
-		return j, fmt.Errorf("job %d is %s: only done, failed and held jobs can be retried", j.ID, j.Stage)
+		return j, fmt.Errorf("job %d is %s: only done, failed, held and canceled jobs can be retried", j.ID, j.Stage)
 	}
 	j.FailReason, j.LastError, j.LastStatus = "", "", 0
 	j.Finalized = false
@@ -379,7 +379,7 @@ func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
 func (s *Store) Unfinalized() ([]state.Job, error) {
 	var out []state.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held} {
+		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held, state.Canceled} {
 			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				j, err := getJob(tx, binary.BigEndian.Uint64(k))

@@ -37,7 +37,7 @@ import (
 //	stages/
 //	    <stage>/          one sub-bucket per state.Stage
 //	        <id u64be>    → ""
-//	finished/             done and failed jobs, oldest finish first (retention)
+//	finished/             done, failed and canceled jobs, oldest finish first (retention)
 //	    <at u64be><id>    → ""            at = UpdatedAt when it finished
 //	sha256/               content dedupe: who owns (or owned) this content
 //	    <hex sha256>      → hashEntry JSON
@@ -411,7 +411,7 @@ func index(tx *bolt.Tx, j state.Job, add bool) error {
 			return err
 		}
 	}
-	if j.Stage == state.Done || j.Stage == state.Failed {
+	if j.Stage.Finished() {
 		if err := op(tx.Bucket(bucketFinished), timeKey(j.UpdatedAt, j.ID)); err != nil {
 			return err
 		}

@@ -29,8 +29,9 @@ var ErrStale = errors.New("job changed since it was read")
 // restarted daemon resumes each job from its last committed stage.
 type Stage string
 
-// The stages, in pipeline order. Done, Failed and Held are final until an
-// operator retries (Held, Failed) or never (Done).
+// The stages, in pipeline order. Done, Failed, Held and Canceled are final
+// until an operator retries (Held, Failed, Canceled), republishes (Done) or
+// never.
 const (
 	// Queued: seen by the watcher; waiting until the file is complete, valid
 	// and unchanged.
@@ -53,10 +54,13 @@ const (
 	// Held: the publish outcome is unknown and publish.on_uncertain is
 	// "hold"; an operator decides (`splatd retry` publishes again).
 	Held Stage = "held"
+	// Canceled: an operator stopped the job before its publish call
+	// (`splatd cancel`); not a failure. `splatd retry` re-queues it.
+	Canceled Stage = "canceled"
 )
 
 // Stages lists every stage in pipeline order (for stats and metrics labels).
-var Stages = []Stage{Queued, Ready, Signed, Uploaded, Publishing, Processing, Done, Failed, Held}
+var Stages = []Stage{Queued, Ready, Signed, Uploaded, Publishing, Processing, Done, Failed, Held, Canceled}
 
 // Valid reports whether s is one of the declared stages.
 func (s Stage) Valid() bool {
@@ -70,7 +74,19 @@ func (s Stage) Valid() bool {
 
 // Final reports whether no worker will touch a job in stage s again without
 // an operator's retry.
-func (s Stage) Final() bool { return s == Done || s == Failed || s == Held }
+func (s Stage) Final() bool { return s == Done || s == Failed || s == Held || s == Canceled }
+
+// Finished reports whether a job in stage s is over for good unless an
+// operator starts it again: the jobs retention prunes (held jobs wait for
+// an operator and are kept).
+func (s Stage) Finished() bool { return s == Done || s == Failed || s == Canceled }
+
+// Cancelable reports whether an operator may cancel a job in stage s: any
+// stage before the publish call, and held (the operator decides not to
+// publish). From publishing on the splat may exist; canceling would hide it.
+func (s Stage) Cancelable() bool {
+	return CanMove(s, Canceled)
+}
 
 // Published reports whether a job in stage s has (or may have) sent its
 // publish call, i.e. whether restarting it from scratch could publish twice.
@@ -127,7 +143,8 @@ type Job struct {
 	// api.protocol finishes a started job the way it began.
 	Protocol string `json:"protocol,omitempty"`
 	// Generation counts deliberate republishes of this job's content
-	// (`splatd retry` of a done job, or of one whose splat failed). It is
+	// (`splatd republish`, `splatd retry` of a done job, or of one whose
+	// splat failed). It is
 	// part of the v1 Idempotency-Key: a new generation makes a new session
 	// and a new splat, the same generation finds the same session.
 	Generation int `json:"generation,omitempty"`

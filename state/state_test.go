@@ -50,8 +50,20 @@ func TestCanMove(t *testing.T) {
 		{Uploaded, Processing, false},
 		{Publishing, Queued, false},
 		{Processing, Queued, false},
-		{Done, Queued, false},
+		{Done, Queued, true}, // splatd republish: a new publish, on purpose
 		{Done, Publishing, false},
+		{Done, Canceled, false},
+		// Cancel before the publish call only; never a failure.
+		{Queued, Canceled, true},
+		{Signed, Canceled, true},
+		{Uploaded, Canceled, true},
+		{Held, Canceled, true},
+		{Publishing, Canceled, false},
+		{Processing, Canceled, false},
+		{Failed, Canceled, false},
+		{Canceled, Queued, true}, // splatd retry
+		{Canceled, Failed, false},
+		{Canceled, Publishing, false},
 		{Queued, Signed, false},
 		{Ready, Uploaded, false},
 		{Signed, Publishing, false},
@@ -74,14 +86,21 @@ func TestCanMove(t *testing.T) {
 			t.Errorf("stage %s missing from the table", s)
 		}
 		// A changed file is hashed again only while it cannot have been
-		// published yet.
-		if want := !s.Published() || s == Held; CanMove(s, Queued) != want {
+		// published yet; held and done go back only by an operator's
+		// decision (retry, republish).
+		if want := !s.Published() || s == Held || s == Done; CanMove(s, Queued) != want {
 			t.Errorf("CanMove(%s, queued) = %v, want %v", s, !want, want)
 		}
 	}
 	for _, s := range Stages {
-		if CanMove(Done, s) {
-			t.Errorf("done must be terminal, but done→%s is allowed", s)
+		if CanMove(Done, s) != (s == Queued) {
+			t.Errorf("done leaves only for queued (republish), but CanMove(done, %s) = %v", s, CanMove(Done, s))
+		}
+		if CanMove(Canceled, s) != (s == Queued) {
+			t.Errorf("canceled leaves only for queued (retry), but CanMove(canceled, %s) = %v", s, CanMove(Canceled, s))
+		}
+		if s.Cancelable() != (!s.Published() && !s.Final() || s == Held) {
+			t.Errorf("%s.Cancelable() = %v: only stages before the publish call, and held", s, s.Cancelable())
 		}
 	}
 }

@@ -15,16 +15,18 @@ import (
 // published and the changed file becomes a new job instead.
 var transitions = map[Stage][]Stage{
 	Queued: {
-		Queued, // incomplete, changed since seen, or transient error
-		Ready,  // checked and hashed
-		Done,   // content already published by another job (duplicate)
-		Failed, // invalid file, gone
+		Queued,   // incomplete, changed since seen, or transient error
+		Ready,    // checked and hashed
+		Done,     // content already published by another job (duplicate)
+		Failed,   // invalid file, gone
+		Canceled, // operator: splatd cancel
 	},
 	Ready: {
-		Ready,  // transient sign error
-		Signed, // got a signed URL
-		Queued, // file changed
-		Failed, // sign refused (400/403/404)
+		Ready,    // transient sign error
+		Signed,   // got a signed URL
+		Queued,   // file changed
+		Failed,   // sign refused (400/403/404)
+		Canceled, // operator
 	},
 	Signed: {
 		Signed,   // transient PUT error
@@ -32,12 +34,14 @@ var transitions = map[Stage][]Stage{
 		Uploaded, // PUT succeeded
 		Queued,   // file changed before or during the PUT
 		Failed,
+		Canceled, // operator (a PUT in flight finishes; its commit then finds the job canceled)
 	},
 	Uploaded: {
 		Uploaded,
 		Publishing, // intent committed before the publish call
 		Queued,     // file changed after its upload
 		Failed,
+		Canceled, // operator, before the publish intent
 	},
 	Publishing: {
 		Publishing, // transient publish error: publish again
@@ -51,8 +55,13 @@ var transitions = map[Stage][]Stage{
 		Done,
 		Failed, // processing failed or did not finish within poll.timeout
 	},
-	Done: {}, // terminal
+	Done: {
+		Queued, // operator republish: a new publish of the same content, on purpose
+	},
 	Failed: {
+		Queued, // operator retry: start again from the file
+	},
+	Canceled: {
 		Queued, // operator retry: start again from the file
 	},
 	Held: {
@@ -64,6 +73,7 @@ var transitions = map[Stage][]Stage{
 		Queued,     // operator retry from the file
 		Processing, // operator confirmed the splat that the lost answer created (splatd resolve)
 		Failed,
+		Canceled, // operator decided not to publish
 	},
 }
 

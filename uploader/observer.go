@@ -6,7 +6,7 @@ import "time"
 // api.Observer). The metrics package implements both; cmd/splatd asserts it.
 type Observer interface {
 	// JobFinished records a job reaching a terminal stage. result is
-	// "done", "failed", "duplicate" or "held".
+	// "done", "failed", "duplicate", "held" or "canceled".
 	JobFinished(result string, d time.Duration)
 }
 

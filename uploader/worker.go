@@ -172,6 +172,14 @@ type Pool struct {
 
 	cfg   configState // a configuration error pauses the pool (stages.go)
 	after afterState  // failed after-actions and their retries (stages.go)
+	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+}
+
+// publishDefaults are the publish settings a reload may change.
+type publishDefaults struct {
+	params      state.PublishParams
+	byRoot      func(root string) state.PublishParams // nil: params for every root
+	onUncertain string
 }
 
 // NewPool checks o and builds a pool; Run starts it.
@@ -246,7 +254,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Pool{
+	p := &Pool{
 		o:           o,
 		policy:      policyOf(o),
 		after:       newAfterState(),
@@ -256,7 +264,24 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
-	}, nil
+	}
+	p.publish.Store(&publishDefaults{params: o.Publish, onUncertain: o.OnUncertain})
+	return p, nil
+}
+
+// SetPublish replaces the configured publish parameters and the uncertain
+// outcome rule, for a config reload. Jobs that become ready from now on use
+// them; a job already ready keeps the parameters it resolved then.
+func (p *Pool) SetPublish(params state.PublishParams, byRoot func(root string) state.PublishParams, onUncertain string) error {
+	switch onUncertain {
+	case "":
+		onUncertain = UncertainRepublish
+	case UncertainRepublish, UncertainHold:
+	default:
+		return fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, onUncertain)
+	}
+	p.publish.Store(&publishDefaults{params: params, byRoot: byRoot, onUncertain: onUncertain})
+	return nil
 }
 
 // errWorkerCrash stops the pool from a test hook, like a process death.
@@ -460,7 +485,7 @@ func (p *Pool) storeTrouble(ctx context.Context, err error, n *int) bool {
 	p.storeErr = err
 	p.storeMu.Unlock()
 	d := p.o.StoreBackoff.Delay(*n)
-	p.log.Error().Err(err).Dur("retry_in", d).Msg("job store failed; work continues when it recovers")
+	p.log.Error().Err(err).Float64("retry_in_s", d.Seconds()).Msg("job store failed; work continues when it recovers")
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -519,6 +544,13 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 	for {
 		next, err := p.advance(ctx, j)
 		if errors.Is(err, errDrained) {
+			return nil
+		}
+		if errors.Is(err, state.ErrStale) {
+			// An operator changed the job meanwhile (splatd cancel): the
+			// step's outcome is dropped at this boundary and the job stays
+			// as the operator left it.
+			p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Msg("job changed by an operator; its step's outcome is dropped")
 			return nil
 		}
 		if err != nil {
@@ -670,7 +702,7 @@ func (p *Pool) logTransition(j state.Job, from state.Stage, since time.Time) {
 		ev = p.log.Warn()
 	}
 	ev = ev.Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("from", string(from)).
-		Dur("took", p.o.Now().Sub(since))
+		Float64("took_s", p.o.Now().Sub(since).Seconds())
 	switch j.Stage {
 	case state.Processing, state.Done:
 		ev = ev.Str("splat", j.SplatID).Str("url", j.ViewerURL)

@@ -166,9 +166,10 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
-	defaults := p.o.Publish
-	if p.o.Defaults != nil {
-		defaults = p.o.Defaults(j.Root)
+	pub := p.publish.Load()
+	defaults := pub.params
+	if pub.byRoot != nil {
+		defaults = pub.byRoot(j.Root)
 	}
 	params, err := sidecar.Resolve(defaults, j.Path, j.Root, j.ModTime)
 	if err != nil {
@@ -296,7 +297,7 @@ func (p *Pool) resign(j state.Job, at time.Time, why string) (state.Job, error) 
 func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
 	if j.Uncertain {
-		if p.o.OnUncertain == UncertainHold {
+		if p.publish.Load().onUncertain == UncertainHold {
 			if err := j.Move(state.Held, now); err != nil {
 				return j, err
 			}

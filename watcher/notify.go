@@ -183,10 +183,10 @@ func (w *Watcher) fallBack(r *root, kind string, err error) {
 		return
 	}
 	if sysctl, ok := limitSysctl[kind]; ok {
-		w.log.Error().Err(err).Str("root", r.Path).Str("sysctl", sysctl).Dur("poll_interval", r.pollEvery).
+		w.log.Error().Err(err).Str("root", r.Path).Str("sysctl", sysctl).Float64("poll_interval_s", r.pollEvery.Seconds()).
 			Msgf("inotify limit reached: polling this root instead; raise %s (e.g. sysctl -w %s=524288, persist it in /etc/sysctl.d/)", sysctl, sysctl)
 	} else {
-		w.log.Error().Err(err).Str("root", r.Path).Dur("poll_interval", r.pollEvery).
+		w.log.Error().Err(err).Str("root", r.Path).Float64("poll_interval_s", r.pollEvery.Seconds()).
 			Msg("file notifications stopped: polling this root instead until splatd restarts")
 	}
 	w.obs.WatchError(kind)

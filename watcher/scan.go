@@ -127,7 +127,7 @@ func (w *Watcher) scanRoot(r *root) {
 		r.nextScan = start.Add(100 * 365 * 24 * time.Hour)
 	}
 	w.log.Debug().Str("root", r.Path).Int("files", st.files).Int("dirs", len(st.dirs)).
-		Dur("took", time.Since(start)).Msg("scan done")
+		Float64("took_s", time.Since(start).Seconds()).Msg("scan done")
 }
 
 // walk visits dir and (for recursive roots) its subfolders. A folder gets

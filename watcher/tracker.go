@@ -139,6 +139,17 @@ func (t *tracker) schedule(e *entry, due time.Time) {
 	}
 }
 
+// reset forgets every pending and emitted file, between two sessions of
+// the watcher (SetRoots): their roots are gone.
+func (t *tracker) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending = make(map[string]*entry)
+	t.queue = nil
+	t.done = make(map[string]*doneEntry)
+	t.armed = time.Time{}
+}
+
 // forget drops a removed or renamed-away file, so that a file appearing
 // later under the same name is judged afresh.
 func (t *tracker) forget(path string) {

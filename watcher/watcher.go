@@ -141,9 +141,15 @@ type Options struct {
 // Watcher finds finished files under its roots. Create it with New and
 // start it with Run.
 type Watcher struct {
-	log         zerolog.Logger
-	obs         Observer
-	roots       []*root // longest path first, so rootOf finds the innermost root
+	log   zerolog.Logger
+	obs   Observer
+	roots []*root // longest path first, so rootOf finds the innermost root; see rootsMu
+	// rootsMu guards roots against SetRoots: a session's goroutines read
+	// roots without it (SetRoots swaps them only between sessions); Healthy,
+	// Rediscover and SetRoots take it.
+	rootsMu     sync.RWMutex
+	running     bool         // Run has started; under rootsMu
+	reroot      chan []*root // new roots for Run to take between sessions
 	rescanEvery time.Duration
 	tr          *tracker
 
@@ -161,6 +167,7 @@ type Watcher struct {
 	// Test hooks: replace inotify calls, and lose or inject events.
 	newNotify  func() (*fsnotify.Watcher, error)
 	addWatch   func(path string) error
+	ownAdd     bool // addWatch is the session's fsw.Add, not a test's
 	dropEvents atomic.Bool
 	inject     chan error
 }
@@ -178,6 +185,7 @@ func New(o Options) (*Watcher, error) {
 		dirs:        make(map[string]*root),
 		scanNow:     make(chan struct{}, 1),
 		inject:      make(chan error, 1),
+		reroot:      make(chan []*root, 1),
 		newNotify:   fsnotify.NewWatcher,
 	}
 	if w.obs == nil {
@@ -193,8 +201,24 @@ func New(o Options) (*Watcher, error) {
 	if settle <= 0 {
 		settle = DefaultSettle
 	}
+	roots, err := buildRoots(o.Roots)
+	if err != nil {
+		return nil, err
+	}
+	w.roots = roots
+	w.tr = newTracker(settle, o.Known, w.obs)
+	w.tr.log = o.Logger
+	return w, nil
+}
+
+// buildRoots checks and normalises the configured roots, innermost first.
+func buildRoots(cfgs []Root) ([]*root, error) {
+	if len(cfgs) == 0 {
+		return nil, errors.New("watcher: no roots")
+	}
+	var roots []*root
 	seen := make(map[string]bool)
-	for i, cfg := range o.Roots {
+	for i, cfg := range cfgs {
 		r, err := newRoot(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("watcher: root %d (%q): %w", i, cfg.Path, err)
@@ -203,22 +227,100 @@ func New(o Options) (*Watcher, error) {
 			return nil, fmt.Errorf("watcher: root %q listed twice", cfg.Path)
 		}
 		seen[r.path] = true
-		w.roots = append(w.roots, r)
+		roots = append(roots, r)
 	}
-	slices.SortStableFunc(w.roots, func(a, b *root) int { return len(b.path) - len(a.path) })
-	w.tr = newTracker(settle, o.Known, w.obs)
-	w.tr.log = o.Logger
-	return w, nil
+	slices.SortStableFunc(roots, func(a, b *root) int { return len(b.path) - len(a.path) })
+	return roots, nil
+}
+
+// SetRoots replaces the watched roots, for a config reload. A running
+// watcher ends its session (watches, scanner, settle timers) and starts a
+// new one over the new roots with a startup scan: files already taken are
+// skipped through Options.Known, files that were settling are found again.
+// Invalid roots are refused and the old ones stay.
+func (w *Watcher) SetRoots(cfgs []Root) error {
+	roots, err := buildRoots(cfgs)
+	if err != nil {
+		return err
+	}
+	w.rootsMu.Lock()
+	defer w.rootsMu.Unlock()
+	if !w.running {
+		w.roots = roots
+		return nil
+	}
+	select { // the latest roots win over ones Run has not taken yet
+	case <-w.reroot:
+	default:
+	}
+	w.reroot <- roots
+	return nil
+}
+
+// Rediscover forgets what the watcher remembers of path and rescans its
+// root soon, so that a file the store has forgotten (splatd forget) is
+// reported again without waiting for the periodic rescan.
+func (w *Watcher) Rediscover(path string) {
+	w.tr.forget(path)
+	w.rootsMu.RLock()
+	r := w.rootOf(path)
+	w.rootsMu.RUnlock()
+	if r != nil {
+		w.requestRescan(r)
+	}
 }
 
 // Run watches until ctx is done, sending each finished file on out, and
 // returns nil then. It blocks on out while the consumer is busy (events are
 // still tracked meanwhile) but never past ctx. A Candidate lost to
-// cancellation is found again by the next run's startup scan.
+// cancellation is found again by the next run's startup scan. SetRoots
+// ends one session and starts the next over the new roots.
 func (w *Watcher) Run(ctx context.Context, out chan<- Candidate) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("watcher: Run called twice")
 	}
+	w.rootsMu.Lock()
+	w.running = true
+	w.rootsMu.Unlock()
+	for {
+		sess, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); w.session(sess, out) }()
+		select {
+		case <-ctx.Done():
+			stop()
+			<-done
+			return nil
+		case roots := <-w.reroot:
+			stop()
+			<-done
+			w.newSession(roots)
+		}
+	}
+}
+
+// newSession installs roots between two sessions: nothing of the last one
+// runs, so its watches, fallbacks and remembered files can be reset.
+func (w *Watcher) newSession(roots []*root) {
+	w.rootsMu.Lock()
+	w.roots = roots
+	w.rootsMu.Unlock()
+	w.dirMu.Lock()
+	w.dirs = make(map[string]*root)
+	fallen := w.nFallen > 0
+	w.nFallen = 0
+	w.dirMu.Unlock()
+	if fallen {
+		w.obs.PollingFallback(false)
+	}
+	w.notifyDead.Store(false)
+	w.fsw = nil
+	w.tr.reset()
+	w.log.Info().Int("roots", len(roots)).Msg("watch folders changed; scanning them")
+}
+
+// session runs one watching session over w.roots until ctx ends.
+func (w *Watcher) session(ctx context.Context, out chan<- Candidate) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -228,8 +330,8 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Candidate) error {
 			w.fallBackAll("instance_limit", err)
 		} else {
 			w.fsw = fsw
-			if w.addWatch == nil {
-				w.addWatch = fsw.Add
+			if w.addWatch == nil || w.ownAdd {
+				w.addWatch, w.ownAdd = fsw.Add, true
 			}
 		}
 	}
@@ -251,7 +353,6 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Candidate) error {
 		}
 	}
 	wg.Wait()
-	return nil
 }
 
 // Healthy reports whether Run is running and every root was scanned
@@ -262,6 +363,8 @@ func (w *Watcher) Healthy() bool {
 	if !w.alive.Load() {
 		return false
 	}
+	w.rootsMu.RLock()
+	defer w.rootsMu.RUnlock()
 	for _, r := range w.roots {
 		if !r.healthy.Load() {
 			return false

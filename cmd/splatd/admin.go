@@ -143,6 +143,8 @@ func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, e
 		d.pool.Wake()
 		writeJSON(w, map[string]int{"resolved": n})
 	})
+	mux.HandleFunc("POST /v1/reload", d.adminReload)
+	mux.HandleFunc("POST /v1/{op}", d.adminControl) // cancel, republish, forget
 	return &adminServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log}, nil
 }
 

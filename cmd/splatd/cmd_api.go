@@ -51,7 +51,9 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 }
 
 // newClient builds the API client for cfg with token; a nil pacer is the
-// client's own (one-shot commands keep no pacer state).
+// client's own (one-shot commands keep no pacer state). Its storage PUTs
+// share one bandwidth limiter built from upload.bandwidth: one per daemon
+// (the daemon has one client) and per `splatd publish`.
 func newClient(cfg *Config, token *api.Token, pacer *api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
@@ -66,6 +68,7 @@ func newClient(cfg *Config, token *api.Token, pacer *api.Pacer, obs api.Observer
 		UserAgent:   "splatd/" + buildVersion(),
 		Observer:    obs,
 		Logger:      log,
+		Limiter:     api.NewLimiter(cfg.bandwidth(), api.LimiterOptions{}),
 	})
 }
 

@@ -116,7 +116,8 @@ func newDemo(c *cli, dir, protocol string) (*demo, error) {
 		sim.Close()
 		return nil, err
 	}
-	if dm.d, err = openDaemon(&dm.cfg, c.getenv, newLogger(cfg.Log, dm.logFile)); err != nil {
+	dlog, _ := newLogger(cfg.Log, dm.logFile, false)
+	if dm.d, err = openDaemon(&dm.cfg, c.getenv, dlog); err != nil {
 		dm.logFile.Close()
 		sim.Close()
 		return nil, err

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +22,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/watcher"
@@ -52,6 +56,21 @@ type daemon struct {
 	events  *notify.Notifier // notify.webhook and after.exec
 	intake  *intake          // receipts adopted at intake, store recovery (intake.go)
 
+	// actions are the after-actions and receipts; a reload replaces them.
+	actions atomic.Pointer[after.Runners]
+	// cfgPath is the file cfg came from, read again by a reload; live is
+	// the config in force (cfg as started, with what reloads applied), and
+	// reloadMu makes reloads (SIGHUP, splatd reload) one at a time.
+	cfgPath  string
+	live     atomic.Pointer[Config]
+	reloadMu sync.Mutex
+	// hup delivers SIGHUP (nil: no signal reloads, as in the demo).
+	hup <-chan os.Signal
+
+	// logOut is the writer under log (nil when the caller made its own
+	// logger, as the demo does): a reload changes its level.
+	logOut *logOutput
+
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
 }
@@ -59,6 +78,7 @@ type daemon struct {
 func cmdRun(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "run")
 	cfgPath := configFlag(c, fs)
+	dry := fs.Bool("dry-run", false, "watch, check and hash, and log what would be published (path, size, sha256, title); no API call, no state written; a summary on exit")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -71,13 +91,25 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage
 	}
-	log := newLogger(cfg.Log, c.stderr)
+	log, logOut := newLogger(cfg.Log, c.stderr, onJournal(c.getenv, c.stderr))
+	if *dry {
+		return dryRun(ctx, c, cfg, log)
+	}
 	d, err := openDaemon(cfg, c.getenv, log)
 	if err != nil {
+		// Once, as a log line: on a terminal it reads as one, under
+		// systemd it is filed with priority "error".
 		log.Error().Err(err).Msg("cannot start")
-		fmt.Fprintf(c.stderr, "splatd: %v\n", err)
 		return exitFailure
 	}
+	d.logOut = logOut
+	d.cfgPath = *cfgPath
+	// SIGHUP reloads the config: without this, it would end the process
+	// (and systemd counts a death by SIGHUP as clean: no restart).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	d.hup = hup
 	defer d.close()
 	if err := d.run(ctx); err != nil {
 		log.Error().Err(err).Msg("stopped with an error")
@@ -86,25 +118,12 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 	return exitOK
 }
 
-// newLogger writes JSON (journald, collectors) or console lines to w;
-// "auto" is console on a terminal and JSON anywhere else (systemd, pipes,
-// containers).
-func newLogger(lc LogConfig, w io.Writer) zerolog.Logger {
-	level, err := zerolog.ParseLevel(lc.Level)
-	if err != nil {
-		level = zerolog.InfoLevel
-	}
-	if lc.Format == "console" || (lc.Format == "auto" && isTerminal(w)) {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
-}
-
 // openDaemon builds every component; nothing runs until run. The state
 // directory is opened first so that a second splatd fails at once; what
 // fails later closes what was opened before it.
 func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
 	d = &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv, intake: newIntake()}
+	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
 	if err != nil {
@@ -166,7 +185,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 // newPool builds the worker pool with its after-actions.
 func (d *daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
-	actions := d.afterRunners()
+	d.actions.Store(d.afterRunners(cfg))
 	return uploader.NewPool(uploader.PoolOptions{
 		Store:         d.store,
 		Client:        d.client,
@@ -174,7 +193,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Protocol:      cfg.API.Protocol,
 		ParallelParts: cfg.Upload.ParallelParts,
 		Publish:       cfg.Publish.Params(),
-		Defaults:      d.publishDefaults(),
+		Defaults:      publishDefaults(cfg),
 		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
@@ -185,7 +204,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Grace:             shutdownGrace,
 		IncompleteTimeout: incompleteTimeout(cfg),
 		OnStoreRecovered:  d.storeRecovered,
-		Finish:            finishAndNotify(actions, d.events),
+		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.onTransition != nil {
 				d.onTransition(j, from)
@@ -196,9 +215,8 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 	})
 }
 
-// newWatcher builds the watcher over the configured roots.
-func (d *daemon) newWatcher() (*watcher.Watcher, error) {
-	cfg := d.cfg
+// watchRoots turns the watch entries of cfg into the watcher's roots.
+func watchRoots(cfg *Config) []watcher.Root {
 	roots := make([]watcher.Root, len(cfg.Watch))
 	for i, w := range cfg.Watch {
 		roots[i] = watcher.Root{
@@ -207,6 +225,13 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 			MinSize: int64(w.MinSize), MaxSize: int64(w.MaxSize), MinAge: w.MinAge.D(),
 		}
 	}
+	return roots
+}
+
+// newWatcher builds the watcher over the configured roots.
+func (d *daemon) newWatcher() (*watcher.Watcher, error) {
+	cfg := d.cfg
+	roots := watchRoots(cfg)
 	rescan := cfg.RescanInterval.D()
 	if rescan == 0 {
 		rescan = -1 // the watcher's "off"
@@ -219,6 +244,15 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 		Known:          d.store.Known,
 		Observer:       d.m,
 	})
+}
+
+// watchPaths lists the watched folders, for the start line and reloads.
+func watchPaths(cfg *Config) []string {
+	paths := make([]string, len(cfg.Watch))
+	for i, w := range cfg.Watch {
+		paths[i] = w.Path
+	}
+	return paths
 }
 
 // closeAll releases what openDaemon opened: the listeners (when run never
@@ -290,6 +324,7 @@ func (d *daemon) run(ctx context.Context) error {
 		tier(&listeners, "metrics", func() error { return d.metrics.Run(serve) })
 	}
 	tier(&listeners, "admin socket", func() error { return d.admin.run(serve) })
+	tier(&listeners, "reload", func() error { d.reloadOnHUP(serve); return nil })
 
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
@@ -309,8 +344,9 @@ func (d *daemon) run(ctx context.Context) error {
 	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
 
-	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).Str("protocol", d.cfg.API.Protocol).
-		Str("api", d.cfg.API.BaseURL).Str("token_from", d.client.Token().Origin()).Msg("splatd started")
+	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
+		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
+		Str("token_from", d.client.Token().Origin()).Msg("splatd started")
 	for _, n := range d.cfg.protocolNotes() {
 		d.log.Warn().Msg(n)
 	}

@@ -20,12 +20,12 @@ const eventsGrace = 10 * time.Second
 // publishDefaults returns the pool's per-root publish defaults: each watch
 // entry's own publish block over the global one, looked up by the root a
 // job came from (state.Job.Root, the entry's path).
-func (d *daemon) publishDefaults() func(root string) state.PublishParams {
-	byRoot := make(map[string]state.PublishParams, len(d.cfg.Watch))
-	for _, w := range d.cfg.Watch {
-		byRoot[w.Path] = d.cfg.publishFor(w)
+func publishDefaults(cfg *Config) func(root string) state.PublishParams {
+	byRoot := make(map[string]state.PublishParams, len(cfg.Watch))
+	for _, w := range cfg.Watch {
+		byRoot[w.Path] = cfg.publishFor(w)
 	}
-	global := d.cfg.Publish.Params()
+	global := cfg.Publish.Params()
 	return func(root string) state.PublishParams {
 		if p, ok := byRoot[root]; ok {
 			return p
@@ -36,7 +36,7 @@ func (d *daemon) publishDefaults() func(root string) state.PublishParams {
 
 // afterRunners builds the after-actions of every watch entry (its own after
 // block over the global one) and the global ones for other jobs.
-func (d *daemon) afterRunners() after.Runners {
+func (d *daemon) afterRunners(cfg *Config) *after.Runners {
 	runner := func(a AfterConfig) *after.Runner {
 		return after.New(after.Options{
 			OnSuccess:  a.OnSuccess,
@@ -44,15 +44,15 @@ func (d *daemon) afterRunners() after.Runners {
 			OnFailure:  a.OnFailure,
 			FailureDir: a.FailureDir,
 			Receipt:    a.Receipt,
-			Protocol:   receiptService(d.cfg).Protocol,
-			API:        receiptService(d.cfg).API,
+			Protocol:   receiptService(cfg).Protocol,
+			API:        receiptService(cfg).API,
 			Lookup:     d.store.Get,
 			Logger:     d.log,
 		})
 	}
-	rs := after.Runners{Default: runner(d.cfg.After), Roots: make(map[string]*after.Runner, len(d.cfg.Watch))}
-	for _, w := range d.cfg.Watch {
-		rs.Roots[w.Path] = runner(d.cfg.afterFor(w))
+	rs := &after.Runners{Default: runner(cfg.After), Roots: make(map[string]*after.Runner, len(cfg.Watch))}
+	for _, w := range cfg.Watch {
+		rs.Roots[w.Path] = runner(cfg.afterFor(w))
 	}
 	return rs
 }
@@ -117,8 +117,9 @@ func checkNotifySecrets(webhook string, headers http.Header, token string) error
 // fails runs again at the next start, so its events go out once it has
 // succeeded; a crash between the two can repeat them (at least once: the
 // event's job id tells them apart).
-func finishAndNotify(actions after.Runners, events *notify.Notifier) func(ctx context.Context, j state.Job) error {
+func finishAndNotify(current func() *after.Runners, events *notify.Notifier) func(ctx context.Context, j state.Job) error {
 	return func(ctx context.Context, j state.Job) error {
+		actions := current() // a reload may replace them
 		file, err := actions.Finish(ctx, j)
 		if err != nil {
 			return err

@@ -61,7 +61,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"run", "[-config FILE]", "run the daemon: watch folders and publish every finished file once", cmdRun},
+		{"run", "[-config FILE] [-dry-run]", "run the daemon: watch folders and publish every finished file once", cmdRun},
 		{"demo", "[-keep] [-dir DIR]", "simulator + daemon + sample files in a temporary folder", cmdDemo},
 		{"sim", "[-listen ADDR] [-dir DIR]", "run the API simulator alone; prints its base URL, CA file and token", cmdSim},
 		{"publish", "[-config FILE] FILE...", "publish files once, in the foreground, with progress", cmdPublish},
@@ -71,6 +71,10 @@ func commands() []command {
 		{"adopt", "[-config FILE] [-dry-run] DIR", "record files whose receipt says done as published (a new or lost state_dir): never published again", cmdAdopt},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"splats", "[-config FILE] [-limit N] [-all] [-json]", "list the account's own splats (v1 API), newest first", cmdSplats},
+		{"cancel", "[-config FILE] ID", "end a job that has not sent its publish call (queued, waiting, uploading, held) as canceled: not a failure, no failure alert", cmdControl("cancel")},
+		{"republish", "[-config FILE] ID|PATH", "publish a done job's file again, on purpose: a new splat (the file must still be at its path)", cmdControl("republish")},
+		{"forget", "[-config FILE] ID|PATH", "drop a finished job, its path record and its content's dedupe record: the file is found again as new and may be published again", cmdControl("forget")},
+		{"reload", "[-config FILE]", "make the running daemon read its config again (as SIGHUP does) and print what was applied", cmdReload},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
 		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
 		{"version", "", "print the version", cmdVersion},

@@ -74,7 +74,7 @@ type Receipt struct {
 	Title       string       `json:"title"`
 	Format      string       `json:"format"`
 	Splat       ReceiptSplat `json:"splat"`
-	Status      string       `json:"status"` // done | duplicate | failed | held
+	Status      string       `json:"status"` // done | duplicate | failed | held | canceled
 	Message     string       `json:"message"`
 	PublishedAt *time.Time   `json:"published_at"`
 	CompletedAt *time.Time   `json:"completed_at"`
@@ -168,7 +168,7 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 			file, actErr = j.Path, &ActionError{ActionMove, fmt.Errorf("after-action for %s: %w", j.Path, err)}
 		}
 	}
-	if j.Stage == state.Failed && !fileExists(file) {
+	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !fileExists(file) {
 		// The file went away before it was published (renamed under a name
 		// that matched include, deleted by its owner): a receipt would be
 		// litter beside nothing. The job keeps the reason (splatd jobs).
@@ -248,6 +248,8 @@ func (a *Runner) receipt(j state.Job) Receipt {
 		if r.Message == "" {
 			r.Message = j.LastError
 		}
+	case state.Canceled:
+		r.Message = j.TaskMessage
 	case state.Held:
 		r.Message = j.FailReason
 		if r.Message == "" {

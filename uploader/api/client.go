@@ -47,6 +47,10 @@ type ClientOptions struct {
 	Pacer       *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
 	Observer    Observer // metrics hooks; nil = no-op
 	Logger      zerolog.Logger
+	// Limiter, when set, limits the aggregate rate of every storage PUT
+	// body (legacy Put and v1 PutPart) of this client and of every other
+	// client sharing it; nil = no limit.
+	Limiter *Limiter
 
 	// ClientVersion is the version sent as uploadClient.version in v1 upload
 	// sessions; "" takes it from a "splatd/<version>" UserAgent, else "dev".
@@ -66,6 +70,7 @@ type Client struct {
 	api       *http.Client // API calls: bearer header, same-origin redirects only
 	storage   *http.Client // signed-URL PUTs: no bearer, no redirects, no overall timeout
 	pacer     *Pacer
+	limiter   *Limiter // nil: storage PUTs are not limited
 	obs       Observer
 	log       zerolog.Logger
 	now       func() time.Time
@@ -111,6 +116,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		userAgent: o.UserAgent,
 		timeout:   o.Timeout,
 		pacer:     o.Pacer,
+		limiter:   o.Limiter,
 		obs:       o.Observer,
 		log:       o.Logger.With().Str("component", "client").Logger(),
 		now:       time.Now,
@@ -270,7 +276,7 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	d := c.now().Sub(start)
 	c.obs.APIRequest(route, resp.StatusCode, d)
-	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Dur("took", d).Msg("API request")
+	c.log.Debug().Str("route", route).Int("status", resp.StatusCode).Float64("took_s", d.Seconds()).Msg("API request")
 	return resp.StatusCode, resp.Header, err
 }
 
@@ -457,6 +463,10 @@ func (c *Client) Checkpoints(ctx context.Context, branch string, limit int, skip
 	return page, nil
 }
 
+// Limiter returns the bandwidth limiter of the client's storage PUTs (nil
+// when none was given), for a reload and a status page.
+func (c *Client) Limiter() *Limiter { return c.limiter }
+
 // Put streams body (exactly size bytes) to the signed URL with Content-Length
 // and Content-Type binary/octet-stream. It never sends the bearer token (the
 // URL's signature is the credential, and storage is another party) and is
@@ -500,6 +510,12 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if c.limiter != nil {
+		// Inside the watchdog's context: a stalled PUT aborted by it also
+		// stops waiting for its bandwidth. The wrapper hides the body's
+		// type, so ContentLength is set explicitly below.
+		body = c.limiter.Wrap(ctx, body)
+	}
 	pr := &putReader{r: body, obs: c.obs, progress: progress}
 	pr.last.Store(c.now().UnixNano())
 	var rb io.Reader = pr
@@ -541,7 +557,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	if err != nil {
 		return nil, err
 	}
-	c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Int64("bytes", size).Dur("took", d).Msg("storage PUT done")
+	c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Int64("bytes", size).Float64("took_s", d.Seconds()).Msg("storage PUT done")
 	return resp.Header, nil
 }
 

@@ -295,7 +295,7 @@ func (p *Pacer) Wait(ctx context.Context, route string) (release func(*http.Resp
 		}
 		if !logged {
 			logged = true
-			p.log.Debug().Str("route", route).Str("reason", why).Dur("wait", d).Msg("pacer holding request")
+			p.log.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")
 		}
 		select {
 		case <-ctx.Done():
@@ -643,7 +643,7 @@ func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now
 		in = h.resetIn
 	}
 	if in > p.maxWait {
-		p.log.Warn().Str("class", b.class).Dur("reset_in", in).Dur("capped_to", p.maxWait).
+		p.log.Warn().Str("class", b.class).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.maxWait.Seconds()).
 			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
 		in = p.maxWait
 	}
@@ -687,14 +687,14 @@ func (p *Pacer) holdLocked(rt *routeState, b *bucket, h windowHeaders, now time.
 		until = now.Add(min(back, p.maxWait) + jit)
 	}
 	if limit := now.Add(p.maxWait + jit); until.After(limit) {
-		p.log.Warn().Str("class", b.class).Dur("wanted", until.Sub(now)).Dur("capped_to", p.maxWait).
+		p.log.Warn().Str("class", b.class).Float64("wanted_s", until.Sub(now).Seconds()).Float64("capped_to_s", p.maxWait.Seconds()).
 			Msg("rate-limit hold capped")
 		until = limit
 	}
 	if until.After(b.holdUntil) {
 		b.holdUntil = until
 	}
-	p.log.Warn().Str("route", rt.name).Str("class", b.class).Dur("hold", b.holdUntil.Sub(now)).
+	p.log.Warn().Str("route", rt.name).Str("class", b.class).Float64("hold_s", b.holdUntil.Sub(now).Seconds()).
 		Int("strikes", b.strikes).Msg("rate limited (HTTP 429); holding the class")
 }
 

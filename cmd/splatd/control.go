@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+)
+
+// The operator's controls of single jobs: cancel, republish, forget. Each
+// goes through the admin socket when a daemon runs (so that it can act on
+// it at once: a receipt, a wake-up, a rescan) and opens the state file
+// directly when none does, like retry and resolve.
+
+// controlOp is one of the control commands.
+type controlOp struct {
+	name string
+	// apply changes the job in the store and returns it as it now is (as
+	// it was, for forget).
+	apply func(st *queue.Store, j state.Job) (state.Job, error)
+	// done says what happened, for the command's output.
+	done func(j state.Job) string
+}
+
+var controlOps = map[string]controlOp{
+	"cancel": {
+		name:  "cancel",
+		apply: func(st *queue.Store, j state.Job) (state.Job, error) { return st.Cancel(j.ID) },
+		done: func(j state.Job) string {
+			return fmt.Sprintf("job %d canceled (%s): not published, not a failure; splatd retry %d starts it again", j.ID, j.Path, j.ID)
+		},
+	},
+	"republish": {
+		name: "republish",
+		apply: func(st *queue.Store, j state.Job) (state.Job, error) {
+			if _, err := os.Stat(j.Path); errors.Is(err, fs.ErrNotExist) {
+				return j, fmt.Errorf("job %d: %s is gone (moved or deleted by after.on_success?): put it back there, or publish it with splatd publish", j.ID, j.Path)
+			}
+			return st.Republish(j.ID)
+		},
+		done: func(j state.Job) string {
+			return fmt.Sprintf("job %d (%s) queued to be published again (generation %d)", j.ID, j.Path, j.Generation)
+		},
+	},
+	"forget": {
+		name:  "forget",
+		apply: func(st *queue.Store, j state.Job) (state.Job, error) { return st.Forget(j.ID) },
+		done: func(j state.Job) string {
+			return fmt.Sprintf("job %d forgotten: %s is found again as a new file, and its content may be published again", j.ID, j.Path)
+		},
+	},
+}
+
+// findJob resolves ID|PATH to a job: a number is a job id, anything else a
+// file path (the latest job for it).
+func findJob(st *queue.Store, ref string) (state.Job, error) {
+	if id, err := strconv.ParseUint(ref, 10, 64); err == nil {
+		j, err := st.Get(id)
+		if errors.Is(err, queue.ErrNotFound) {
+			return j, fmt.Errorf("no job %d (see splatd jobs)", id)
+		}
+		return j, err
+	}
+	abs, err := filepath.Abs(ref)
+	if err != nil {
+		return state.Job{}, err
+	}
+	j, err := st.JobByPath(abs)
+	if errors.Is(err, queue.ErrNotFound) {
+		return j, fmt.Errorf("no job for %s (see splatd jobs)", abs)
+	}
+	return j, err
+}
+
+// doControl applies op to the job ref names.
+func doControl(st *queue.Store, op controlOp, ref string) (state.Job, error) {
+	j, err := findJob(st, ref)
+	if err != nil {
+		return j, err
+	}
+	return op.apply(st, j)
+}
+
+// adminControl is the admin socket's POST /v1/{cancel,republish,forget}.
+// The daemon follows up what the store alone cannot: a canceled job gets
+// its receipt and counts as finished, a republished one wakes a worker, a
+// forgotten file is looked for again.
+func (d *daemon) adminControl(w http.ResponseWriter, r *http.Request) {
+	op, ok := controlOps[r.PathValue("op")]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	j, err := doControl(d.store, op, r.URL.Query().Get("ref"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path)
+	switch op.name {
+	case "cancel":
+		log.Msg("job canceled by an operator")
+		d.m.JobFinished("canceled", j.UpdatedAt.Sub(j.CreatedAt))
+		if _, err := d.actions.Load().Finish(r.Context(), j); err != nil {
+			d.log.Error().Uint64("job", j.ID).Err(err).Msg("after-action failed; will run again at next start")
+		} else if err := d.store.MarkFinalized(j.ID); err != nil {
+			d.log.Error().Uint64("job", j.ID).Err(err).Msg("cannot record after-action")
+		}
+	case "republish":
+		log.Int("generation", j.Generation).Msg("job queued to be published again by an operator")
+		d.pool.Wake()
+	case "forget":
+		log.Msg("job forgotten by an operator")
+		d.watch.Rediscover(j.Path)
+	}
+	writeJSON(w, j)
+}
+
+// cmdControl runs `splatd cancel|republish|forget`.
+func cmdControl(name string) func(ctx context.Context, c *cli, args []string) int {
+	return func(ctx context.Context, c *cli, args []string) int {
+		op := controlOps[name]
+		fs := newFlags(c, name)
+		cfgPath := configFlag(c, fs)
+		pos, code, ok := parseOrExit(fs, args)
+		if !ok {
+			return code
+		}
+		if len(pos) != 1 {
+			if name == "cancel" {
+				return usageError(c, fs, "give one job ID (see splatd jobs)")
+			}
+			return usageError(c, fs, "give one job ID or file PATH (see splatd jobs)")
+		}
+		ref := pos[0]
+		if _, err := strconv.ParseUint(ref, 10, 64); err != nil {
+			if name == "cancel" {
+				return usageError(c, fs, "job id %q is not a number (see splatd jobs)", ref)
+			}
+			if ref, err = filepath.Abs(ref); err != nil {
+				return usageError(c, fs, "%v", err)
+			}
+		}
+		cfg, err := loadConfig(*cfgPath, false)
+		if err != nil {
+			fmt.Fprintln(c.stderr, err)
+			return exitUsage
+		}
+		var j state.Job
+		body, live, err := adminCall(ctx, cfg.StateDir, http.MethodPost, "/v1/"+name+"?"+url.Values{"ref": {ref}}.Encode())
+		if err == nil && live {
+			err = json.Unmarshal(body, &j)
+		}
+		if err == nil && !live {
+			err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
+				var err error
+				j, err = doControl(st, op, ref)
+				return err
+			})
+			if err == nil {
+				fmt.Fprintf(c.stderr, "(splatd is not running; changed %s directly)\n", cfg.StateDir)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
+			return exitFailure
+		}
+		fmt.Fprintln(c.stdout, op.done(j))
+		return exitOK
+	}
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"io"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// logOutput is the writer under the daemon's logger. It holds the level, so
+// that a reload can change it for every component's copy of the logger at
+// once (a zerolog.Logger is a value: each component holds its own), and
+// when stderr is the journal it starts each line with its syslog priority
+// (sd-daemon(3): "<3>" error, "<4>" warning, "<6>" info, "<7>" debug), which
+// journald strips and files as PRIORITY=, so `journalctl -p warning` works.
+type logOutput struct {
+	w       io.Writer
+	journal bool
+	level   atomic.Int32 // zerolog.Level
+}
+
+// SetLevel changes the lowest level written from now on.
+func (o *logOutput) SetLevel(l zerolog.Level) { o.level.Store(int32(l)) }
+
+// Level returns the lowest level written.
+func (o *logOutput) Level() zerolog.Level { return zerolog.Level(o.level.Load()) }
+
+// Write writes a line that carries no level (zerolog.Log()).
+func (o *logOutput) Write(p []byte) (int, error) { return o.WriteLevel(zerolog.NoLevel, p) }
+
+// WriteLevel implements zerolog.LevelWriter.
+func (o *logOutput) WriteLevel(l zerolog.Level, p []byte) (int, error) {
+	if l != zerolog.NoLevel && l < o.Level() {
+		return len(p), nil
+	}
+	if !o.journal {
+		return o.w.Write(p)
+	}
+	// One Write per line, prefix included: lines from concurrent
+	// goroutines must not interleave.
+	line := make([]byte, 0, len(p)+3)
+	line = append(line, '<', '0'+syslogPriority(l), '>')
+	line = append(line, p...)
+	if _, err := o.w.Write(line); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// syslogPriority maps a zerolog level to sd-daemon(3)'s SD_* priorities.
+func syslogPriority(l zerolog.Level) byte {
+	switch l {
+	case zerolog.TraceLevel, zerolog.DebugLevel:
+		return 7 // SD_DEBUG
+	case zerolog.WarnLevel:
+		return 4 // SD_WARNING
+	case zerolog.ErrorLevel:
+		return 3 // SD_ERR
+	case zerolog.FatalLevel, zerolog.PanicLevel:
+		return 2 // SD_CRIT
+	}
+	return 6 // SD_INFO: info and lines without a level
+}
+
+// newLogger writes JSON (journald, collectors) or console lines to w;
+// "auto" is console on a terminal and JSON anywhere else (systemd, pipes,
+// containers). journal says that w is the systemd journal's stream (see
+// onJournal): JSON lines then carry their priority prefix. The returned
+// logOutput changes the level of every logger derived from the result.
+func newLogger(lc LogConfig, w io.Writer, journal bool) (zerolog.Logger, *logOutput) {
+	level, err := zerolog.ParseLevel(lc.Level)
+	if err != nil {
+		level = zerolog.InfoLevel
+	}
+	out := &logOutput{w: w, journal: journal && lc.Format != "console"}
+	if lc.Format == "console" || (lc.Format == "auto" && isTerminal(w) && !journal) {
+		out.w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
+	}
+	out.SetLevel(level)
+	// The logger passes every level; logOutput filters, so that a reload
+	// can lower the level of loggers already handed to components.
+	return zerolog.New(out).Level(zerolog.TraceLevel).With().Timestamp().Logger(), out
+}
+
+// parseJournalStream parses $JOURNAL_STREAM, "DEVICE:INODE" of the stream
+// systemd connected stdout and stderr to.
+func parseJournalStream(s string) (dev, ino uint64, ok bool) {
+	d, i, found := strings.Cut(s, ":")
+	if !found {
+		return 0, 0, false
+	}
+	dev, err1 := strconv.ParseUint(d, 10, 64)
+	ino, err2 := strconv.ParseUint(i, 10, 64)
+	return dev, ino, err1 == nil && err2 == nil
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// A reload (SIGHUP, `splatd reload`) reads the config file again. The new
+// file is validated as a whole first: an invalid one changes nothing. Then
+// the keys below take effect at once; every other key that changed needs a
+// restart and keeps its old value until then (a warning names it). Keys
+// that other parts of splatd add later fall under "restart" until a reload
+// learns to apply them: a change is never silently ignored.
+//
+// What a reload applies, and how:
+//   - watch: the watcher starts a new session over the new folders
+//     (Watcher.SetRoots); files already taken are not taken again.
+//   - publish.*: jobs that become ready from now on (Pool.SetPublish).
+//   - after.*: jobs that finish from now on.
+//   - log.level: every logger at once (logOutput.SetLevel).
+//   - upload.bandwidth: uploads in flight too (Limiter.SetSchedule).
+func reloadable(key string) bool {
+	return key == "watch" || key == "log.level" || key == "upload.bandwidth" ||
+		strings.HasPrefix(key, "publish.") || strings.HasPrefix(key, "after.")
+}
+
+// reloadResult is the outcome of a reload, logged and returned to `splatd
+// reload`.
+type reloadResult struct {
+	Config  string   `json:"config"`            // the file read
+	Errors  []string `json:"errors,omitempty"`  // the new config's problems: nothing applied
+	Applied []string `json:"applied,omitempty"` // keys changed and in force
+	Restart []string `json:"restart,omitempty"` // keys changed that need a restart: old values kept
+	TookS   float64  `json:"took_s"`
+}
+
+// config returns the config in force: as started, with what reloads
+// applied. (d.cfg stays the config the daemon started with.)
+func (d *daemon) config() *Config { return d.live.Load() }
+
+// reloadOnHUP reloads the config on every SIGHUP until ctx ends.
+func (d *daemon) reloadOnHUP(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.hup:
+			d.reload()
+		}
+	}
+}
+
+// reload reads d.cfgPath again and applies what it can; see reloadable.
+func (d *daemon) reload() reloadResult {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	start := time.Now()
+	res := reloadResult{Config: d.cfgPath}
+	nw, err := loadConfig(d.cfgPath, true)
+	if err != nil {
+		res.Errors = configErrorLines(err)
+		res.TookS = time.Since(start).Seconds()
+		d.log.Error().Str("config", d.cfgPath).Strs("errors", res.Errors).
+			Msg("config reload refused: the new config is invalid; the running one stays")
+		return res
+	}
+	old := d.config()
+	eff := *old
+	for _, key := range changedKeys(old, nw) {
+		if !reloadable(key) {
+			res.Restart = append(res.Restart, key)
+			continue
+		}
+		res.Applied = append(res.Applied, key)
+	}
+	changed := func(prefix string) bool {
+		for _, k := range res.Applied {
+			if k == prefix || strings.HasPrefix(k, prefix+".") {
+				return true
+			}
+		}
+		return false
+	}
+	// notApplied takes the keys under prefix back out of Applied: a
+	// component refused them (validation should have caught it first).
+	notApplied := func(prefix string, err error) {
+		res.Errors = append(res.Errors, prefix+": "+err.Error())
+		kept := res.Applied[:0]
+		for _, k := range res.Applied {
+			if k != prefix && !strings.HasPrefix(k, prefix+".") {
+				kept = append(kept, k)
+			}
+		}
+		res.Applied = kept
+	}
+	if changed("watch") {
+		if err := d.watch.SetRoots(watchRoots(nw)); err != nil {
+			notApplied("watch", err)
+		} else {
+			eff.Watch = nw.Watch
+		}
+	}
+	if changed("publish") || changed("watch") { // watch entries carry their own publish blocks
+		if err := d.pool.SetPublish(nw.Publish.Params(), publishDefaults(nw), nw.Publish.OnUncertain); err != nil {
+			notApplied("publish", err)
+		} else {
+			eff.Publish = nw.Publish
+		}
+	}
+	if changed("after") || changed("watch") { // and their own after blocks
+		d.actions.Store(d.afterRunners(nw))
+		eff.After = nw.After
+	}
+	if changed("log.level") && d.logOut != nil {
+		level, _ := zerolog.ParseLevel(nw.Log.Level) // validated
+		d.logOut.SetLevel(level)
+		eff.Log.Level = nw.Log.Level
+	}
+	if changed("upload.bandwidth") {
+		d.client.Limiter().SetSchedule(nw.bandwidth())
+		eff.Upload.Bandwidth = nw.Upload.Bandwidth
+	}
+	d.live.Store(&eff)
+	res.TookS = time.Since(start).Seconds()
+
+	ev := d.log.Info()
+	if len(res.Errors) > 0 {
+		ev = d.log.Error().Strs("errors", res.Errors)
+	}
+	ev.Str("config", d.cfgPath).Strs("applied", res.Applied).Strs("watch", watchPaths(&eff)).
+		Str("bandwidth", d.client.Limiter().Schedule().String()).Str("log_level", eff.Log.Level).
+		Float64("took_s", res.TookS).Msg("config reloaded")
+	if len(res.Restart) > 0 {
+		d.log.Warn().Strs("keys", res.Restart).
+			Msg("config keys changed that need a restart (systemctl restart splatd); their old values stay until then")
+	}
+	for _, n := range eff.protocolNotes() {
+		d.log.Warn().Msg(n)
+	}
+	return res
+}
+
+// configErrorLines splits loadConfig's error into one line per problem.
+func configErrorLines(err error) []string {
+	var lines []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// changedKeys lists the config keys (their YAML paths: "api.base_url",
+// "watch", "publish.settings") whose values differ between a and b.
+func changedKeys(a, b *Config) []string {
+	ka, kb := configLeaves(a), configLeaves(b)
+	var out []string
+	for k, va := range ka {
+		if !reflect.DeepEqual(va, kb[k]) {
+			out = append(out, k)
+		}
+	}
+	for k := range kb {
+		if _, ok := ka[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// configLeaves flattens c into its keys: nested sections are walked, every
+// other value (lists such as watch, free-form maps such as settings) is one
+// key.
+func configLeaves(c *Config) map[string]any {
+	out := map[string]any{}
+	var walk func(v reflect.Value, path string)
+	walk = func(v reflect.Value, path string) {
+		if v.Kind() == reflect.Struct && v.Type() != reflect.TypeOf(time.Time{}) {
+			for i := 0; i < v.NumField(); i++ {
+				name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+				if name == "" || name == "-" {
+					continue
+				}
+				walk(v.Field(i), joinPath(path, name))
+			}
+			return
+		}
+		out[path] = v.Interface()
+	}
+	walk(reflect.ValueOf(c).Elem(), "")
+	return out
+}
+
+func cmdReload(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "reload")
+	cfgPath := configFlag(c, fs)
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(c, fs, "takes no arguments")
+	}
+	// The file is checked here first: the daemon would refuse an invalid
+	// one anyway, and its state_dir says where the daemon listens.
+	cfg, err := loadConfig(*cfgPath, true)
+	if err != nil {
+		fmt.Fprintln(c.stderr, err)
+		fmt.Fprintln(c.stderr, "reload: refused, nothing sent: the daemon keeps its running config")
+		return exitFailure
+	}
+	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodPost, "/v1/reload")
+	if err == nil && !live {
+		err = fmt.Errorf("no splatd is running on %s (state_dir)", cfg.StateDir)
+	}
+	var res reloadResult
+	if err == nil {
+		err = json.Unmarshal(body, &res)
+	}
+	if err != nil {
+		fmt.Fprintf(c.stderr, "reload: %v\n", err)
+		return exitFailure
+	}
+	return printReload(c, res)
+}
+
+// printReload prints a reload's outcome; exit 1 when it was refused.
+func printReload(c *cli, res reloadResult) int {
+	if len(res.Errors) > 0 && len(res.Applied) == 0 {
+		fmt.Fprintf(c.stderr, "reload of %s refused; the running config stays:\n", res.Config)
+		for _, e := range res.Errors {
+			fmt.Fprintf(c.stderr, "  %s\n", e)
+		}
+		return exitFailure
+	}
+	switch {
+	case len(res.Applied) == 0:
+		fmt.Fprintf(c.stdout, "reloaded %s: nothing to apply\n", res.Config)
+	default:
+		fmt.Fprintf(c.stdout, "reloaded %s: applied %s\n", res.Config, strings.Join(res.Applied, ", "))
+	}
+	if len(res.Restart) > 0 {
+		fmt.Fprintf(c.stdout, "need a restart (old values kept until then): %s\n", strings.Join(res.Restart, ", "))
+	}
+	code := exitOK
+	for _, e := range res.Errors {
+		fmt.Fprintf(c.stderr, "reload: %s\n", e)
+		code = exitFailure
+	}
+	return code
+}
+
+// adminReload is the admin socket's POST /v1/reload.
+func (d *daemon) adminReload(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, d.reload())
+}
