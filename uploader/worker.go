@@ -170,8 +170,8 @@ type Pool struct {
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
 
-	cfg   configState // a configuration error pauses the pool (stages.go)
-	after afterState  // failed after-actions and their retries (stages.go)
+	cfg     configState                     // a configuration error pauses the pool (stages.go)
+	after   afterState                      // failed after-actions and their retries (stages.go)
 	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
 }
 
