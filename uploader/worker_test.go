@@ -144,7 +144,9 @@ func (e *workerEnv) run(o PoolOptions) error {
 		case err := <-errc:
 			return err
 		case <-tick.C:
-			if e.unfinished() == 0 {
+			// Final and finalized: a job already final at start (a crash
+			// after its last commit) still has its Finish hook to run.
+			if pending, err := e.store.Unfinalized(); e.unfinished() == 0 && err == nil && len(pending) == 0 {
 				cancel()
 				return <-errc
 			}
