@@ -9,6 +9,11 @@ die() {
 	printf '\n!! %s: FAILED: %s\n\n' "$LANE" "$*" >&2
 	exit 1
 }
+# A command that fails outside a check (set -e) says where, instead of
+# ending the lane silently.
+set -E
+trap 'printf "\n!! %s: FAILED: line %s: %s (exit %s)\n\n" "$LANE" "$LINENO" "$BASH_COMMAND" "$?" >&2' ERR
+
 ok() { printf '   ok   [%3ss] %s\n' "$SECONDS" "$*"; }
 
 # retry CMD...: three tries, so that a mirror's passing hiccup does not fail CI.

@@ -256,13 +256,15 @@ journal_after() { inside journalctl --no-pager -o cat --after-cursor="$1" "${@:2
 # --- checks -------------------------------------------------------------------
 if ! skipped ready; then
 	[ "$(show Type)" = notify ] || die "the unit's Type= is $(show Type), not notify"
-	journal_after "$cursor" _PID=1 >"$work/pid1.log"
-	ready_line=$(grep -n "splatd.service: Got notification message from PID $pid (.*READY=1" "$work/pid1.log" | head -1 | cut -d: -f1)
-	started_line=$(grep -n "Started splatd" "$work/pid1.log" | head -1 | cut -d: -f1)
-	[ -n "$ready_line" ] || die "systemd never got READY=1 from PID $pid: $(grep splatd "$work/pid1.log" | tail -15)"
+	# journald may still be writing PID 1's lines when systemctl returns.
+	pid1_started() { journal_after "$cursor" _PID=1 >"$work/pid1.log" && grep -q "Started splatd" "$work/pid1.log"; }
+	poll 10 pid1_started || true
+	ready_line=$(grep -n "splatd.service: Got notification message from PID $pid (.*READY=1" "$work/pid1.log" | head -1 | cut -d: -f1 || true)
+	started_line=$(grep -n "Started splatd" "$work/pid1.log" | head -1 | cut -d: -f1 || true)
 	[ -n "$started_line" ] || die "systemd never logged \"Started splatd\""
-	[ "$ready_line" -lt "$started_line" ] ||
-		die "the unit went active before splatd sent READY=1:$(printf '\n    %s' "$(grep -E 'Started splatd|READY=1' "$work/pid1.log")")"
+	if [ -z "$ready_line" ] || [ "$ready_line" -gt "$started_line" ]; then
+		die "the unit went active before splatd sent READY=1; systemd's log:$(printf '\n    %s' "$(grep -E 'splatd.service: (Changed|Got notification)|Started splatd' "$work/pid1.log" | head -8)")"
+	fi
 	ok "ready: active only after READY=1 (Type=notify; $(sed -n "${ready_line}s/.*(\(.*\))\$/\1/p" "$work/pid1.log" | cut -c1-60))"
 fi
 
