@@ -80,10 +80,15 @@ debootstrap_root() {
 	timeout 900 debootstrap --variant=minbase --include="$ROOT_PACKAGES" "$SUITE" "$ROOT.partial" "$MIRROR" \
 		>"$ROOT.log" 2>&1
 }
+# Another run may be building or using the root: build under an exclusive
+# lock, then hold it shared for the rest of the run, so that a rebuild waits
+# for the runs booting the old root.
+mkdir -p "$(dirname "$ROOT")"
+exec 9>"$ROOT.lock"
+flock -w 1200 9 || die "$ROOT.lock is held by another run for 20 minutes"
 if ! root_complete; then
 	say "building the cached root $ROOT (debootstrap $SUITE, once per machine)"
 	rm -rf "$ROOT"
-	mkdir -p "$(dirname "$ROOT")"
 	retry debootstrap_root || {
 		tail -20 "$ROOT.log" >&2
 		die "debootstrap $SUITE (log: $ROOT.log)"
@@ -93,6 +98,7 @@ if ! root_complete; then
 	mv "$ROOT.partial" "$ROOT"
 	root_complete || die "the new root $ROOT is incomplete (log: $ROOT.log)"
 fi
+flock -s 9
 
 # --- a throwaway overlay of it, booted ----------------------------------------
 work=$(mktemp -d /tmp/splatd-test-systemd.XXXXXX)
@@ -176,7 +182,7 @@ say "booting systemd in $tree ($(systemd-nspawn --version | head -1))"
 		echo "$BASHPID" >"$d/cgroup.procs" || { echo "$LANE: cannot enter cgroup $d" >&2; exit 1; }
 	done
 	exec systemd-nspawn -q -b -D "$tree" -M "$MACHINE" --register=no --keep-unit --console=passive
-) >"$work/console.log" 2>&1 </dev/null &
+) >"$work/console.log" 2>&1 </dev/null 9>&- &
 NSPAWN_PID=$!
 
 # The container's PID 1, as seen from here: the process in our new cgroup
