@@ -6,7 +6,7 @@ BIN     := bin/splatd
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check clean
+.PHONY: all build test vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-systemd clean
 
 all: build
 
@@ -53,6 +53,23 @@ torture: build
 
 deploy-check:
 	bash deploy/check.sh
+
+# The container image, built with buildah from deploy/container/Dockerfile and
+# the static bin/splatd (no registry needed; buildah and podman come from
+# Debian when missing). deploy/README.md says how to build it with docker.
+image: build
+	bash deploy/container/build.sh
+
+# The image under podman against the simulator on loopback (deploy/test/image.sh).
+test-image: image
+	bash deploy/test/image.sh
+
+# The unit under a real systemd booted with systemd-nspawn, installed as the
+# README says (deploy/test/systemd.sh; root only; the first run on a machine
+# debootstraps a root into /var/cache/splatd-test). SPLATD_SYSTEMD_SKIP=a,b
+# skips named checks.
+test-systemd: build
+	bash deploy/test/systemd.sh
 
 SYSTEMDUNITDIR ?= /etc/systemd/system
 MANDIR         ?= $(PREFIX)/share/man
