@@ -296,6 +296,9 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 }
 
 func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
+	if a.cfg.API.Protocol == protocolV1 {
+		return publishV1(ctx, c, a, path)
+	}
 	if _, err := splatfile.Check(path); err != nil {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
 	}

@@ -133,3 +133,35 @@ func TestE2ESplats(t *testing.T) {
 		t.Errorf("splats -limit 129: exit %d, stdout %q, stderr %q; want 2 and the reason", code, out, errOut)
 	}
 }
+
+// TestE2EPublishAndDemoV1: under api.protocol v1, `splatd publish` sends a
+// multi-part file through an upload session (parts in parallel, complete)
+// and prints its viewer link; `splatd demo -protocol v1` passes.
+func TestE2EPublishAndDemoV1(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{PartSize: 64 << 10})
+	e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 3}\n"})
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(e.dir, "big.ply")
+	writePLY(t, file, 8000) // several 64 KiB parts
+	code, out, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, file)
+	if code != 0 || !strings.Contains(out, "/scene/") {
+		t.Fatalf("publish under v1: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	st := sim.Stats()
+	if st.Creates != 1 || st.V1Splats != 1 || st.PartPuts < 3 || st.Uploads != 0 || st.StorageAuthHeaders != 0 || st.UnknownFields != 0 {
+		t.Errorf("simulator after a v1 publish: %d creates, %d splats, %d part PUTs, %d legacy uploads, %d Authorization at storage, %d unknown fields",
+			st.Creates, st.V1Splats, st.PartPuts, st.Uploads, st.StorageAuthHeaders, st.UnknownFields)
+	}
+
+	code, out, errOut = runCLI(t, nil, "demo", "-protocol", "v1", "-dir", t.TempDir())
+	if code != 0 || !strings.Contains(out, "demo passed") || !strings.Contains(out, "hangar.ply") || !strings.Contains(out, "upload sessions") {
+		t.Errorf("demo -protocol v1: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
