@@ -96,7 +96,7 @@ fi
 ok "root filesystem is read-only"
 
 # 3. a file is published
-cp watcher/splatfile/testdata/valid.ply "$work/watch/.scan.ply.tmp"
+cp uploader/splatfile/testdata/valid.ply "$work/watch/.scan.ply.tmp"
 mv "$work/watch/.scan.ply.tmp" "$work/watch/scan.ply"
 receipt=$work/watch/scan.ply.splat.json
 receipt_done() { [ -s "$receipt" ] && [ "$(json_field "$receipt" status)" = done ]; }

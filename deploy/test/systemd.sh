@@ -302,7 +302,7 @@ if ! skipped hardening; then
 fi
 
 if ! skipped publish; then
-	cp watcher/splatfile/testdata/valid.ply "$tree/srv/captures/.scan.ply.tmp"
+	cp uploader/splatfile/testdata/valid.ply "$tree/srv/captures/.scan.ply.tmp"
 	mv "$tree/srv/captures/.scan.ply.tmp" "$tree/srv/captures/scan.ply"
 	receipt=$tree/srv/captures/scan.ply.splat.json
 	receipt_done() { [ -s "$receipt" ] && [ "$(json_field "$receipt" status)" = done ]; }
@@ -314,7 +314,7 @@ if ! skipped publish; then
 fi
 
 if ! skipped priority; then
-	cp watcher/splatfile/testdata/garbage.ply "$tree/srv/captures/.bad.ply.tmp"
+	cp uploader/splatfile/testdata/garbage.ply "$tree/srv/captures/.bad.ply.tmp"
 	mv "$tree/srv/captures/.bad.ply.tmp" "$tree/srv/captures/bad.ply"
 	receipt=$tree/srv/captures/bad.ply.splat.json
 	receipt_failed() { [ -s "$receipt" ] && [ "$(json_field "$receipt" status)" = failed ]; }
