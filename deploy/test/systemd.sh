@@ -363,13 +363,14 @@ if ! skipped reload; then
 	[ -n "$(show ExecReload)" ] || die "the unit has no ExecReload="
 	cursor=$(inside journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')
 	inside systemctl reload splatd || die "systemctl reload splatd failed"
-	reload_logged() { journal_after "$cursor" _SYSTEMD_UNIT=splatd.service _PID="$pid" | grep -qi reload; }
+	# splatd's own JSON line (PID 1's "Reloading…" lines are not JSON).
+	reload_logged() { journal_after "$cursor" -u splatd | grep -q '"message":"config reloaded"'; }
 	poll 10 reload_logged ||
 		die "splatd logged no line containing \"reload\" after systemctl reload (now $(inside systemctl is-active splatd || true), main PID $(main_pid || true), was $pid)"
 	sleep 1
 	[ "$(inside systemctl is-active splatd)" = active ] || die "splatd is not active after systemctl reload"
 	[ "$(main_pid)" = "$pid" ] || die "the main PID changed on reload ($pid -> $(main_pid)): splatd was restarted, not reloaded"
-	ok "reload: still active, same main PID $pid, logged: $(journal_after "$cursor" _SYSTEMD_UNIT=splatd.service _PID="$pid" | grep -i reload | head -1 | cut -c1-100)"
+	ok "reload: still active, same main PID $pid, logged: $(journal_after "$cursor" -u splatd | grep '"message":"config reloaded"' | head -1 | cut -c1-100)"
 fi
 
 say "passed"
