@@ -81,7 +81,8 @@ type Proxy struct {
 	mu       sync.Mutex
 	reqs     []Request
 	holdLeft int           // presigned PUTs to pass before holding; <0: no hold
-	release  chan struct{} // closed by Release
+	release  chan struct{} // closed by Release and DropHeld
+	drop     bool          // set with the close by DropHeld
 	held     int
 }
 
@@ -135,8 +136,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	req.PartNumber, _ = strconv.Atoi(q.Get("partNumber"))
 	if req.Presigned && r.Method == http.MethodPut && !p.pass(r) {
-		p.add(req) // held, and the client went away: never forwarded
-		return
+		req.Err = "held, then dropped"
+		p.add(req) // never forwarded
+		panic(http.ErrAbortHandler)
 	}
 	if r.Method == http.MethodPost && q.Has("uploadId") {
 		// CompleteMultipartUpload: small, read whole to record the ETags.
@@ -186,15 +188,18 @@ func (p *Proxy) pass(r *http.Request) bool {
 	}()
 	select {
 	case <-rel:
-		return r.Context().Err() == nil
+		p.mu.Lock()
+		drop := p.drop
+		p.mu.Unlock()
+		return !drop && r.Context().Err() == nil
 	case <-r.Context().Done():
 		return false
 	}
 }
 
 // HoldAfter lets the next n presigned PUTs through and holds every later
-// one, unforwarded, until Release. A held PUT whose client is gone (a
-// killed daemon) is dropped and recorded with Status 0.
+// one, unforwarded, until Release or DropHeld. A held PUT whose client is
+// seen gone is dropped. Dropped PUTs are recorded with Status 0.
 func (p *Proxy) HoldAfter(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -208,12 +213,20 @@ func (p *Proxy) Held() int {
 	return p.held
 }
 
-// Release ends the hold: waiting PUTs go on (if their client is still
-// there) and later ones pass.
-func (p *Proxy) Release() {
+// Release ends the hold: waiting PUTs go on and later ones pass.
+func (p *Proxy) Release() { p.end(false) }
+
+// DropHeld ends the hold, dropping the waiting PUTs (never forwarded, the
+// connection cut): what a client killed meanwhile would have sent never
+// reaches S3, even if its whole body sits in a socket buffer. Later PUTs
+// pass.
+func (p *Proxy) DropHeld() { p.end(true) }
+
+func (p *Proxy) end(drop bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.holdLeft == 0 {
+		p.drop = drop
 		close(p.release)
 		p.release = make(chan struct{})
 	}
