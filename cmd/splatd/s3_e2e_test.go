@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,7 +51,36 @@ func newS3World(t *testing.T, f apisim.Faults) *s3World {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &s3World{t: t, conf: conf, proxy: p, sim: sim, s3: core}
+	w := &s3World{t: t, conf: conf, proxy: p, sim: sim, s3: core}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("what S3 answered the signed-URL PUTs:\n%s", w.putSummary())
+		}
+	})
+	return w
+}
+
+// putSummary counts the presigned PUTs by S3's answer and lists the
+// headers they carried, for the log of a failed test.
+func (w *s3World) putSummary() string {
+	answers := map[string]int{}
+	headers := map[string]bool{}
+	for _, r := range w.proxy.PresignedPUTs() {
+		a := fmt.Sprintf("%d %s %s", r.Status, r.Code, r.Message)
+		if r.Err != "" {
+			a += " (" + r.Err + ")"
+		}
+		answers[a]++
+		for k := range r.Header {
+			headers[k] = true
+		}
+	}
+	var b strings.Builder
+	for _, a := range slices.Sorted(maps.Keys(answers)) {
+		fmt.Fprintf(&b, "  %4d × %s\n", answers[a], a)
+	}
+	fmt.Fprintf(&b, "  headers sent: %s", strings.Join(slices.Sorted(maps.Keys(headers)), ", "))
+	return b.String()
 }
 
 // s3Protocols runs fn once per protocol; v1 skips while the daemon does not

@@ -59,6 +59,7 @@ type Request struct {
 	Status     int    // S3's answer; 0 when dropped before forwarding
 	ETag       string // S3's ETag header, exactly as sent
 	Code       string // S3's XML error Code of a non-2xx answer
+	Message    string // and its Message
 	Err        string // the proxy's error when S3 gave no answer
 	// Complete holds the parts of a CompleteMultipartUpload body, in the
 	// order sent, ETags exactly as sent.
@@ -273,10 +274,11 @@ func (p *Proxy) record(resp *http.Response) error {
 		resp.ContentLength = int64(len(b))
 		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 		var e struct {
-			Code string `xml:"Code"`
+			Code    string `xml:"Code"`
+			Message string `xml:"Message"`
 		}
 		if xml.Unmarshal(b, &e) == nil {
-			pd.req.Code = e.Code
+			pd.req.Code, pd.req.Message = e.Code, e.Message
 		}
 	}
 	p.fill(pd)
