@@ -17,6 +17,16 @@
 // stream. The v1 part store sits behind the PartStore interface, so that a
 // real S3 server's multipart API can take its place.
 //
+// With Options.S3 (`splatd sim -storage s3://…`) a real S3 bucket takes the
+// place of that storage: presigned PutObject URLs for the legacy protocol,
+// one multipart upload per v1 session, read back at publish or complete for
+// the size and sha256 (s3.go). Its client is github.com/minio/minio-go/v7
+// rather than aws-sdk-go-v2: one module with a few small dependencies
+// instead of a dozen modules and the smithy runtime; presigning of any
+// request with extra query parameters in one call, local when the region is
+// given (an UploadPart URL carries partNumber and uploadId); and minio.Core's
+// raw multipart calls, which leave ETags exactly as S3 wrote them.
+//
 // Published splats move from running (processing) to a terminal status after
 // a delay. Every API response carries the X-RateLimit-* headers of a fixed
 // window per token and class; v1 request bodies are checked against closed

@@ -1,16 +1,7 @@
 package apisim
 
 // The S3 storage backend: the simulator's API in front of a real S3 server.
-//
-// The client library is github.com/minio/minio-go/v7 rather than
-// aws-sdk-go-v2: it is one module with a handful of small dependencies
-// (aws-sdk-go-v2 is a dozen modules and the smithy runtime), it presigns any
-// request in one call (Presign with query parameters, which is how an
-// UploadPart URL carries partNumber and uploadId), and minio.Core exposes
-// the raw multipart calls (NewMultipartUpload, ListObjectParts without
-// touching the ETags, CompleteMultipartUpload with the caller's ETags)
-// that the simulator must drive one by one. Its presigning makes no request
-// when the region is given, so signing stays local.
+// Why minio-go: see the package comment.
 
 import (
 	"context"

@@ -75,17 +75,15 @@ func (s *Server) signURL(ctx context.Context, fileName string) (signedURL, key s
 // urlFault draws the fault of the next URL handed out: expired (the count
 // at expired), or in S3 mode signed for the wrong region. Callers hold s.mu.
 func (s *Server) urlFault(expired *int) urlFault {
-	f := urlOK
 	switch {
 	case s.take(expired, 0):
-		f = urlExpired
+		s.stats.Faults++
+		return urlExpired
 	case s.s3 != nil && s.take(&s.faults.WrongRegionURLs, 0):
-		f = urlWrongRegion
-	default:
-		return urlOK
+		s.stats.Faults++
+		return urlWrongRegion
 	}
-	s.stats.Faults++
-	return f
+	return urlOK
 }
 
 // sign creates a key and its URL (the simulator's own). Callers hold s.mu.
