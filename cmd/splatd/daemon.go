@@ -136,10 +136,10 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (*d
 		Logger:     log,
 	})
 	pool, err := uploader.NewPool(uploader.PoolOptions{
-		Store:   d.drain,
-		Client:  client,
-		Workers: cfg.Workers,
-		Publish: cfg.Publish.Params(),
+		Store:       d.drain,
+		Client:      client,
+		Workers:     cfg.Workers,
+		Publish:     cfg.Publish.Params(),
 		OnUncertain: cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),

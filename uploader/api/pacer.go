@@ -104,15 +104,15 @@ type Pacer struct {
 	mu      sync.Mutex
 	routes  map[string]*routeState
 	buckets map[int]*bucket // by X-RateLimit-Limit
-	changed chan struct{}        // closed and replaced on every release
-	blocked int                  // goroutines waiting in Wait (read by tests)
+	changed chan struct{}   // closed and replaced on every release
+	blocked int             // goroutines waiting in Wait (read by tests)
 }
 
 // routeState is what the pacer knows about one route.
 type routeState struct {
 	name       string
 	bucket     *bucket // nil until a response named the route's class
-	probing    bool         // class unknown and a probe is in flight
+	probing    bool    // class unknown and a probe is in flight
 	probeStart time.Time
 }
 
