@@ -6,7 +6,7 @@ BIN     := bin/splatd
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-systemd clean
+.PHONY: all build test test-s3 vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-systemd clean
 
 all: build
 
@@ -16,6 +16,12 @@ build:
 # The test command CI runs (.ci/run calls it). -race needs cgo.
 test:
 	$(GO) test -race -count=1 ./...
+
+# The S3 lane: the simulator's storage on a real S3 server (versitygw,
+# installed pinned into .tools/ on first use), splatd end to end on it.
+# `make test` skips these tests (no SPLATD_TEST_S3).
+test-s3:
+	GO=$(GO) bash deploy/test/s3.sh
 
 vet:
 	$(GO) vet ./...

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	expiry := fs.Duration("session-expiry", apisim.DefaultSessionExpiry, "v1: life of an upload session that is not completed")
 	bandwidth := byteSize(0)
 	fs.Var(&bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
+	storage := fs.String("storage", c.getenv("SPLATD_SIM_STORAGE"), "a real S3 bucket as the storage (`s3://KEY:SECRET@HOST:PORT/BUCKET`, s3+https:// for TLS; default $SPLATD_SIM_STORAGE): presigned PUTs (legacy) and multipart uploads (v1, part size 5MiB or more) instead of the built-in storage")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -34,6 +36,19 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	}
 	if partSize <= 0 {
 		return usageError(c, fs, "-part-size must be positive")
+	}
+	var s3 *apisim.S3
+	if *storage != "" {
+		st, err := apisim.ParseS3URL(*storage)
+		if err != nil {
+			return usageError(c, fs, "-storage: %v", err)
+		}
+		s3 = &st
+		partSet := false
+		fs.Visit(func(f *flag.Flag) { partSet = partSet || f.Name == "part-size" })
+		if !partSet {
+			partSize = apisim.MinS3PartSize
+		}
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "splatd-sim-")
@@ -53,6 +68,7 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		MaxUploadSize:    int64(maxUpload),
 		SessionExpiry:    *expiry,
 		StorageBandwidth: int64(bandwidth),
+		S3:               s3,
 		Branches:         map[string]int{"main": 123, "demo": 7},
 		Logger:           cliLogger(c),
 	})
@@ -83,8 +99,12 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stderr, err)
 		return exitFailure
 	}
+	stURL := sim.StorageURL()
+	if s3 != nil {
+		stURL = "S3 " + s3.String() // without the keys
+	}
 	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nwatch:      %s\nstate_dir:  %s\nbranches:   main (123 checkpoints), demo (7)\n",
-		sim.URL(), sim.StorageURL(), sim.CAFile(), sim.Token(), tokenFile, cfgFile, inbox, stateDir)
+		sim.URL(), stURL, sim.CAFile(), sim.Token(), tokenFile, cfgFile, inbox, stateDir)
 	bw := "none"
 	if bandwidth > 0 {
 		bw = bandwidth.String() + "/s per connection"

@@ -207,9 +207,11 @@ func (s *Server) handleSignedURL(w http.ResponseWriter, r *http.Request, _ strin
 	if strings.TrimSpace(name) == "" {
 		return jsonError(w, http.StatusBadRequest, "fileName is required")
 	}
-	s.mu.Lock()
-	u, key := s.sign(name)
-	s.mu.Unlock()
+	u, key, err := s.signURL(r.Context(), name)
+	if err != nil {
+		s.log.Debug().Err(err).Msg("sign")
+		return jsonError(w, http.StatusInternalServerError, "Internal server error (storage)")
+	}
 	return writeJSON(w, http.StatusOK, map[string]string{"signedUrl": u, s.o.KeyField: key})
 }
 
@@ -259,6 +261,12 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 		return jsonError(w, http.StatusBadRequest, fmt.Sprintf("invalid format %q: must be sog or compressed.ply", req.format))
 	}
 
+	if s.s3 != nil {
+		if code := s.fetchObject(w, r, key); code != 0 {
+			return code
+		}
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if mismatch {
@@ -289,6 +297,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 		createdAt:   now,
 		doneAt:      now.Add(s.o.ProcessingDelay),
 	}
+	if s.s3 != nil {
+		sp.s3Key = s.s3.objectKey(key)
+	}
 	switch {
 	case !isSplatContent(obj.head):
 		sp.failMsg = "processing failed: unsupported file format (expected PLY or SOG)"
@@ -310,6 +321,30 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 		return jsonError(w, http.StatusInternalServerError, "Internal server error (simulated, splat was created)")
 	}
 	return writeJSON(w, http.StatusCreated, sp.json(now, s.o, true))
+}
+
+// fetchObject reads an issued key's object back from S3 (S3 mode) and
+// records it as the simulator's own storage would have at the PUT, so that
+// the publish sees its size, sha256 and first bytes. It answers (and
+// returns the status) only when S3 cannot be read.
+func (s *Server) fetchObject(w http.ResponseWriter, r *http.Request, key string) int {
+	s.mu.Lock()
+	_, issued := s.issued[key]
+	s.mu.Unlock()
+	if !issued {
+		return 0 // the publish answers "invalid key"
+	}
+	obj, err := s.s3.readObject(r.Context(), key)
+	if err != nil {
+		s.log.Debug().Err(err).Str("key", key).Msg("read back from S3")
+		return jsonError(w, http.StatusInternalServerError, "Internal server error (storage)")
+	}
+	if obj != nil {
+		s.mu.Lock()
+		s.objects[key] = obj
+		s.mu.Unlock()
+	}
+	return 0
 }
 
 // isSplatContent is the simulator's processing check: a PLY starts with
@@ -402,6 +437,7 @@ type splat struct {
 	failMsg     string // non-empty: processing ends "failed" with it
 	uncertain   bool
 	uploadID    string // v1: the session that made it; "" for a legacy publish
+	s3Key       string // the object's key in the bucket, with Options.S3
 }
 
 // viewerURL is the link of the record: a v1 splat's viewerUrl, else the
@@ -441,6 +477,7 @@ func (sp *splat) record(now time.Time, o Options) SplatRecord {
 		Title: sp.title, Description: sp.description, Listed: sp.listed, Format: sp.format,
 		Settings: sp.settings, Key: sp.key, ObjectSHA256: sp.sha256, Size: sp.size,
 		Status: status, Message: msg, Uncertain: sp.uncertain, CreatedAt: sp.createdAt, CompletedAt: done,
+		S3Key: sp.s3Key,
 	}
 }
 

@@ -17,6 +17,16 @@
 // stream. The v1 part store sits behind the PartStore interface, so that a
 // real S3 server's multipart API can take its place.
 //
+// With Options.S3 (`splatd sim -storage s3://…`) a real S3 bucket takes the
+// place of that storage: presigned PutObject URLs for the legacy protocol,
+// one multipart upload per v1 session, read back at publish or complete for
+// the size and sha256 (s3.go). Its client is github.com/minio/minio-go/v7
+// rather than aws-sdk-go-v2: one module with a few small dependencies
+// instead of a dozen modules and the smithy runtime; presigning of any
+// request with extra query parameters in one call, local when the region is
+// given (an UploadPart URL carries partNumber and uploadId); and minio.Core's
+// raw multipart calls, which leave ETags exactly as S3 wrote them.
+//
 // Published splats move from running (processing) to a terminal status after
 // a delay. Every API response carries the X-RateLimit-* headers of a fixed
 // window per token and class; v1 request bodies are checked against closed
@@ -225,6 +235,19 @@ type Options struct {
 	// server's multipart API. Part faults, the bandwidth cap and the
 	// per-session byte counters only see the built-in store's traffic.
 	PartStore PartStore
+	// S3, if set, is a real S3 server that takes the place of the
+	// simulator's storage for both protocols (and excludes PartStore):
+	// legacy signed URLs are presigned PutObject URLs, and the publish
+	// reads the object back for its size and sha256; v1 sessions are S3
+	// multipart uploads with presigned UploadPart URLs, their uploaded
+	// parts are S3's ListParts, and complete is S3's
+	// CompleteMultipartUpload with the client's ETags. New checks that
+	// the bucket exists. PartSize defaults to MinS3PartSize and may not
+	// be smaller. S3 enforces URL lifetimes by the real clock; of the
+	// storage faults only ExpiredURLs, ExpiredPartURLs and
+	// WrongRegionURLs apply (at signing time), and the storage counters
+	// stay zero: S3 sees the PUTs. The storage listener still runs, unused.
+	S3 *S3
 	// StorageBandwidth, if positive, caps the request-body bytes per
 	// second that storage reads on each TCP connection (object and part
 	// PUTs alike), as S3 throttles single streams. SetStorageBandwidth
@@ -274,8 +297,9 @@ type Server struct {
 	branches   map[string][]Checkpoint // oldest first
 	uploads    map[string]*upload      // v1 session id → session
 	byKey      map[string]*upload      // Idempotency-Key → its latest session
-	parts      PartStore               // Options.PartStore or local
+	parts      PartStore               // Options.PartStore, s3 or local
 	local      *localStore             // the built-in part store; nil if replaced
+	s3         *s3Store                // Options.S3's storage; nil without
 	bandwidth  atomic.Int64            // StorageBandwidth, changed by SetStorageBandwidth
 	connSeq    atomic.Int64            // storage connections accepted
 	stats      Stats
@@ -330,17 +354,30 @@ func New(o Options) (*Server, error) {
 	if err := s.setupDir(); err != nil {
 		return nil, err
 	}
-	s.parts = o.PartStore
-	if s.parts == nil {
-		s.local = newLocalStore(s)
-		s.parts = s.local
-	}
 	ok := false
 	defer func() {
 		if !ok {
 			s.cleanup()
 		}
 	}()
+	s.parts = o.PartStore
+	if o.S3 != nil {
+		st, err := newS3Store(*o.S3, o.Now)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = st.check(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		s.s3, s.parts = st, st
+	}
+	if s.parts == nil {
+		s.local = newLocalStore(s)
+		s.parts = s.local
+	}
 
 	for name, n := range o.Branches {
 		s.seedBranch(name, n)
@@ -409,6 +446,17 @@ func (o *Options) setDefaults() error {
 	}
 	if o.PartSize < 0 {
 		return fmt.Errorf("apisim: PartSize %d: must be positive", o.PartSize)
+	}
+	if o.S3 != nil {
+		if o.PartStore != nil {
+			return errors.New("apisim: S3 and PartStore: give one storage")
+		}
+		if o.PartSize == 0 {
+			o.PartSize = MinS3PartSize
+		}
+		if o.PartSize < MinS3PartSize {
+			return fmt.Errorf("apisim: PartSize %d: S3 storage needs at least %d (5 MiB)", o.PartSize, MinS3PartSize)
+		}
 	}
 	if o.PartSize == 0 {
 		o.PartSize = DefaultPartSize

@@ -30,6 +30,18 @@ type Faults struct {
 	// slower than the URL's life.
 	StorageForbiddenRate float64
 
+	// ExpiredURLs hands out the next N legacy signed URLs already
+	// expired, so that storage refuses them 403 AccessDenied "Request has
+	// expired" (with Options.S3, S3 does: the signing waits about a
+	// second for that).
+	ExpiredURLs int
+
+	// WrongRegionURLs (S3 mode only) signs the next N URLs, legacy or
+	// part, for another region than the S3 server's, as a misconfigured
+	// API server would: S3 refuses them 400 AuthorizationQueryParametersError,
+	// a refusal that signing again does not cure.
+	WrongRegionURLs int
+
 	// Latency is added before every request (API and storage) is handled.
 	Latency time.Duration
 
@@ -68,6 +80,8 @@ type Faults struct {
 	// ExpiredPartURLs refuses the next N part PUTs with a valid signature
 	// 403 AccessDenied "Request has expired", as when the client was slower
 	// than the URL's life. (Real expiry follows URLExpiry and the clock.)
+	// With Options.S3 the next N part URLs are handed out expired instead
+	// and S3 refuses them.
 	ExpiredPartURLs int
 
 	// UncertainCreates and UncertainCreateRate make a create commit the

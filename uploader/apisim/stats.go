@@ -210,6 +210,7 @@ type SplatRecord struct {
 	Uncertain    bool           // publish (complete) answered 5xx although the splat was created
 	CreatedAt    time.Time
 	CompletedAt  *time.Time // set when Status is terminal
+	S3Key        string     // with Options.S3: the object's key in the bucket
 }
 
 // Splats returns every splat created, oldest first.

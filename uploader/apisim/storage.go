@@ -1,6 +1,7 @@
 package apisim
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -41,20 +42,56 @@ const (
 
 // Sign issues a storage key for fileName and its signed PUT URL, as the
 // signed-URL route does but without an API request: benchmarks use it to
-// give `curl -T` the same storage endpoint as the client.
+// give `curl -T` the same storage endpoint as the client. In S3 mode the
+// URL is "" if presigning failed (it makes no request, so only a broken
+// Options.S3 can make it fail, and New has checked that).
 func (s *Server) Sign(fileName string) (signedURL, key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sign(fileName)
+	u, key, err := s.signURL(context.Background(), fileName)
+	if err != nil {
+		s.log.Error().Err(err).Msg("sign")
+	}
+	return u, key
 }
 
-// sign creates a key and its URL. Callers hold s.mu.
-func (s *Server) sign(fileName string) (string, string) {
-	now := s.now()
+// signURL issues a storage key for fileName and its signed PUT URL: the
+// simulator's own HMAC-signed URL, or in S3 mode a presigned PutObject URL
+// of the bucket, made without the lock (an ExpiredURLs fault waits there
+// until S3 sees the URL as expired).
+func (s *Server) signURL(ctx context.Context, fileName string) (signedURL, key string, err error) {
+	s.mu.Lock()
+	expires := s.now().Add(s.o.URLExpiry)
+	fault := s.urlFault(&s.faults.ExpiredURLs)
+	if fault == urlExpired {
+		expires = s.now()
+	}
+	signedURL, key = s.sign(fileName, expires)
+	s.mu.Unlock()
+	if s.s3 != nil {
+		signedURL, err = s.s3.presignObject(ctx, key, expires, fault)
+	}
+	return signedURL, key, err
+}
+
+// urlFault draws the fault of the next URL handed out: expired (the count
+// at expired), or in S3 mode signed for the wrong region. Callers hold s.mu.
+func (s *Server) urlFault(expired *int) urlFault {
+	switch {
+	case s.take(expired, 0):
+		s.stats.Faults++
+		return urlExpired
+	case s.s3 != nil && s.take(&s.faults.WrongRegionURLs, 0):
+		s.stats.Faults++
+		return urlWrongRegion
+	}
+	return urlOK
+}
+
+// sign creates a key and its URL (the simulator's own). Callers hold s.mu.
+func (s *Server) sign(fileName string, expires time.Time) (string, string) {
 	key := fmt.Sprintf("uploads/%016x/%s", s.rng.Uint64(), safeName(fileName))
-	s.issued[key] = issuedKey{fileName: fileName, issuedAt: now}
+	s.issued[key] = issuedKey{fileName: fileName, issuedAt: s.now()}
 	s.stats.SignedURLs++
-	exp := strconv.FormatInt(now.Add(s.o.URLExpiry).Unix(), 10)
+	exp := strconv.FormatInt(expires.Unix(), 10)
 	q := url.Values{"expires": {exp}, "sig": {s.signature(key, exp)}}
 	return s.stURL + objectsPrefix + key + "?" + q.Encode(), key
 }

@@ -437,7 +437,19 @@ func (s *Server) handleV1PartURLs(w http.ResponseWriter, r *http.Request, id str
 	}
 	urls := make([]map[string]any, 0, len(nums))
 	for _, n := range nums {
-		link, err := s.parts.SignPart(r.Context(), id, n, expires)
+		var link string
+		var err error
+		if s.s3 != nil {
+			// S3 decides expiry itself: the fault must hand out a URL
+			// that is expired already, where the built-in store refuses
+			// at the PUT.
+			s.mu.Lock()
+			fault := s.urlFault(&s.faults.ExpiredPartURLs)
+			s.mu.Unlock()
+			link, err = s.s3.signPart(r.Context(), id, n, expires, fault)
+		} else {
+			link, err = s.parts.SignPart(r.Context(), id, n, expires)
+		}
 		if err != nil {
 			s.log.Debug().Err(err).Msg("part store sign")
 			return jsonError(w, http.StatusInternalServerError, "Internal server error (part store)")
@@ -553,6 +565,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, u *upload, sen
 		createdAt:   now,
 		doneAt:      now.Add(s.o.ProcessingDelay),
 		uploadID:    u.id,
+	}
+	if s.s3 != nil {
+		sp.s3Key = s.s3.sessionKey(u.id)
 	}
 	switch {
 	case (sp.format == "ply" || sp.format == "sog") && !isSplatContent(obj.Head):
