@@ -126,6 +126,9 @@ type Job struct {
 	// Uncertain marks a job found in Publishing when the store was opened:
 	// its publish call may or may not have reached the API.
 	Uncertain bool `json:"uncertain,omitempty"`
+	// Resigns counts storage refusals of fresh signed URLs in a row (the
+	// retry rule backs off on it); an upload that succeeds clears it.
+	Resigns int `json:"resigns,omitempty"`
 	// Publishes counts publish calls sent for this job (more than one only
 	// after an uncertain outcome was republished or a 5xx was retried).
 	Publishes int `json:"publishes,omitempty"`

@@ -665,7 +665,15 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		j.LastError, j.LastStatus = fmt.Sprintf("waiting: configuration error (%s): %v", d.Kind, err), 0
 		return j, nil
 	case state.Resign:
-		return p.resign(j, now.Add(d.Delay), err.Error())
+		// Signing again moves the job back a stage, which resets Attempts:
+		// the refusals of fresh URLs in a row are counted apart, so that a
+		// storage that keeps refusing them is backed off, not hammered.
+		d = p.policy.Decide(ctx, err, j.Resigns+1, now)
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Int("refusals", j.Resigns+1).
+			Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("storage refused the signed URL; signing a new one")
+		next, rerr := p.resign(j, now.Add(d.Delay), err.Error())
+		next.Resigns = j.Resigns + 1
+		return next, rerr
 	case state.WaitFile:
 		j.Attempts++
 		j.NextAttempt = now.Add(d.Delay)

@@ -274,6 +274,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 		return p.workerChanged(j, fi, "file changed during upload; uploading again")
 	}
 	now = p.o.Now()
+	j.Resigns = 0
 	if err := j.Move(state.Uploaded, now); err != nil {
 		return j, err
 	}

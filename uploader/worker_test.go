@@ -841,3 +841,37 @@ func TestWorkerStoreErrorClearsWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkerStorageRefusalsBackOff: a storage that refuses every fresh
+// signed URL is not hammered: the first refusal signs again at once, the
+// ones after it wait the retry rule's growing backoff (found against a real
+// S3 that refused an unsigned header: 238 PUTs in a minute).
+func TestWorkerStorageRefusalsBackOff(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{StorageForbiddenRate: 1}})
+	e.enqueue(e.writePLY("refused.ply", 40))
+	o := e.options(1)
+	o.Backoff = state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}
+	p, err := NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	e.waitFor("a second refusal", func() bool {
+		j, err := e.store.Get(1)
+		return err == nil && j.Resigns >= 2
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	j, _ := e.store.Get(1)
+	if wait := j.NextAttempt.Sub(j.UpdatedAt); j.Stage != state.Ready || wait < 59*time.Minute {
+		t.Errorf("after %d refusals: stage %s, next attempt in %v; want ready and the backoff (1 h)", j.Resigns, j.Stage, wait)
+	}
+	if n := e.sim.Stats().Total(apisim.RouteStoragePut); n != 2 {
+		t.Errorf("%d PUTs; want 2 (one per fresh URL, then the backoff)", n)
+	}
+}
