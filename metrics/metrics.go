@@ -33,6 +33,9 @@ var (
 	// (see watcher.Observer). Other kinds are still counted; these are the
 	// ones that exist at zero.
 	WatchErrorKinds = []string{"overflow", "watch_limit", "instance_limit", "notify", "add", "root"}
+	// NotifyErrorKinds lists the notification channels that report
+	// failures through NotifyError: the webhook and after.exec.
+	NotifyErrorKinds = []string{"webhook", "exec"}
 )
 
 // CodeNoResponse is the code label of an API request that got no HTTP
@@ -75,6 +78,8 @@ type Metrics struct {
 	watchPolling prometheus.Gauge
 	// tokenRefused is 1 while the API refuses the token (workers paused).
 	tokenRefused prometheus.Gauge
+	// notifyErrors counts notifications that failed or were dropped, by kind.
+	notifyErrors *prometheus.CounterVec
 }
 
 // Bucket layouts. API calls are sub-second but a storage PUT of a large splat
@@ -157,11 +162,16 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 			Namespace: namespace, Name: "token_refused",
 			Help: "1 while the API refuses the token and the workers are paused.",
 		}),
+		notifyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "notify_errors_total",
+			Help: "Notifications that failed after their last try or were dropped from a full queue, by kind: webhook, exec.",
+		}, []string{"kind"}),
 	}
 	reg.MustRegister(
 		m.filesDiscovered, m.jobs, m.jobsFinished, m.uploadBytes, m.uploadDuration,
 		m.apiRequests, m.apiRequestDuration, m.rateLimitRemaining, m.rateLimitWait,
 		m.jobDuration, m.oldestJobAge, m.buildInfo, m.watchErrors, m.watchPolling, m.tokenRefused,
+		m.notifyErrors,
 	)
 
 	for _, s := range state.Stages {
@@ -178,6 +188,9 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 	}
 	for _, k := range WatchErrorKinds {
 		m.watchErrors.WithLabelValues(k).Add(0)
+	}
+	for _, k := range NotifyErrorKinds {
+		m.notifyErrors.WithLabelValues(k).Add(0)
 	}
 	// ratelimit_remaining is deliberately not pre-initialised: a 0 would read
 	// as "budget exhausted" before the first response has told us anything.
@@ -286,6 +299,15 @@ func (m *Metrics) WatchError(kind string) {
 		return
 	}
 	m.watchErrors.WithLabelValues(kind).Inc()
+}
+
+// NotifyError records one failed or dropped notification of the given kind
+// (see NotifyErrorKinds).
+func (m *Metrics) NotifyError(kind string) {
+	if m == nil {
+		return
+	}
+	m.notifyErrors.WithLabelValues(kind).Inc()
 }
 
 // PollingFallback records whether the watcher had to fall back to polling.

@@ -30,6 +30,7 @@ func exercise(m *Metrics) {
 	m.JobFinished("done", 42*time.Second)
 	m.FileDiscovered()
 	m.WatchError("overflow")
+	m.NotifyError("webhook")
 	m.PollingFallback(true)
 	m.SetTokenRefused(false)
 	m.SetStages(map[state.Stage]int{"queued": 1})
@@ -83,6 +84,7 @@ func TestPreinitialisedSeries(t *testing.T) {
 		"splatd_api_requests_total":           len(testRoutes), // the 429 series
 		"splatd_api_request_duration_seconds": len(testRoutes),
 		"splatd_watch_errors_total":           len(WatchErrorKinds),
+		"splatd_notify_errors_total":          len(NotifyErrorKinds),
 		"splatd_ratelimit_remaining":          0, // a 0 would read as "exhausted"
 		"splatd_build_info":                   1,
 	}
@@ -132,6 +134,8 @@ func TestObserverHooks(t *testing.T) {
 			func(m *Metrics) prometheus.Collector { return m.filesDiscovered }, 3},
 		{"watch error", func(m *Metrics) { m.WatchError("scan") },
 			func(m *Metrics) prometheus.Collector { return m.watchErrors.WithLabelValues("scan") }, 1},
+		{"notify error", func(m *Metrics) { m.NotifyError("exec"); m.NotifyError("exec") },
+			func(m *Metrics) prometheus.Collector { return m.notifyErrors.WithLabelValues("exec") }, 2},
 		{"polling on", func(m *Metrics) { m.PollingFallback(true) },
 			func(m *Metrics) prometheus.Collector { return m.watchPolling }, 1},
 		{"polling off again", func(m *Metrics) { m.PollingFallback(true); m.PollingFallback(false) },

@@ -223,9 +223,10 @@ func (s *Store) Stats() (Stats, error) {
 }
 
 // Retry puts a failed job back to Queued (it is checked, hashed and uploaded
-// again) and a held job back to Uploaded (the operator decided to publish
-// again: the worker commits a new publish intent and publishes). It
-// returns the updated job.
+// again), a held job back to Uploaded (the operator decided to publish
+// again: the worker commits a new publish intent and publishes) and a done
+// job back to Queued as a new generation (a deliberate republish: under v1
+// a new Idempotency-Key). It returns the updated job.
 func (s *Store) Retry(id uint64) (state.Job, error) {
 	var out state.Job
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -297,9 +298,29 @@ func (s *Store) Resolve(id uint64, splatID string) (state.Job, error) {
 func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error) {
 	old := j
 	switch j.Stage {
+	case state.Done:
+		// A deliberate republish: a new generation, hence under v1 a new
+		// Idempotency-Key and a new splat. A duplicate published nothing
+		// itself; its content would only be found published again.
+		if j.DuplicateOf != 0 {
+			return j, fmt.Errorf("job %d is a duplicate of job %d: retry job %d to publish the content again", j.ID, j.DuplicateOf, j.DuplicateOf)
+		}
+		if err := j.Republish(now); err != nil {
+			return j, err
+		}
+		j.SHA256, j.Kind = "", ""
+		j.Upload = state.Upload{}
+		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
+		j.PublishedAt, j.CompletedAt = nil, nil
 	case state.Failed:
 		// Start again from the file: whatever was uploaded or published
-		// for it is not trusted, the content may have changed.
+		// for it is not trusted, the content may have changed. A v1
+		// session is kept: the same content finds it again by its key and
+		// sends only the parts it lacks. Once a splat was made (processing
+		// failed or timed out) the retry is a republish: a new generation.
+		if j.SplatID != "" {
+			j.NewGeneration()
+		}
 		if err := j.Move(state.Queued, now); err != nil {
 			return j, err
 		}
@@ -314,7 +335,7 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		j.Uncertain = false
 		j.TaskMessage = ""
 	default:
-		return j, fmt.Errorf("job %d is %s: only failed and held jobs can be retried", j.ID, j.Stage)
+		return j, fmt.Errorf("job %d is %s: only done, failed and held jobs can be retried", j.ID, j.Stage)
 	}
 	j.FailReason, j.LastError, j.LastStatus = "", "", 0
 	j.Finalized = false

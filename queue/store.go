@@ -242,7 +242,9 @@ func (s *Store) init() error {
 			if err != nil {
 				return err
 			}
-			if j.Uncertain {
+			// Under v1 a complete whose answer was lost is simply sent
+			// again: nothing is uncertain.
+			if j.Uncertain || j.Protocol == state.ProtocolV1 {
 				continue
 			}
 			j.Uncertain = true

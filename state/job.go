@@ -69,9 +69,14 @@ func (s Stage) Final() bool { return s == Done || s == Failed || s == Held }
 // publish call, i.e. whether restarting it from scratch could publish twice.
 func (s Stage) Published() bool { return s == Publishing || s == Processing || s == Done || s == Held }
 
-// JobVersion is the schema version of the Job JSON encoding. Readers refuse
-// records with a newer version instead of silently dropping fields.
-const JobVersion = 1
+// JobVersion is the newest schema version of the Job JSON encoding. Readers
+// refuse records with a newer version instead of silently dropping fields.
+//
+// Version 2 added Protocol, Generation and V1 (the SuperSplat API v1). A
+// job that uses none of them is still written as version 1, so that a
+// splatd from before v1 can read a legacy-only state file; one that does is
+// refused by such a splatd rather than resumed without its session.
+const JobVersion = 2
 
 // Job is one file's way through the pipeline. It is stored as JSON; the V
 // field carries JobVersion so that a future layout can be migrated.
@@ -109,6 +114,19 @@ type Job struct {
 	Upload Upload        `json:"upload,omitzero"`
 	Params PublishParams `json:"params,omitzero"`
 
+	// Protocol is the API the job is published through once it left
+	// Ready: "v1" (ProtocolV1) or "" for the legacy API. It is recorded,
+	// not taken from the configuration, so that a restart under another
+	// api.protocol finishes a started job the way it began.
+	Protocol string `json:"protocol,omitempty"`
+	// Generation counts deliberate republishes of this job's content
+	// (`splatd retry` of a done job, or of one whose splat failed). It is
+	// part of the v1 Idempotency-Key: a new generation makes a new session
+	// and a new splat, the same generation finds the same session.
+	Generation int `json:"generation,omitempty"`
+	// V1 is the upload session under the v1 protocol; nil under legacy.
+	V1 *Session `json:"v1,omitempty"`
+
 	SplatID     string     `json:"splat_id,omitempty"`
 	SplatHash   string     `json:"splat_hash,omitempty"`
 	ViewerURL   string     `json:"viewer_url,omitempty"`
@@ -145,10 +163,109 @@ type PublishParams struct {
 	Settings    map[string]any `json:"settings,omitempty"`
 }
 
-// Marshal encodes j with the current schema version.
+// ProtocolV1 is Job.Protocol of a job published through the SuperSplat
+// API v1 (api-v1.md).
+const ProtocolV1 = "v1"
+
+// Session is a job's upload session under the SuperSplat API v1. Each of
+// its fields is committed before the side effect that depends on it: the
+// Idempotency-Key before the create call, each part's ETag as the part
+// completes, so that a restart resumes with the same key and re-sends only
+// the parts the server lacks.
+type Session struct {
+	// Attempt numbers the sessions this generation of the content has
+	// needed: a session that is gone (404) or canceled is replaced under a
+	// new key, Attempt+1, committed before that create.
+	Attempt int `json:"attempt"`
+	// Key is the Idempotency-Key, derived only from the job's record
+	// (sha256, Generation, Attempt): every daemon that sees the same content
+	// sends the same key and so reaches the same session.
+	Key string `json:"key"`
+	// Creates counts the create calls committed under Key. A create that
+	// answers 200 (an existing session) when it is the first one is proof
+	// that another daemon created that session.
+	Creates int `json:"creates,omitempty"`
+	// Owned is true when this daemon created the session (201, or a create
+	// of its own whose answer was lost) or took over a peer's stalled one.
+	// A session that is not owned is a peer's: its parts are watched for a
+	// while before the missing ones are sent.
+	Owned bool `json:"owned,omitempty"`
+
+	// ID and PartSize are the server's, stored with the move to Signed.
+	ID       string `json:"id,omitempty"`
+	PartSize int64  `json:"part_size,omitempty"`
+	// Parts is N = ceil(size / PartSize), at least 1.
+	Parts int `json:"parts,omitempty"`
+	// ETags holds part k's ETag at index k-1, exactly as storage sent it
+	// (quotes included); "" while the part is not stored.
+	ETags []string `json:"etags,omitempty"`
+
+	// PeerSince is when the parts of a peer's session were last seen to
+	// grow (or first seen); PeerParts how many there were then; PeerPolls
+	// the reads since, which pace the next one.
+	PeerSince time.Time `json:"peer_since,omitzero"`
+	PeerParts int       `json:"peer_parts,omitempty"`
+	PeerPolls int       `json:"peer_polls,omitempty"`
+
+	// Verify makes the next step read the session before completing: a
+	// complete was refused (400, 409), so the server's parts are checked
+	// again. Resyncs counts those refusals, to give up on a server that
+	// keeps refusing the parts it itself lists.
+	Verify  bool `json:"verify,omitempty"`
+	Resyncs int  `json:"resyncs,omitempty"`
+
+	// EditURL is the splat's edit link from the complete answer.
+	EditURL string `json:"edit_url,omitempty"`
+}
+
+// Stored returns the number of parts with an ETag.
+func (s *Session) Stored() int {
+	n := 0
+	for _, e := range s.ETags {
+		if e != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// schemaVersion is the oldest schema version that holds every field j uses.
+func (j *Job) schemaVersion() int {
+	if j.Protocol != "" || j.Generation != 0 || j.V1 != nil {
+		return 2
+	}
+	return 1
+}
+
+// Marshal encodes j with the oldest schema version that holds its fields.
 func (j Job) Marshal() ([]byte, error) {
-	j.V = JobVersion
+	j.V = j.schemaVersion()
 	return json.Marshal(j)
+}
+
+// Republish puts a done job back to Queued as a deliberate republish of
+// its content (`splatd retry` of a done job): a new Generation, so that
+// under v1 a new Idempotency-Key makes a new session and a new splat. It
+// is an operator's act, not a worker's transition: the table keeps Done
+// terminal, so no worker bug can publish a done job again.
+func (j *Job) Republish(now time.Time) error {
+	if j.Stage != Done {
+		return fmt.Errorf("job %d is %s, not done", j.ID, j.Stage)
+	}
+	j.Stage = Queued
+	j.Attempts = 0
+	j.StageSince, j.UpdatedAt = now, now
+	j.NewGeneration()
+	return nil
+}
+
+// NewGeneration starts a new generation of j's content: the v1 session and
+// everything learned from the last publish are dropped.
+func (j *Job) NewGeneration() {
+	j.Generation++
+	j.Protocol, j.V1 = "", nil
+	j.DuplicateOf = 0
+	j.Uncertain, j.Publishes = false, 0
 }
 
 // Unmarshal decodes a stored job and refuses one written by a newer splatd.

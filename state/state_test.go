@@ -80,6 +80,21 @@ func TestCanMove(t *testing.T) {
 	}
 }
 
+func TestRepublish(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(2000, 0)
+	j := Job{ID: 4, Stage: Done, Generation: 1, Protocol: ProtocolV1, V1: &Session{Attempt: 2, Key: "k"}, DuplicateOf: 0}
+	if err := j.Republish(now); err != nil {
+		t.Fatal(err)
+	}
+	if j.Stage != Queued || j.Generation != 2 || j.V1 != nil || j.Protocol != "" || !j.StageSince.Equal(now) {
+		t.Errorf("after republish: %+v", j)
+	}
+	if err := j.Republish(now); err == nil {
+		t.Error("republish of a queued job succeeded")
+	}
+}
+
 func TestMove(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)
@@ -121,9 +136,21 @@ func TestJobRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.V != JobVersion || got.Path != j.Path || got.Upload.KeyField != "s3Key" || !got.PublishedAt.Equal(now) ||
+	if got.V != 1 || got.Path != j.Path || got.Upload.KeyField != "s3Key" || !got.PublishedAt.Equal(now) ||
 		got.Params.Settings["camera"].(map[string]any)["fov"] != 65.0 {
 		t.Errorf("round trip: %+v", got)
+	}
+	// A job that uses a v1 field is written as version 2.
+	j.Protocol, j.Generation = ProtocolV1, 1
+	j.V1 = &Session{Attempt: 1, Key: "splatd-x-g1-s1", ID: "u", PartSize: 5, Parts: 2, ETags: []string{`"a"`, ""}}
+	if b, err = j.Marshal(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if got.V != JobVersion || got.V1 == nil || got.V1.ETags[0] != `"a"` || got.V1.Stored() != 1 || got.Generation != 1 {
+		t.Errorf("v1 round trip: %+v %+v", got, got.V1)
 	}
 	if _, err := Unmarshal([]byte(`{"v":99,"id":3}`)); err == nil {
 		t.Error("a newer schema version was accepted")

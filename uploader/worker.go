@@ -62,6 +62,10 @@ type PoolOptions struct {
 	// template); sidecar.Resolve applies them to each file when it becomes
 	// ready.
 	Publish state.PublishParams
+	// Defaults, when set, returns the publish defaults of a watch root
+	// (Job.Root: its folder's own publish block over the global one); nil,
+	// or a root it does not know, falls back to Publish.
+	Defaults func(root string) state.PublishParams
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions
@@ -87,6 +91,16 @@ type PoolOptions struct {
 	// URLMaxAge is the age after which a stored signed URL is not used for
 	// a PUT but signed again. Zero: 10 min.
 	URLMaxAge time.Duration
+	// Protocol is the API new jobs are published through: ProtocolLegacy
+	// (default) or ProtocolV1. A job that has started keeps its own.
+	Protocol string
+	// ParallelParts is the number of v1 part PUTs in flight per job,
+	// 1..16. Zero: 4.
+	ParallelParts int
+	// PeerWait is how long a v1 job whose session another daemon created
+	// watches that session's parts without progress before it sends the
+	// missing ones itself. Zero: 2 min.
+	PeerWait time.Duration
 	// Finish is called once for every job that reaches done, failed or
 	// held (also after a crash, at the next Run, if it had not completed).
 	// An error is logged and Finish runs again at the next start.
@@ -152,6 +166,9 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	case UncertainRepublish, UncertainHold:
 	default:
 		return nil, fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, o.OnUncertain)
+	}
+	if err := o.fillV1(); err != nil {
+		return nil, err
 	}
 	if o.Workers <= 0 {
 		o.Workers = 2
@@ -709,7 +726,7 @@ func (p *Pool) authProber(ctx context.Context) error {
 			if err := p.awaitProbe(ctx, tokens, attempt); err != nil {
 				return err
 			}
-			_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
+			err := p.probe(ctx)
 			if err == nil || p.policy.Decide(ctx, err, attempt, p.o.Now()).Action != state.PauseToken {
 				p.authMu.Lock()
 				p.authErr = nil
@@ -724,6 +741,17 @@ func (p *Pool) authProber(ctx context.Context) error {
 			p.log.Warn().Int("probe", attempt).Str("token_from", tokens.Origin()).Err(err).Msg("API still refuses the token")
 		}
 	}
+}
+
+// probe asks the API whether it accepts the token, with the configured
+// protocol's cheapest authenticated call (nothing is uploaded).
+func (p *Pool) probe(ctx context.Context) error {
+	if p.o.Protocol == ProtocolV1 {
+		_, err := p.o.Client.Me(ctx)
+		return err
+	}
+	_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
+	return err
 }
 
 // awaitProbe waits for the next probe: the attempt's backoff step, or

@@ -22,6 +22,9 @@ import (
 // step performs the side effect of j's stage and returns the job to
 // commit. An error is classified by the caller (retry, fail, pause).
 func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
+	if p.usesV1(j) {
+		return p.stepV1(ctx, j)
+	}
 	switch j.Stage {
 	case state.Queued:
 		return p.stepCheck(ctx, j)
@@ -121,6 +124,7 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
 	j.SHA256, j.Kind = "", ""
 	j.Upload = state.Upload{}
+	j.Protocol, j.V1 = "", nil // a v1 session of the old content is abandoned
 	j.NextAttempt = now.Add(p.o.Settle)
 	j.LastError, j.LastStatus = why, 0
 	return j, nil
@@ -157,7 +161,11 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
-	params, err := sidecar.Resolve(p.o.Publish, j.Path, j.Root, j.ModTime)
+	defaults := p.o.Publish
+	if p.o.Defaults != nil {
+		defaults = p.o.Defaults(j.Root)
+	}
+	params, err := sidecar.Resolve(defaults, j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // stamp is one look at a file: what "unchanged" compares.
@@ -50,6 +52,7 @@ type tracker struct {
 	settle time.Duration
 	known  func(string, int64, time.Time) bool
 	obs    Observer
+	log    zerolog.Logger
 
 	mu      sync.Mutex
 	pending map[string]*entry
@@ -254,9 +257,24 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 		t.mu.Unlock()
 		return true
 	}
+	if ripe := e.mtime.Add(e.r.MinAge); e.r.MinAge > 0 && time.Now().Before(ripe) {
+		// Too young: kept pending and looked at again when old enough (an
+		// event or a changed look re-arms it as usual meanwhile).
+		t.schedule(e, ripe)
+		t.mu.Unlock()
+		return true
+	}
 	delete(t.pending, e.path)
 	t.done[e.path] = &doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load()}
 	t.mu.Unlock()
+
+	if size := e.st.size; size < e.r.MinSize || (e.r.MaxSize > 0 && size > e.r.MaxSize) {
+		// Remembered as done, so that rescans do not log it again; a change
+		// of the file makes it a new version, judged afresh.
+		t.log.Info().Str("path", e.path).Int64("size", size).Int64("min_size", e.r.MinSize).
+			Int64("max_size", e.r.MaxSize).Msg("file outside the folder's size bounds; skipped")
+		return true
+	}
 
 	c := Candidate{Path: e.path, Root: e.r.Root.Path, Size: e.st.size, ModTime: e.mtime}
 	select {

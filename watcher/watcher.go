@@ -74,6 +74,13 @@ type Root struct {
 	// its target resolves inside the watch root. Symlinked folders are never
 	// entered (they could loop or leave the root).
 	FollowSymlinks bool
+	// MinSize and MaxSize bound a candidate's size in bytes (0: no bound).
+	// A settled file outside them is skipped with one log line per version
+	// of the file; it becomes a candidate if it changes into the bounds.
+	MinSize, MaxSize int64
+	// MinAge holds back a settled file whose mtime is younger than this:
+	// it is looked at again once old enough, not forgotten (0: off).
+	MinAge time.Duration
 }
 
 // Candidate is a file that has been quiet for the settle time. Path is
@@ -200,6 +207,7 @@ func New(o Options) (*Watcher, error) {
 	}
 	slices.SortStableFunc(w.roots, func(a, b *root) int { return len(b.path) - len(a.path) })
 	w.tr = newTracker(settle, o.Known, w.obs)
+	w.tr.log = o.Logger
 	return w, nil
 }
 
@@ -300,6 +308,12 @@ func newRoot(cfg Root) (*root, error) {
 	if r.pollEvery <= 0 {
 		r.pollEvery = DefaultPollInterval
 	}
+	if cfg.MinSize < 0 || cfg.MaxSize < 0 || cfg.MinAge < 0 {
+		return nil, errors.New("negative size or age bound")
+	}
+	if cfg.MaxSize > 0 && cfg.MinSize > cfg.MaxSize {
+		return nil, fmt.Errorf("min size %d is above max size %d", cfg.MinSize, cfg.MaxSize)
+	}
 	include, exclude := cfg.Include, cfg.Exclude
 	if include == nil {
 		include = DefaultInclude
@@ -331,8 +345,13 @@ func matchAny(patterns []string, name string) bool {
 	return false
 }
 
-// wants reports whether a file's base name makes it a candidate.
+// wants reports whether a file's base name makes it a candidate. splatd's
+// own files (sidecars, folder settings, receipts) never are, whatever the
+// patterns say.
 func (r *root) wants(name string) bool {
+	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") {
+		return false
+	}
 	return matchAny(r.include, name) && !matchAny(r.exclude, name)
 }
 

@@ -86,15 +86,13 @@ type adminServer struct {
 // newAdminServer listens on the socket. A socket file left by a crashed
 // daemon is stale (this process holds the state lock), so it is replaced.
 func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, error) {
-	_ = os.Remove(path)
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("admin socket: %w", err)
+	if !adminSocket {
+		log.Info().Msg("no admin socket on this platform: jobs, retry and resolve read the state file while the daemon is stopped")
+		return &adminServer{log: log}, nil
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
+	_ = os.Remove(path)
+	ln, err := listenAdmin(path)
+	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -135,6 +133,9 @@ func (a *adminServer) close() {
 }
 
 func (a *adminServer) run(ctx context.Context) error {
+	if a.ln == nil {
+		return nil // no admin socket on this platform
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.srv.Serve(a.ln) }()
 	select {
@@ -223,6 +224,9 @@ func doResolve(src jobSource, id, splat string) (int, error) {
 // adminCall talks to the daemon through its socket. ok is false when no
 // daemon listens there (the caller then opens the state file directly).
 func adminCall(ctx context.Context, stateDir, method, path string) (body []byte, ok bool, err error) {
+	if !adminSocket {
+		return nil, false, nil
+	}
 	sock := filepath.Join(stateDir, adminSocketName)
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -264,6 +268,9 @@ func withOfflineStore(stateDir string, fn func(*queue.Store) error) error {
 	st, err := queue.Open(stateDir, queue.Options{})
 	if err != nil {
 		if errors.Is(err, queue.ErrLocked) {
+			if !adminSocket {
+				return fmt.Errorf("a splatd holds %s, and on this platform it has no admin socket: stop it first", stateDir)
+			}
 			return fmt.Errorf("a splatd holds %s but its admin socket does not answer", stateDir)
 		}
 		return err

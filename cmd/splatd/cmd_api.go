@@ -42,7 +42,7 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
 	}
-	client, err := newClient(cfg, token, obs, log)
+	client, err := newClient(cfg, token, nil, obs, log)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
@@ -50,8 +50,9 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 	return &apiEnv{cfg: cfg, client: client}, exitOK
 }
 
-// newClient builds the API client for cfg with token.
-func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+// newClient builds the API client for cfg with token; a nil pacer is the
+// client's own (one-shot commands keep no pacer state).
+func newClient(cfg *Config, token *api.Token, pacer *api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
 		return nil, err
@@ -59,6 +60,7 @@ func newClient(cfg *Config, token *api.Token, obs api.Observer, log zerolog.Logg
 	return api.NewClient(api.ClientOptions{
 		BaseURL:     cfg.API.BaseURL,
 		TokenSource: token,
+		Pacer:       pacer,
 		RootCAs:     roots,
 		Timeout:     cfg.API.Timeout.D(),
 		UserAgent:   "splatd/" + buildVersion(),
@@ -298,7 +300,13 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return err
 	}
-	req, err := sidecar.Resolve(a.cfg.Publish.Params(), path, "", fi.ModTime())
+	// A file inside a watched folder gets that folder's settings, as the
+	// daemon would give it.
+	defaults, root := a.cfg.Publish.Params(), ""
+	if w, ok := a.cfg.watchOf(path); ok {
+		defaults, root = a.cfg.publishFor(w), w.Path
+	}
+	req, err := sidecar.Resolve(defaults, path, root, fi.ModTime())
 	if err != nil {
 		return err
 	}

@@ -5,14 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -36,6 +34,7 @@ type Config struct {
 	Publish        PublishConfig `yaml:"publish"`
 	Poll           PollConfig    `yaml:"poll"`
 	After          AfterConfig   `yaml:"after"`
+	Notify         NotifyConfig  `yaml:"notify"`
 	Metrics        MetricsConfig `yaml:"metrics"`
 	Status         StatusConfig  `yaml:"status"`
 	Log            LogConfig     `yaml:"log"`
@@ -76,6 +75,13 @@ type WatchConfig struct {
 	Mode           string   `yaml:"mode"`
 	PollInterval   Duration `yaml:"poll_interval"`
 	FollowSymlinks bool     `yaml:"follow_symlinks"`
+	MinSize        ByteSize `yaml:"min_size"` // 0: no bound
+	MaxSize        ByteSize `yaml:"max_size"` // 0: no bound
+	MinAge         Duration `yaml:"min_age"`  // by mtime; 0: off
+	// Publish and After are laid over the global blocks, key by key, for
+	// this folder's files (config_folders.go).
+	Publish FolderPublish `yaml:"publish,omitempty"`
+	After   FolderAfter   `yaml:"after,omitempty"`
 }
 
 // PublishConfig holds the defaults of every publish call; a per-file sidecar
@@ -109,6 +115,10 @@ type AfterConfig struct {
 	OnFailure  string `yaml:"on_failure"`
 	FailureDir string `yaml:"failure_dir"`
 	Receipt    bool   `yaml:"receipt"`
+	// Exec is a command and its arguments (no shell) run with the receipt
+	// as JSON on stdin when a job is final; empty runs nothing.
+	Exec        []string `yaml:"exec"`
+	ExecTimeout Duration `yaml:"exec_timeout"`
 }
 
 // MetricsConfig is the /metrics, /healthz and /readyz listener.
@@ -190,7 +200,7 @@ func defaultConfig() Config {
 			MaxInterval: Duration(60 * time.Second),
 			Timeout:     Duration(2 * time.Hour),
 		},
-		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true},
+		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true, Exec: []string{}, ExecTimeout: Duration(30 * time.Second)},
 		Metrics: MetricsConfig{Listen: "127.0.0.1:9464"},
 		Log:     LogConfig{Level: "info", Format: "auto"},
 	}
@@ -434,11 +444,8 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 		bad("workers", "must be between 1 and 64 (got %d)", c.Workers)
 	}
 
-	if tmpl, err := template.New("title").Option("missingkey=error").Parse(c.Publish.Title); err != nil {
-		bad("publish.title", "bad template: %v", err)
-	} else if err := tmpl.Execute(io.Discard, sidecar.TitleData{Stem: "scan", Name: "scan.ply", Dir: "/d", RelDir: ".", ModTime: time.Now()}); err != nil {
-		// Parsing alone accepts {{.Stemm}}; every job would then fail.
-		bad("publish.title", "%v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
+	if msg := titleProblem(c.Publish.Title); msg != "" {
+		bad("publish.title", "%s", msg)
 	}
 	switch c.Publish.Format {
 	case "sog", "compressed.ply":
@@ -515,6 +522,8 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 	default:
 		bad("log.format", "must be auto, json or console (got %q)", c.Log.Format)
 	}
+	errs = append(errs, c.validateFolders()...)
+	errs = append(errs, c.validateNotify()...)
 	return errs
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
-	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -30,6 +30,9 @@ import (
 // answer instead of leaving an uncertain outcome for the next start.
 const shutdownGrace = 20 * time.Second
 
+// pacerStateFile, in state_dir, holds the pacer's last known windows.
+const pacerStateFile = "pacer.json"
+
 // daemon is `splatd run`: the watcher feeds the queue, the pool works it.
 type daemon struct {
 	cfg    *Config
@@ -38,6 +41,7 @@ type daemon struct {
 
 	store   *queue.Store
 	client  *api.Client
+	pacer   *api.Pacer
 	pool    *uploader.Pool
 	watch   *watcher.Watcher
 	reg     *prometheus.Registry
@@ -45,6 +49,7 @@ type daemon struct {
 	metrics *metrics.Server // nil when metrics.listen is ""
 	admin   *adminServer
 	notify  *notifier
+	events  *notify.Notifier // notify.webhook and after.exec
 
 	// onTransition, when set before run (by the demo), sees every stage change.
 	onTransition func(j state.Job, from state.Stage)
@@ -104,9 +109,6 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if err != nil {
 		return nil, err
 	}
-	if d.client, err = newClient(cfg, token, d.m, log); err != nil { // the client names its own component
-		return nil, err
-	}
 	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
 	if errors.Is(err, queue.ErrLocked) {
 		return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
@@ -119,6 +121,20 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 			d.closeAll()
 		}
 	}()
+	// The pacer keeps each limit class's window in the state directory, so
+	// a restarted daemon waits for a spent window's reset instead of
+	// drawing a 429 (the lock on the state file makes it this daemon's).
+	d.pacer = api.NewPacer(api.PacerOptions{
+		StateFile: filepath.Join(cfg.StateDir, pacerStateFile),
+		Observer:  d.m,
+		Logger:    log.With().Str("component", "pacer").Logger(),
+	})
+	if d.client, err = newClient(cfg, token, d.pacer, d.m, log); err != nil { // the client names its own component
+		return nil, err
+	}
+	if d.events, err = d.newEvents(token.Value()); err != nil {
+		return nil, err
+	}
 	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
 	}
@@ -148,21 +164,16 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 // newPool builds the worker pool with its after-actions.
 func (d *daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
-	actions := after.New(after.Options{
-		OnSuccess:  cfg.After.OnSuccess,
-		SuccessDir: cfg.After.SuccessDir,
-		OnFailure:  cfg.After.OnFailure,
-		FailureDir: cfg.After.FailureDir,
-		Receipt:    cfg.After.Receipt,
-		Lookup:     d.store.Get,
-		Logger:     d.log,
-	})
+	actions := d.afterRunners()
 	return uploader.NewPool(uploader.PoolOptions{
-		Store:       d.store,
-		Client:      d.client,
-		Workers:     cfg.Workers,
-		Publish:     cfg.Publish.Params(),
-		OnUncertain: cfg.Publish.OnUncertain,
+		Store:         d.store,
+		Client:        d.client,
+		Workers:       cfg.Workers,
+		Protocol:      cfg.API.Protocol,
+		ParallelParts: cfg.Upload.ParallelParts,
+		Publish:       cfg.Publish.Params(),
+		Defaults:      d.publishDefaults(),
+		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
 			MaxInterval: cfg.Poll.MaxInterval.D(),
@@ -170,10 +181,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		},
 		Settle: max(cfg.Settle.D(), 100*time.Millisecond),
 		Grace:  shutdownGrace,
-		Finish: func(ctx context.Context, j state.Job) error {
-			_, err := actions.Finish(ctx, j)
-			return err
-		},
+		Finish: finishAndNotify(actions, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.onTransition != nil {
 				d.onTransition(j, from)
@@ -192,6 +200,7 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 		roots[i] = watcher.Root{
 			Path: w.Path, Recursive: *w.Recursive, Include: w.Include, Exclude: w.Exclude,
 			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
+			MinSize: int64(w.MinSize), MaxSize: int64(w.MaxSize), MinAge: w.MinAge.D(),
 		}
 	}
 	rescan := cfg.RescanInterval.D()
@@ -221,6 +230,7 @@ func (d *daemon) closeAll() {
 }
 
 func (d *daemon) close() {
+	d.stopEvents()
 	if err := d.store.Close(); err != nil {
 		d.log.Error().Err(err).Msg("closing the state")
 	}
@@ -294,7 +304,7 @@ func (d *daemon) run(ctx context.Context) error {
 	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
 
-	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).
+	d.log.Info().Str("version", buildVersion()).Int("workers", d.cfg.Workers).Str("state_dir", d.cfg.StateDir).Str("protocol", d.cfg.API.Protocol).
 		Str("api", d.cfg.API.BaseURL).Str("token_from", d.client.Token().Origin()).Msg("splatd started")
 	for _, n := range d.cfg.protocolNotes() {
 		d.log.Warn().Msg(n)
@@ -316,6 +326,9 @@ func (d *daemon) run(ctx context.Context) error {
 	// 2. Workers: finish or abandon the calls in flight, then the loops.
 	stopWork()
 	_ = workers.Wait()
+	if err := d.pacer.Flush(); err != nil {
+		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
+	}
 	// 3. Listeners.
 	stopServe()
 	_ = listeners.Wait()

@@ -592,11 +592,14 @@ func TestE2EJobsAndRetry(t *testing.T) {
 	}
 	waitReceipt(t, two, "done")
 
-	// A done job is not retried; an unknown id is an error.
-	code, _, errOut = runCLI(t, nil, "retry", "-config", e.cfgPath, fmt.Sprint(byFile[one].ID))
-	if code != 1 || !strings.Contains(errOut, "only failed and held jobs") {
-		t.Errorf("retry of a done job: exit %d, stderr %q; want 1 with the reason", code, errOut)
+	// A done job retried is published again on purpose (a new generation:
+	// under v1 a new Idempotency-Key); an unknown id is an error.
+	publishes := sim.Stats().Publishes
+	code, out, errOut = runCLI(t, nil, "retry", "-config", e.cfgPath, fmt.Sprint(byFile[one].ID))
+	if code != 0 || !strings.Contains(out, "re-queued 1 job") {
+		t.Errorf("retry of a done job: exit %d, stdout %q, stderr %q; want it re-queued", code, out, errOut)
 	}
+	waitFor(t, "the done job published again", func() bool { return sim.Stats().Publishes == publishes+1 })
 	code, _, errOut = runCLI(t, nil, "retry", "-config", e.cfgPath, "999")
 	if code != 1 || !strings.Contains(errOut, "no job 999") {
 		t.Errorf("retry 999: exit %d, stderr %q; want 1 and \"no job 999\"", code, errOut)

@@ -47,6 +47,9 @@ const (
 type cli struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// describe, when set, receives a command's flag set at -h in place of
+	// the usage text (specs reads the flags for completion and the man page).
+	describe func(*flag.FlagSet)
 }
 
 type command struct {
@@ -64,12 +67,14 @@ func commands() []command {
 		{"publish", "[-config FILE] FILE...", "publish files once, in the foreground, with progress", cmdPublish},
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
 		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
-		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs", cmdRetry},
+		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"splats", "[-config FILE] [-limit N] [-all] [-json]", "list the account's own splats (v1 API), newest first", cmdSplats},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
 		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
 		{"version", "", "print the version", cmdVersion},
+		{"completion", "bash|zsh|fish", "print a shell completion script", cmdCompletion},
+		{"man", "", "print the manual page (roff)", cmdMan},
 		{"help", "[COMMAND]", "list the commands, or describe one", nil},
 	}
 }
@@ -154,6 +159,10 @@ func newFlags(c *cli, name string) *flag.FlagSet {
 		}
 	}
 	fs.Usage = func() {
+		if c.describe != nil {
+			c.describe(fs)
+			return
+		}
 		fmt.Fprintf(c.stderr, "%s\n\n%s\n", strings.TrimSpace("usage: splatd "+name+" "+synopsis), summary)
 		var any bool
 		fs.VisitAll(func(*flag.Flag) { any = true })
@@ -262,9 +271,13 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	}
 	// splatd calls the API only when there is work, so /readyz cannot
 	// vouch for a token before the first file; this can.
-	client, err := newClient(cfg, token, nil, cliLogger(c))
+	client, err := newClient(cfg, token, nil, nil, cliLogger(c))
 	if err == nil {
-		_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+		if cfg.API.Protocol == protocolV1 {
+			_, err = client.Me(ctx)
+		} else {
+			_, err = client.SignedURL(ctx, "splatd-token-check.ply")
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "probe of %s: %s\n", cfg.API.BaseURL, explainAPIError(err, token))

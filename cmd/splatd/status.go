@@ -41,6 +41,9 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 		out.Token = metrics.Token{State: metrics.TokenRefused, Advice: d.client.Token().Advice()}
 	}
 	out.Bandwidth.Limit = d.cfg.bandwidth().At(out.Time)
+	for _, c := range d.pacer.Classes() {
+		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset, Waiting: c.Waiting})
+	}
 	return out, nil
 }
 

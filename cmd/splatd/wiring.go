@@ -5,6 +5,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/notify"
 )
 
 // The packages meet here. Each consumer declares the small interface it
@@ -14,4 +15,5 @@ var (
 	_ uploader.Store    = (*queue.Store)(nil)
 	_ uploader.Observer = (*metrics.Metrics)(nil)
 	_ api.Observer      = (*metrics.Metrics)(nil)
+	_ notify.Observer   = (*metrics.Metrics)(nil)
 )

@@ -63,6 +63,7 @@ type Receipt struct {
 	SHA256      string       `json:"sha256"`
 	Title       string       `json:"title"`
 	Format      string       `json:"format"`
+	Protocol    string       `json:"protocol"` // legacy | v1
 	Splat       ReceiptSplat `json:"splat"`
 	Status      string       `json:"status"` // done | duplicate | failed | held
 	Message     string       `json:"message"`
@@ -76,7 +77,22 @@ type Receipt struct {
 type ReceiptSplat struct {
 	ID   string `json:"id"`
 	Hash string `json:"hash"`
-	URL  string `json:"url"`
+	// URL is the viewer link; ViewerURL repeats it under the v1 API's
+	// name, so that scripts written against either find it.
+	URL       string `json:"url"`
+	ViewerURL string `json:"viewer_url"`
+	// EditURL is the editor link v1's complete answers with ("" under
+	// legacy, and when another daemon of a fleet completed the upload).
+	EditURL string `json:"edit_url,omitempty"`
+}
+
+// receiptSplat is the splat part of j's receipt.
+func receiptSplat(j state.Job) ReceiptSplat {
+	r := ReceiptSplat{ID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL, ViewerURL: j.ViewerURL}
+	if j.V1 != nil {
+		r.EditURL = j.V1.EditURL
+	}
+	return r
 }
 
 // ReceiptPath is where the receipt of a file is written.
@@ -128,6 +144,14 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	return file, nil
 }
 
+// protocol names the protocol that published (or would publish) j.
+func protocol(j state.Job) string {
+	if j.Protocol == "" {
+		return "legacy"
+	}
+	return j.Protocol
+}
+
 func (a *Runner) receipt(j state.Job) Receipt {
 	r := Receipt{
 		File:        j.Path,
@@ -135,12 +159,17 @@ func (a *Runner) receipt(j state.Job) Receipt {
 		SHA256:      j.SHA256,
 		Title:       j.Params.Title,
 		Format:      j.Params.Format,
-		Splat:       ReceiptSplat{ID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL},
+		Protocol:    protocol(j),
+		Splat:       receiptSplat(j),
 		Status:      string(j.Stage),
 		PublishedAt: j.PublishedAt,
 		CompletedAt: j.CompletedAt,
 		Job:         j.ID,
 		DuplicateOf: j.DuplicateOf,
+	}
+	if j.Protocol == state.ProtocolV1 {
+		// v1 has no output-format choice: the receipt names what was sent.
+		r.Format = map[string]string{"ply": "ply", "compressed-ply": "ply", "sog": "sog"}[j.Kind]
 	}
 	switch j.Stage {
 	case state.Done:
@@ -150,7 +179,7 @@ func (a *Runner) receipt(j state.Job) Receipt {
 			r.Message = fmt.Sprintf("same content (sha256) as job %d: not published again", j.DuplicateOf)
 			if a.o.Lookup != nil {
 				if orig, err := a.o.Lookup(j.DuplicateOf); err == nil {
-					r.Splat = ReceiptSplat{ID: orig.SplatID, Hash: orig.SplatHash, URL: orig.ViewerURL}
+					r.Splat = receiptSplat(orig)
 					r.PublishedAt, r.CompletedAt = orig.PublishedAt, orig.CompletedAt
 					if r.Title == "" {
 						r.Title, r.Format = orig.Params.Title, orig.Params.Format

@@ -190,3 +190,28 @@ func TestAfterFailureMoveFinishedAfterCrash(t *testing.T) {
 		t.Errorf("receipt = %+v", r)
 	}
 }
+
+func TestRunnersChooseTheJobsRoot(t *testing.T) {
+	t.Parallel()
+	rootA, rootB, doneA := t.TempDir(), t.TempDir(), t.TempDir()
+	rs := Runners{
+		Default: New(Options{Receipt: true}),
+		Roots:   map[string]*Runner{rootA: New(Options{OnSuccess: "move", SuccessDir: doneA, Receipt: false})},
+	}
+	a := afterTestJob(t, rootA, "x/scan.ply", state.Done)
+	b := afterTestJob(t, rootB, "x/scan.ply", state.Done)
+	fileA, err := rs.Finish(context.Background(), a)
+	if want := filepath.Join(doneA, "x", "scan.ply"); err != nil || fileA != want {
+		t.Fatalf("root A: Finish = %q, %v; want moved to %s", fileA, err, want)
+	}
+	if fileExists(ReceiptPath(fileA)) {
+		t.Error("root A turned receipts off, but one was written")
+	}
+	fileB, err := rs.Finish(context.Background(), b)
+	if err != nil || fileB != b.Path || !fileExists(ReceiptPath(b.Path)) {
+		t.Fatalf("root B: Finish = %q, %v; want kept with a receipt", fileB, err)
+	}
+	if r := rs.For(rootB).Receipt(b); r.Status != "done" || r.File != b.Path || r.Splat.URL != b.ViewerURL {
+		t.Errorf("Receipt = %+v", r)
+	}
+}

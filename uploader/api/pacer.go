@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,17 +24,33 @@ import (
 // sends one probe request and holds the others until the probe's headers
 // arrive.
 //
-// Within a known window the bucket spreads what is left evenly until Reset:
-// with A requests still available (Remaining minus requests in flight, which
-// may or may not have been counted yet), the next request may leave at
-// lastSend + (reset-lastSend)/(A+1). An idle client therefore sends at once,
-// and a busy one ends the window with budget to spare instead of a burst that
-// a second machine on the same token would turn into 429s. With nothing
-// available it waits for Reset. When Reset has passed, the window is assumed
-// renewed but unknown: one probe goes, the rest wait for its headers.
+// Within a known window the pacer uses the budget it is told it has: with A
+// requests available (Remaining minus requests in flight, which may or may
+// not have been counted yet), a request leaves at once while A > 0, so a
+// backlog drains at the rate the limit allows and a batch ends when the limit
+// says it can. With nothing available it waits for Reset. When Reset has
+// passed, the window is assumed renewed but unknown: one probe goes, the rest
+// wait for its headers.
+//
+// Sharing. The limit belongs to the account, so other clients of the token
+// (other machines, other daemons) spend the same window. The pacer knows how
+// many of the window's counted requests are its own: responses that name the
+// window, plus requests still in flight. What Remaining says was used beyond
+// that is someone else's (a lower bound, so a neighbour is never invented
+// from our own traffic). Once others are seen in this window or the last one,
+// the pacer stops racing them: it expects them to spend again what they spent
+// last window (or, the first time, as much again as seen so far), and takes
+// at most what that expected use leaves, at most an equal share of the
+// window among the clients it infers (1 + others' use in units of ours), and
+// never the last slot, paced evenly across the rest of the window. The probe after a Reset
+// always goes, so a heavy neighbour cannot starve the daemon entirely.
 //
 // A 429 holds the whole class until the later of Reset and Retry-After, plus
 // jitter, so that several daemons on one token do not return in lockstep.
+//
+// Restarts. With a state file (PacerOptions.StateFile, see pacerstate.go)
+// the known windows, holds and the route→class map outlive the process, so a
+// restarted daemon waits for a spent window's Reset instead of probing it.
 //
 // Clocks. Reset is epoch seconds by the server's clock. When the response has a
 // Date header, Reset is translated through it (local = now + (Reset - Date)),
@@ -65,6 +82,9 @@ func PacerClass(limit int) string {
 const (
 	DefaultPacerJitter  = time.Second
 	DefaultPacerMaxWait = 2 * time.Minute
+	// DefaultPacerPersistInterval is how often, at most, ordinary changes
+	// of the windows are written behind to the state file.
+	DefaultPacerPersistInterval = 500 * time.Millisecond
 	// pacer429Fallback is the first hold after a 429 that names neither a
 	// future Reset nor Retry-After; it doubles on each consecutive 429.
 	pacer429Fallback = 5 * time.Second
@@ -76,17 +96,28 @@ const (
 // PacerOptions configures a Pacer. Every field is optional; the clock fields
 // exist so tests can drive the pacer without sleeping.
 type PacerOptions struct {
-	Now   func() time.Time                     // default time.Now
-	After func(time.Duration) <-chan time.Time // default time.After
-	Rand  func() float64                       // uniform in [0,1), for jitter; default math/rand/v2
+	Now func() time.Time // default time.Now
+	// Timer starts a timer that fires once after d; stop cancels it (and
+	// may be called more than once). Default time.NewTimer.
+	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool)
+	Rand  func() float64 // uniform in [0,1), for jitter; default math/rand/v2
 	// Jitter is the largest random delay added after a Reset or a 429 hold;
 	// default DefaultPacerJitter. Negative means none.
 	Jitter time.Duration
 	// MaxWait caps any single hold (a Reset far away, a huge Retry-After);
 	// default DefaultPacerMaxWait.
-	MaxWait  time.Duration
-	Logger   zerolog.Logger
-	Observer Observer // RateLimit and RateLimitWait; nil = no-op
+	MaxWait time.Duration
+	// StateFile, when set, keeps the known windows, 429 holds and the
+	// route→class map across restarts (see pacerstate.go): loaded by
+	// NewPacer, written as responses arrive. The daemon passes
+	// <state_dir>/pacer.json.
+	StateFile string
+	// PersistInterval is how often, at most, ordinary changes are written
+	// to StateFile; a spent window or a 429 hold is written at once.
+	// Default DefaultPacerPersistInterval; negative writes every change.
+	PersistInterval time.Duration
+	Logger          zerolog.Logger
+	Observer        Observer // RateLimit and RateLimitWait; nil = no-op
 }
 
 // Pacer paces API requests of one token. It is safe for concurrent use; give
@@ -94,25 +125,32 @@ type PacerOptions struct {
 // Storage PUTs are not paced: storage is another host with its own limits.
 type Pacer struct {
 	now     func() time.Time
-	after   func(time.Duration) <-chan time.Time
+	timer   func(time.Duration) (<-chan time.Time, func() bool)
 	rand    func() float64
 	jitter  time.Duration
 	maxWait time.Duration
 	log     zerolog.Logger
 	obs     Observer
+	persist *persister // nil without a state file
 
 	mu      sync.Mutex
 	routes  map[string]*routeState
 	buckets map[int]*bucket // by X-RateLimit-Limit
-	changed chan struct{}        // closed and replaced on every release
-	blocked int                  // goroutines waiting in Wait (read by tests)
+	changed chan struct{}   // closed and replaced on every release
+	// parked holds the timer stops of the goroutines waiting in Wait. A
+	// release stops them all before it wakes their owners, so at every
+	// moment a pending timer means a goroutine that is parked and not yet
+	// woken (tests drive a fake clock by that count).
+	parked map[*parkedWaiter]struct{}
 }
+
+type parkedWaiter struct{ stop func() bool }
 
 // routeState is what the pacer knows about one route.
 type routeState struct {
 	name       string
 	bucket     *bucket // nil until a response named the route's class
-	probing    bool         // class unknown and a probe is in flight
+	probing    bool    // class unknown and a probe is in flight
 	probeStart time.Time
 }
 
@@ -127,10 +165,26 @@ type bucket struct {
 	resetAt    time.Time // local time after which the window counts as renewed
 	holdUntil  time.Time // after a 429
 	inFlight   int       // reserved and not yet released
-	probing    bool      // window unknown and a probe is in flight
+	probing    bool      // window unknown (or unconfirmed) and a probe is in flight
 	probeStart time.Time
 	lastSend   time.Time
 	strikes    int // consecutive 429s
+	// unconfirmed: the window was loaded from the state file, which may
+	// be behind what the previous process spent; until a response of this
+	// process names the window, one request at a time.
+	unconfirmed bool
+
+	// Sharing accounting of the window resetRaw: own counts our requests
+	// the server counted in it (responses that named it, and answers that
+	// never came), foreign a lower bound of everyone else's. prevOwn and
+	// prevForeign are the same for the window seen before it.
+	own, foreign         int
+	prevOwn, prevForeign int
+	// When others were last seen spending, the least time before a Reset
+	// at which they were, and how long before this window's Reset our last
+	// answer in it came.
+	foreignSeen           time.Time
+	foreignLead, lastLook time.Duration
 }
 
 // notSent is the release value of a slot given back unused (a
@@ -148,11 +202,13 @@ type ticket struct {
 	probeBuckets []*bucket
 }
 
-// NewPacer returns a Pacer with o's clock, jitter and limits.
+// NewPacer returns a Pacer with o's clock, jitter and limits. With a
+// StateFile it starts from the windows saved there; a missing file is a
+// first start, an unreadable one is logged and ignored.
 func NewPacer(o PacerOptions) *Pacer {
 	p := &Pacer{
 		now:     o.Now,
-		after:   o.After,
+		timer:   o.Timer,
 		rand:    o.Rand,
 		jitter:  o.Jitter,
 		maxWait: o.MaxWait,
@@ -161,12 +217,16 @@ func NewPacer(o PacerOptions) *Pacer {
 		routes:  map[string]*routeState{},
 		buckets: map[int]*bucket{},
 		changed: make(chan struct{}),
+		parked:  map[*parkedWaiter]struct{}{},
 	}
 	if p.now == nil {
 		p.now = time.Now
 	}
-	if p.after == nil {
-		p.after = time.After
+	if p.timer == nil {
+		p.timer = func(d time.Duration) (<-chan time.Time, func() bool) {
+			t := time.NewTimer(d)
+			return t.C, t.Stop
+		}
 	}
 	if p.rand == nil {
 		p.rand = rand.Float64
@@ -182,6 +242,14 @@ func NewPacer(o PacerOptions) *Pacer {
 	}
 	if p.obs == nil {
 		p.obs = NopObserver{}
+	}
+	if o.StateFile != "" {
+		interval := o.PersistInterval
+		if interval == 0 {
+			interval = DefaultPacerPersistInterval
+		}
+		p.persist = &persister{path: o.StateFile, interval: max(interval, 0), log: p.log, idle: sync.NewCond(&p.mu)}
+		p.loadState()
 	}
 	return p
 }
@@ -201,19 +269,27 @@ func (p *Pacer) Wait(ctx context.Context, route string) (release func(*http.Resp
 		now := p.now()
 		p.mu.Lock()
 		t, d, why := p.reserveLocked(route, now)
-		ch := p.changed
-		if t == nil {
-			p.blocked++
-		}
-		p.mu.Unlock()
-
 		if t != nil {
+			snap := p.snapshotLocked(now, false, false)
+			p.mu.Unlock()
+			// A reservation that spends a window's last slot is written
+			// before the request can leave (see pacerstate.go).
+			p.persist.save(p, snap)
 			p.recordWait(waited, start)
 			var once sync.Once
 			return func(resp *http.Response) {
 				once.Do(func() { p.release(t, resp) })
 			}, nil
 		}
+		if d <= 0 {
+			d = time.Millisecond
+		}
+		timerC, stop := p.timer(d)
+		w := &parkedWaiter{stop: stop}
+		p.parked[w] = struct{}{}
+		ch := p.changed
+		p.mu.Unlock()
+
 		if !waited {
 			waited, start = true, now
 		}
@@ -221,17 +297,15 @@ func (p *Pacer) Wait(ctx context.Context, route string) (release func(*http.Resp
 			logged = true
 			p.log.Debug().Str("route", route).Str("reason", why).Dur("wait", d).Msg("pacer holding request")
 		}
-		if d <= 0 {
-			d = time.Millisecond
-		}
 		select {
 		case <-ctx.Done():
 		case <-ch:
-		case <-p.after(d):
+		case <-timerC:
 		}
 		p.mu.Lock()
-		p.blocked--
+		delete(p.parked, w)
 		p.mu.Unlock()
+		stop()
 	}
 }
 
@@ -270,7 +344,7 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 		// slot while the probe is out and earn a 429.
 		for _, kb := range p.buckets {
 			if kb.limit > 0 && kb.known && now.Before(kb.resetAt) {
-				kb.inFlight++ // not lastSend: it belongs to one class at most, and need not spread the others
+				kb.inFlight++ // not lastSend: it belongs to one class at most, and need not pace the others
 				t.probeBuckets = append(t.probeBuckets, kb)
 			}
 		}
@@ -288,7 +362,7 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 		if b.probing && now.Sub(b.probeStart) < p.maxWait {
 			return nil, b.probeStart.Add(p.maxWait).Sub(now), "window probe in flight"
 		}
-		b.known = false
+		b.known, b.unconfirmed = false, false
 		b.probing, b.probeStart = true, now
 		b.inFlight++
 		b.lastSend = now
@@ -299,15 +373,77 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 	if avail <= 0 {
 		return nil, b.resetAt.Sub(now), "no requests left before reset"
 	}
-	if !b.lastSend.IsZero() {
-		next := b.lastSend.Add(b.resetAt.Sub(b.lastSend) / time.Duration(avail+1))
+	switch share, sharing := b.share(avail); {
+	case b.unconfirmed:
+		// Remaining may be stale by the requests the previous process
+		// sent after its last write, but not to 0 (that is written
+		// first): one request is safe, and its answer tells the truth.
+		if b.probing && now.Sub(b.probeStart) < p.maxWait {
+			return nil, b.probeStart.Add(p.maxWait).Sub(now), "confirming a window saved before a restart"
+		}
+		b.probing, b.probeStart = true, now
+		t.probe = true
+	case sharing && share <= 0:
+		return nil, b.resetAt.Sub(now), "leaving the rest of the window to other clients of the token"
+	case sharing && !b.lastSend.IsZero():
+		next := b.lastSend.Add(b.resetAt.Sub(b.lastSend) / time.Duration(share+1))
 		if now.Before(next) {
-			return nil, next.Sub(now), "spreading remaining budget"
+			return nil, next.Sub(now), "pacing a fair share of the window"
 		}
 	}
 	b.inFlight++
 	b.lastSend = now
 	return t, 0, ""
+}
+
+// share says how many of the avail requests left in b's window are ours to
+// take when other clients of the token are spending it too (sharing), and
+// nothing (sharing false) when no one else has been seen: then all are.
+func (b *bucket) share(avail int) (n int, sharing bool) {
+	if b.foreign == 0 && b.prevForeign == 0 {
+		return avail, false
+	}
+	// What the others will still spend this window: what they spent in the
+	// last one, less what they have spent of it so far; the first time they
+	// show up, as much again as they have spent so far.
+	expect := b.foreign
+	if b.prevForeign > 0 {
+		expect = max(b.prevForeign-b.foreign, 0)
+	}
+	// How many clients: us, and the others counted in units of our own use
+	// (n daemons draining backlogs each spend about what we do), a unit of
+	// at least half the window: our use falls as we back off, and that must
+	// not make one neighbour look like a crowd.
+	others := max(b.foreign, b.prevForeign)
+	unit := max(b.own, b.prevOwn, (b.limit+1)/2, 1)
+	clients := 1 + (others+unit-1)/unit
+	// Ours is what their expected use leaves, but no more than an equal
+	// share of the window (what they got last window may be less than they
+	// wanted: we may have taken the rest), and never the last slot (a
+	// neighbour that spends it between our last header and our request
+	// would turn it into our 429).
+	return min(avail-expect, b.limit/clients-b.own, avail-1), true
+}
+
+// foreignMemory is how long a neighbour seen spending the token's windows is
+// remembered while windows pass without a sighting that could have seen it.
+const foreignMemory = 10 * assumedWindow
+
+// rollWindow starts the sharing accounting of a new window. We see a
+// window's foreign use only up to our last answer in it: a window where we
+// saw none is evidence that the neighbour has gone only if we looked as late
+// in it as the neighbour has been seen spending; then its memory halves,
+// else it stays (for foreignMemory at most).
+func (b *bucket) rollWindow(now time.Time) {
+	prev := max(b.foreign, b.prevForeign/2)
+	if b.foreign == 0 && b.lastLook > b.foreignLead && now.Sub(b.foreignSeen) < foreignMemory {
+		prev = b.prevForeign
+	}
+	if prev == 0 {
+		b.foreignLead = 0
+	}
+	b.prevOwn, b.prevForeign = b.own, prev
+	b.own, b.foreign = 0, 0
 }
 
 // exhaustedLocked returns how long until no known class is exhausted or on
@@ -383,12 +519,23 @@ func parseHeaders(h http.Header, now time.Time) windowHeaders {
 func (p *Pacer) release(t *ticket, resp *http.Response) {
 	now := p.now()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	defer func() {
-		close(p.changed)
-		p.changed = make(chan struct{})
-	}()
+	hold := p.releaseLocked(t, resp, now)
+	snap := p.snapshotLocked(now, hold, true)
+	// Stop the parked goroutines' timers before waking them: a pending
+	// timer always means a goroutine still parked.
+	for w := range p.parked {
+		w.stop()
+		delete(p.parked, w)
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	p.persist.save(p, snap)
+}
 
+// releaseLocked folds one answer into the pacer's state; true when it put a
+// class on hold (a 429).
+func (p *Pacer) releaseLocked(t *ticket, resp *http.Response, now time.Time) bool {
 	rt := t.route
 	if t.routeProbe {
 		rt.probing = false
@@ -403,15 +550,16 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 		}
 	}
 	if resp == notSent {
-		return // the slot was reserved and given back unused: nothing to count
+		return false // the slot was reserved and given back unused: nothing to count
 	}
 	if resp == nil {
 		// No answer: the request may or may not have been counted; assume
 		// it was.
 		if b := t.bucket; b != nil && b.known && b.remaining > 0 {
 			b.remaining--
+			b.own++
 		}
-		return
+		return false
 	}
 
 	h := parseHeaders(resp.Header, now)
@@ -431,25 +579,61 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 		rt.bucket = b
 	}
 
+	limited := resp.StatusCode == http.StatusTooManyRequests
 	if b.limit > 0 && h.hasRemaining {
-		p.updateWindowLocked(b, h, now)
+		p.updateWindowLocked(b, h, !limited, now)
 		p.obs.RateLimit(b.class, h.remaining)
 	}
-	if resp.StatusCode == http.StatusTooManyRequests {
+	if limited {
 		p.holdLocked(rt, b, h, now)
-	} else if resp.StatusCode < 400 {
+		return true
+	}
+	if resp.StatusCode < 400 {
 		b.strikes = 0
 	}
+	return false
 }
 
 // updateWindowLocked folds a response's Remaining/Reset into b. Responses can
 // arrive out of order: within one window the lowest Remaining wins, and a
-// response from an older window is ignored.
-func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, now time.Time) {
+// response from an older window is ignored. counted says the server charged
+// the request (it was not refused with a 429).
+func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now time.Time) {
 	if h.hasReset && b.resetRaw != 0 && h.resetRaw < b.resetRaw {
 		return
 	}
+	confirming := b.unconfirmed
+	b.unconfirmed = false
 	sameWindow := h.hasReset && h.resetRaw == b.resetRaw
+	if h.hasReset {
+		// Sharing accounting needs to know which window a response
+		// belongs to; without Reset it is not kept (and nobody is
+		// assumed to share the token).
+		if !sameWindow {
+			b.rollWindow(now)
+		}
+		if counted {
+			// Everything the window used that is not ours is someone
+			// else's. Our requests in flight may or may not be among
+			// the used, so they count as ours: foreign is a lower bound.
+			b.own++
+			b.lastLook = h.resetIn
+			f := b.limit - h.remaining - b.own - b.inFlight
+			if confirming && sameWindow && f > b.foreign {
+				// The first answer to a window saved before a restart:
+				// what the file did not show is most likely the previous
+				// process's last requests, written behind and lost.
+				b.own += f - b.foreign
+				f = b.foreign
+			}
+			if f > b.foreign {
+				b.foreign, b.foreignSeen = f, now
+				if b.foreignLead == 0 || h.resetIn < b.foreignLead {
+					b.foreignLead = h.resetIn
+				}
+			}
+		}
+	}
 	if sameWindow && b.known {
 		b.remaining = min(b.remaining, h.remaining)
 		return
@@ -512,4 +696,36 @@ func (p *Pacer) holdLocked(rt *routeState, b *bucket, h windowHeaders, now time.
 	}
 	p.log.Warn().Str("route", rt.name).Str("class", b.class).Dur("hold", b.holdUntil.Sub(now)).
 		Int("strikes", b.strikes).Msg("rate limited (HTTP 429); holding the class")
+}
+
+// ClassState is the pacer's view of one limit class, for status pages.
+type ClassState struct {
+	Class     string
+	Limit     int
+	Remaining int       // as last reported, less the requests in flight
+	Reset     time.Time // zero when no current window is known
+	Held      bool      // held after a 429 until Reset or Retry-After
+	Waiting   int       // requests of this class in flight
+	Others    int       // requests other clients of the token spent in this window (a lower bound)
+}
+
+// Classes returns the known limit classes, in name order.
+func (p *Pacer) Classes() []ClassState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	out := make([]ClassState, 0, len(p.buckets))
+	for _, b := range p.buckets {
+		if b.limit == 0 {
+			continue // routes that send no rate-limit headers
+		}
+		cs := ClassState{Class: b.class, Limit: b.limit, Remaining: b.limit, Waiting: b.inFlight, Others: b.foreign}
+		if b.known {
+			cs.Remaining, cs.Reset = max(b.remaining-b.inFlight, 0), b.resetAt
+		}
+		cs.Held = now.Before(b.holdUntil)
+		out = append(out, cs)
+	}
+	slices.SortFunc(out, func(a, b ClassState) int { return strings.Compare(a.Class, b.Class) })
+	return out
 }

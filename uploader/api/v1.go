@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -291,6 +292,11 @@ func (c *Client) PutPart(ctx context.Context, partURL string, body io.Reader, si
 	}
 	return etag, nil
 }
+
+// PartsDone records one file's multipart upload as finished
+// (Observer.UploadDone), which PutPart does not: a file sent as N parts is
+// one upload, timed by the caller from its first part to its last.
+func (c *Client) PartsDone(d time.Duration) { c.obs.UploadDone(d) }
 
 // CompleteUpload asks the server to assemble the parts (1..MaxPartNumber of
 // them, each number once, with its ETag) into the splat. The parts are sent

@@ -822,7 +822,7 @@ func TestV1RoutesArePaced(t *testing.T) {
 		Observer: obs,
 		// The hold is observed, never slept: the channel never fires, and
 		// the test ends the wait by cancelling the call.
-		After: func(d time.Duration) <-chan time.Time { waits <- d; return nil },
+		Timer: func(d time.Duration) (<-chan time.Time, func() bool) { waits <- d; return nil, func() bool { return true } },
 	})
 	c, err := NewClient(ClientOptions{BaseURL: srv.URL, Token: testToken, RootCAs: testRoots(), Pacer: pacer, Observer: obs})
 	if err != nil {
@@ -1081,23 +1081,6 @@ func TestV1PutPartAbortsStall(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the client's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestV1SecretsNeverInErrorsOrLogs drives every v1 call against servers that
 // echo the bearer and the signed query back, and searches every error and

@@ -63,15 +63,29 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 			data.RelDir = rel
 		}
 	}
+	// Folder settings lie between the configured defaults and the file's
+	// own sidecar; a folder title is a template like publish.title.
+	t.Settings = deepCopyMap(t.Settings)
+	titleFrom := "publish.title"
+	folders, err := readFolders(path, root)
+	if err != nil {
+		return state.PublishParams{}, err
+	}
+	for _, f := range folders {
+		if f.o.Title != nil {
+			t.Title, titleFrom = *f.o.Title, f.path
+		}
+		t = apply(t, Overrides{Description: f.o.Description, Listed: f.o.Listed, Format: f.o.Format, Settings: f.o.Settings})
+	}
 	title := data.Stem
 	if t.Title != "" {
 		tmpl, err := template.New("title").Option("missingkey=error").Parse(t.Title)
 		if err != nil {
-			return state.PublishParams{}, fmt.Errorf("publish.title: %w", err)
+			return state.PublishParams{}, fmt.Errorf("%s: %w", titleFrom, err)
 		}
 		var b bytes.Buffer
 		if err := tmpl.Execute(&b, data); err != nil {
-			return state.PublishParams{}, fmt.Errorf("publish.title: %w", err)
+			return state.PublishParams{}, fmt.Errorf("%s: %w", titleFrom, err)
 		}
 		title = strings.TrimSpace(b.String())
 		if title == "" {
@@ -83,7 +97,7 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 		Description: t.Description,
 		Listed:      t.Listed,
 		Format:      t.Format,
-		Settings:    deepCopyMap(t.Settings),
+		Settings:    t.Settings,
 	}
 
 	sc, err := Read(Path(path))
@@ -93,50 +107,60 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 	if err != nil {
 		return state.PublishParams{}, err
 	}
-	if sc.Title != nil {
-		r.Title = *sc.Title
+	return apply(r, sc), nil
+}
+
+// apply lays o over p: set fields replace, settings merge key by key into
+// p.Settings (which apply modifies: callers pass a copy).
+func apply(p state.PublishParams, o Overrides) state.PublishParams {
+	if o.Title != nil {
+		p.Title = *o.Title
 	}
-	if sc.Description != nil {
-		r.Description = *sc.Description
+	if o.Description != nil {
+		p.Description = *o.Description
 	}
-	if sc.Listed != nil {
-		r.Listed = *sc.Listed
+	if o.Listed != nil {
+		p.Listed = *o.Listed
 	}
-	if sc.Format != nil {
-		r.Format = *sc.Format
+	if o.Format != nil {
+		p.Format = *o.Format
 	}
-	if sc.Settings != nil {
-		if r.Settings == nil {
-			r.Settings = map[string]any{}
+	if o.Settings != nil {
+		if p.Settings == nil {
+			p.Settings = map[string]any{}
 		}
-		mergeMap(r.Settings, sc.Settings)
+		mergeMap(p.Settings, o.Settings)
 	}
-	return r, nil
+	return p
 }
 
 // Read reads and checks a sidecar file. A missing file is
 // fs.ErrNotExist; anything else wrong names the file, and every bad key
 // with its line, in one message.
 func Read(path string) (Overrides, error) {
+	return read(path, "sidecar "+filepath.Base(path))
+}
+
+// read is Read with the name its messages give the file.
+func read(path, name string) (Overrides, error) {
 	var sc Overrides
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return sc, err
 		}
-		return sc, fmt.Errorf("sidecar %s: %w", filepath.Base(path), err)
+		return sc, fmt.Errorf("%s: %w", name, err)
 	}
-	name := filepath.Base(path)
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return sc, fmt.Errorf("sidecar %s: not valid YAML: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+		return sc, fmt.Errorf("%s: not valid YAML: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return sc, nil // empty: no overrides
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return sc, fmt.Errorf("sidecar %s: want keys (title, description, listed, format, settings) (line %d)", name, root.Line)
+		return sc, fmt.Errorf("%s: want keys (title, description, listed, format, settings) (line %d)", name, root.Line)
 	}
 	var problems []string
 	bad := func(key string, line int, format string, a ...any) {
@@ -171,7 +195,7 @@ func Read(path string) (Overrides, error) {
 		problems = append(problems, "title: must not be empty")
 	}
 	if len(problems) > 0 {
-		return sc, fmt.Errorf("sidecar %s: %s", name, strings.Join(problems, "; "))
+		return sc, fmt.Errorf("%s: %s", name, strings.Join(problems, "; "))
 	}
 	return sc, nil
 }

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/notify"
+	"github.com/splatd/splatd/uploader/sidecar"
+)
+
+// FolderPublish is a watch entry's own publish block: each key set here
+// replaces the global one for the folder's files, settings merge key by
+// key. on_uncertain stays global (it is about the daemon, not a folder).
+type FolderPublish struct {
+	Title       *string        `yaml:"title,omitempty"`
+	Description *string        `yaml:"description,omitempty"`
+	Listed      *bool          `yaml:"listed,omitempty"`
+	Format      *string        `yaml:"format,omitempty"`
+	Settings    map[string]any `yaml:"settings,omitempty"`
+}
+
+// FolderAfter is a watch entry's own after block, laid over the global one
+// key by key. An empty exec list turns a global command off for the folder.
+type FolderAfter struct {
+	OnSuccess   *string   `yaml:"on_success,omitempty"`
+	SuccessDir  *string   `yaml:"success_dir,omitempty"`
+	OnFailure   *string   `yaml:"on_failure,omitempty"`
+	FailureDir  *string   `yaml:"failure_dir,omitempty"`
+	Receipt     *bool     `yaml:"receipt,omitempty"`
+	Exec        []string  `yaml:"exec,omitempty"`
+	ExecTimeout *Duration `yaml:"exec_timeout,omitempty"`
+}
+
+// NotifyConfig says where final jobs are announced (after.exec is the
+// other channel).
+type NotifyConfig struct {
+	// Webhook receives a JSON event per final job: https, or http on a
+	// loopback address. "" turns it off.
+	Webhook WebhookURL `yaml:"webhook"`
+	// WebhookHeadersFile holds extra request headers, one "Name: value" a
+	// line (the receiver's own Authorization), kept out of the config.
+	WebhookHeadersFile string `yaml:"webhook_headers_file"`
+}
+
+// WebhookURL is a webhook address. Chat webhooks carry their secret in the
+// path, so `config check` prints only the scheme and host.
+type WebhookURL string
+
+// MarshalYAML hides everything after the host.
+func (u WebhookURL) MarshalYAML() (any, error) {
+	if u == "" {
+		return "", nil
+	}
+	p, err := url.Parse(string(u))
+	if err != nil || p.Host == "" {
+		return "<redacted>", nil
+	}
+	return p.Scheme + "://" + p.Host + "/<redacted>", nil
+}
+
+// ByteSize is a size in bytes written as 1048576, 512KiB, 20GiB or 5MB in
+// YAML (K, M, G, T alone are binary, as in rclone).
+type ByteSize int64
+
+// UnmarshalYAML parses a size; a negative one is an error.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("want a size such as 512KiB or 20GiB")
+	}
+	v, err := parseByteSize(n.Value)
+	if err != nil {
+		return err
+	}
+	*b = ByteSize(v)
+	return nil
+}
+
+// MarshalYAML prints the size in the largest binary unit that divides it.
+func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
+
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.size == 0 {
+			return strconv.FormatInt(int64(b)/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+func parseByteSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
+		i++
+	}
+	num, unit := s[:i], strings.TrimSpace(s[i:])
+	f, err := strconv.ParseFloat(num, 64)
+	if num == "" || err != nil {
+		return 0, fmt.Errorf("%q is not a size (want e.g. 0, 512KiB, 20GiB or 5MB)", s)
+	}
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
+		"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
+		"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
+		"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
+	}[strings.ToLower(unit)]
+	if mult == 0 {
+		return 0, fmt.Errorf("%q: unknown unit %q (want B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)", s, unit)
+	}
+	v := math.Round(f * mult)
+	if v > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(v), nil
+}
+
+// publishFor returns the publish defaults of a watch entry's files: the
+// global block with the entry's own laid over it. Folder .splat.yaml files
+// and sidecars are applied later, per file (sidecar.Resolve).
+func (c *Config) publishFor(w WatchConfig) state.PublishParams {
+	p := c.Publish.Params()
+	settings := map[string]any{}
+	sidecar.MergeSettings(settings, p.Settings) // a deep copy: folders never share maps
+	sidecar.MergeSettings(settings, w.Publish.Settings)
+	p.Settings = settings
+	if w.Publish.Title != nil {
+		p.Title = *w.Publish.Title
+	}
+	if w.Publish.Description != nil {
+		p.Description = *w.Publish.Description
+	}
+	if w.Publish.Listed != nil {
+		p.Listed = *w.Publish.Listed
+	}
+	if w.Publish.Format != nil {
+		p.Format = *w.Publish.Format
+	}
+	return p
+}
+
+// afterFor returns the after block of a watch entry's files.
+func (c *Config) afterFor(w WatchConfig) AfterConfig {
+	a := c.After
+	o := w.After
+	if o.OnSuccess != nil {
+		a.OnSuccess = *o.OnSuccess
+	}
+	if o.SuccessDir != nil {
+		a.SuccessDir = *o.SuccessDir
+	}
+	if o.OnFailure != nil {
+		a.OnFailure = *o.OnFailure
+	}
+	if o.FailureDir != nil {
+		a.FailureDir = *o.FailureDir
+	}
+	if o.Receipt != nil {
+		a.Receipt = *o.Receipt
+	}
+	if o.Exec != nil {
+		a.Exec = o.Exec
+	}
+	if o.ExecTimeout != nil {
+		a.ExecTimeout = *o.ExecTimeout
+	}
+	return a
+}
+
+// titleProblem says what is wrong with a title template, or "".
+func titleProblem(title string) string {
+	tmpl, err := template.New("title").Option("missingkey=error").Parse(title)
+	if err != nil {
+		return fmt.Sprintf("bad template: %v", err)
+	}
+	// Parsing alone accepts {{.Stemm}}; every job would then fail.
+	if err := tmpl.Execute(io.Discard, sidecar.TitleData{Stem: "scan", Name: "scan.ply", Dir: "/d", RelDir: ".", ModTime: time.Now()}); err != nil {
+		return fmt.Sprintf("%v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
+	}
+	return ""
+}
+
+// validateFolders checks each watch entry's filters and its own publish and
+// after blocks; errors name the key path (watch[1].publish.format).
+func (c *Config) validateFolders() ConfigErrors {
+	var errs ConfigErrors
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+	for i := range c.Watch {
+		w := &c.Watch[i]
+		key := fmt.Sprintf("watch[%d]", i)
+		if w.MaxSize > 0 && w.MinSize > w.MaxSize {
+			bad(key+".max_size", "must be at least min_size (%s), or 0 for no bound", w.MinSize)
+		}
+		if w.MinAge < 0 {
+			bad(key+".min_age", "must not be negative (0 turns it off)")
+		}
+
+		p := w.Publish
+		if p.Title != nil {
+			if msg := titleProblem(*p.Title); msg != "" {
+				bad(key+".publish.title", "%s", msg)
+			}
+		}
+		if p.Format != nil && *p.Format != "sog" && *p.Format != "compressed.ply" {
+			bad(key+".publish.format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", *p.Format)
+		}
+
+		a := &w.After
+		if a.OnSuccess != nil && *a.OnSuccess != "keep" && *a.OnSuccess != "delete" && *a.OnSuccess != "move" {
+			bad(key+".after.on_success", "must be keep, delete or move (got %q)", *a.OnSuccess)
+		}
+		if a.OnFailure != nil && *a.OnFailure != "keep" && *a.OnFailure != "move" {
+			bad(key+".after.on_failure", "must be keep or move (got %q)", *a.OnFailure)
+		}
+		eff := c.afterFor(*w)
+		if (a.OnSuccess != nil || a.SuccessDir != nil) && eff.OnSuccess == "move" && eff.SuccessDir == "" {
+			bad(key+".after.success_dir", "is required when on_success is move")
+		}
+		if (a.OnFailure != nil || a.FailureDir != nil) && eff.OnFailure == "move" && eff.FailureDir == "" {
+			bad(key+".after.failure_dir", "is required when on_failure is move")
+		}
+		for _, d := range []struct {
+			name string
+			dir  *string
+		}{{"success_dir", a.SuccessDir}, {"failure_dir", a.FailureDir}} {
+			if d.dir == nil || *d.dir == "" {
+				continue
+			}
+			abs, err := filepath.Abs(*d.dir)
+			if err != nil {
+				bad(key+".after."+d.name, "%v", err)
+				continue
+			}
+			for j, o := range c.Watch {
+				if rel, err := filepath.Rel(o.Path, abs); err == nil && !strings.HasPrefix(rel, "..") {
+					// A moved file would be found again and moved again.
+					bad(key+".after."+d.name, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, j, o.Path)
+				}
+			}
+			*d.dir = abs
+		}
+		if a.Exec != nil {
+			errs = append(errs, execProblems(key+".after.exec", a.Exec)...)
+		}
+		if a.ExecTimeout != nil && *a.ExecTimeout <= 0 {
+			bad(key+".after.exec_timeout", "must be positive")
+		}
+	}
+	return errs
+}
+
+func execProblems(key string, argv []string) ConfigErrors {
+	if len(argv) > 0 && strings.TrimSpace(argv[0]) == "" {
+		return ConfigErrors{key + ": the first item is the program to run and must not be empty"}
+	}
+	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t") && !filepath.IsAbs(argv[0]) {
+		// "notify-chat --room x" as one string would look for a program of
+		// that name: the list is not run by a shell.
+		return ConfigErrors{key + ": a list of the program and its arguments, not a shell line (write [notify-chat, --room, x])"}
+	}
+	return nil
+}
+
+// validateNotify checks after.exec and the notify block.
+func (c *Config) validateNotify() ConfigErrors {
+	var errs ConfigErrors
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+	errs = append(errs, execProblems("after.exec", c.After.Exec)...)
+	if c.After.ExecTimeout <= 0 {
+		bad("after.exec_timeout", "must be positive")
+	}
+	if c.Notify.Webhook != "" {
+		if msg := webhookProblem(string(c.Notify.Webhook)); msg != "" {
+			bad("notify.webhook", "%s", msg)
+		}
+	}
+	if f := c.Notify.WebhookHeadersFile; f != "" {
+		if c.Notify.Webhook == "" {
+			bad("notify.webhook_headers_file", "is set but notify.webhook is not")
+		} else if _, err := notify.ReadHeaders(f); err != nil {
+			bad("notify.webhook_headers_file", "%v", err)
+		}
+	}
+	return errs
+}
+
+// webhookProblem says what is wrong with a webhook URL, or "". Events name
+// files and carry viewer links (capabilities for unlisted splats), so they
+// travel over TLS unless they never leave the machine.
+func webhookProblem(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "not a URL"
+	case u.Host == "":
+		return "has no host"
+	case u.Scheme == "https":
+		return ""
+	case u.Scheme == "http":
+		host := u.Hostname()
+		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+			return ""
+		}
+		return "http is allowed only on a loopback address (127.0.0.1, ::1, localhost); use https"
+	default:
+		return fmt.Sprintf("scheme must be https (got %q)", u.Scheme)
+	}
+}

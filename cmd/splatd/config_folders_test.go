@@ -1,0 +1,239 @@
+package main
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFolderConfigProblems: every problem of a watch entry's own blocks,
+// filters and the notify keys names its key path.
+func TestFolderConfigProblems(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tests := []struct{ name, yaml, want string }{
+		{"folder format", "publish: {format: ply}", "watch[1].publish.format: must be sog or compressed.ply"},
+		{"folder title field", "publish: {title: \"{{.Stemm}}\"}", "watch[1].publish.title: template: title:1:2: executing"},
+		{"folder title syntax", "publish: {title: \"{{.Stem\"}", "watch[1].publish.title: bad template"},
+		{"folder unknown publish key", "publish: {on_uncertain: hold}", "watch[1].publish.on_uncertain: unknown key"},
+		{"folder on_success", "after: {on_success: archive}", "watch[1].after.on_success: must be keep, delete or move"},
+		{"folder on_failure", "after: {on_failure: delete}", "watch[1].after.on_failure: must be keep or move"},
+		{"folder move without dir", "after: {on_success: move}", "watch[1].after.success_dir: is required when on_success is move"},
+		{"folder failure move without dir", "after: {on_failure: move}", "watch[1].after.failure_dir: is required when on_failure is move"},
+		{"folder dir inside a watch", "after: {on_success: move, success_dir: " + filepath.Join(dir, "a", "done") + "}", "watch[1].after.success_dir: " + filepath.Join(dir, "a", "done") + " is inside watch[0].path"},
+		{"folder exec shell line", "after: {exec: [\"notify-chat --room x\"]}", "watch[1].after.exec: a list of the program and its arguments, not a shell line"},
+		{"folder exec timeout", "after: {exec_timeout: 0s}", "watch[1].after.exec_timeout: must be positive"},
+		{"size unit", "min_size: 3 apples", "watch[1].min_size: \"3 apples\": unknown unit"},
+		{"size negative", "max_size: -1", "watch[1].max_size: \"-1\" is not a size"},
+		{"size bounds crossed", "{min_size: 2MiB, max_size: 1MiB}", "watch[1].max_size: must be at least min_size (2MiB)"},
+		{"age", "min_age: 5", "watch[1].min_age: \"5\" is not a duration"},
+		{"age negative", "min_age: -5s", "watch[1].min_age: must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			entry := tt.yaml
+			if !strings.HasPrefix(entry, "{") {
+				entry = "{" + entry + "}"
+			}
+			entry = strings.TrimSuffix(strings.TrimPrefix(entry, "{"), "}")
+			doc := "watch:\n  - path: " + filepath.Join(dir, "a") + "\n  - {path: " + filepath.Join(dir, "b") + ", " + entry + "}\n"
+			err := loadFrom(t, doc)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("config\n%s\nerror = %v\nwant %q", doc, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNotifyConfigProblems(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	headers := filepath.Join(dir, "headers")
+	if err := os.WriteFile(headers, []byte("Host: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ yaml, want string }{
+		{"notify: {webhook: \"http://chat.example.com/hook\"}", "notify.webhook: http is allowed only on a loopback address"},
+		{"notify: {webhook: \"ftp://chat.example.com/hook\"}", "notify.webhook: scheme must be https"},
+		{"notify: {webhook: \"https:///nohost\"}", "notify.webhook: has no host"},
+		{"notify: {webhook_headers_file: " + headers + "}", "notify.webhook_headers_file: is set but notify.webhook is not"},
+		{"notify: {webhook: \"https://chat.example.com/x\", webhook_headers_file: " + headers + "}", "notify.webhook_headers_file: " + headers + " line 1: Host is set by splatd"},
+		{"notify: {webhook: \"https://chat.example.com/x\", webhook_headers_file: " + filepath.Join(dir, "nope") + "}", "notify.webhook_headers_file: open"},
+		{"notify: {webhok: x}", "notify.webhok: unknown key"},
+		{"after: {exec: [\"\"]}", "after.exec: the first item is the program to run"},
+		{"after: {exec: sh}", "after.exec: cannot unmarshal"},
+		{"after: {exec_timeout: -1s}", "after.exec_timeout: must be positive"},
+	}
+	for _, tt := range tests {
+		doc := "watch:\n  - path: " + filepath.Join(dir, "a") + "\n" + tt.yaml + "\n"
+		if err := loadFrom(t, doc); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("config\n%s\nerror = %v\nwant %q", doc, err, tt.want)
+		}
+	}
+	for _, ok := range []string{"http://127.0.0.1:8080/hook", "http://[::1]/x", "http://localhost/x", "https://hooks.example.com/services/T/B/x"} {
+		if err := loadFrom(t, "watch:\n  - path: "+filepath.Join(dir, "a")+"\nnotify: {webhook: \""+ok+"\"}\n"); err != nil {
+			t.Errorf("webhook %s refused: %v", ok, err)
+		}
+	}
+}
+
+func loadFrom(t *testing.T, doc string) error {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadConfig(p, true)
+	return err
+}
+
+// TestFolderBlocksOverGlobal: a watch entry's keys replace the global ones
+// one by one and its settings merge key by key; other entries keep the
+// global values.
+func TestFolderBlocksOverGlobal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	done := filepath.Join(dir, "done")
+	cfg, err := parseConfig([]byte(`
+watch:
+  - path: ` + filepath.Join(dir, "a") + `
+  - path: ` + filepath.Join(dir, "b") + `
+    min_size: 1KiB
+    max_size: 20GiB
+    min_age: 1m
+    publish:
+      title: "Client B: {{.Stem}}"
+      listed: true
+      settings: {camera: {fov: 40}}
+    after:
+      on_success: move
+      success_dir: ` + done + `
+      exec: []
+publish:
+  description: global
+  settings: {background: {color: [0, 0, 0]}}
+after:
+  receipt: false
+  exec: [notify-chat, --room, captures]
+  exec_timeout: 10s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cfg.validate(true); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	a, b := cfg.Watch[0], cfg.Watch[1]
+	if b.MinSize != 1<<10 || b.MaxSize != 20<<30 || b.MinAge.D() != time.Minute || a.MinSize != 0 || a.MaxSize != 0 {
+		t.Errorf("filters: a %+v, b %+v", a, b)
+	}
+
+	pa, pb := cfg.publishFor(a), cfg.publishFor(b)
+	if pa.Title != "{{.Stem}}" || pa.Listed || pa.Description != "global" || pa.Format != "sog" {
+		t.Errorf("entry a publish = %+v", pa)
+	}
+	camB := pb.Settings["camera"].(map[string]any)
+	if pb.Title != "Client B: {{.Stem}}" || !pb.Listed || pb.Description != "global" || pb.Format != "sog" ||
+		camB["fov"] != 40 || camB["target"] == nil || pb.Settings["background"] == nil {
+		t.Errorf("entry b publish = %+v", pb)
+	}
+	if cfg.Publish.Settings["camera"].(map[string]any)["fov"] != 65 {
+		t.Error("a folder's settings leaked into the global ones")
+	}
+
+	aa, ab := cfg.afterFor(a), cfg.afterFor(b)
+	if aa.OnSuccess != "keep" || aa.Receipt || strings.Join(aa.Exec, " ") != "notify-chat --room captures" || aa.ExecTimeout.D() != 10*time.Second {
+		t.Errorf("entry a after = %+v", aa)
+	}
+	if ab.OnSuccess != "move" || ab.SuccessDir != done || ab.Receipt || ab.Exec == nil || len(ab.Exec) != 0 {
+		t.Errorf("entry b after = %+v (an empty exec list turns the global command off)", ab)
+	}
+
+	// config check shows the folder blocks and hides a webhook's secret path.
+	cfg.Notify.Webhook = "https://hooks.example.com/services/T0/B0/SECRET"
+	out := cfg.redacted(nil, nil)
+	if strings.Contains(out, "SECRET") || !strings.Contains(out, "https://hooks.example.com/<redacted>") ||
+		!strings.Contains(out, "min_size: 1KiB") || !strings.Contains(out, "Client B") {
+		t.Errorf("config check output:\n%s", out)
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{
+		"0": 0, "1048576": 1 << 20, "1KiB": 1 << 10, "1k": 1 << 10, "1kB": 1000, "20GiB": 20 << 30,
+		"5MB": 5e6, "1.5MiB": 3 << 19, "2 TiB": 2 << 40, "512B": 512,
+	} {
+		got, err := parseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "KiB", "1 apple", "1e3"} {
+		if _, err := parseByteSize(in); err == nil {
+			t.Errorf("parseByteSize(%q) accepted", in)
+		}
+	}
+	if s := ByteSize(20 << 30).String(); s != "20GiB" {
+		t.Errorf("String = %s", s)
+	}
+}
+
+func TestNotifySecretsRefused(t *testing.T) {
+	t.Parallel()
+	const tok = "tok-SECRET"
+	if err := checkNotifySecrets("https://hooks.example.com/x?key="+tok, nil, tok); err == nil || strings.Contains(err.Error(), tok) {
+		t.Errorf("webhook URL with the token: %v", err)
+	}
+	h := http.Header{"Authorization": {"Bearer " + tok}}
+	if err := checkNotifySecrets("https://hooks.example.com/x", h, tok); err == nil || strings.Contains(err.Error(), tok) {
+		t.Errorf("header with the token: %v", err)
+	}
+	if err := checkNotifySecrets("https://hooks.example.com/x", http.Header{"Authorization": {"Bearer other"}}, tok); err != nil {
+		t.Errorf("a secret of its own refused: %v", err)
+	}
+}
+
+func TestWatchOfPicksTheInnermostEntry(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	cfg.Watch = []WatchConfig{{Path: "/srv/captures"}, {Path: "/srv/captures/clientA"}, {Path: "/srv/other"}}
+	for path, want := range map[string]string{
+		"/srv/captures/clientA/x/scan.ply": "/srv/captures/clientA",
+		"/srv/captures/scan.ply":           "/srv/captures",
+		"/srv/captures-old/scan.ply":       "",
+		"/tmp/scan.ply":                    "",
+	} {
+		w, ok := cfg.watchOf(path)
+		if (want == "") == ok || w.Path != want {
+			t.Errorf("watchOf(%s) = %q, %v; want %q", path, w.Path, ok, want)
+		}
+	}
+}
+
+// TestExampleShowsFolderAndNotifyKeys: the example's watch entry shows the
+// filters at their defaults (TestExampleMatchesDefaults compares the rest)
+// and every new key is documented.
+func TestExampleShowsFolderAndNotifyKeys(t *testing.T) {
+	t.Parallel()
+	cfg, err := loadConfig("../../config.example.yaml", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Watch[0]; w.MinSize != 0 || w.MaxSize != 0 || w.MinAge != 0 {
+		t.Errorf("example watch entry filters = %+v, want the defaults (off)", w)
+	}
+	b, err := os.ReadFile("../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"min_size:", "max_size:", "min_age:", "publish: {", "after: {", ".splat.yaml", "exec: []", "exec_timeout: 30s", "webhook: \"\"", "webhook_headers_file: \"\""} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("config.example.yaml does not document %q", key)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+package after
+
+import (
+	"context"
+
+	"github.com/splatd/splatd/state"
+)
+
+// Runners picks the after-actions of a job's watch root: a watch entry
+// with its own after block has its own Runner, keyed by the root's path
+// (state.Job.Root); every other job uses Default.
+type Runners struct {
+	Default *Runner
+	Roots   map[string]*Runner
+}
+
+// For returns the Runner of a watch root.
+func (r Runners) For(root string) *Runner {
+	if a, ok := r.Roots[root]; ok {
+		return a
+	}
+	return r.Default
+}
+
+// Finish runs the after-actions of j's root (see Runner.Finish).
+func (r Runners) Finish(ctx context.Context, j state.Job) (string, error) {
+	return r.For(j.Root).Finish(ctx, j)
+}
+
+// Receipt returns the receipt of a final job as Finish writes it, with File
+// where the job's file was found. Notifications carry it.
+func (a *Runner) Receipt(j state.Job) Receipt { return a.receipt(j) }

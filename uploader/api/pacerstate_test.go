@@ -1,0 +1,325 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func readState(t *testing.T, path string) pacerFile {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f pacerFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestPacerStateWaitsOutASpentWindowAfterRestart: the process dies with the
+// request that spent the window in flight. The file says so before that
+// request could leave, and the next process waits for the Reset.
+func TestPacerStateWaitsOutASpentWindowAfterRestart(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	srv := newSimServer(clk, 5, 10*time.Second)
+	a := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	for range 4 {
+		mustWait(t, a, RouteSignedURL)(srv.handle())
+	}
+	mustWait(t, a, RoutePublish) // a class probe: it may be of the same class, and takes the last slot
+	f := readState(t, path)
+	if len(f.Classes) != 1 || f.Classes[0].Remaining != 0 || f.Routes[RouteSignedURL] != 5 {
+		t.Fatalf("state before the last request leaves = %+v, want the window spent", f)
+	}
+	srv.handle() // the last request reaches the server; the process is killed before the answer
+
+	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	if rt := b.routes[RouteSignedURL]; rt == nil || rt.bucket == nil || rt.bucket.limit != 5 {
+		t.Fatal("the route's class was not loaded")
+	}
+	held := waitAsync(context.Background(), b, RouteSignedURL)
+	clk.awaitParked(t, 1)
+	mustNotReturn(t, held)
+	reset := epoch.Add(10 * time.Second)
+	if got := clk.Now().Add(clk.lastAsked()); got.Before(reset) {
+		t.Fatalf("the new process would send at %v, before the Reset %v", got.Sub(epoch), reset.Sub(epoch))
+	}
+	clk.AdvanceToNext()
+	receive(t, held).release(srv.handle())
+	if srv.r429 != 0 || srv.ok != 6 {
+		t.Errorf("server: %d ok, %d × 429; want 6 and 0", srv.ok, srv.r429)
+	}
+}
+
+// TestPacerStateStaleRemainingIsConfirmedFirst: ordinary decrements are
+// written behind, so a crash can leave the file showing more than the
+// server has. The next process sends one request, and goes on from its
+// answer.
+func TestPacerStateStaleRemainingIsConfirmedFirst(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	srv := newSimServer(clk, 5, 10*time.Second)
+	a := newTestPacer(t, clk, PacerOptions{StateFile: path, PersistInterval: time.Hour})
+	for range 3 { // written after the first only
+		mustWait(t, a, RouteSignedURL)(srv.handle())
+	}
+	a.mu.Lock()
+	a.persist.waitIdleLocked()
+	a.mu.Unlock()
+	if got := readState(t, path).Classes[0].Remaining; got != 4 {
+		t.Fatalf("file remaining = %d, want 4 (behind by two)", got)
+	}
+
+	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	first := mustWait(t, b, RouteSignedURL)
+	second := waitAsync(context.Background(), b, RouteSignedURL)
+	clk.awaitParked(t, 1)
+	mustNotReturn(t, second) // one at a time until the window is confirmed
+	first(srv.handle())      // the server has 1 left
+	receive(t, second).release(srv.handle())
+	third := waitAsync(context.Background(), b, RouteSignedURL)
+	clk.awaitParked(t, 1)
+	mustNotReturn(t, third)
+	clk.AdvanceToNext()
+	receive(t, third).release(srv.handle())
+	if srv.r429 != 0 {
+		t.Errorf("server answered %d × 429", srv.r429)
+	}
+}
+
+// TestPacerStateKeepsA429Hold: a hold is written as soon as the 429 is read.
+func TestPacerStateKeepsA429Hold(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	a := newTestPacer(t, clk, PacerOptions{StateFile: path, PersistInterval: time.Hour})
+	t0 := clk.Now()
+	resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, t0, "30")
+	resp.Header.Del("X-RateLimit-Remaining") // no window, only the hold
+	mustWait(t, a, RoutePublish)(resp)
+
+	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	held := waitAsync(context.Background(), b, RoutePublish)
+	clk.awaitParked(t, 1)
+	if got, want := clk.lastAsked(), 30*time.Second+500*time.Millisecond; got != want {
+		t.Fatalf("hold after the restart = %v, want %v", got, want)
+	}
+	clk.AdvanceToNext()
+	receive(t, held).release(nil)
+}
+
+// TestPacerStateIgnoresWhatIsOver: a window whose Reset has passed is not
+// loaded (the next request probes), and an unreadable file is ignored.
+func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pacer.json")
+	a := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	t0 := clk.Now()
+	mustWait(t, a, RoutePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
+	clk.Advance(time.Minute + time.Second)
+
+	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	mustWait(t, b, RoutePublish)(nil) // at once: the window is over
+	if bk := b.routes[RoutePublish].bucket; bk.known || bk.limit != 10 {
+		t.Errorf("loaded bucket known=%v limit=%d, want an unknown window of limit 10", bk.known, bk.limit)
+	}
+
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	c := newTestPacer(t, clk, PacerOptions{StateFile: bad, Logger: zerolog.New(&logs)})
+	mustWait(t, c, RoutePublish)(nil)
+	if !logs.contains([]byte("ignoring the saved rate-limit state")) {
+		t.Errorf("an unreadable state file was not logged: %s", logs.String())
+	}
+}
+
+// BenchmarkPacerRelease measures the hot path, one Wait and its release, on
+// a class with plenty left, the fake clock 100 ms further at each request (a
+// busy normal class is 4 per second): without a state file, with one
+// (written behind at most every 500 ms), and writing at every release.
+func BenchmarkPacerRelease(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		file     bool
+		interval time.Duration
+	}{
+		{"no_state_file", false, 0},
+		{"state_file", true, 0},
+		{"state_file_every_release", true, -1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			clk := newFakeClock()
+			o := PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: func() float64 { return 0.5 }, PersistInterval: bc.interval}
+			if bc.file {
+				o.StateFile = filepath.Join(b.TempDir(), "pacer.json")
+			}
+			p := NewPacer(o)
+			b.Cleanup(func() { _ = p.Flush() })
+			ctx := context.Background()
+			// A fixed-window server with room for every request of a
+			// window: 600 at 100 ms apart.
+			const limit = 1000
+			left, reset := limit, time.Time{}
+			b.ReportAllocs()
+			for b.Loop() {
+				clk.Advance(100 * time.Millisecond)
+				rel, err := p.Wait(ctx, RouteGetSplat)
+				if err != nil {
+					b.Fatal(err)
+				}
+				now := clk.Now()
+				if !now.Before(reset) {
+					left, reset = limit, now.Truncate(time.Minute).Add(time.Minute)
+				}
+				left--
+				rel(windowResp(200, limit, left, reset, now, ""))
+			}
+			if p.persist != nil {
+				_ = p.Flush()
+				b.ReportMetric(float64(p.persist.written)/float64(b.N), "writes/op")
+			}
+		})
+	}
+}
+
+// restartRun lets a pacer with a state file send k requests of a fresh
+// window of 5 per 10 s, the last one reaching the server as the process is
+// killed (no answer), then starts a new pacer from the file and publishes 3
+// files with 2 workers. It returns the new pacer's requests that reached the
+// server before the window's Reset, and the 429s in all.
+func restartRun(tb testing.TB, k int, interval time.Duration) (beforeReset, r429 int) {
+	clk := newFakeClock()
+	path := filepath.Join(tb.TempDir(), "pacer.json")
+	srv := newSimServer(clk, 5, 10*time.Second)
+	o := PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(uint64(k)), StateFile: path, PersistInterval: interval}
+	a := NewPacer(o)
+	tb.Cleanup(func() { _ = a.Flush() }) // let a write behind end before the directory goes
+	for i := range k {
+		rel, err := a.Wait(context.Background(), RouteSignedURL)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		resp := srv.handle()
+		if i < k-1 {
+			rel(resp)
+		}
+	}
+	first := len(srv.sentAt)
+	b := NewPacer(o)
+	tb.Cleanup(func() { _ = b.Flush() })
+	drive(tb, clk, 2, publishFiles(tb, b, srv, 2, 3))
+	reset := epoch.Add(10 * time.Second)
+	for _, at := range srv.sentAt[first:] {
+		if at.Before(reset) {
+			beforeReset++
+		}
+	}
+	return beforeReset, srv.r429
+}
+
+// TestPacerStateRestartAtEveryPoint kills the first pacer after each of the
+// window's 5 requests, with the file written behind as usual and with a
+// file that only ever gets the urgent writes: the new pacer never draws a
+// 429, and after a spent window sends nothing before its Reset.
+func TestPacerStateRestartAtEveryPoint(t *testing.T) {
+	t.Parallel()
+	for _, interval := range []time.Duration{0, time.Hour} {
+		for k := 1; k <= 5; k++ {
+			before, r429 := restartRun(t, k, interval)
+			if r429 != 0 {
+				t.Errorf("killed after %d requests (write-behind %v): %d × 429", k, interval, r429)
+			}
+			if before > 5-k {
+				t.Errorf("killed after %d requests (write-behind %v): %d sent before the Reset, at most %d left", k, interval, before, 5-k)
+			}
+		}
+	}
+}
+
+// BenchmarkPacerStateWrite is the cost of one write of a two-class state
+// file: behind (temp file + rename) and durable (with the file's and the
+// directory's fsync), as done for a spent window or a 429 hold.
+func BenchmarkPacerStateWrite(b *testing.B) {
+	clk := newFakeClock()
+	p := NewPacer(PacerOptions{Now: clk.Now, Timer: clk.Timer, StateFile: filepath.Join(b.TempDir(), "pacer.json")})
+	t0 := clk.Now()
+	mustWaitB := func(route string, resp *http.Response) {
+		rel, err := p.Wait(context.Background(), route)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rel(resp)
+	}
+	mustWaitB(RoutePublish, windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWaitB(RouteGetSplat, windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	_ = p.Flush()
+	for _, durable := range []bool{false, true} {
+		name := "behind"
+		if durable {
+			name = "durable"
+		}
+		b.Run(name, func(b *testing.B) {
+			p.mu.Lock()
+			s := p.snapshotLocked(clk.Now(), true, true)
+			p.mu.Unlock()
+			s.durable = durable
+			for b.Loop() {
+				if err := p.persist.writeFile(s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPacerFigures prints issue 12's pacing figures on the fake clock
+// against a fixed-window server (5 per 10 s, 2 workers, a signed URL and a
+// publish per file, default jitter): the worst ratio of finish time to the
+// minimum the limit allows over 5 seeds, for 20 and 30 files, with our 429s;
+// and the restart scenario (killed after each of a window's 5 requests, the
+// last in flight): requests sent before the Reset of the spent window, 429s.
+//
+//	go test -run '^$' -bench PacerFigures -benchtime 1x ./uploader/api/
+func BenchmarkPacerFigures(b *testing.B) {
+	for b.Loop() {
+		for _, files := range []int{20, 30} {
+			worst, r429 := 0.0, 0
+			for seed := range uint64(5) {
+				srv, ratio := pacingRun(b, files, 2, 5, 10*time.Second, seed+1)
+				worst, r429 = max(worst, ratio), r429+srv.r429
+			}
+			b.ReportMetric(worst, fmt.Sprintf("ratio_%d_files", files))
+			b.ReportMetric(float64(r429), fmt.Sprintf("own_429s_%d_files", files))
+		}
+		spent, r429 := 0, 0
+		for _, interval := range []time.Duration{0, time.Hour} {
+			for k := 1; k <= 5; k++ {
+				before, n := restartRun(b, k, interval)
+				if k == 5 {
+					spent += before
+				}
+				r429 += n
+			}
+		}
+		b.ReportMetric(float64(spent), "restart_sent_before_reset")
+		b.ReportMetric(float64(r429), "restart_429s")
+	}
+}

@@ -1,0 +1,422 @@
+// Package notify tells other systems that a job is final: a JSON event
+// POSTed to a webhook (retried with backoff) and a command run with the
+// event on its stdin. Events wait in bounded queues drained by the
+// Notifier's own goroutines, so a slow or dead receiver never holds up a
+// worker; a failed or dropped notification is logged and counted, and
+// never fails the job. Neither channel ever carries the API token.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/after"
+)
+
+// Kinds of notification, as counted by Observer.NotifyError.
+const (
+	KindWebhook = "webhook"
+	KindExec    = "exec"
+)
+
+// Defaults used when the corresponding Options field is zero.
+const (
+	DefaultTries       = 5
+	DefaultQueue       = 256
+	DefaultExecTimeout = 30 * time.Second
+	DefaultOutputLimit = 4 << 10
+	// DefaultPostTimeout bounds one webhook attempt.
+	DefaultPostTimeout = 30 * time.Second
+)
+
+// DefaultBackoff spaces webhook tries: about 10 s, 20 s, 40 s, 80 s, so that
+// five tries span two to three minutes (a receiver's restart, a deploy).
+var DefaultBackoff = state.Backoff{Base: 10 * time.Second, Cap: 2 * time.Minute, Jitter: state.EqualJitter}
+
+// tokenEnv is never passed to a command: it would hand the API token to
+// every script a studio hooks in.
+const tokenEnv = "SPLATD_TOKEN"
+
+// Observer counts notifications that failed after their last try or were
+// dropped from a full queue. metrics.Metrics implements it.
+type Observer interface {
+	NotifyError(kind string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) NotifyError(string) {}
+
+// Command is what after.exec runs: a program and its arguments (no shell),
+// with the event as JSON on stdin.
+type Command struct {
+	Argv []string
+	// Timeout ends the command (it is killed). Zero: DefaultExecTimeout.
+	Timeout time.Duration
+}
+
+// Options configures a Notifier. With neither Webhook nor Exec it accepts
+// events and does nothing.
+type Options struct {
+	// Webhook is the URL events are POSTed to ("" for none). The caller
+	// checks the scheme (https, or http on loopback).
+	Webhook string
+	// Headers are added to every webhook request (an Authorization of the
+	// receiver's own, say). Never the API token: the caller checks.
+	Headers http.Header
+	// Client sends the webhook requests. Nil: a client with
+	// DefaultPostTimeout.
+	Client *http.Client
+	// Tries is how often one event is POSTed before it is given up (network
+	// errors, 408, 429 and 5xx are tried again; other answers are final).
+	// Zero: DefaultTries.
+	Tries int
+	// Backoff spaces the tries. Zero: DefaultBackoff.
+	Backoff state.Backoff
+	// Exec returns the command for a job's watch root (state.Job.Root);
+	// nil, or a Command without Argv, runs nothing.
+	Exec func(root string) Command
+	// Environ is the environment commands start from, before SPLATD_TOKEN
+	// is removed and the SPLATD_ event variables are added. Nil: os.Environ.
+	Environ func() []string
+	// OutputLimit caps the bytes of a command's output that are logged.
+	// Zero: DefaultOutputLimit.
+	OutputLimit int
+	// Queue is how many events may wait per channel; more are dropped and
+	// counted. Zero: DefaultQueue.
+	Queue    int
+	Observer Observer
+	Logger   zerolog.Logger
+}
+
+// Event is what a webhook receives and a command reads on stdin: the kind
+// of event and the receipt's fields.
+type Event struct {
+	// Event is the job's outcome: done, failed, held or duplicate.
+	Event string    `json:"event"`
+	Time  time.Time `json:"time"`
+	after.Receipt
+}
+
+// delivery is one queued event for one channel.
+type delivery struct {
+	ev   Event
+	body []byte
+	cmd  Command
+}
+
+// Notifier delivers events. New starts its goroutines; Shutdown stops them.
+type Notifier struct {
+	o   Options
+	log zerolog.Logger
+
+	mu     sync.Mutex // guards closed and the sends on the queues
+	closed bool
+	hooks  chan delivery
+	cmds   chan delivery
+
+	ctx    context.Context // ends deliveries that Shutdown abandons
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New checks o and starts the delivery goroutines (one per channel, each
+// working its queue in order).
+func New(o Options) (*Notifier, error) {
+	if o.Webhook != "" {
+		u, err := url.Parse(o.Webhook)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return nil, fmt.Errorf("notify: webhook %q is not an http(s) URL", redactURL(o.Webhook))
+		}
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: DefaultPostTimeout}
+	}
+	if o.Tries <= 0 {
+		o.Tries = DefaultTries
+	}
+	if o.Backoff.Base <= 0 {
+		o.Backoff = DefaultBackoff
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ
+	}
+	if o.OutputLimit <= 0 {
+		o.OutputLimit = DefaultOutputLimit
+	}
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	n := &Notifier{
+		o:     o,
+		log:   o.Logger.With().Str("component", "notify").Logger(),
+		hooks: make(chan delivery, o.Queue),
+		cmds:  make(chan delivery, o.Queue),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Go(func() {
+		for d := range n.hooks {
+			n.post(d)
+		}
+	})
+	n.wg.Go(func() {
+		for d := range n.cmds {
+			n.run(d)
+		}
+	})
+	return n, nil
+}
+
+// Finished queues the notifications of a final job whose receipt is rec
+// (File where the file now is), from watch root root. It never blocks: a
+// full queue drops the event, with a log line and a count.
+func (n *Notifier) Finished(root string, rec after.Receipt) {
+	var cmd Command
+	if n.o.Exec != nil {
+		cmd = n.o.Exec(root)
+	}
+	if n.o.Webhook == "" && len(cmd.Argv) == 0 {
+		return
+	}
+	ev := Event{Event: rec.Status, Time: time.Now().UTC(), Receipt: rec}
+	body, err := json.Marshal(ev)
+	if err != nil { // a Receipt always encodes; kept for the record
+		n.log.Error().Err(err).Uint64("job", rec.Job).Msg("cannot encode the event")
+		return
+	}
+	d := delivery{ev: ev, body: body, cmd: cmd}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	if n.o.Webhook != "" {
+		n.enqueue(n.hooks, d, KindWebhook)
+	}
+	if len(cmd.Argv) > 0 {
+		n.enqueue(n.cmds, d, KindExec)
+	}
+}
+
+func (n *Notifier) enqueue(q chan delivery, d delivery, kind string) {
+	select {
+	case q <- d:
+	default:
+		n.o.Observer.NotifyError(kind)
+		n.log.Warn().Str("kind", kind).Uint64("job", d.ev.Job).Str("event", d.ev.Event).Int("queue", cap(q)).
+			Msg("notification queue full; event dropped")
+	}
+}
+
+// Shutdown stops taking events and delivers those queued until ctx ends;
+// what is left then (a webhook between tries, a running command) is
+// abandoned, with a log line. It returns ctx's error in that case.
+func (n *Notifier) Shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	if !n.closed {
+		n.closed = true
+		close(n.hooks)
+		close(n.cmds)
+	}
+	n.mu.Unlock()
+	done := make(chan struct{})
+	go func() { n.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		n.cancel()
+		return nil
+	case <-ctx.Done():
+		left := len(n.hooks) + len(n.cmds)
+		n.cancel()
+		<-done
+		n.log.Warn().Int("queued", left).Msg("stopping: notifications still queued or in flight were abandoned")
+		return ctx.Err()
+	}
+}
+
+// post delivers one event to the webhook, trying again on transient
+// failures. The URL is logged without its path and query, which for chat
+// webhooks are the secret.
+func (n *Notifier) post(d delivery) {
+	log := n.log.With().Str("kind", KindWebhook).Str("webhook", redactURL(n.o.Webhook)).
+		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
+	var err error
+	for try := 1; try <= n.o.Tries; try++ {
+		var retry bool
+		retry, err = n.postOnce(d)
+		if err == nil {
+			log.Debug().Int("try", try).Msg("webhook delivered")
+			return
+		}
+		if !retry || try == n.o.Tries {
+			break
+		}
+		wait := n.o.Backoff.Delay(try)
+		log.Info().Err(err).Int("try", try).Float64("retry_in_s", wait.Seconds()).Msg("webhook failed; trying again")
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-n.ctx.Done():
+			t.Stop()
+			n.o.Observer.NotifyError(KindWebhook)
+			log.Warn().Err(err).Msg("webhook abandoned at shutdown")
+			return
+		}
+	}
+	n.o.Observer.NotifyError(KindWebhook)
+	log.Warn().Err(err).Int("tries", n.o.Tries).Msg("webhook failed; event not delivered")
+}
+
+// postOnce sends one attempt; retry says whether another may succeed.
+func (n *Notifier) postOnce(d delivery) (retry bool, err error) {
+	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, n.o.Webhook, bytes.NewReader(d.body))
+	if err != nil {
+		return false, err
+	}
+	for k, vs := range n.o.Headers {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "splatd")
+	req.Header.Set("X-Splatd-Event", d.ev.Event)
+	resp, err := n.o.Client.Do(req)
+	if err != nil {
+		// The error text names the URL; keep only the host.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%s: %w", ue.Op, ue.Err)
+		}
+		return n.ctx.Err() == nil, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return false, nil
+	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+		return true, fmt.Errorf("answered %s", resp.Status)
+	default:
+		return false, fmt.Errorf("answered %s", resp.Status)
+	}
+}
+
+// run runs one command with the event on stdin, within its timeout.
+func (n *Notifier) run(d delivery) {
+	timeout := d.cmd.Timeout
+	if timeout <= 0 {
+		timeout = DefaultExecTimeout
+	}
+	log := n.log.With().Str("kind", KindExec).Str("command", d.cmd.Argv[0]).
+		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
+	ctx, cancel := context.WithTimeout(n.ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.cmd.Argv[0], d.cmd.Argv[1:]...)
+	cmd.Stdin = bytes.NewReader(d.body)
+	out := &capped{limit: n.o.OutputLimit}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = n.environ(d.ev)
+	// A grandchild that keeps the output pipe open must not hold us past
+	// the kill.
+	cmd.WaitDelay = 2 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start).Seconds()
+	if err == nil {
+		log.Info().Float64("took_s", took).Str("output", out.String()).Msg("command done")
+		return
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("killed after its timeout of %s: %w", timeout, err)
+	}
+	n.o.Observer.NotifyError(KindExec)
+	log.Warn().Err(err).Float64("took_s", took).Str("output", out.String()).Msg("command failed")
+}
+
+// environ is the command's environment: the daemon's without the token,
+// plus the event's variables.
+func (n *Notifier) environ(ev Event) []string {
+	set := []string{
+		"SPLATD_EVENT=" + ev.Event,
+		"SPLATD_FILE=" + ev.File,
+		fmt.Sprintf("SPLATD_JOB=%d", ev.Job),
+		"SPLATD_SPLAT_URL=" + ev.Splat.URL,
+	}
+	skip := map[string]bool{tokenEnv: true}
+	for _, kv := range set {
+		k, _, _ := strings.Cut(kv, "=")
+		skip[k] = true
+	}
+	var env []string
+	for _, kv := range n.o.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !skip[k] {
+			env = append(env, kv)
+		}
+	}
+	return append(env, set...)
+}
+
+// capped keeps the first limit bytes written to it and counts the rest; it
+// never fails a write, so a chatty command is not killed by a broken pipe.
+type capped struct {
+	mu      sync.Mutex // stdout and stderr are copied by two goroutines
+	limit   int
+	b       bytes.Buffer
+	dropped int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.limit - c.b.Len()
+	if room > len(p) {
+		room = len(p)
+	}
+	if room > 0 {
+		c.b.Write(p[:room])
+	}
+	c.dropped += len(p) - max(room, 0)
+	return len(p), nil
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := strings.TrimSpace(c.b.String())
+	if c.dropped > 0 {
+		s += fmt.Sprintf(" … (%d more bytes)", c.dropped)
+	}
+	return s
+}
+
+// redactURL keeps a URL's scheme and host: the path and query of a chat
+// webhook are its secret.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return "(unparsable URL)"
+	}
+	r := u.Scheme + "://" + u.Host
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		r += "/…"
+	}
+	return r
+}

@@ -1,0 +1,784 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// The steps of the SuperSplat API v1 (api-v1.md). The stages are the
+// legacy ones with the meanings DESIGN.md gives them under v1, and every
+// side effect is preceded by the commit it depends on:
+//
+//	queued     → ready       content check and hash (the legacy step)
+//	ready      → ready       Idempotency-Key and one more create counted, committed; then the create call
+//	ready      → signed      session id and partSize stored
+//	signed     → signed      each part's ETag, committed as that part completes
+//	signed     → uploaded    every part's ETag stored
+//	uploaded   → publishing  complete intent
+//	publishing → processing  splat id stored (a lost answer: complete again, 200)
+//	processing → done        SplatV1 polled until completed or failed
+//
+// The server is the truth on resume: a job found in signed reads the
+// session and sends only the parts its uploadedParts lack. There is no
+// uncertain outcome: create and complete are idempotent.
+
+// Protocols of PoolOptions.Protocol.
+const (
+	ProtocolLegacy = "legacy"
+	ProtocolV1     = state.ProtocolV1
+)
+
+const (
+	maxParallelParts = 16
+	// maxPartTries is how many times in a row one part is tried inside a
+	// step (retry or re-sign, as the retry rule decides) before the error
+	// goes to the job's own retry, which records it and backs off.
+	maxPartTries = 3
+	// maxResyncs bounds the complete refusals (400, 409) answered by
+	// re-reading the session: a server that keeps refusing the parts it
+	// lists fails the job rather than looping.
+	maxResyncs = 3
+	// signAhead is how many part URLs one call signs, in units of
+	// ParallelParts: enough to keep the PUTs going between calls, few enough
+	// that a URL is used soon after it was signed.
+	signAhead = 4
+)
+
+// fillV1 checks and defaults the v1 options.
+func (o *PoolOptions) fillV1() error {
+	switch o.Protocol {
+	case "":
+		o.Protocol = ProtocolLegacy
+	case ProtocolLegacy, ProtocolV1:
+	default:
+		return fmt.Errorf("uploader: api.protocol must be %q or %q, not %q", ProtocolLegacy, ProtocolV1, o.Protocol)
+	}
+	switch {
+	case o.ParallelParts == 0:
+		o.ParallelParts = 4
+	case o.ParallelParts < 1 || o.ParallelParts > maxParallelParts:
+		return fmt.Errorf("uploader: upload.parallel_parts must be 1..%d, not %d", maxParallelParts, o.ParallelParts)
+	}
+	if o.PeerWait <= 0 {
+		o.PeerWait = 2 * time.Minute
+	}
+	return nil
+}
+
+// usesV1 reports whether j advances by the v1 steps: a job that has begun
+// under v1 keeps them whatever the configuration says now, and one that
+// has not yet left ready follows the configuration.
+func (p *Pool) usesV1(j state.Job) bool {
+	if j.Protocol != "" {
+		return j.Protocol == state.ProtocolV1
+	}
+	return j.Stage == state.Ready && p.o.Protocol == ProtocolV1
+}
+
+// stepV1 is step under the v1 protocol.
+func (p *Pool) stepV1(ctx context.Context, j state.Job) (state.Job, error) {
+	// The job is this step's own: the session must not be shared with the
+	// caller's copy, which advance keeps to report a crash.
+	if j.V1 != nil {
+		s := *j.V1
+		s.ETags = slices.Clone(s.ETags)
+		j.V1 = &s
+	}
+	switch j.Stage {
+	case state.Queued:
+		return p.stepCheck(ctx, j)
+	case state.Ready:
+		return p.v1Create(ctx, j)
+	case state.Signed:
+		return p.v1Parts(ctx, j)
+	case state.Uploaded:
+		return p.v1Intent(ctx, j)
+	case state.Publishing:
+		return p.v1Complete(ctx, j)
+	case state.Processing:
+		return p.v1Poll(ctx, j)
+	}
+	return j, fmt.Errorf("job %d: no v1 step for stage %s", j.ID, j.Stage)
+}
+
+// v1Key is the Idempotency-Key of a job's session: derived only from what
+// the job records before its create call, so that a restart, or another
+// daemon that sees the same content, sends the same key; a new generation
+// (a deliberate republish) or a new attempt (a lost session) a new one.
+func v1Key(sha256 string, generation, attempt int) string {
+	return fmt.Sprintf("splatd-%s-g%d-s%d", sha256, generation, attempt)
+}
+
+// v1SourceFormat maps the content check's kind to the create's sourceFormat.
+func v1SourceFormat(kind string) (api.SourceFormat, error) {
+	switch splatfile.Kind(kind) {
+	case splatfile.KindPLY, splatfile.KindCompressedPLY:
+		return api.SourceFormatPLY, nil
+	case splatfile.KindSOG:
+		return api.SourceFormatSOG, nil
+	}
+	return "", &workerFileError{fmt.Errorf("no v1 sourceFormat for content kind %q", kind)}
+}
+
+// partCount is N = ceil(size / partSize), at least 1.
+func partCount(size, partSize int64) int {
+	return max(1, int((size+partSize-1)/partSize))
+}
+
+// partRange is part n's offset and length: bytes [(n-1)·partSize,
+// min(n·partSize, size)).
+func partRange(size, partSize int64, n int) (off, length int64) {
+	off = int64(n-1) * partSize
+	return off, max(0, min(partSize, size-off))
+}
+
+// v1Create: ready → signed. The key, and the fact that one more create is
+// about to be sent under it, are committed before the call: a restart sends
+// the same key, and a create answered 200 when it is the first one under
+// its key proves that another daemon made the session.
+func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
+	if j.SHA256 == "" {
+		return j, fmt.Errorf("job %d: ready without sha256", j.ID)
+	}
+	format, err := v1SourceFormat(j.Kind)
+	if err != nil {
+		return j, err
+	}
+	attempt := 1
+	if j.V1 != nil {
+		attempt = max(1, j.V1.Attempt)
+	}
+	key := v1Key(j.SHA256, j.Generation, attempt)
+	if j.V1 != nil && j.V1.Key == key && j.V1.ID != "" {
+		// The session is known (a complete found parts missing, or storage
+		// refused a part URL): take it up again; the parts step reads it.
+		return p.v1Move(j, state.Signed, "")
+	}
+	fi, err := workerStat(j.Path)
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed since it was hashed; hashing again")
+	}
+	if j.V1 == nil || j.V1.Key != key {
+		j.V1 = &state.Session{Attempt: attempt, Key: key}
+	}
+	j.Protocol = state.ProtocolV1
+	j.V1.Creates++
+	stored, err := p.commit(ctx, j, state.Ready)
+	if err != nil {
+		return j, fmt.Errorf("commit job %d create intent: %w", j.ID, err)
+	}
+	j = stored
+	if err := p.hook("v1:create", j); err != nil {
+		return j, err
+	}
+	s, created, err := p.o.Client.CreateUpload(ctx, key, api.CreateUploadRequest{
+		SourceFormat:  format,
+		ContentLength: j.Size,
+		Title:         j.Params.Title,
+		Description:   j.Params.Description,
+	})
+	if err != nil {
+		// A lost answer is sent again with the same key (the server answers
+		// with the same session); 413 fails the job with the server's text.
+		return j, err
+	}
+	next, err := p.v1Move(j, state.Signed, "")
+	if err != nil {
+		return j, err
+	}
+	v := next.V1
+	v.ID, v.PartSize = s.ID, s.PartSize
+	v.Parts = partCount(j.Size, s.PartSize)
+	v.ETags = make([]string, v.Parts)
+	// 201: ours. 200 to our first create under this key: a peer's. 200
+	// after an earlier create of ours whose answer never came: most likely
+	// ours, and treating it so costs at worst some parts sent twice.
+	v.Owned = created || v.Creates > 1
+	ev := p.log.Debug()
+	if !v.Owned {
+		ev = p.log.Info()
+		v.PeerSince = p.o.Now()
+	}
+	ev.Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Bool("created", created).Bool("owned", v.Owned).
+		Int("parts", v.Parts).Int64("part_size", v.PartSize).Msg("v1 upload session")
+	return next, nil
+}
+
+// v1Move moves j to stage `to`, due now, with why as its last error.
+func (p *Pool) v1Move(j state.Job, to state.Stage, why string) (state.Job, error) {
+	now := p.o.Now()
+	if err := j.Move(to, now); err != nil {
+		return j, err
+	}
+	j.NextAttempt, j.LastError, j.LastStatus = now, why, 0
+	return j, nil
+}
+
+// v1Back sends a job whose session must be taken up again (or replaced)
+// back to the create step: from signed to ready; from uploaded, which the
+// table lets go back only to queued ("never re-signed after upload"),
+// through queued, where the file is checked again (its hash is kept while
+// its size and mtime are unchanged) before any byte is sent again.
+func (p *Pool) v1Back(j state.Job, why string) (state.Job, error) {
+	if j.Stage == state.Signed {
+		return p.v1Move(j, state.Ready, why)
+	}
+	return p.v1Move(j, state.Queued, why)
+}
+
+// v1Lost replaces a session that is gone (404) or canceled: the next
+// attempt's key is committed with the move back, before its create.
+func (p *Pool) v1Lost(j state.Job, why string) (state.Job, error) {
+	attempt := j.V1.Attempt + 1
+	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Int("attempt", attempt).
+		Msg(why + ": creating a new session under a new key")
+	next, err := p.v1Back(j, why)
+	if err != nil {
+		return j, err
+	}
+	next.V1 = &state.Session{Attempt: attempt, Key: v1Key(j.SHA256, j.Generation, attempt)}
+	next.SplatID = ""
+	return next, nil
+}
+
+// errV1Lost and errV1Conflict are part-upload-urls answers (404, 409) that
+// send the parts step back to reading the session.
+var (
+	errV1Lost     = errors.New("upload session is gone")
+	errV1Conflict = errors.New("upload session is not accepting parts")
+)
+
+// v1Sync applies the server's record of the session to j: its
+// uploadedParts are the truth (a part known only locally is sent again; a
+// part stored with another ETag than ours takes the server's). It returns
+// the missing part numbers, ascending.
+func v1Sync(j *state.Job, s api.UploadSession) []int {
+	v := j.V1
+	if s.PartSize > 0 && s.PartSize != v.PartSize {
+		v.PartSize, v.Parts, v.ETags = s.PartSize, partCount(j.Size, s.PartSize), nil
+	}
+	if len(v.ETags) != v.Parts {
+		v.ETags = make([]string, v.Parts)
+	}
+	server := make(map[int]string, len(s.UploadedParts))
+	for _, up := range s.UploadedParts {
+		if _, n := partRange(j.Size, v.PartSize, up.PartNumber); up.PartNumber > v.Parts || (up.HasSize && up.Size != n) {
+			continue // not a part of this file as we cut it: ours is sent
+		}
+		server[up.PartNumber] = up.ETag
+	}
+	var missing []int
+	for n := 1; n <= v.Parts; n++ {
+		v.ETags[n-1] = server[n]
+		if server[n] == "" {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
+// v1Exists records that the session was completed (by us before a crash,
+// or by a peer): the splat exists and nothing is uploaded again. The splat
+// id is taken from the session when it names it, else the complete is
+// replayed (200, same body).
+func (p *Pool) v1Exists(j state.Job, s api.UploadSession, to state.Stage) (state.Job, error) {
+	v1Sync(&j, s)
+	next, err := p.v1Move(j, to, "")
+	if err != nil {
+		return j, err
+	}
+	next.SplatID = s.SplatID
+	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Str("status", string(s.Status)).
+		Str("splat", s.SplatID).Msg("upload session already completed: not uploading again")
+	return next, nil
+}
+
+// v1Parts: signed → uploaded. It reads the session, then sends the parts
+// the server lacks, up to ParallelParts at a time, committing each ETag.
+func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
+	for rereads := 0; ; rereads++ {
+		s, err := p.o.Client.GetUpload(ctx, j.V1.ID)
+		if state.HTTPStatus(err) == http.StatusNotFound {
+			return p.v1Lost(j, "upload session is gone (404)")
+		}
+		if err != nil {
+			return j, err
+		}
+		switch s.Status {
+		case api.UploadProcessing, api.UploadCompleted:
+			return p.v1Exists(j, s, state.Uploaded)
+		case api.UploadCanceled:
+			return p.v1Lost(j, "upload session was canceled")
+		}
+		missing := v1Sync(&j, s)
+		if len(missing) == 0 {
+			return p.v1Move(j, state.Uploaded, "")
+		}
+		if !j.V1.Owned {
+			if next, wait := p.v1WatchPeer(j, s); wait {
+				return next, nil
+			}
+		}
+		next, err := p.v1Send(ctx, j, missing)
+		switch {
+		case errors.Is(err, errV1Lost):
+			return p.v1Lost(next, "upload session is gone (404 at part-upload-urls)")
+		case errors.Is(err, errV1Conflict) && rereads < 2:
+			j = next
+			continue
+		}
+		return next, err
+	}
+}
+
+// v1WatchPeer paces a job whose session another daemon created: while
+// that session's parts keep growing (or for PeerWait after they last grew)
+// the job only reads it again later; then it takes the session over and
+// sends the missing parts itself. wait is false when it is time to send.
+func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wait bool) {
+	now := p.o.Now()
+	v := j.V1
+	have := v.Stored()
+	if v.PeerSince.IsZero() || have > v.PeerParts {
+		v.PeerSince, v.PeerParts, v.PeerPolls = now, have, 0
+	}
+	left := v.PeerSince.Add(p.o.PeerWait).Sub(now)
+	if left <= 0 {
+		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
+			Dur("idle", now.Sub(v.PeerSince)).Msg("another daemon's upload session made no progress: sending the missing parts")
+		v.Owned = true
+		return j, false
+	}
+	v.PeerPolls++
+	d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
+	j.NextAttempt = now.Add(min(d, left))
+	j.LastError, j.LastStatus = fmt.Sprintf("another daemon is uploading this content (%d of %d parts stored); watching its session", have, v.Parts), 0
+	return j, true
+}
+
+// v1Send sends the missing parts from the file, which must still be the
+// one hashed, and moves the job to uploaded when all are stored.
+func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
+	f, err := os.Open(j.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return j, &workerFileError{fmt.Errorf("file is gone: %w", err)}
+	}
+	if err != nil {
+		return j, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed before its parts were sent; hashing again")
+	}
+	start := p.o.Now()
+	j, err = p.v1SendParts(ctx, j, f, missing)
+	if err != nil {
+		return j, err
+	}
+	p.o.Client.PartsDone(p.o.Now().Sub(start))
+	fi, err = workerStat(j.Path)
+	if err != nil {
+		return j, err
+	}
+	if !workerSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
+	}
+	return p.v1Move(j, state.Uploaded, "")
+}
+
+// signedPart is a part URL and the local time it was signed.
+type signedPart struct {
+	url api.PartURL
+	at  time.Time
+}
+
+// usable reports whether the URL is still worth a PUT at now: not within
+// the last quarter of its life. A URL whose expiry lies before its signing
+// by our clock (clocks that disagree) is left to storage to judge.
+func (u signedPart) usable(now time.Time) bool {
+	life := u.url.ExpiresAt.Sub(u.at)
+	if u.url.ExpiresAt.IsZero() || life <= 0 {
+		return true
+	}
+	return now.Before(u.url.ExpiresAt.Add(-life / 4))
+}
+
+type partResult struct {
+	n    int
+	etag string
+	err  error
+}
+
+// v1SendParts runs the parts' PUTs, at most ParallelParts at a time, each
+// streamed from the file by offset. URLs are signed just before use, a few
+// at a time. A part that fails is tried again (re-signed first when storage
+// refused its URL) as the retry rule decides, up to maxPartTries in a row;
+// then, or on an error the rule does not retry, no new part starts, those
+// in flight finish, and the error is returned with the job as last
+// committed. Each ETag is committed as its part completes, by this
+// goroutine alone, so commits never race.
+func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing []int) (state.Job, error) {
+	dctx, stopDrain := p.untilDrain(ctx)
+	defer stopDrain()
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	par := p.o.ParallelParts
+	results := make(chan partResult, par) // never blocks a PUT, even after a crash return
+	queue := slices.Clone(missing)
+	type retry struct {
+		n  int
+		at time.Time
+	}
+	var later []retry
+	tries := make(map[int]int)
+	urls := make(map[int]signedPart)
+	prog := newPartProgress(p, j)
+	defer p.setProgress(j.ID, nil)
+	inflight := 0
+	var stop error
+	done := ctx.Done()
+
+	for {
+		now := p.o.Now()
+		for i := 0; i < len(later); {
+			if !later[i].at.After(now) {
+				queue = append(queue, later[i].n)
+				later = slices.Delete(later, i, i+1)
+				continue
+			}
+			i++
+		}
+		slices.Sort(queue)
+		for stop == nil && inflight < par && len(queue) > 0 {
+			if dctx.Err() != nil {
+				if errors.Is(context.Cause(dctx), errDrained) {
+					stop = errDrained
+				} else {
+					stop = ctx.Err()
+				}
+				break
+			}
+			n := queue[0]
+			u, ok := urls[n]
+			if !ok || !u.usable(now) {
+				if err := p.v1Sign(ctx, j, queue, urls); err != nil {
+					stop = err
+					break
+				}
+				u = urls[n]
+			}
+			queue = queue[1:]
+			delete(urls, n)
+			inflight++
+			off, size := partRange(j.Size, j.V1.PartSize, n)
+			go func() {
+				etag, err := p.o.Client.PutPart(pctx, u.url.URL, io.NewSectionReader(f, off, size), size, func(sent int64) { prog.set(n, sent) })
+				results <- partResult{n: n, etag: etag, err: err}
+			}()
+		}
+		if inflight == 0 && (stop != nil || len(queue) == 0 && len(later) == 0) {
+			return j, stop
+		}
+		var timer *time.Timer
+		var tick <-chan time.Time
+		if stop == nil && inflight < par && len(later) > 0 {
+			first := slices.MinFunc(later, func(a, b retry) int { return a.at.Compare(b.at) })
+			timer = time.NewTimer(max(first.at.Sub(now), 0))
+			tick = timer.C
+		}
+		select {
+		case r := <-results:
+			inflight--
+			if r.err == nil {
+				_, size := partRange(j.Size, j.V1.PartSize, r.n)
+				prog.done(r.n, size)
+				j.V1.ETags[r.n-1] = r.etag
+				j.Attempts, j.LastError, j.LastStatus = 0, "", 0
+				stored, err := p.commit(ctx, j, state.Signed)
+				if err != nil {
+					if stop == nil {
+						stop = fmt.Errorf("commit job %d part %d: %w", j.ID, r.n, err)
+					}
+					break
+				}
+				j = stored
+				if err := p.hook("v1:part", j); err != nil {
+					return j, err // a simulated death: nothing waits for the rest
+				}
+				break
+			}
+			prog.set(r.n, 0)
+			if stop != nil {
+				break // stopping already; this is likely its echo
+			}
+			tries[r.n]++
+			d := p.policy.Decide(ctx, r.err, tries[r.n], p.o.Now())
+			if (d.Action == state.Retry || d.Action == state.Resign) && tries[r.n] < maxPartTries {
+				p.log.Debug().Uint64("job", j.ID).Int("part", r.n).Int("try", tries[r.n]).Str("action", d.Action.String()).
+					Dur("retry_in", d.Delay).Err(r.err).Msg("part failed; trying it again")
+				later = append(later, retry{n: r.n, at: p.o.Now().Add(d.Delay)})
+				break
+			}
+			stop = fmt.Errorf("part %d: %w", r.n, r.err)
+		case <-tick:
+		case <-done:
+			done = nil
+			if stop == nil {
+				stop = ctx.Err()
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// v1Sign signs URLs for the first parts of queue that have no usable one
+// (queue[0] among them), up to signAhead·ParallelParts and the API's 100.
+func (p *Pool) v1Sign(ctx context.Context, j state.Job, queue []int, urls map[int]signedPart) error {
+	now := p.o.Now()
+	limit := min(api.MaxPartURLsPerCall, signAhead*p.o.ParallelParts)
+	var batch []int
+	for _, n := range queue {
+		if u, ok := urls[n]; ok && u.usable(now) {
+			continue
+		}
+		batch = append(batch, n)
+		if len(batch) == limit {
+			break
+		}
+	}
+	pu, err := p.o.Client.PartURLs(ctx, j.V1.ID, batch)
+	switch state.HTTPStatus(err) {
+	case http.StatusNotFound:
+		return fmt.Errorf("%w: %w", errV1Lost, err)
+	case http.StatusConflict:
+		return fmt.Errorf("%w: %w", errV1Conflict, err)
+	}
+	if err != nil {
+		return err
+	}
+	at := p.o.Now()
+	for _, u := range pu.URLs {
+		urls[u.PartNumber] = signedPart{url: u, at: at}
+	}
+	return nil
+}
+
+// partProgress adds up the bytes of a job's parts for Pool.Progress: the
+// parts stored before, and those in flight as they go.
+type partProgress struct {
+	p        *Pool
+	id       uint64
+	path     string
+	size     int64
+	mu       sync.Mutex
+	base     int64
+	inflight map[int]int64
+}
+
+func newPartProgress(p *Pool, j state.Job) *partProgress {
+	pp := &partProgress{p: p, id: j.ID, path: j.Path, size: j.Size, inflight: make(map[int]int64)}
+	for n, e := range j.V1.ETags {
+		if e != "" {
+			_, l := partRange(j.Size, j.V1.PartSize, n+1)
+			pp.base += l
+		}
+	}
+	pp.publish()
+	return pp
+}
+
+// set records part n's bytes sent so far (0: the part starts over).
+func (pp *partProgress) set(n int, sent int64) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pp.inflight[n] = sent
+	pp.publishLocked()
+}
+
+// done moves part n's bytes from in flight to stored.
+func (pp *partProgress) done(n int, size int64) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	delete(pp.inflight, n)
+	pp.base += size
+	pp.publishLocked()
+}
+
+func (pp *partProgress) publish() {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	pp.publishLocked()
+}
+
+func (pp *partProgress) publishLocked() {
+	sent := pp.base
+	for _, b := range pp.inflight {
+		sent += b
+	}
+	pp.p.setProgress(pp.id, &Progress{Path: pp.path, Sent: min(sent, pp.size), Size: pp.size})
+}
+
+// v1Intent: uploaded → publishing, the complete intent. After a refused
+// complete the session is read first: parts it lacks send the job back
+// (through queued) to take it up again, a lost session to a new one.
+func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
+	if j.SplatID == "" && j.V1.Verify {
+		s, err := p.o.Client.GetUpload(ctx, j.V1.ID)
+		if state.HTTPStatus(err) == http.StatusNotFound {
+			return p.v1Lost(j, "upload session is gone (404)")
+		}
+		if err != nil {
+			return j, err
+		}
+		switch s.Status {
+		case api.UploadProcessing, api.UploadCompleted:
+			return p.v1Exists(j, s, state.Publishing)
+		case api.UploadCanceled:
+			return p.v1Lost(j, "upload session was canceled")
+		}
+		j.V1.Verify = false
+		if missing := v1Sync(&j, s); len(missing) > 0 {
+			p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Ints("missing", missing).
+				Msg("the server lacks parts: sending them again")
+			return p.v1Back(j, fmt.Sprintf("the server lacks %d of %d parts", len(missing), j.V1.Parts))
+		}
+	}
+	if j.SplatID == "" {
+		// Uploaded content that is no longer the file's is never
+		// published (as under legacy). A file that is gone may have been
+		// moved by a peer that completed this very session: read it.
+		fi, err := workerStat(j.Path)
+		var fe *workerFileError
+		switch {
+		case err == nil && !workerSame(fi, j):
+			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
+		case errors.As(err, &fe):
+			s, serr := p.o.Client.GetUpload(ctx, j.V1.ID)
+			if serr != nil || (s.Status != api.UploadProcessing && s.Status != api.UploadCompleted) {
+				return j, err
+			}
+			return p.v1Exists(j, s, state.Publishing)
+		case err != nil:
+			return j, err
+		}
+	}
+	next, err := p.v1Move(j, state.Publishing, "")
+	next.Uncertain = false
+	return next, err
+}
+
+// v1Complete: publishing → processing. A complete whose answer was lost is
+// simply sent again (200 with the same body); one refused with 400 or 409
+// makes the job read the session before it completes again; 413 fails it.
+func (p *Pool) v1Complete(ctx context.Context, j state.Job) (state.Job, error) {
+	j.Uncertain = false // nothing is uncertain under v1
+	if j.SplatID != "" {
+		return p.v1Processing(j, j.SplatID, "")
+	}
+	parts := make([]api.CompletedPart, 0, j.V1.Parts)
+	for i, e := range j.V1.ETags {
+		if e == "" {
+			j.V1.Verify = true
+			return p.v1Move(j, state.Uploaded, fmt.Sprintf("part %d has no ETag", i+1))
+		}
+		parts = append(parts, api.CompletedPart{PartNumber: i + 1, ETag: e})
+	}
+	if err := p.hook("v1:complete", j); err != nil {
+		return j, err
+	}
+	comp, replayed, err := p.o.Client.CompleteUpload(ctx, j.V1.ID, parts)
+	j.Publishes++
+	var ae *api.APIError
+	if errors.As(err, &ae) && !ae.FromStorage() && j.V1.Resyncs < maxResyncs {
+		switch ae.Status {
+		case http.StatusBadRequest, http.StatusConflict, http.StatusNotFound:
+			j.V1.Resyncs++
+			j.V1.Verify = true
+			p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Err(err).Msg("complete refused: reading the session")
+			next, merr := p.v1Move(j, state.Uploaded, err.Error())
+			next.LastStatus = ae.Status
+			return next, merr
+		}
+	}
+	if err != nil {
+		return j, err
+	}
+	p.log.Debug().Uint64("job", j.ID).Str("splat", comp.SplatID).Bool("replayed", replayed).Msg("upload completed")
+	return p.v1Processing(j, comp.SplatID, comp.EditURL)
+}
+
+// v1Processing stores the splat id and starts polling.
+func (p *Pool) v1Processing(j state.Job, splatID, editURL string) (state.Job, error) {
+	now := p.o.Now()
+	if err := j.Move(state.Processing, now); err != nil {
+		return j, err
+	}
+	j.SplatID = splatID
+	if editURL != "" {
+		j.V1.EditURL = editURL
+	}
+	pub := now
+	j.PublishedAt = &pub
+	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Poll.Interval), "", 0
+	return j, nil
+}
+
+// v1Poll: processing → done | failed, or processing again later.
+func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
+	now := p.o.Now()
+	if j.PublishedAt != nil && now.Sub(*j.PublishedAt) > p.o.Poll.Timeout {
+		return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), nil
+	}
+	sp, err := p.o.Client.SplatV1(ctx, j.SplatID)
+	if err != nil {
+		return j, err
+	}
+	j.TaskStatus = string(sp.Status)
+	if sp.ViewerURL != "" {
+		j.ViewerURL = sp.ViewerURL
+	}
+	switch sp.Status {
+	case api.SplatCompleted:
+		if err := j.Move(state.Done, now); err != nil {
+			return j, err
+		}
+		done := now
+		if sp.CompletedAt != nil {
+			done = *sp.CompletedAt
+		}
+		j.CompletedAt = &done
+		j.LastError, j.LastStatus = "", 0
+		return j, nil
+	case api.SplatFailed:
+		return p.fail(j, now, fmt.Errorf("processing failed (splat %s)", j.SplatID)), nil
+	case api.SplatProcessing:
+	default:
+		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", string(sp.Status)).Msg("unknown splat status; polling on")
+		j.LastError = fmt.Sprintf("unknown splat status %q", sp.Status)
+	}
+	j.Attempts++
+	j.NextAttempt = now.Add(state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(j.Attempts))
+	return j, nil
+}

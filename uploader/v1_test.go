@@ -1,0 +1,560 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/apisim"
+)
+
+// v1PartSize is the simulator's partSize in these tests: small, so that a
+// file of a few hundred KB has several parts.
+const v1PartSize = 64 << 10
+
+// newV1Env is a worker environment whose simulator cuts v1 uploads into
+// v1PartSize parts.
+func newV1Env(t *testing.T, so apisim.Options) *workerEnv {
+	t.Helper()
+	if so.PartSize == 0 {
+		so.PartSize = v1PartSize
+	}
+	return newWorkerEnv(t, so)
+}
+
+// v1Options are the pool options of e under the v1 protocol. PeerWait is
+// long: a test that must not wait for a peer would time out instead.
+func (e *workerEnv) v1Options(workers int) PoolOptions {
+	o := e.options(workers)
+	o.Protocol = ProtocolV1
+	o.ParallelParts = 4
+	o.PeerWait = time.Hour
+	return o
+}
+
+// writeParts writes a valid PLY of about parts·v1PartSize bytes (its last
+// part shorter); n picks distinct content.
+func (e *workerEnv) writeParts(name string, parts int) string {
+	e.t.Helper()
+	const splat = 62 * 4 // WritePLY's bytes per splat
+	return e.writePLY(name, (parts*v1PartSize-v1PartSize/2)/splat)
+}
+
+// job returns the only job of path.
+func (e *workerEnv) job(path string) state.Job {
+	e.t.Helper()
+	for _, j := range e.jobs() {
+		if j.Path == path {
+			return j
+		}
+	}
+	e.t.Fatalf("no job for %s", path)
+	return state.Job{}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// checkV1Once checks that each file's content made exactly one splat and
+// that its job is done with that splat and a complete v1 record.
+func (e *workerEnv) checkV1Once(paths ...string) {
+	e.t.Helper()
+	byHash := e.sim.PublishesByHash()
+	for _, p := range paths {
+		j := e.job(p)
+		if j.Stage != state.Done {
+			e.t.Errorf("%s: stage %s (%s), want done", p, j.Stage, j.FailReason)
+			continue
+		}
+		if n := byHash[workerFileSHA(e.t, p)]; n != 1 {
+			e.t.Errorf("%s: published %d times, want once", p, n)
+		}
+		if j.Protocol != state.ProtocolV1 || j.V1 == nil || j.SplatID == "" || j.ViewerURL == "" {
+			e.t.Errorf("%s: v1 record incomplete: %+v", p, j)
+			continue
+		}
+		if got := j.V1.Stored(); got != j.V1.Parts || j.V1.Parts != partCount(j.Size, j.V1.PartSize) {
+			e.t.Errorf("%s: %d of %d parts stored", p, got, j.V1.Parts)
+		}
+	}
+	if st := e.sim.Stats(); st.UnknownFields != 0 || st.KeyMismatches != 0 {
+		e.t.Errorf("unknown fields %d (%v), key mismatches %d", st.UnknownFields, st.UnknownFieldNames, st.KeyMismatches)
+	}
+}
+
+// session returns the simulator's record and byte counters of the session
+// whose key is key.
+func (e *workerEnv) session(key string) (apisim.SessionRecord, apisim.SessionStats) {
+	e.t.Helper()
+	for _, s := range e.sim.Sessions() {
+		if s.IdempotencyKey == key {
+			return s, e.sim.Stats().Sessions[s.ID]
+		}
+	}
+	e.t.Fatalf("no session with key %s", key)
+	return apisim.SessionRecord{}, apisim.SessionStats{}
+}
+
+func TestV1PublishesMultipartOnce(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	big := e.writeParts("big.ply", 5)
+	small := e.writePLY("small.ply", 10) // one part
+	e.enqueue(big, small)
+	if err := e.run(e.v1Options(2)); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(big, small)
+	j := e.job(big)
+	size := fileSize(t, big)
+	wantKey := "splatd-" + workerFileSHA(t, big) + "-g0-s1"
+	if j.V1.Key != wantKey || j.V1.Parts != 5 || !j.V1.Owned || j.V1.Creates != 1 || j.V1.EditURL == "" {
+		t.Errorf("session record: %+v, want key %s and 5 parts", j.V1, wantKey)
+	}
+	rec, ss := e.session(wantKey)
+	if rec.SourceFormat != "ply" || rec.ContentLength != size || rec.Title != "big" || rec.ClientID != "splatd" || rec.Status != "completed" {
+		t.Errorf("server's session: %+v", rec)
+	}
+	if ss.PartPuts != 5 || ss.PartBytes != size || ss.BytesReceived != size || ss.PartsResent != 0 {
+		t.Errorf("storage counters %+v, want 5 parts of %d bytes in all", ss, size)
+	}
+	if st := e.sim.Stats(); st.V1Splats != 2 || st.Publishes != 0 || st.Creates != 2 || st.Completes != 2 {
+		t.Errorf("stats: %d v1 splats, %d legacy publishes, %d creates, %d completes", st.V1Splats, st.Publishes, st.Creates, st.Completes)
+	}
+}
+
+func TestV1OptionsChecked(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	for _, o := range []PoolOptions{
+		{Protocol: "v2"},
+		{Protocol: ProtocolV1, ParallelParts: 17},
+		{Protocol: ProtocolV1, ParallelParts: -1},
+	} {
+		o.Store, o.Client = e.store, e.client
+		if _, err := NewPool(o); err == nil {
+			t.Errorf("NewPool accepted protocol %q, parallel parts %d", o.Protocol, o.ParallelParts)
+		}
+	}
+}
+
+// TestV1CrashResendsOnlyMissingParts kills the pool after two parts were
+// committed, with more in flight; the restart reads the session and sends
+// only the parts the server lacks.
+func TestV1CrashResendsOnlyMissingParts(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("crash.ply", 12)
+	size := fileSize(t, path)
+	e.enqueue(path)
+	o := e.v1Options(1)
+	var parts atomic.Int32
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "v1:part" && parts.Add(1) == 2 {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
+		t.Fatalf("first run: %v, want the simulated crash", err)
+	}
+	e.reopen()
+	j := e.job(path)
+	if j.Stage != state.Signed || j.V1.Stored() != 2 {
+		t.Fatalf("after the crash: stage %s with %d parts committed", j.Stage, j.V1.Stored())
+	}
+	_, before := e.session(j.V1.Key)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(path)
+	_, after := e.session(j.V1.Key)
+	resent := after.BytesReceived - size
+	t.Logf("file %d bytes in %d parts; before the restart storage had received %d bytes; in all %d (%d re-sent, bound %d)",
+		size, j.V1.Parts, before.BytesReceived, after.BytesReceived, resent, int64(o.ParallelParts)*v1PartSize)
+	// What was in flight at the crash may be sent again (storage may even
+	// finish storing such a part after the restart read the session),
+	// nothing else.
+	if after.PartsResent > o.ParallelParts {
+		t.Errorf("%d parts that storage held were sent again", after.PartsResent)
+	}
+	if resent > int64(o.ParallelParts)*v1PartSize {
+		t.Errorf("re-sent %d bytes, more than %d parts in flight", resent, o.ParallelParts)
+	}
+}
+
+// TestV1CrashAfterComplete: the complete created the splat, the process died
+// before committing it; the restart completes again (200, same splat).
+func TestV1CrashAfterComplete(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("c.ply", 3)
+	e.enqueue(path)
+	o := e.v1Options(1)
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "effect:publishing" && j.Stage == state.Processing {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
+		t.Fatalf("first run: %v, want the simulated crash", err)
+	}
+	e.reopen()
+	if j := e.job(path); j.Stage != state.Publishing || j.Uncertain {
+		t.Fatalf("after the crash: stage %s, uncertain %v", j.Stage, j.Uncertain)
+	}
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(path)
+	if st := e.sim.Stats(); st.Completes != 1 || st.CompleteReplays != 1 {
+		t.Errorf("completes %d, replays %d; want 1 and 1", st.Completes, st.CompleteReplays)
+	}
+}
+
+func TestV1LostAnswersMakeOneSplat(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{Faults: apisim.Faults{UncertainCreates: 2, UncertainCompletes: 2}})
+	a, b := e.writeParts("a.ply", 3), e.writeParts("b.ply", 2)
+	e.enqueue(a, b)
+	if err := e.run(e.v1Options(2)); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(a, b)
+	st := e.sim.Stats()
+	if st.Creates != 2 || st.CreateReplays != 2 || st.Completes != 2 || st.CompleteReplays != 2 || st.V1Splats != 2 {
+		t.Errorf("creates %d (replays %d), completes %d (replays %d), splats %d", st.Creates, st.CreateReplays, st.Completes, st.CompleteReplays, st.V1Splats)
+	}
+	for _, p := range []string{a, b} {
+		// A create of ours whose answer was lost made the session: it is
+		// ours, uploaded at once (PeerWait is an hour), each part once.
+		j := e.job(p)
+		if !j.V1.Owned || j.V1.Creates != 2 {
+			t.Errorf("%s: owned %v after %d creates", p, j.V1.Owned, j.V1.Creates)
+		}
+		if _, ss := e.session(j.V1.Key); ss.BytesReceived != j.Size {
+			t.Errorf("%s: storage received %d bytes of %d", p, ss.BytesReceived, j.Size)
+		}
+	}
+}
+
+// TestV1LostSessionRecreated: a session that expires or is canceled during
+// the upload is replaced under a new key, committed before its create.
+func TestV1LostSessionRecreated(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"expire", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			e := newV1Env(t, apisim.Options{})
+			path := e.writeParts("lost.ply", 6)
+			e.enqueue(path)
+			o := e.v1Options(1)
+			var once sync.Once
+			o.workerHook = func(point string, j state.Job) error {
+				if point == "v1:part" {
+					once.Do(func() {
+						ok := false
+						if how == "expire" {
+							ok = e.sim.ExpireUpload(j.V1.ID)
+						} else {
+							ok = e.sim.CancelUpload(j.V1.ID)
+						}
+						if !ok {
+							t.Errorf("%s: no session %s", how, j.V1.ID)
+						}
+					})
+				}
+				return nil
+			}
+			if err := e.run(o); err != nil {
+				t.Fatal(err)
+			}
+			e.checkV1Once(path)
+			j := e.job(path)
+			sha := workerFileSHA(t, path)
+			if j.V1.Attempt != 2 || j.V1.Key != "splatd-"+sha+"-g0-s2" {
+				t.Errorf("session record %+v, want attempt 2", j.V1)
+			}
+			recs := e.sim.Sessions()
+			if len(recs) != 2 || recs[0].IdempotencyKey != "splatd-"+sha+"-g0-s1" || recs[1].SplatID != j.SplatID {
+				t.Errorf("sessions: %+v", recs)
+			}
+		})
+	}
+}
+
+func TestV1StorageFaultsRetried(t *testing.T) {
+	t.Parallel()
+	tests := map[string]apisim.Faults{
+		"expired URLs": {ExpiredPartURLs: 3},
+		"part errors":  {PartErrors: 4},
+		"part resets":  {PartResets: 3},
+		"mixed rates":  {PartErrorRate: 0.2, PartResetRate: 0.1},
+	}
+	for name, f := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newV1Env(t, apisim.Options{Faults: f})
+			path := e.writeParts("f.ply", 8)
+			e.enqueue(path)
+			if err := e.run(e.v1Options(1)); err != nil {
+				t.Fatal(err)
+			}
+			e.checkV1Once(path)
+			st := e.sim.Stats()
+			j := e.job(path)
+			if st.PartPuts != j.V1.Parts || st.Faults == 0 {
+				t.Errorf("%d parts stored for %d, %d faults", st.PartPuts, j.V1.Parts, st.Faults)
+			}
+			if name == "expired URLs" && st.PartURLs <= j.V1.Parts {
+				t.Errorf("%d URLs signed for %d parts: refused ones were not signed again", st.PartURLs, j.V1.Parts)
+			}
+		})
+	}
+}
+
+func TestV1TooLargeFailsWithServerMessage(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{MaxUploadSize: 100 << 10})
+	path := e.writeParts("huge.ply", 3)
+	e.enqueue(path)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(path)
+	if j.Stage != state.Failed || j.LastStatus != 413 || !strings.Contains(j.FailReason, "Upload size limit exceeded") {
+		t.Errorf("job %s, status %d, reason %q", j.Stage, j.LastStatus, j.FailReason)
+	}
+	if st := e.sim.Stats(); st.Creates != 0 || st.PartPuts != 0 || st.PartURLs != 0 {
+		t.Errorf("an oversize file reached storage: %+v", st)
+	}
+}
+
+func TestV1InvalidFileNeverCreates(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	bad := filepath.Join(e.files, "bad.ply")
+	if err := os.WriteFile(bad, []byte("ply\nformat ascii 1.0\nelement vertex x\nend_header\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(bad)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	if j := e.job(bad); j.Stage != state.Failed {
+		t.Errorf("invalid file: %s", j.Stage)
+	}
+	if st := e.sim.Stats(); st.Creates != 0 || st.CreateReplays != 0 {
+		t.Errorf("an invalid file reached create: %+v", st)
+	}
+}
+
+// TestV1SessionFoundCompleted: a daemon with its own state finds the
+// content's session already completed (by another daemon): it uploads
+// nothing and takes the splat, from the session or from a replayed complete.
+func TestV1SessionFoundCompleted(t *testing.T) {
+	t.Parallel()
+	for _, omit := range []bool{false, true} {
+		t.Run(map[bool]string{false: "splatId in session", true: "complete replayed"}[omit], func(t *testing.T) {
+			t.Parallel()
+			e := newV1Env(t, apisim.Options{OmitSessionSplatID: omit})
+			path := e.writeParts("done.ply", 4)
+			e.enqueue(path)
+			if err := e.run(e.v1Options(1)); err != nil {
+				t.Fatal(err)
+			}
+			first := e.job(path)
+			before := e.sim.Stats()
+			e.stateDir = t.TempDir() // another daemon: nothing of the first one's state
+			e.store = nil
+			e.reopen()
+			e.enqueue(path)
+			if err := e.run(e.v1Options(1)); err != nil {
+				t.Fatal(err)
+			}
+			j := e.job(path)
+			if j.Stage != state.Done || j.SplatID != first.SplatID || j.V1.Owned {
+				t.Errorf("second daemon: %s splat %s owned %v, want done with %s", j.Stage, j.SplatID, j.V1.Owned, first.SplatID)
+			}
+			after := e.sim.Stats()
+			if after.PartBytes != before.PartBytes || after.PartURLs != before.PartURLs || after.V1Splats != 1 {
+				t.Errorf("second daemon sent %d bytes, signed %d URLs; %d splats", after.PartBytes-before.PartBytes, after.PartURLs-before.PartURLs, after.V1Splats)
+			}
+			if replays := after.CompleteReplays - before.CompleteReplays; (replays == 1) != omit {
+				t.Errorf("%d complete replays", replays)
+			}
+		})
+	}
+}
+
+// TestV1RetryOfDoneJobRepublishes: `splatd retry` of a done job is a new
+// generation: a new key, a new session, a new splat.
+func TestV1RetryOfDoneJobRepublishes(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("again.ply", 2)
+	e.enqueue(path)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.job(path)
+	if _, err := e.store.Retry(first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(path)
+	if j.Stage != state.Done || j.Generation != 1 || j.SplatID == first.SplatID || !strings.HasSuffix(j.V1.Key, "-g1-s1") {
+		t.Errorf("republished job: %s generation %d splat %s key %s", j.Stage, j.Generation, j.SplatID, j.V1.Key)
+	}
+	if st := e.sim.Stats(); st.V1Splats != 2 {
+		t.Errorf("%d splats, want 2", st.V1Splats)
+	}
+}
+
+// TestV1PeerStalledSessionTakenOver: a session another daemon created and
+// left with one part is watched for PeerWait, then this daemon sends only
+// the missing parts.
+func TestV1PeerStalledSessionTakenOver(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("peer.ply", 4)
+	size := fileSize(t, path)
+	key := "splatd-" + workerFileSHA(t, path) + "-g0-s1"
+	ctx := context.Background()
+	// The peer: create under the content's key, send part 1, vanish.
+	s, created, err := e.client.CreateUpload(ctx, key, api.CreateUploadRequest{SourceFormat: api.SourceFormatPLY, ContentLength: size, Title: "peer"})
+	if err != nil || !created {
+		t.Fatalf("peer create: %v (created %v)", err, created)
+	}
+	urls, err := e.client.PartURLs(ctx, s.ID, []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := e.client.PutPart(ctx, urls.URLs[0].URL, io.NewSectionReader(f, 0, v1PartSize), v1PartSize, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(path)
+	o := e.v1Options(1)
+	o.PeerWait = 30 * time.Millisecond
+	var watched atomic.Int32
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "effect:signed" && j.Stage == state.Signed && !j.V1.Owned {
+			watched.Add(1)
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(path)
+	j := e.job(path)
+	_, ss := e.session(key)
+	if !j.V1.Owned || watched.Load() == 0 {
+		t.Errorf("owned %v after %d watches of the peer's session", j.V1.Owned, watched.Load())
+	}
+	if ss.PartsResent != 0 || ss.BytesReceived != size {
+		t.Errorf("storage received %d bytes for a %d-byte file (%d parts resent)", ss.BytesReceived, size, ss.PartsResent)
+	}
+}
+
+// TestV1TwoDaemonsOneFolder: two pools with their own stores publish the
+// files of one folder: each file once, the bytes sent barely more than the
+// files' size.
+func TestV1TwoDaemonsOneFolder(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	var paths []string
+	var total int64
+	for i := range 4 {
+		p := e.writeParts(string(rune('a'+i))+".ply", 3+i)
+		paths = append(paths, p)
+		total += fileSize(t, p)
+	}
+	other, err := queue.Open(t.TempDir(), queue.Options{LockTimeout: time.Second, DedupeWait: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	for _, p := range paths {
+		fi, _ := os.Stat(p)
+		if _, err := other.EnqueueBatch(context.Background(), []queue.Candidate{{Path: p, Root: e.files, Size: fi.Size(), ModTime: fi.ModTime()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.enqueue(paths...)
+
+	o1, o2 := e.v1Options(2), e.v1Options(2)
+	o2.Store = other
+	o1.PeerWait, o2.PeerWait = time.Minute, time.Minute
+	final := func(s *queue.Store) bool {
+		st, err := s.Stats()
+		return err == nil && st.Stages[state.Done]+st.Stages[state.Failed] == len(paths)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, o := range []PoolOptions{o1, o2} {
+		p, err := NewPool(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	e.waitFor("both daemons' jobs final", func() bool { return final(e.store) && final(other) })
+	cancel()
+	wg.Wait()
+
+	e.checkV1Once(paths...)
+	js, err := other.List(queue.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range js {
+		if mine := e.job(j.Path); j.Stage != state.Done || j.SplatID != mine.SplatID {
+			t.Errorf("%s: the other daemon has %s splat %q, this one %q", j.Path, j.Stage, j.SplatID, mine.SplatID)
+		}
+	}
+	st := e.sim.Stats()
+	var received int64
+	for _, ss := range st.Sessions {
+		received += ss.BytesReceived
+	}
+	t.Logf("%d files, %d bytes; storage received %d bytes (%.2f×); %d sessions, %d create replays, %d complete replays",
+		len(paths), total, received, float64(received)/float64(total), st.Creates, st.CreateReplays, st.CompleteReplays)
+	if st.V1Splats != len(paths) || st.Creates != len(paths) {
+		t.Errorf("%d splats from %d sessions for %d files", st.V1Splats, st.Creates, len(paths))
+	}
+	if float64(received) > 1.25*float64(total) {
+		t.Errorf("storage received %d bytes for %d bytes of files: more than 1.25×", received, total)
+	}
+}

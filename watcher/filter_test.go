@@ -1,0 +1,151 @@
+package watcher
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// syncBuffer is a log sink the watcher's goroutines may write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) count(sub string) int { return strings.Count(s.String(), sub) }
+
+// sized writes a sentinel of n bytes and returns what was emitted before it.
+func (h *harness) sizedSentinel(n int) []Candidate {
+	h.t.Helper()
+	p := h.write(fmt.Sprintf("zz-sentinel-%d.ply", time.Now().UnixNano()), strings.Repeat("s", n))
+	got := h.until(p)
+	return got[:len(got)-1]
+}
+
+func basenames(cs []Candidate) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Path[strings.LastIndexByte(c.Path, '/')+1:])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestSizeBoundsSkipWithOneLogLine: files outside min_size/max_size are not
+// candidates and are logged once per version, rescans or not; a file that
+// grows into the bounds is emitted.
+func TestSizeBoundsSkipWithOneLogLine(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	// Poll mode: every candidate is found by a full scan, so a sentinel's
+	// arrival proves a scan walked past the skipped files again.
+	h := start(t, Options{}, Root{Mode: ModePoll, PollInterval: 20 * time.Millisecond, MinSize: 10, MaxSize: 100},
+		func(w *Watcher) { w.tr.log = zerolog.New(&logs) })
+	small := h.write("small.ply", "tiny")
+	h.write("big.ply", strings.Repeat("b", 101))
+	h.write("edge-min.ply", strings.Repeat("m", 10))
+	h.write("edge-max.ply", strings.Repeat("x", 100))
+
+	if got := basenames(h.sizedSentinel(50)); !slices.Equal(got, []string{"edge-max.ply", "edge-min.ply"}) {
+		t.Fatalf("emitted %q, want only the files within the bounds", got)
+	}
+	if n := logs.count("size bounds"); n != 2 {
+		t.Fatalf("%d skip lines, want 2:\n%s", n, logs.String())
+	}
+	if got := h.sizedSentinel(50); len(got) != 0 {
+		t.Fatalf("emitted again: %v", paths(got))
+	}
+	if n := logs.count("size bounds"); n != 2 {
+		t.Errorf("a rescan logged the skipped files again (%d lines)", n)
+	}
+
+	h.write("small.ply", strings.Repeat("s", 20))
+	if c := h.next(); c.Path != small || c.Size != 20 {
+		t.Errorf("grown file: got %+v", c)
+	}
+}
+
+// TestMinAgeHoldsYoungFilesBack: a settled file younger than min_age (by
+// mtime) waits and is emitted once old enough, without any new event.
+func TestMinAgeHoldsYoungFilesBack(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{Settle: 20 * time.Millisecond}, Root{MinAge: time.Hour}, nil)
+	old := time.Now().Add(-2 * time.Hour)
+	young := h.write("young.ply", "y")
+	aged := h.write("aged.ply", "a")
+	if err := os.Chtimes(aged, old, old); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := h.write("zz-sentinel.ply", "s")
+	if err := os.Chtimes(sentinel, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if got := basenames(h.until(sentinel)); !slices.Equal(got, []string{"aged.ply", "zz-sentinel.ply"}) {
+		t.Fatalf("emitted %q, want the young file held back", got)
+	}
+	// Aging it (as time would) makes it a candidate.
+	if err := os.Chtimes(young, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if c := h.next(); c.Path != young {
+		t.Errorf("got %+v, want %s once old enough", c, young)
+	}
+}
+
+func TestMinAgeRecheckedWithoutEvents(t *testing.T) {
+	t.Parallel()
+	const minAge = 300 * time.Millisecond
+	h := start(t, Options{Settle: 10 * time.Millisecond}, Root{MinAge: minAge}, nil)
+	p := h.write("scan.ply", "data")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.next()
+	// Only a lower bound: the emission may be late on a slow machine, never early.
+	if c.Path != p || time.Now().Before(fi.ModTime().Add(minAge)) {
+		t.Errorf("got %+v at %v, before mtime %v + min_age", c, time.Now(), fi.ModTime())
+	}
+}
+
+// TestOwnFilesAreNeverCandidates: sidecars, folder settings and receipts
+// are not splats even when include matches everything.
+func TestOwnFilesAreNeverCandidates(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{}, Root{Include: []string{"*"}, Exclude: []string{}}, nil)
+	h.write(".splat.yaml", "title: x\n")
+	h.write("scan.splat.yaml", "title: x\n")
+	h.write("scan.ply.splat.json", "{}\n")
+	h.write("SCAN.SPLAT.JSON", "{}\n")
+	if got := h.sentinel(); len(got) != 0 {
+		t.Errorf("emitted %v", paths(got))
+	}
+}
+
+func TestBadBoundsRefused(t *testing.T) {
+	t.Parallel()
+	for _, r := range []Root{{Path: "/x", MinSize: 10, MaxSize: 5}, {Path: "/x", MinAge: -time.Second}} {
+		if _, err := New(Options{Roots: []Root{r}}); err == nil {
+			t.Errorf("New(%+v) accepted", r)
+		}
+	}
+}
