@@ -13,7 +13,9 @@ import (
 // restarted. A restart lands in a window whose budget is often spent: the
 // daemon must know it (its pacer's windows outlive the process) and wait
 // for the reset instead of probing. Target: no 429 at all. The quick run
-// shrinks the window to 6 s and the limit to 3.
+// has 10 files and 4 per 5 s. After the last restart the daemon is given
+// twice the time the limit needs for what is left (two more windows on
+// top): a slower pace is reported, a hang is not waited for.
 //
 // The protocol is legacy with publish.on_uncertain hold, as in sigkill: a
 // kill between a publish and the commit of its answer holds the job, and
@@ -22,8 +24,8 @@ func runStrictKill(ctx context.Context, e *tenv) error {
 	limit, window := 10, time.Minute
 	minDelay, maxDelay := time.Second, 12*time.Second
 	if e.o.Quick {
-		limit, window = 3, 6*time.Second
-		minDelay, maxDelay = 300*time.Millisecond, 2500*time.Millisecond
+		limit, window = 4, 5*time.Second
+		minDelay, maxDelay = 300*time.Millisecond, 2*time.Second
 	}
 	so := apisim.Options{Window: window,
 		Limits:  map[apisim.Class]int{apisim.ClassStrict: limit},
@@ -31,7 +33,7 @@ func runStrictKill(ctx context.Context, e *tenv) error {
 	if err := e.setup(so, DaemonConfig{OnUncertain: "hold"}); err != nil {
 		return err
 	}
-	files, minKills := e.count(12, 40), e.count(6, 20)
+	files, minKills := e.count(10, 40), e.count(6, 20)
 	if err := e.writeFiles(0, files, 200); err != nil {
 		return err
 	}
@@ -43,10 +45,17 @@ func runStrictKill(ctx context.Context, e *tenv) error {
 	if err := e.start(); err != nil {
 		return err
 	}
-	if !e.waitFinal(ctx, minimum+2*window) {
+	restarted := time.Now()
+	before, _ := e.receipts()
+	left := files - before
+	if !e.waitFinal(ctx, time.Duration((2*left+limit-1)/limit+2)*window) {
 		f, _ := e.receipts()
 		e.problem("only %d of %d files finished after the last restart", f, files)
 	}
+	after, _ := e.receipts()
+	took := time.Since(restarted)
+	e.note("after the last restart: %d files in %s, %.1f per window (the limit allows %d)", after-before, took.Round(100*time.Millisecond),
+		float64(after-before)/took.Seconds()*window.Seconds(), limit)
 	if err := e.resolveHeld(ctx, 2*window); err != nil {
 		return err
 	}
