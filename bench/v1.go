@@ -210,7 +210,15 @@ func v1Throughput(ctx context.Context, o BenchOptions, curl string, capBps float
 	if err := waitReceipt(ctx, r.d, r.file, 5*time.Minute); err != nil {
 		return nil, false, fmt.Errorf("v1 throughput: %w", err)
 	}
-	received, _, _ := sessionTotals(sim.Stats())
+	st := sim.Stats()
+	received, _, _ := sessionTotals(st)
+	conns, maxConn := 0, int64(0)
+	for _, c := range st.StorageConns {
+		if c.Bytes > 0 {
+			conns++
+			maxConn = max(maxConn, c.Bytes)
+		}
+	}
 	r.d.Stop(30 * time.Second)
 	daemonBps := float64(r.size) / took.Seconds()
 	curlBps, err := curlPut(ctx, curl, sim, r.file, r.size)
@@ -220,8 +228,8 @@ func v1Throughput(ctx context.Context, o BenchOptions, curl string, capBps float
 	ratio := daemonBps / curlBps
 	capMB := capBps / 1e6
 	cpuBound = daemonBps < 0.85*v1Parallel*capBps && curlBps >= 0.9*capBps
-	note := fmt.Sprintf("storage capped at %.0f MB/s per connection; %d MiB in %d MiB parts, %d in flight; %.0f MiB read by storage",
-		capMB, r.size>>20, v1PartSize>>20, v1Parallel, float64(received)/(1<<20))
+	note := fmt.Sprintf("storage capped at %.0f MB/s per connection; %d MiB in %d MiB parts, %d in flight; %.0f MiB read by storage on %d connections (at most %d MiB on one); %.2f x %d x the cap",
+		capMB, r.size>>20, v1PartSize>>20, v1Parallel, float64(received)/(1<<20), conns, maxConn>>20, daemonBps/(v1Parallel*capBps), v1Parallel)
 	if cpuBound {
 		note += fmt.Sprintf("; this machine's CPU held the parts to %.0f MB/s in all, under %d x the cap: see the 10 MB/s figure", daemonBps/1e6, v1Parallel)
 	}
