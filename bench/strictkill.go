@@ -54,8 +54,7 @@ func runStrictKill(ctx context.Context, e *tenv) error {
 	}
 	after, _ := e.receipts()
 	took := time.Since(restarted)
-	e.note("after the last restart: %d files in %s, %.1f per window (the limit allows %d)", after-before, took.Round(100*time.Millisecond),
-		float64(after-before)/took.Seconds()*window.Seconds(), limit)
+	e.note("after the last restart: %d more files final in %s (the limit allows %d per %s)", after-before, took.Round(100*time.Millisecond), limit, window)
 	if err := e.resolveHeld(ctx, 2*window); err != nil {
 		return err
 	}
