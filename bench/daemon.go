@@ -40,6 +40,12 @@ type DaemonConfig struct {
 	Rescan      time.Duration // rescan_interval; 0 = default 5m
 	LogLevel    string        // default info
 	After       string        // the after: mapping in flow style; default {receipt: true}
+	// Protocol is api.protocol ("legacy" or "v1"); empty leaves the key
+	// out (the daemon's default, legacy).
+	Protocol string
+	// ParallelParts is upload.parallel_parts (v1); 0 leaves it out
+	// (default 4).
+	ParallelParts int
 }
 
 // Write fills the defaults and writes the token file and config.yaml,
@@ -81,8 +87,15 @@ func (c *DaemonConfig) Write() (string, error) {
 	if err := os.WriteFile(token, []byte(c.Sim.Token()+"\n"), 0o600); err != nil {
 		return "", err
 	}
+	protocol, upload := "", ""
+	if c.Protocol != "" {
+		protocol = "\n  protocol: " + c.Protocol
+	}
+	if c.ParallelParts > 0 {
+		upload = fmt.Sprintf("upload: {parallel_parts: %d}\n", c.ParallelParts)
+	}
 	cfg := fmt.Sprintf(`api:
-  base_url: %s
+  base_url: %s%s
   token_file: %s
   ca_file: %s
   timeout: 30s
@@ -98,8 +111,8 @@ poll: {interval: %s, max_interval: %s, timeout: 10m}
 after: %s
 metrics: {listen: "127.0.0.1:0"}
 log: {level: %s, format: json}
-`, c.Sim.URL(), token, c.Sim.CAFile(), c.Inbox, c.Settle, c.Rescan, c.StateDir, c.Workers,
-		c.OnUncertain, c.Poll, 4*c.Poll, c.After, c.LogLevel)
+%s`, c.Sim.URL(), protocol, token, c.Sim.CAFile(), c.Inbox, c.Settle, c.Rescan, c.StateDir, c.Workers,
+		c.OnUncertain, c.Poll, 4*c.Poll, c.After, c.LogLevel, upload)
 	path := filepath.Join(c.Dir, "config.yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }

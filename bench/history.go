@@ -67,6 +67,15 @@ func HistoryFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		n    int
 	}{{"1k", 1000}, {"1M", 1_000_000}}
 	stores := make([]*queue.Store, len(sizes))
+	closeStores := func() {
+		for i, s := range stores {
+			if s != nil {
+				s.Close()
+				stores[i] = nil
+			}
+		}
+	}
+	defer closeStores()
 	for i, sz := range sizes {
 		dir := filepath.Join(o.Dir, "history-"+sz.name)
 		t0 := time.Now()
@@ -78,7 +87,6 @@ func HistoryFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer s.Close()
 		stores[i] = s
 	}
 	now := time.Now()
@@ -141,7 +149,17 @@ func HistoryFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 			Figure{Name: "history_" + p.name + "_allocs_ratio_1M_to_1k", Value: round(allocRatio, 3), Unit: "ratio",
 				Target: "<= 1.2", Met: met(allocRatio <= 1.2)})
 	}
-	return figs, nil
+	// The same states under the real daemon, idle: its CPU and /metrics.
+	closeStores()
+	var states []idleState
+	for _, sz := range sizes {
+		states = append(states, idleState{name: sz.name, finished: sz.n, dir: filepath.Join(o.Dir, "history-"+sz.name)})
+	}
+	daemonFigs, err := DaemonIdleFigures(ctx, o, states)
+	if err != nil {
+		return nil, err
+	}
+	return append(figs, daemonFigs...), nil
 }
 
 // measure calls fn n times on s, after a warm-up, and returns the process

@@ -80,6 +80,9 @@ func scenarios() []scenario {
 		{"token-401", runToken401},
 		{"fresh-state", runFreshState},
 		{"unremovable-move", runUnremovableMove},
+		{"v1-sigkill", runV1Kill},
+		{"strict-sigkill", runStrictKill},
+		{"fleet", runFleet},
 	}
 }
 
@@ -659,16 +662,44 @@ func runKill(ctx context.Context, e *tenv) error {
 		return err
 	}
 	files, minKills := e.count(12, 40), e.count(6, 24)
-	// The files are made in a staging folder first, then arrive in the
-	// inbox one by one over the first seconds, whether the daemon lives or not.
+	stop, err := e.arrive(files, func(int) int { return 300 }, 400*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := e.killLoop(ctx, minKills, 20*time.Millisecond, 520*time.Millisecond, time.Now().Add(e.timeout()/2)); err != nil {
+		return err
+	}
+	if err := e.start(); err != nil {
+		return err
+	}
+	if !e.waitFinal(ctx, e.timeout()/2) {
+		f, _ := e.receipts()
+		e.problem("only %d of %d files finished after the last restart", f, files)
+	}
+	if err := e.resolveHeld(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	e.verdict()
+	return nil
+}
+
+// arrive makes the files in a staging folder first (file i with splats(i)
+// splats), then moves them into the inbox one every `every`, whether the
+// daemon lives or not. The returned stop ends the arrivals and waits for
+// the mover.
+func (e *tenv) arrive(files int, splats func(i int) int, every time.Duration) (stop func(), err error) {
 	staging := filepath.Join(e.dir, "staging")
 	if err := os.MkdirAll(staging, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	inbox := e.cfg.Inbox
 	e.cfg.Inbox = staging
-	if err := e.writeFiles(0, files, 300); err != nil {
-		return err
+	for i := range files {
+		if err := e.writeFile(i, splats(i)); err != nil {
+			e.cfg.Inbox = inbox
+			return nil, err
+		}
 	}
 	e.cfg.Inbox = inbox
 	var staged []string
@@ -690,24 +721,28 @@ func runKill(ctx context.Context, e *tenv) error {
 			case <-stopArrivals:
 				arrived <- errors.New("stopped before every file arrived")
 				return
-			// Arrivals spread over ~16 s (40 files) keep the ingest going
-			// across enough kill cycles, however fast each file is published.
-			case <-time.After(400 * time.Millisecond):
+			case <-time.After(every):
 			}
 		}
 		arrived <- nil
 	}()
-	defer func() {
+	return func() {
 		close(stopArrivals)
 		<-arrived
-	}()
+	}, nil
+}
+
+// killLoop starts the daemon and SIGKILLs it after a random delay in
+// [minDelay, maxDelay), again and again, until minKills kills have landed
+// while some file had no receipt yet (during ingest), or 4 × minKills
+// kills in all, or the deadline. It leaves the daemon dead.
+func (e *tenv) killLoop(ctx context.Context, minKills int, minDelay, maxDelay time.Duration, deadline time.Time) error {
 	kills, during := 0, 0
-	deadline := time.Now().Add(e.timeout() / 2)
-	for kills < 4*minKills && during < minKills && time.Now().Before(deadline) {
+	for kills < 4*minKills && during < minKills && time.Now().Before(deadline) && ctx.Err() == nil {
 		if err := e.start(); err != nil {
 			return err
 		}
-		delay := time.Duration(20+e.rng.IntN(500)) * time.Millisecond
+		delay := minDelay + time.Duration(e.rng.Int64N(int64(maxDelay-minDelay)))
 		select {
 		case <-e.d.Done():
 			return fmt.Errorf("splatd exited on its own: %v", e.d.Err())
@@ -719,7 +754,7 @@ func runKill(ctx context.Context, e *tenv) error {
 			return fmt.Errorf("splatd did not die of SIGKILL: %v", e.d.Err())
 		}
 		kills++
-		if final < files {
+		if final < len(e.files) {
 			during++
 		}
 	}
@@ -727,14 +762,15 @@ func runKill(ctx context.Context, e *tenv) error {
 	if during < minKills {
 		e.problem("only %d kills landed during ingest (want >= %d)", during, minKills)
 	}
-	if err := e.start(); err != nil {
-		return err
-	}
-	if !e.waitFinal(ctx, e.timeout()/2) {
-		f, _ := e.receipts()
-		e.problem("only %d of %d files finished after the last restart", f, files)
-	}
-	// The operator step for held jobs.
+	return nil
+}
+
+// resolveHeld is the operator's step for jobs held after an interrupted
+// legacy publish (publish.on_uncertain: hold): a job whose content the
+// server shows published is closed with that splat (`splatd resolve`,
+// polled to done, not published again), the others are retried; all must
+// be final within wait.
+func (e *tenv) resolveHeld(ctx context.Context, wait time.Duration) error {
 	held, err := e.jobsOf(ctx, "held")
 	if err != nil {
 		return err
@@ -746,8 +782,6 @@ func runKill(ctx context.Context, e *tenv) error {
 	confirmed, retried := 0, 0
 	for _, j := range held {
 		if id, ok := splatOf[j.SHA256]; ok {
-			// The operator finds the splat on the account and closes the job
-			// with it: polled to done, not published again.
 			os.Remove(after.ReceiptPath(j.File)) // the resolved job writes a done one
 			if _, err := Splatd(ctx, e.o.Bin, "resolve", "-config", e.cfgPath, fmt.Sprint(j.ID), id); err != nil {
 				return err
@@ -761,11 +795,10 @@ func runKill(ctx context.Context, e *tenv) error {
 		}
 		retried++
 	}
-	if retried+confirmed > 0 && !e.waitFinal(ctx, 30*time.Second) {
+	if retried+confirmed > 0 && !e.waitFinal(ctx, wait) {
 		e.problem("resolved or retried held jobs did not finish")
 	}
 	e.note("held after an interrupted publish: %d (resolved with the splat found on the server %d, retried %d)", len(held), confirmed, retried)
-	e.verdict()
 	return nil
 }
 

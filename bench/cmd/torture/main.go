@@ -1,6 +1,7 @@
 // Command torture runs splatd's reliability scenarios (SIGKILLs, storage
 // faults, publish 5xx, URL expiry, 429 storms, a full state disk, a revoked
-// token) against the real binary and the in-process simulator, prints one
+// token, SIGKILLs under v1 and under a strict limit, a fleet of daemons on
+// one folder) against the real binary and the in-process simulator, prints one
 // line per scenario and exits 1 when any target is missed.
 package main
 
@@ -28,7 +29,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated scenarios to run (default all: "+strings.Join(bench.ScenarioNames(), ",")+")")
 	seed := fs.Uint64("seed", 0, "seed of kill moments and fault draws (default: from the clock)")
 	keep := fs.Bool("keep", false, "keep the work folder (logs, states) for inspection")
-	limit := fs.Duration("timeout", 5*time.Minute, "stop everything after this long")
+	limit := fs.Duration("timeout", 12*time.Minute, "stop everything after this long")
 	verbose := fs.Bool("v", true, "print each scenario's notes (-v=false: only for missed targets)")
 	if err := fs.Parse(args); err != nil {
 		return 2

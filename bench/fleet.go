@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/uploader/apisim"
+)
+
+// The fleet's account limit: completes (the call that makes a splat) in
+// the strict class, 5 per 10 s window, as in the pacing figures; the other
+// routes stay in the normal class at the real account's 240 (per window).
+const (
+	fleetDaemons = 3
+	fleetLimit   = 5
+	fleetWindow  = 10 * time.Second
+)
+
+// runFleet: three daemons, each with its own state directory and config,
+// one token, one shared folder that already holds the files (most of them
+// multi-part) when they all start at once: api.protocol v1, where the
+// content-derived Idempotency-Key makes every daemon reach the same upload
+// session. Targets: every file published once; at most 3 responses 429 in
+// all; from the first complete to the last file's receipt within 1.3× the
+// minimum the limit allows for one complete per file, (ceil(files/5) - 1)
+// windows (a note in the quick run, whose few windows make the ratio
+// noise); the body bytes storage read across the fleet at most 1.25× the
+// files' total size; every daemon's job for every file done, and no error
+// logged by any daemon (a file a peer finished is no error).
+func runFleet(ctx context.Context, e *tenv) error {
+	rl := &requestLog{routes: map[string]bool{apisim.RouteV1Complete: true}}
+	so := apisim.Options{Window: fleetWindow, PartSize: v1PartSizeTorture,
+		Limits:  map[apisim.Class]int{apisim.ClassStrict: fleetLimit, apisim.ClassNormal: apisim.DefaultNormalLimit, apisim.ClassAssets: apisim.DefaultAssetsLimit},
+		Classes: map[string]apisim.Class{apisim.RouteV1Complete: apisim.ClassStrict},
+		Logger:  zerolog.New(rl).Level(zerolog.DebugLevel)}
+	if err := e.setup(so, DaemonConfig{Protocol: "v1", ParallelParts: 4}); err != nil {
+		return err
+	}
+	files := e.count(10, 30)
+	for i := range files {
+		if err := e.writeFile(i, v1Splats(i)); err != nil {
+			return err
+		}
+	}
+	var total int64
+	for _, p := range e.files {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		total += fi.Size()
+	}
+	// Daemon 1 is the scenario's own (e.cfg, e.d); the peers share its inbox.
+	cfgs := []string{e.cfgPath}
+	states := []string{e.cfg.StateDir}
+	for i := 2; i <= fleetDaemons; i++ {
+		c := DaemonConfig{Sim: e.sim, Dir: filepath.Join(e.dir, fmt.Sprintf("peer-%d", i)), Inbox: e.cfg.Inbox, Protocol: "v1", ParallelParts: 4}
+		p, err := c.Write()
+		if err != nil {
+			return err
+		}
+		cfgs, states = append(cfgs, p), append(states, c.StateDir)
+	}
+	daemons := make([]*Daemon, len(cfgs))
+	defer func() {
+		for _, d := range daemons[1:] {
+			if d != nil {
+				d.Kill()
+			}
+		}
+	}()
+	for i, cfg := range cfgs {
+		d, err := StartDaemon(e.o.Bin, cfg, filepath.Join(filepath.Dir(cfg), "splatd.log"))
+		if err != nil {
+			return err
+		}
+		daemons[i] = d
+		if i == 0 {
+			e.d, e.starts = d, 1
+		}
+	}
+	minimum := time.Duration((files+fleetLimit-1)/fleetLimit-1) * fleetWindow
+	if !e.waitFinal(ctx, 4*minimum+time.Minute) {
+		f, _ := e.receipts()
+		e.problem("only %d of %d files have a receipt", f, files)
+	}
+	finished := time.Now()
+	rl.mu.Lock()
+	var first time.Time
+	if len(rl.times) > 0 {
+		first = rl.times[0]
+	}
+	rl.mu.Unlock()
+	// Every daemon's own job for every file must end too (a daemon that
+	// found a peer's session watches it, then sees it completed).
+	allDone := e.waitFleetJobs(ctx, cfgs, time.Minute)
+	for i, d := range daemons {
+		if err := d.Stop(30 * time.Second); err != nil {
+			e.problem("daemon %d did not stop cleanly on SIGTERM: %v", i+1, err)
+		}
+		if errs := d.Errors(); len(errs) > 0 {
+			e.problem("daemon %d logged %d errors, first: %s", i+1, len(errs), errs[0])
+		}
+	}
+	e.fleetVerdict(states)
+	if !allDone {
+		e.problem("not every daemon's job of every file was done within a minute of the last receipt")
+	}
+
+	st := e.sim.Stats()
+	received, _, _ := sessionTotals(st)
+	sent := received + st.UploadBytes
+	bytesRatio := float64(sent) / float64(total)
+	e.note("%d daemons, one token, one folder of %d files (%.1f MB): %d sessions, %d creates + %d replays, %d completes + %d replays, %d splats; %d 429s (target <= 3)",
+		fleetDaemons, files, float64(total)/1e6, len(e.sim.Sessions()), st.Creates, st.CreateReplays, st.Completes, st.CompleteReplays, st.V1Splats, st.RateLimited)
+	e.note("storage read %.1f MB across the fleet: %.3f x the files' size (target <= 1.25); %d part PUTs of a part already held",
+		float64(sent)/1e6, bytesRatio, partsResent(st))
+	if st.RateLimited > 3 {
+		e.problem("%d responses 429 across the fleet (target <= 3)", st.RateLimited)
+	}
+	if bytesRatio > 1.25 {
+		e.problem("storage read %.3f x the files' size across the fleet (target <= 1.25)", bytesRatio)
+	}
+	if first.IsZero() {
+		e.problem("no complete was made")
+		return nil
+	}
+	took := finished.Sub(first)
+	ratio := took.Seconds() / minimum.Seconds()
+	e.note("first complete to last receipt %s: %.3f x the limit's minimum %s = (ceil(%d/%d)-1) x %s (target <= 1.3)",
+		took.Round(100*time.Millisecond), ratio, minimum, files, fleetLimit, fleetWindow)
+	if ratio > 1.3 && !e.o.Quick {
+		e.problem("the fleet took %.3f x the limit's minimum (target <= 1.3)", ratio)
+	}
+	return nil
+}
+
+// waitFleetJobs polls each daemon's jobs (`splatd jobs -json`) once a
+// second until every one of them is done, or timeout.
+func (e *tenv) waitFleetJobs(ctx context.Context, cfgs []string, timeout time.Duration) bool {
+	end := time.Now().Add(timeout)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		done := 0
+		for _, cfg := range cfgs {
+			out, err := Splatd(ctx, e.o.Bin, "jobs", "-config", cfg, "-json", "-state", "done")
+			if err != nil {
+				break
+			}
+			if n, ok := countJSONArray(out); ok && n >= len(e.files) {
+				done++
+			}
+		}
+		if done == len(cfgs) {
+			return true
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	return false
+}
+
+// countJSONArray returns the length of a JSON array.
+func countJSONArray(b []byte) (int, bool) {
+	var a []json.RawMessage
+	if json.Unmarshal(b, &a) != nil {
+		return 0, false
+	}
+	return len(a), true
+}
+
+// fleetVerdict is verdict for several state directories: the server
+// published each content once; each state passes bbolt's check and holds
+// one job per file, done; each file has a receipt.
+func (e *tenv) fleetVerdict(states []string) {
+	r := &e.res
+	r.Files = len(e.files)
+	lost := map[string]bool{}
+	for i, dir := range states {
+		if err := checkBolt(filepath.Join(dir, queue.FileName)); err != nil {
+			e.problem("daemon %d's state file: %v", i+1, err)
+		}
+		store, err := queue.Open(dir, queue.Options{})
+		if err != nil {
+			e.problem("cannot open daemon %d's state after the run: %v", i+1, err)
+			continue
+		}
+		jobs, err := store.List(queue.Filter{})
+		store.Close()
+		if err != nil {
+			e.problem("cannot list daemon %d's jobs: %v", i+1, err)
+		}
+		byPath := map[string]state.Job{}
+		stages := map[state.Stage]int{}
+		for _, j := range jobs {
+			stages[j.Stage]++
+			if _, dup := byPath[j.Path]; dup {
+				e.problem("daemon %d has two jobs for %s", i+1, filepath.Base(j.Path))
+			}
+			byPath[j.Path] = j
+		}
+		for _, p := range e.files {
+			switch j, ok := byPath[p]; {
+			case !ok:
+				lost[p] = true
+				e.problem("daemon %d has no job for %s", i+1, filepath.Base(p))
+			case j.Stage != state.Done:
+				lost[p] = true
+				e.problem("daemon %d: %s is %s (%s)", i+1, filepath.Base(p), j.Stage, j.LastError+j.FailReason)
+			}
+		}
+		e.note("daemon %d: jobs by stage %s", i+1, fmtStages(stages))
+	}
+	pubs := e.sim.PublishesByHash()
+	for _, p := range e.files {
+		n := pubs[e.shas[p]]
+		if n > 1 {
+			r.Duplicates += n - 1
+		}
+		if n >= 1 {
+			r.Published++
+		}
+		if _, err := os.Stat(after.ReceiptPath(p)); err != nil {
+			lost[p] = true
+		}
+		if n == 0 || lost[p] {
+			r.Lost++
+		}
+	}
+}
