@@ -122,7 +122,7 @@ func (p *Pool) configCleared(from state.Stage) {
 	if obs, ok := p.o.Observer.(configObserver); ok {
 		obs.ConfigError(c.kind, false)
 	}
-	p.log.Info().Str("kind", c.kind).Dur("after", p.o.Now().Sub(c.since)).Msg("the configuration error cleared: work resumed")
+	p.log.Info().Str("kind", c.kind).Float64("after_s", p.o.Now().Sub(c.since).Seconds()).Msg("the configuration error cleared: work resumed")
 	c.err, c.kind, c.n = nil, "", 0
 }
 

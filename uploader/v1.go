@@ -326,13 +326,16 @@ func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.v1Lost(j, "upload session was canceled")
 		}
 		missing := v1Sync(&j, s)
-		if len(missing) == 0 {
-			return p.v1Move(j, state.Uploaded, "")
-		}
+		// A peer's session is watched even once every part is stored: the
+		// peer completes it, and completing it here too would only spend
+		// the account's budget on a replay (a fleet drew 429s that way).
 		if !j.V1.Owned {
 			if next, wait := p.v1WatchPeer(j, s); wait {
 				return next, nil
 			}
+		}
+		if len(missing) == 0 {
+			return p.v1Move(j, state.Uploaded, "")
 		}
 		next, err := p.v1Send(ctx, j, missing)
 		switch {
@@ -360,7 +363,7 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 	left := v.PeerSince.Add(p.o.PeerWait).Sub(now)
 	if left <= 0 {
 		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
-			Dur("idle", now.Sub(v.PeerSince)).Msg("another daemon's upload session made no progress: sending the missing parts")
+			Float64("idle_s", now.Sub(v.PeerSince).Seconds()).Msg("another daemon's upload session made no progress: sending the missing parts")
 		v.Owned = true
 		return j, false
 	}
@@ -535,7 +538,7 @@ func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing
 			d := p.policy.Decide(ctx, r.err, tries[r.n], p.o.Now())
 			if (d.Action == state.Retry || d.Action == state.Resign) && tries[r.n] < maxPartTries {
 				p.log.Debug().Uint64("job", j.ID).Int("part", r.n).Int("try", tries[r.n]).Str("action", d.Action.String()).
-					Dur("retry_in", d.Delay).Err(r.err).Msg("part failed; trying it again")
+					Float64("retry_in_s", d.Delay.Seconds()).Err(r.err).Msg("part failed; trying it again")
 				later = append(later, retry{n: r.n, at: p.o.Now().Add(d.Delay)})
 				break
 			}

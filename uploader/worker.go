@@ -265,7 +265,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
 	}
-	p.publish.Store(&publishDefaults{params: o.Publish, onUncertain: o.OnUncertain})
+	p.publish.Store(&publishDefaults{params: o.Publish, byRoot: o.Defaults, onUncertain: o.OnUncertain})
 	return p, nil
 }
 
