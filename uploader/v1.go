@@ -751,8 +751,8 @@ func (p *Pool) v1Processing(j state.Job, splatID, editURL string) (state.Job, er
 // v1Poll: processing → done | failed, or processing again later.
 func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
-	if j.PublishedAt != nil && now.Sub(*j.PublishedAt) > p.o.Poll.Timeout {
-		return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), nil
+	if j, timedOut := p.pollTimedOut(j, now); timedOut {
+		return j, nil
 	}
 	sp, err := p.o.Client.SplatV1(ctx, j.SplatID)
 	if err != nil {
@@ -762,26 +762,5 @@ func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
 	if sp.ViewerURL != "" {
 		j.ViewerURL = sp.ViewerURL
 	}
-	switch sp.Status {
-	case api.SplatCompleted:
-		if err := j.Move(state.Done, now); err != nil {
-			return j, err
-		}
-		done := now
-		if sp.CompletedAt != nil {
-			done = *sp.CompletedAt
-		}
-		j.CompletedAt = &done
-		j.LastError, j.LastStatus = "", 0
-		return j, nil
-	case api.SplatFailed:
-		return p.fail(j, now, fmt.Errorf("processing failed (splat %s)", j.SplatID)), nil
-	case api.SplatProcessing:
-	default:
-		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", string(sp.Status)).Msg("unknown splat status; polling on")
-		j.LastError = fmt.Sprintf("unknown splat status %q", sp.Status)
-	}
-	j.Attempts++
-	j.NextAttempt = now.Add(state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(j.Attempts))
-	return j, nil
+	return p.polled(j, now, sp.Outcome(), string(sp.Status), sp.CompletedAt, fmt.Errorf("processing failed (splat %s)", j.SplatID))
 }

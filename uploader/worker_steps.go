@@ -363,8 +363,8 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 // stepPoll: processing → done | failed, or processing again later.
 func (p *Pool) stepPoll(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
-	if j.PublishedAt != nil && now.Sub(*j.PublishedAt) > p.o.Poll.Timeout {
-		return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), nil
+	if j, timedOut := p.pollTimedOut(j, now); timedOut {
+		return j, nil
 	}
 	sp, err := p.o.Client.Splat(ctx, j.SplatID)
 	if err != nil {
@@ -377,27 +377,42 @@ func (p *Pool) stepPoll(ctx context.Context, j state.Job) (state.Job, error) {
 	if sp.Hash != "" {
 		j.SplatHash = sp.Hash
 	}
-	switch sp.Outcome() {
+	msg := sp.Task.Message
+	if msg == "" {
+		msg = "(no message)"
+	}
+	return p.polled(j, now, sp.Outcome(), sp.Task.Status, sp.CompletedAt, fmt.Errorf("processing %s: %s", sp.Task.Status, msg))
+}
+
+// pollTimedOut fails j when processing has run past Poll.Timeout.
+func (p *Pool) pollTimedOut(j state.Job, now time.Time) (state.Job, bool) {
+	if j.PublishedAt == nil || now.Sub(*j.PublishedAt) <= p.o.Poll.Timeout {
+		return j, false
+	}
+	return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), true
+}
+
+// polled acts on a poll's answer, for either protocol: done (at
+// completedAt, when the server says), failed with failure, or polled again
+// with backoff (an unknown status is logged and kept as the last error).
+func (p *Pool) polled(j state.Job, now time.Time, outcome api.Outcome, status string, completedAt *time.Time, failure error) (state.Job, error) {
+	switch outcome {
 	case api.OutcomeDone:
 		if err := j.Move(state.Done, now); err != nil {
 			return j, err
 		}
 		done := now
-		if sp.CompletedAt != nil {
-			done = *sp.CompletedAt
+		if completedAt != nil {
+			done = *completedAt
 		}
 		j.CompletedAt = &done
 		j.LastError, j.LastStatus = "", 0
 		return j, nil
 	case api.OutcomeFailed:
-		msg := sp.Task.Message
-		if msg == "" {
-			msg = "(no message)"
-		}
-		return p.fail(j, now, fmt.Errorf("processing %s: %s", sp.Task.Status, msg)), nil
+		return p.fail(j, now, failure), nil
 	case api.OutcomeUnknown:
-		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", sp.Task.Status).Msg("unknown task status; polling on")
-		j.LastError = fmt.Sprintf("unknown task status %q", sp.Task.Status)
+		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", status).Msg("unknown processing status; polling on")
+		j.LastError = fmt.Sprintf("unknown processing status %q", status)
 	}
 	j.Attempts++
 	j.NextAttempt = now.Add(state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(j.Attempts))

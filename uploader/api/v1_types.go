@@ -374,3 +374,17 @@ type wireCompletion struct {
 	SplatID  jsonText `json:"splatId"`
 	EditURL  jsonText `json:"editUrl"`
 }
+
+// Outcome maps the splat's status to the outcome the poll acts on, as
+// Splat.Outcome does for the legacy record.
+func (s SplatV1) Outcome() Outcome {
+	switch s.Status {
+	case SplatProcessing:
+		return OutcomePending
+	case SplatCompleted:
+		return OutcomeDone
+	case SplatFailed:
+		return OutcomeFailed
+	}
+	return OutcomeUnknown
+}
