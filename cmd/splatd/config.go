@@ -367,153 +367,216 @@ func cleanYAMLError(err error) string {
 }
 
 // validate checks every key and fills per-entry defaults. It returns all
-// problems at once so that a user fixes a file in one pass.
+// problems at once so that a user fixes a file in one pass. The sections go
+// in the file's order, which is the order of the messages; validateWatch
+// runs before validateAfterDirs, which compares against the absolute watch
+// paths it leaves.
 func (c *Config) validate(forRun bool) ConfigErrors {
 	var errs ConfigErrors
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
-	}
+	errs = append(errs, c.validateAPI()...)
+	errs = append(errs, c.validateUpload()...)
+	errs = append(errs, c.validateWatch(forRun)...)
+	errs = append(errs, c.validateDaemon(forRun)...)
+	errs = append(errs, c.validatePublish()...)
+	errs = append(errs, c.validatePoll()...)
+	errs = append(errs, c.validateAfter()...)
+	errs = append(errs, c.validateAfterDirs()...)
+	errs = append(errs, c.validateMetrics()...)
+	errs = append(errs, c.validateLog()...)
+	errs = append(errs, c.validateFolders()...)
+	errs = append(errs, c.validateNotify()...)
+	return errs
+}
 
+// add records the problem of one key.
+func (e *ConfigErrors) add(key, format string, args ...any) {
+	*e = append(*e, key+": "+fmt.Sprintf(format, args...))
+}
+
+// validateAPI checks the api section but api.protocol (validateUpload).
+func (c *Config) validateAPI() ConfigErrors {
+	var errs ConfigErrors
 	if c.API.Token != "" {
-		bad("api.token", "an inline token is not accepted (the config file is not a secret store); "+
+		errs.add("api.token", "an inline token is not accepted (the config file is not a secret store); "+
 			"put the token in the file named by api.token_file, in the SPLATD_TOKEN environment variable, "+
 			"or in the systemd credential splatd-token")
 	}
 	if c.API.BaseURL == "" {
-		bad("api.base_url", "is required")
+		errs.add("api.base_url", "is required")
 	} else if u, err := url.Parse(c.API.BaseURL); err != nil {
-		bad("api.base_url", "not a URL: %v", err)
+		errs.add("api.base_url", "not a URL: %v", err)
 	} else if u.Scheme != "https" {
-		bad("api.base_url", "scheme must be https (got %q)", u.Scheme)
+		errs.add("api.base_url", "scheme must be https (got %q)", u.Scheme)
 	} else if u.Host == "" {
-		bad("api.base_url", "has no host")
+		errs.add("api.base_url", "has no host")
 	} else if u.RawQuery != "" || u.Fragment != "" {
-		bad("api.base_url", "must not carry a query or fragment")
+		errs.add("api.base_url", "must not carry a query or fragment")
 	}
 	if c.API.Timeout.D() <= 0 {
-		bad("api.timeout", "must be positive")
+		errs.add("api.timeout", "must be positive")
 	}
 	if c.API.CAFile != "" {
 		if _, err := os.Stat(c.API.CAFile); err != nil {
-			bad("api.ca_file", "%v", err)
+			errs.add("api.ca_file", "%v", err)
 		}
 	}
-	errs = append(errs, c.validateUpload()...)
+	return errs
+}
 
+// validateWatch checks the watch list (a daemon needs one folder at least)
+// and fills each entry's defaults; the folders' own filters and blocks are
+// validateFolders'.
+func (c *Config) validateWatch(forRun bool) ConfigErrors {
+	var errs ConfigErrors
 	if forRun && len(c.Watch) == 0 {
-		bad("watch", "at least one folder is required")
+		errs.add("watch", "at least one folder is required")
 	}
 	for i := range c.Watch {
-		w := &c.Watch[i]
-		key := fmt.Sprintf("watch[%d]", i)
-		if w.given == "" {
-			w.given = w.Path
-		}
-		if w.Path == "" {
-			bad(key+".path", "is required")
-		} else if abs, err := filepath.Abs(w.Path); err == nil {
-			w.Path = abs
-		}
-		if w.Recursive == nil {
-			t := true
-			w.Recursive = &t
-		}
-		if w.Include == nil {
-			w.Include = append([]string(nil), defaultInclude...)
-		}
-		if w.Exclude == nil {
-			w.Exclude = append([]string(nil), defaultExclude...)
-		}
-		for _, p := range append(append([]string(nil), w.Include...), w.Exclude...) {
-			if _, err := filepath.Match(p, "x"); err != nil {
-				bad(key+".include/exclude", "bad pattern %q: %v", p, err)
-			}
-		}
-		switch w.Mode {
-		case "":
-			w.Mode = "notify"
-		case "notify", "poll":
-		default:
-			bad(key+".mode", "must be notify or poll (got %q)", w.Mode)
-		}
-		if w.PollInterval == 0 {
-			w.PollInterval = Duration(10 * time.Second)
-		} else if w.PollInterval < 0 {
-			bad(key+".poll_interval", "must be positive")
+		errs = append(errs, c.Watch[i].validate(fmt.Sprintf("watch[%d]", i))...)
+	}
+	return errs
+}
+
+// validate checks the watch entry at key, makes its path absolute (keeping
+// it as given) and fills its defaults.
+func (w *WatchConfig) validate(key string) ConfigErrors {
+	var errs ConfigErrors
+	if w.given == "" {
+		w.given = w.Path
+	}
+	if w.Path == "" {
+		errs.add(key+".path", "is required")
+	} else if abs, err := filepath.Abs(w.Path); err == nil {
+		w.Path = abs
+	}
+	if w.Recursive == nil {
+		t := true
+		w.Recursive = &t
+	}
+	if w.Include == nil {
+		w.Include = append([]string(nil), defaultInclude...)
+	}
+	if w.Exclude == nil {
+		w.Exclude = append([]string(nil), defaultExclude...)
+	}
+	for _, p := range append(append([]string(nil), w.Include...), w.Exclude...) {
+		if _, err := filepath.Match(p, "x"); err != nil {
+			errs.add(key+".include/exclude", "bad pattern %q: %v", p, err)
 		}
 	}
+	switch w.Mode {
+	case "":
+		w.Mode = "notify"
+	case "notify", "poll":
+	default:
+		errs.add(key+".mode", "must be notify or poll (got %q)", w.Mode)
+	}
+	if w.PollInterval == 0 {
+		w.PollInterval = Duration(10 * time.Second)
+	} else if w.PollInterval < 0 {
+		errs.add(key+".poll_interval", "must be positive")
+	}
+	return errs
+}
+
+// validateDaemon checks the top-level keys: timing, state_dir (a daemon
+// needs one) and workers.
+func (c *Config) validateDaemon(forRun bool) ConfigErrors {
+	var errs ConfigErrors
 	if c.Settle < 0 {
-		bad("settle", "must not be negative")
+		errs.add("settle", "must not be negative")
 	}
 	if c.RescanInterval < 0 {
-		bad("rescan_interval", "must not be negative (0 turns the periodic rescan off)")
+		errs.add("rescan_interval", "must not be negative (0 turns the periodic rescan off)")
 	}
 	if c.IncompleteTimeout < 0 {
-		bad("incomplete_timeout", "must not be negative (0 waits for ever)")
+		errs.add("incomplete_timeout", "must not be negative (0 waits for ever)")
 	}
 	if forRun && c.StateDir == "" {
-		bad("state_dir", "is required")
+		errs.add("state_dir", "is required")
 	}
 	if c.Workers < 1 || c.Workers > 64 {
-		bad("workers", "must be between 1 and 64 (got %d)", c.Workers)
+		errs.add("workers", "must be between 1 and 64 (got %d)", c.Workers)
 	}
+	return errs
+}
 
+// validatePublish checks the global publish block.
+func (c *Config) validatePublish() ConfigErrors {
+	var errs ConfigErrors
 	if msg := titleProblem(c.Publish.Title); msg != "" {
-		bad("publish.title", "%s", msg)
+		errs.add("publish.title", "%s", msg)
 	}
 	switch c.Publish.Format {
 	case "sog", "compressed.ply":
 	default:
-		bad("publish.format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", c.Publish.Format)
+		errs.add("publish.format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", c.Publish.Format)
 	}
 	switch c.Publish.OnUncertain {
 	case "republish", "hold":
 	default:
-		bad("publish.on_uncertain", "must be republish or hold (got %q)", c.Publish.OnUncertain)
+		errs.add("publish.on_uncertain", "must be republish or hold (got %q)", c.Publish.OnUncertain)
 	}
+	return errs
+}
 
+// validatePoll checks the poll section.
+func (c *Config) validatePoll() ConfigErrors {
+	var errs ConfigErrors
 	if c.Poll.Interval.D() <= 0 {
-		bad("poll.interval", "must be positive")
+		errs.add("poll.interval", "must be positive")
 	}
 	if c.Poll.MaxInterval.D() < c.Poll.Interval.D() {
-		bad("poll.max_interval", "must be at least poll.interval (%s)", c.Poll.Interval.D())
+		errs.add("poll.max_interval", "must be at least poll.interval (%s)", c.Poll.Interval.D())
 	}
 	if c.Poll.Timeout.D() <= 0 {
-		bad("poll.timeout", "must be positive")
+		errs.add("poll.timeout", "must be positive")
 	}
+	return errs
+}
 
+// validateAfter checks the global after-actions and that a move has its
+// folder.
+func (c *Config) validateAfter() ConfigErrors {
+	var errs ConfigErrors
 	switch c.After.OnSuccess {
 	case "keep", "delete":
 	case "move":
 		if c.After.SuccessDir == "" {
-			bad("after.success_dir", "is required when after.on_success is move")
+			errs.add("after.success_dir", "is required when after.on_success is move")
 		}
 	default:
-		bad("after.on_success", "must be keep, delete or move (got %q)", c.After.OnSuccess)
+		errs.add("after.on_success", "must be keep, delete or move (got %q)", c.After.OnSuccess)
 	}
 	switch c.After.OnFailure {
 	case "keep":
 	case "move":
 		if c.After.FailureDir == "" {
-			bad("after.failure_dir", "is required when after.on_failure is move")
+			errs.add("after.failure_dir", "is required when after.on_failure is move")
 		}
 	default:
-		bad("after.on_failure", "must be keep or move (got %q)", c.After.OnFailure)
+		errs.add("after.on_failure", "must be keep or move (got %q)", c.After.OnFailure)
 	}
+	return errs
+}
 
+// validateAfterDirs makes after.success_dir and after.failure_dir absolute
+// and refuses one inside a watched folder (c.Watch paths already absolute).
+func (c *Config) validateAfterDirs() ConfigErrors {
+	var errs ConfigErrors
 	for _, d := range []struct{ key, dir string }{{"after.success_dir", c.After.SuccessDir}, {"after.failure_dir", c.After.FailureDir}} {
 		if d.dir == "" {
 			continue
 		}
 		abs, err := filepath.Abs(d.dir)
 		if err != nil {
-			bad(d.key, "%v", err)
+			errs.add(d.key, "%v", err)
 			continue
 		}
 		for i, w := range c.Watch {
 			if rel, err := filepath.Rel(w.Path, abs); err == nil && !strings.HasPrefix(rel, "..") {
 				// A moved file would be found again and moved again.
-				bad(d.key, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, i, w.Path)
+				errs.add(d.key, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, i, w.Path)
 			}
 		}
 		if d.key == "after.success_dir" {
@@ -522,22 +585,31 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 			c.After.FailureDir = abs
 		}
 	}
+	return errs
+}
 
+// validateMetrics checks the metrics listener.
+func (c *Config) validateMetrics() ConfigErrors {
+	var errs ConfigErrors
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
-			bad("metrics.listen", "want host:port or empty to turn it off: %v", err)
+			errs.add("metrics.listen", "want host:port or empty to turn it off: %v", err)
 		}
 	}
+	return errs
+}
+
+// validateLog checks the log section.
+func (c *Config) validateLog() ConfigErrors {
+	var errs ConfigErrors
 	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
-		bad("log.level", "must be one of trace, debug, info, warn, error (got %q)", c.Log.Level)
+		errs.add("log.level", "must be one of trace, debug, info, warn, error (got %q)", c.Log.Level)
 	}
 	switch c.Log.Format {
 	case "auto", "json", "console":
 	default:
-		bad("log.format", "must be auto, json or console (got %q)", c.Log.Format)
+		errs.add("log.format", "must be auto, json or console (got %q)", c.Log.Format)
 	}
-	errs = append(errs, c.validateFolders()...)
-	errs = append(errs, c.validateNotify()...)
 	return errs
 }
 
