@@ -445,115 +445,177 @@ func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	par := p.o.ParallelParts
-	results := make(chan partResult, par) // never blocks a PUT, even after a crash return
-	queue := slices.Clone(missing)
-	type retry struct {
-		n  int
-		at time.Time
+	s := &partSender{
+		p:       p,
+		ctx:     ctx,
+		drain:   dctx,
+		puts:    pctx,
+		f:       f,
+		j:       j,
+		par:     p.o.ParallelParts,
+		results: make(chan partResult, p.o.ParallelParts), // never blocks a PUT, even after a crash return
+		queue:   slices.Clone(missing),
+		tries:   make(map[int]int),
+		urls:    make(map[int]signedPart),
+		prog:    newPartProgress(p, j),
 	}
-	var later []retry
-	tries := make(map[int]int)
-	urls := make(map[int]signedPart)
-	prog := newPartProgress(p, j)
 	defer p.setProgress(j.ID, nil)
-	inflight := 0
-	var stop error
 	done := ctx.Done()
 
 	for {
 		now := p.o.Now()
-		for i := 0; i < len(later); {
-			if !later[i].at.After(now) {
-				queue = append(queue, later[i].n)
-				later = slices.Delete(later, i, i+1)
-				continue
-			}
-			i++
+		s.requeueDue(now)
+		s.startParts(now)
+		if s.inflight == 0 && (s.stop != nil || len(s.queue) == 0 && len(s.later) == 0) {
+			return s.j, s.stop
 		}
-		slices.Sort(queue)
-		for stop == nil && inflight < par && len(queue) > 0 {
-			if dctx.Err() != nil {
-				if errors.Is(context.Cause(dctx), errDrained) {
-					stop = errDrained
-				} else {
-					stop = ctx.Err()
-				}
-				break
-			}
-			n := queue[0]
-			u, ok := urls[n]
-			if !ok || !u.usable(now) {
-				if err := p.v1Sign(ctx, j, queue, urls); err != nil {
-					stop = err
-					break
-				}
-				u = urls[n]
-			}
-			queue = queue[1:]
-			delete(urls, n)
-			inflight++
-			off, size := partRange(j.Size, j.V1.PartSize, n)
-			go func() {
-				etag, err := p.o.Client.PutPart(pctx, u.url.URL, io.NewSectionReader(f, off, size), size, func(sent int64) { prog.set(n, sent) })
-				results <- partResult{n: n, etag: etag, err: err}
-			}()
-		}
-		if inflight == 0 && (stop != nil || len(queue) == 0 && len(later) == 0) {
-			return j, stop
-		}
-		var timer *time.Timer
-		var tick <-chan time.Time
-		if stop == nil && inflight < par && len(later) > 0 {
-			first := slices.MinFunc(later, func(a, b retry) int { return a.at.Compare(b.at) })
-			timer = time.NewTimer(max(first.at.Sub(now), 0))
-			tick = timer.C
-		}
+		timer, tick := s.retryTimer(now)
 		select {
-		case r := <-results:
-			inflight--
-			if r.err == nil {
-				_, size := partRange(j.Size, j.V1.PartSize, r.n)
-				prog.done(r.n, size)
-				j.V1.ETags[r.n-1] = r.etag
-				j.Attempts, j.LastError, j.LastStatus = 0, "", 0
-				stored, err := p.commit(ctx, j, state.Signed)
-				if err != nil {
-					if stop == nil {
-						stop = fmt.Errorf("commit job %d part %d: %w", j.ID, r.n, err)
-					}
-					break
-				}
-				j = stored
-				if err := p.hook("v1:part", j); err != nil {
-					return j, err // a simulated death: nothing waits for the rest
-				}
-				break
+		case r := <-s.results:
+			s.inflight--
+			if err := s.finished(r); err != nil {
+				return s.j, err // a simulated death: nothing waits for the rest
 			}
-			prog.set(r.n, 0)
-			if stop != nil {
-				break // stopping already; this is likely its echo
-			}
-			tries[r.n]++
-			d := p.policy.Decide(ctx, r.err, tries[r.n], p.o.Now())
-			if (d.Action == state.Retry || d.Action == state.Resign) && tries[r.n] < maxPartTries {
-				p.log.Debug().Uint64("job", j.ID).Int("part", r.n).Int("try", tries[r.n]).Str("action", d.Action.String()).
-					Float64("retry_in_s", d.Delay.Seconds()).Err(r.err).Msg("part failed; trying it again")
-				later = append(later, retry{n: r.n, at: p.o.Now().Add(d.Delay)})
-				break
-			}
-			stop = fmt.Errorf("part %d: %w", r.n, r.err)
 		case <-tick:
 		case <-done:
 			done = nil
-			if stop == nil {
-				stop = ctx.Err()
+			if s.stop == nil {
+				s.stop = ctx.Err()
 			}
 		}
 		if timer != nil {
 			timer.Stop()
 		}
 	}
+}
+
+// partSender is the state of one v1SendParts call. Only the goroutine that
+// runs v1SendParts touches it; the PUTs report through results.
+type partSender struct {
+	p     *Pool
+	ctx   context.Context // the step's: signing, commits, the retry rule
+	drain context.Context // ends when the pool drains: no new part starts
+	puts  context.Context // the PUTs': ends when v1SendParts returns
+	f     *os.File
+	j     state.Job // as last committed, with the ETags so far
+	par   int
+
+	results  chan partResult
+	queue    []int       // parts to start, lowest first
+	later    []partRetry // failed parts, to queue again at their time
+	tries    map[int]int // failed PUTs in a row, by part
+	urls     map[int]signedPart
+	prog     *partProgress
+	inflight int
+	stop     error // once set, no new part starts
+}
+
+// partRetry is a failed part and when to try it again.
+type partRetry struct {
+	n  int
+	at time.Time
+}
+
+// requeueDue moves the retries due at now back into the queue.
+func (s *partSender) requeueDue(now time.Time) {
+	for i := 0; i < len(s.later); {
+		if !s.later[i].at.After(now) {
+			s.queue = append(s.queue, s.later[i].n)
+			s.later = slices.Delete(s.later, i, i+1)
+			continue
+		}
+		i++
+	}
+	slices.Sort(s.queue)
+}
+
+// startParts starts queued parts, lowest first, until ParallelParts are in
+// flight; a drain or a signing error sets stop instead.
+func (s *partSender) startParts(now time.Time) {
+	for s.stop == nil && s.inflight < s.par && len(s.queue) > 0 {
+		if s.drain.Err() != nil {
+			if errors.Is(context.Cause(s.drain), errDrained) {
+				s.stop = errDrained
+			} else {
+				s.stop = s.ctx.Err()
+			}
+			return
+		}
+		n := s.queue[0]
+		u, ok := s.urls[n]
+		if !ok || !u.usable(now) {
+			if err := s.p.v1Sign(s.ctx, s.j, s.queue, s.urls); err != nil {
+				s.stop = err
+				return
+			}
+			u = s.urls[n]
+		}
+		s.queue = s.queue[1:]
+		delete(s.urls, n)
+		s.inflight++
+		s.put(n, u)
+	}
+}
+
+// put starts part n's PUT; its result comes back on results.
+func (s *partSender) put(n int, u signedPart) {
+	off, size := partRange(s.j.Size, s.j.V1.PartSize, n)
+	ctx, client, f, prog, results := s.puts, s.p.o.Client, s.f, s.prog, s.results
+	go func() {
+		etag, err := client.PutPart(ctx, u.url.URL, io.NewSectionReader(f, off, size), size, func(sent int64) { prog.set(n, sent) })
+		results <- partResult{n: n, etag: etag, err: err}
+	}()
+}
+
+// retryTimer returns a timer that fires when the first retry is due, if a
+// part could start then; else nil and a nil channel.
+func (s *partSender) retryTimer(now time.Time) (*time.Timer, <-chan time.Time) {
+	if s.stop != nil || s.inflight >= s.par || len(s.later) == 0 {
+		return nil, nil
+	}
+	first := slices.MinFunc(s.later, func(a, b partRetry) int { return a.at.Compare(b.at) })
+	timer := time.NewTimer(max(first.at.Sub(now), 0))
+	return timer, timer.C
+}
+
+// finished takes in a PUT's result. Its error is the test hook's only: a
+// simulated death.
+func (s *partSender) finished(r partResult) error {
+	if r.err != nil {
+		s.failed(r)
+		return nil
+	}
+	_, size := partRange(s.j.Size, s.j.V1.PartSize, r.n)
+	s.prog.done(r.n, size)
+	s.j.V1.ETags[r.n-1] = r.etag
+	s.j.Attempts, s.j.LastError, s.j.LastStatus = 0, "", 0
+	stored, err := s.p.commit(s.ctx, s.j, state.Signed)
+	if err != nil {
+		if s.stop == nil {
+			s.stop = fmt.Errorf("commit job %d part %d: %w", s.j.ID, r.n, err)
+		}
+		return nil
+	}
+	s.j = stored
+	return s.p.hook("v1:part", s.j)
+}
+
+// failed schedules a failed part again as the retry rule says, up to
+// maxPartTries in a row, or stops the sending.
+func (s *partSender) failed(r partResult) {
+	s.prog.set(r.n, 0)
+	if s.stop != nil {
+		return // stopping already; this is likely its echo
+	}
+	s.tries[r.n]++
+	d := s.p.policy.Decide(s.ctx, r.err, s.tries[r.n], s.p.o.Now())
+	if (d.Action == state.Retry || d.Action == state.Resign) && s.tries[r.n] < maxPartTries {
+		s.p.log.Debug().Uint64("job", s.j.ID).Int("part", r.n).Int("try", s.tries[r.n]).Str("action", d.Action.String()).
+			Float64("retry_in_s", d.Delay.Seconds()).Err(r.err).Msg("part failed; trying it again")
+		s.later = append(s.later, partRetry{n: r.n, at: s.p.o.Now().Add(d.Delay)})
+		return
+	}
+	s.stop = fmt.Errorf("part %d: %w", r.n, r.err)
 }
 
 // v1Sign signs URLs for the first parts of queue that have no usable one
