@@ -79,29 +79,10 @@ type Client struct {
 // NewClient checks o and builds a Client. Only https base URLs are accepted:
 // the bearer token must never cross the network in clear.
 func NewClient(o ClientOptions) (*Client, error) {
-	raw := strings.TrimSpace(o.BaseURL)
-	if raw == "" {
-		return nil, errors.New("uploader: API base URL is empty")
-	}
-	u, err := url.Parse(raw)
+	u, err := parseBaseURL(o.BaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", redactURL(raw))
+		return nil, err
 	}
-	if !strings.EqualFold(u.Scheme, "https") {
-		return nil, fmt.Errorf("uploader: API base URL scheme %q is not allowed: only https is accepted", u.Scheme)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("uploader: API base URL %q has no host", redactURL(raw))
-	}
-	if u.User != nil {
-		return nil, errors.New("uploader: API base URL must not carry credentials; use the token")
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, errors.New("uploader: API base URL must not have a query or fragment")
-	}
-	u.Scheme = "https"
-	u.Path = strings.TrimRight(u.Path, "/")
-	u.RawPath = ""
 	tokens := o.TokenSource
 	if tokens == nil {
 		tokens = StaticToken(o.Token)
@@ -136,11 +117,51 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	tlsConf := func() *tls.Config { return &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12} }
-	apiTransport := &http.Transport{
+	c.api = &http.Client{Transport: apiTransport(dialer, o.RootCAs), CheckRedirect: c.checkAPIRedirect}
+	c.storage = &http.Client{
+		Transport: storageTransport(dialer, o.RootCAs, c.timeout),
+		// A streamed body cannot be replayed, and a redirect could lead the
+		// upload anywhere: hand any 3xx back as an APIError.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return c, nil
+}
+
+// parseBaseURL checks the API base URL and returns it normalised: https,
+// no trailing slash.
+func parseBaseURL(raw string) (*url.URL, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, errors.New("uploader: API base URL is empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", redactURL(raw))
+	}
+	if !strings.EqualFold(u.Scheme, "https") {
+		return nil, fmt.Errorf("uploader: API base URL scheme %q is not allowed: only https is accepted", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("uploader: API base URL %q has no host", redactURL(raw))
+	}
+	if u.User != nil {
+		return nil, errors.New("uploader: API base URL must not carry credentials; use the token")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("uploader: API base URL must not have a query or fragment")
+	}
+	u.Scheme = "https"
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// apiTransport is the API calls' transport: HTTP/2 when the server offers it.
+func apiTransport(dialer *net.Dialer, roots *x509.CertPool) *http.Transport {
+	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
-		TLSClientConfig:       tlsConf(),
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          64,
 		MaxIdleConnsPerHost:   idleConnsPerHost,
@@ -148,30 +169,26 @@ func NewClient(o ClientOptions) (*Client, error) {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
-	// Storage gets its own transport: HTTP/1.1 (one TCP stream per upload,
-	// like S3 clients; Go's HTTP/2 flow control caps upload throughput), a
-	// larger write buffer for fewer TLS records, and a response-header
-	// timeout instead of an overall one, because the body may take hours.
-	storageTransport := &http.Transport{
+}
+
+// storageTransport is the storage PUTs' own transport: HTTP/1.1 (one TCP
+// stream per upload, like S3 clients; Go's HTTP/2 flow control caps upload
+// throughput), a larger write buffer for fewer TLS records, and a
+// response-header timeout instead of an overall one, because the body may
+// take hours.
+func storageTransport(dialer *net.Dialer, roots *x509.CertPool, timeout time.Duration) *http.Transport {
+	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
-		TLSClientConfig:       tlsConf(),
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
 		MaxIdleConns:          64,
 		MaxIdleConnsPerHost:   idleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: c.timeout,
+		ResponseHeaderTimeout: timeout,
 		WriteBufferSize:       128 << 10,
 	}
-	c.api = &http.Client{Transport: apiTransport, CheckRedirect: c.checkAPIRedirect}
-	c.storage = &http.Client{
-		Transport: storageTransport,
-		// A streamed body cannot be replayed, and a redirect could lead the
-		// upload anywhere: hand any 3xx back as an APIError.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	return c, nil
 }
 
 // checkAPIRedirect follows a redirect only within the API's origin (scheme,
