@@ -184,19 +184,46 @@ type publishDefaults struct {
 
 // NewPool checks o and builds a pool; Run starts it.
 func NewPool(o PoolOptions) (*Pool, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		o:           o,
+		policy:      policyOf(o),
+		after:       newAfterState(),
+		log:         o.Logger.With().Str("component", "worker").Logger(),
+		wake:        make(chan struct{}, o.Workers),
+		progress:    make(map[uint64]Progress),
+		reserved:    make(map[uint64]*api.Reservation),
+		drainCh:     make(chan struct{}),
+		authChanged: make(chan struct{}),
+	}
+	p.publish.Store(&publishDefaults{params: o.Publish, byRoot: o.Defaults, onUncertain: o.OnUncertain})
+	return p, nil
+}
+
+// fill checks o and sets every zero option to its default.
+func (o *PoolOptions) fill() error {
 	if o.Store == nil || o.Client == nil {
-		return nil, errors.New("uploader: pool needs a Store and a Client")
+		return errors.New("uploader: pool needs a Store and a Client")
 	}
 	switch o.OnUncertain {
 	case "":
 		o.OnUncertain = UncertainRepublish
 	case UncertainRepublish, UncertainHold:
 	default:
-		return nil, fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, o.OnUncertain)
+		return fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, o.OnUncertain)
 	}
 	if err := o.fillV1(); err != nil {
-		return nil, err
+		return err
 	}
+	o.fillDefaults()
+	return nil
+}
+
+// fillDefaults sets the zero options that need no check to their defaults
+// (documented on PoolOptions). Rand comes first: the backoffs share it.
+func (o *PoolOptions) fillDefaults() {
 	if o.Workers <= 0 {
 		o.Workers = 2
 	}
@@ -254,19 +281,6 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	p := &Pool{
-		o:           o,
-		policy:      policyOf(o),
-		after:       newAfterState(),
-		log:         o.Logger.With().Str("component", "worker").Logger(),
-		wake:        make(chan struct{}, o.Workers),
-		progress:    make(map[uint64]Progress),
-		reserved:    make(map[uint64]*api.Reservation),
-		drainCh:     make(chan struct{}),
-		authChanged: make(chan struct{}),
-	}
-	p.publish.Store(&publishDefaults{params: o.Publish, byRoot: o.Defaults, onUncertain: o.OnUncertain})
-	return p, nil
 }
 
 // SetPublish replaces the configured publish parameters and the uncertain
