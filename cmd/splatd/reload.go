@@ -73,69 +73,90 @@ func (d *daemon) reload() reloadResult {
 		return res
 	}
 	old := d.config()
-	eff := *old
-	for _, key := range changedKeys(old, nw) {
+	res.sortChanges(changedKeys(old, nw))
+	eff := d.applyReload(&res, old, nw)
+	d.live.Store(eff)
+	res.TookS = time.Since(start).Seconds()
+	d.logReload(res, eff)
+	return res
+}
+
+// sortChanges files each changed key under Applied or Restart.
+func (r *reloadResult) sortChanges(keys []string) {
+	for _, key := range keys {
 		if !reloadable(key) {
-			res.Restart = append(res.Restart, key)
+			r.Restart = append(r.Restart, key)
 			continue
 		}
-		res.Applied = append(res.Applied, key)
+		r.Applied = append(r.Applied, key)
 	}
-	changed := func(prefix string) bool {
-		for _, k := range res.Applied {
-			if k == prefix || strings.HasPrefix(k, prefix+".") {
-				return true
-			}
+}
+
+// changed reports whether Applied holds prefix or a key under it.
+func (r *reloadResult) changed(prefix string) bool {
+	for _, k := range r.Applied {
+		if k == prefix || strings.HasPrefix(k, prefix+".") {
+			return true
 		}
-		return false
 	}
-	// notApplied takes the keys under prefix back out of Applied: a
-	// component refused them (validation should have caught it first).
-	notApplied := func(prefix string, err error) {
-		res.Errors = append(res.Errors, prefix+": "+err.Error())
-		kept := res.Applied[:0]
-		for _, k := range res.Applied {
-			if k != prefix && !strings.HasPrefix(k, prefix+".") {
-				kept = append(kept, k)
-			}
+	return false
+}
+
+// notApplied takes the keys under prefix back out of Applied: a component
+// refused them (validation should have caught it first).
+func (r *reloadResult) notApplied(prefix string, err error) {
+	r.Errors = append(r.Errors, prefix+": "+err.Error())
+	kept := r.Applied[:0]
+	for _, k := range r.Applied {
+		if k != prefix && !strings.HasPrefix(k, prefix+".") {
+			kept = append(kept, k)
 		}
-		res.Applied = kept
 	}
-	if changed("watch") {
+	r.Applied = kept
+}
+
+// applyReload hands the components the changed keys of res.Applied, from
+// nw, and returns old with those that took effect. A watch change that the
+// watcher refused is out of Applied before publish and after look at it.
+func (d *daemon) applyReload(res *reloadResult, old, nw *Config) *Config {
+	eff := *old
+	if res.changed("watch") {
 		if err := d.watch.SetRoots(watchRoots(nw)); err != nil {
-			notApplied("watch", err)
+			res.notApplied("watch", err)
 		} else {
 			eff.Watch = nw.Watch
 		}
 	}
-	if changed("publish") || changed("watch") { // watch entries carry their own publish blocks
+	if res.changed("publish") || res.changed("watch") { // watch entries carry their own publish blocks
 		if err := d.pool.SetPublish(nw.Publish.Params(), publishDefaults(nw), nw.Publish.OnUncertain); err != nil {
-			notApplied("publish", err)
+			res.notApplied("publish", err)
 		} else {
 			eff.Publish = nw.Publish
 		}
 	}
-	if changed("after") || changed("watch") { // and their own after blocks
+	if res.changed("after") || res.changed("watch") { // and their own after blocks
 		d.actions.Store(d.afterRunners(nw))
 		eff.After = nw.After
 	}
-	if changed("log.level") && d.logOut != nil {
+	if res.changed("log.level") && d.logOut != nil {
 		level, _ := zerolog.ParseLevel(nw.Log.Level) // validated
 		d.logOut.SetLevel(level)
 		eff.Log.Level = nw.Log.Level
 	}
-	if changed("upload.bandwidth") {
+	if res.changed("upload.bandwidth") {
 		d.client.Limiter().SetSchedule(nw.bandwidth())
 		eff.Upload.Bandwidth = nw.Upload.Bandwidth
 	}
-	d.live.Store(&eff)
-	res.TookS = time.Since(start).Seconds()
+	return &eff
+}
 
+// logReload logs a reload's outcome and the config now in force.
+func (d *daemon) logReload(res reloadResult, eff *Config) {
 	ev := d.log.Info()
 	if len(res.Errors) > 0 {
 		ev = d.log.Error().Strs("errors", res.Errors)
 	}
-	ev.Str("config", d.cfgPath).Strs("applied", res.Applied).Strs("watch", watchPaths(&eff)).
+	ev.Str("config", d.cfgPath).Strs("applied", res.Applied).Strs("watch", watchPaths(eff)).
 		Str("bandwidth", d.client.Limiter().Schedule().String()).Str("log_level", eff.Log.Level).
 		Float64("took_s", res.TookS).Msg("config reloaded")
 	if len(res.Restart) > 0 {
@@ -145,7 +166,6 @@ func (d *daemon) reload() reloadResult {
 	for _, n := range eff.protocolNotes() {
 		d.log.Warn().Msg(n)
 	}
-	return res
 }
 
 // configErrorLines splits loadConfig's error into one line per problem.
