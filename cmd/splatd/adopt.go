@@ -158,32 +158,12 @@ func cmdAdopt(ctx context.Context, c *cli, args []string) int {
 		q.Set("dry_run", "1")
 	}
 	body, live, err := adminCallTimeout(ctx, cfg.StateDir, http.MethodPost, "/v1/adopt?"+q.Encode(), 0)
-	if err == nil && live {
+	switch {
+	case err != nil:
+	case live:
 		err = json.Unmarshal(body, &rep)
-	}
-	if err == nil && !live {
-		stateDir := cfg.StateDir
-		if _, serr := os.Stat(stateDir); errors.Is(serr, fs.ErrNotExist) {
-			// Rebuilding a lost state directory is what adopt is for; a dry
-			// run leaves nothing behind.
-			if *dryRun {
-				tmp, terr := os.MkdirTemp("", "splatd-adopt-dry-run-")
-				if terr != nil {
-					fmt.Fprintf(c.stderr, "adopt: %v\n", terr)
-					return exitFailure
-				}
-				defer os.RemoveAll(tmp)
-				stateDir = tmp
-			} else if merr := os.MkdirAll(stateDir, 0o700); merr != nil {
-				fmt.Fprintf(c.stderr, "adopt: state_dir: %v\n", merr)
-				return exitFailure
-			}
-		}
-		err = withOfflineStore(stateDir, func(st *queue.Store) error {
-			var err error
-			rep, err = adoptDir(ctx, st, cfg, dir, *dryRun)
-			return err
-		})
+	default:
+		rep, err = adoptOffline(ctx, cfg, dir, *dryRun)
 		if err == nil {
 			fmt.Fprintf(c.stderr, "(splatd is not running; wrote %s directly)\n", cfg.StateDir)
 		}
@@ -192,11 +172,43 @@ func cmdAdopt(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stderr, "adopt: %v\n", err)
 		return exitFailure
 	}
-	if *asJSON {
+	printAdopt(c, rep, *asJSON)
+	return exitOK
+}
+
+// adoptOffline adopts dir's receipts into the state directory itself, as
+// no daemon is running. Rebuilding a lost state directory is what adopt is
+// for, so a missing one is made; a dry run leaves nothing behind.
+func adoptOffline(ctx context.Context, cfg *Config, dir string, dryRun bool) (adoptReport, error) {
+	stateDir := cfg.StateDir
+	if _, err := os.Stat(stateDir); errors.Is(err, fs.ErrNotExist) {
+		if dryRun {
+			tmp, err := os.MkdirTemp("", "splatd-adopt-dry-run-")
+			if err != nil {
+				return adoptReport{}, err
+			}
+			defer os.RemoveAll(tmp)
+			stateDir = tmp
+		} else if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return adoptReport{}, fmt.Errorf("state_dir: %w", err)
+		}
+	}
+	var rep adoptReport
+	err := withOfflineStore(stateDir, func(st *queue.Store) error {
+		var err error
+		rep, err = adoptDir(ctx, st, cfg, dir, dryRun)
+		return err
+	})
+	return rep, err
+}
+
+// printAdopt prints what adopt did, as JSON or one line a file and a sum.
+func printAdopt(c *cli, rep adoptReport, asJSON bool) {
+	if asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(rep)
-		return exitOK
+		return
 	}
 	verb := "adopted"
 	if rep.DryRun {
@@ -213,5 +225,4 @@ func cmdAdopt(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stdout, "not adopted %s: %s\n", s.File, s.Why)
 	}
 	fmt.Fprintf(c.stdout, "%s %d file(s) as done; %d already known; %d receipt(s) not evidence\n", verb, len(rep.Adopted), rep.Known, len(rep.Skipped))
-	return exitOK
 }
