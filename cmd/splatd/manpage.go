@@ -62,6 +62,8 @@ func roffSynopsis(s string) string {
 	return strings.Join(out, " ")
 }
 
+// writeMan writes splatd(1) in roff: fixed text around the COMMANDS
+// section, which writeManCommands draws from specs.
 func writeMan(w io.Writer, specs []cmdSpec, version string) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p(`.TH SPLATD 1 "" "splatd %s" "splatd manual"`, roff(version))
@@ -88,23 +90,7 @@ func writeMan(w io.Writer, specs []cmdSpec, version string) {
 	p(`Flags may stand before or after arguments and take one dash or two.`)
 	p(`Logs go to standard error, command output to standard output.`)
 	p(`.SH COMMANDS`)
-	for _, s := range specs {
-		p(`.SS "%s"`, strings.TrimSpace(`\fBsplatd `+s.name+`\fR `+roffSynopsis(s.args)))
-		p(`%s.`, roff(s.summary))
-		for _, f := range s.flags {
-			p(`.TP`)
-			if f.value == "" {
-				p(`.B \-%s`, roff(f.name))
-			} else {
-				p(`.BI \-%s " %s"`, roff(f.name), roff(f.value))
-			}
-			text := f.usage
-			if f.def != "" && f.name != "config" { // -config's usage already names its fallbacks
-				text += " (default " + f.def + ")"
-			}
-			p(`%s`, roff(text))
-		}
-	}
+	writeManCommands(w, specs)
 	p(`.SH ENVIRONMENT`)
 	p(`.TP`)
 	p(`.B SPLATD_CONFIG`)
@@ -148,4 +134,27 @@ func writeMan(w io.Writer, specs []cmdSpec, version string) {
 	p(`.BR journalctl (1),`)
 	p(`.BR systemd.exec (5);`)
 	p(`the README at https://github.com/splatd/splatd.`)
+}
+
+// writeManCommands writes one subsection per command: its synopsis, its
+// summary and a tagged paragraph per flag.
+func writeManCommands(w io.Writer, specs []cmdSpec) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	for _, s := range specs {
+		p(`.SS "%s"`, strings.TrimSpace(`\fBsplatd `+s.name+`\fR `+roffSynopsis(s.args)))
+		p(`%s.`, roff(s.summary))
+		for _, f := range s.flags {
+			p(`.TP`)
+			if f.value == "" {
+				p(`.B \-%s`, roff(f.name))
+			} else {
+				p(`.BI \-%s " %s"`, roff(f.name), roff(f.value))
+			}
+			text := f.usage
+			if f.def != "" && f.name != "config" { // -config's usage already names its fallbacks
+				text += " (default " + f.def + ")"
+			}
+			p(`%s`, roff(text))
+		}
+	}
 }
