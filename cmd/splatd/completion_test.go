@@ -117,7 +117,7 @@ COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _splatd; printf '%s\n' "${COMPREPLY[@]}"`
 		line string
 		want []string
 	}{
-		{"splatd re", []string{"retry", "resolve"}},
+		{"splatd re", []string{"retry", "resolve", "republish", "reload"}},
 		{"splatd co", []string{"config", "completion"}},
 		{"splatd jobs -", []string{"-config", "-json", "-state", "-h"}},
 		{"splatd jobs -state p", []string{"publishing", "processing"}},
@@ -159,7 +159,7 @@ func TestFishCompletion(t *testing.T) {
 		line string
 		want []string
 	}{
-		{"splatd re", []string{"retry", "resolve"}},
+		{"splatd re", []string{"retry", "resolve", "republish", "reload"}},
 		{"splatd jobs -s", []string{"-state"}},
 		{"splatd jobs -state p", []string{"publishing", "processing"}},
 		{"splatd completion ", []string{"bash", "fish", "zsh"}},
