@@ -74,7 +74,10 @@ func TestE2ENewStateDirAdoptsReceipts(t *testing.T) {
 	d2 := startDaemon(t, second)
 	d2.waitStarted()
 	l := d2.waitLogLine("folder holds receipts this state directory did not know")
-	if l["receipts"] != float64(3) || l["adopted"] != float64(3) {
+	// The line is logged once, with the folder's receipts and what the
+	// first batch adopted (the watcher may hand the files over in several
+	// batches); the three adopted jobs are checked below.
+	if a, _ := l["adopted"].(float64); l["receipts"] != float64(3) || a < 1 {
 		t.Errorf("log line counts: %v", l)
 	}
 	waitFor(t, "three adopted jobs", func() bool {
