@@ -159,12 +159,13 @@ func (p Policy) Decide(ctx context.Context, err error, attempt int, now time.Tim
 		status, storage := se.HTTPStatus(), se.FromStorage()
 		switch {
 		case storage && (status == 401 || status == 403 || status == 404):
-			// A presigned URL that expired or was refused: the first time,
-			// sign again at once; a storage that keeps refusing fresh URLs
-			// (clock skew, a revoked key) is not hammered.
+			// A presigned URL that expired or was refused: the first two
+			// times, sign again at once (a URL can expire on a slow path);
+			// a storage that keeps refusing fresh URLs (clock skew, a
+			// revoked key, a header it will not accept) is not hammered.
 			d := time.Duration(0)
-			if attempt > 1 {
-				d = b.Delay(attempt - 1)
+			if attempt > 2 {
+				d = b.Delay(attempt - 2)
 			}
 			return Decision{Action: Resign, Delay: d}
 		case status == 401:

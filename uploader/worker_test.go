@@ -843,8 +843,8 @@ func TestWorkerStoreErrorClearsWhenIdle(t *testing.T) {
 }
 
 // TestWorkerStorageRefusalsBackOff: a storage that refuses every fresh
-// signed URL is not hammered: the first refusal signs again at once, the
-// ones after it wait the retry rule's growing backoff (found against a real
+// signed URL is not hammered: the first two refusals sign again at once,
+// the ones after them wait the retry rule's growing backoff (found against a real
 // S3 that refused an unsigned header: 238 PUTs in a minute).
 func TestWorkerStorageRefusalsBackOff(t *testing.T) {
 	t.Parallel()
@@ -859,9 +859,9 @@ func TestWorkerStorageRefusalsBackOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	e.waitFor("a second refusal", func() bool {
+	e.waitFor("a third refusal", func() bool {
 		j, err := e.store.Get(1)
-		return err == nil && j.Resigns >= 2
+		return err == nil && j.Resigns >= 3
 	})
 	cancel()
 	if err := <-done; err != nil {
@@ -871,7 +871,7 @@ func TestWorkerStorageRefusalsBackOff(t *testing.T) {
 	if wait := j.NextAttempt.Sub(j.UpdatedAt); j.Stage != state.Ready || wait < 59*time.Minute {
 		t.Errorf("after %d refusals: stage %s, next attempt in %v; want ready and the backoff (1 h)", j.Resigns, j.Stage, wait)
 	}
-	if n := e.sim.Stats().Total(apisim.RouteStoragePut); n != 2 {
-		t.Errorf("%d PUTs; want 2 (one per fresh URL, then the backoff)", n)
+	if n := e.sim.Stats().Total(apisim.RouteStoragePut); n != 3 {
+		t.Errorf("%d PUTs; want 3 (two re-signed at once, then the backoff)", n)
 	}
 }
