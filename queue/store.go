@@ -177,9 +177,15 @@ func Open(dir string, o Options) (*Store, error) {
 	path := filepath.Join(dir, FileName)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: o.LockTimeout,
-		// The freelist is rebuilt by scanning at open instead of being
-		// written on every commit: fewer pages per fsync, same durability.
-		NoFreelistSync:  true,
+		// The freelist is written with each commit. Rebuilding it by
+		// scanning at open instead (NoFreelistSync) read the whole file:
+		// with a million finished jobs that made the daemon's resident
+		// memory the whole 850 MB state file, start-up 1 s, and on a
+		// paravirtualised VM every idle wake cost 18× more (the cost of a
+		// large resident mapping at each context switch). Written, it
+		// keeps 25 MiB, 0.3 s, and the idle CPU flat (bench: history);
+		// enqueue and claim+commit were no slower in the queue benchmarks.
+		NoFreelistSync:  false,
 		FreelistType:    bolt.FreelistMapType,
 		NoSync:          o.NoSync,
 		InitialMmapSize: o.mmapSize,
