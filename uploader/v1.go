@@ -796,18 +796,10 @@ func (p *Pool) v1Complete(ctx context.Context, j state.Job) (state.Job, error) {
 
 // v1Processing stores the splat id and starts polling.
 func (p *Pool) v1Processing(j state.Job, splatID, editURL string) (state.Job, error) {
-	now := p.o.Now()
-	if err := j.Move(state.Processing, now); err != nil {
-		return j, err
-	}
-	j.SplatID = splatID
 	if editURL != "" {
 		j.V1.EditURL = editURL
 	}
-	pub := now
-	j.PublishedAt = &pub
-	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Poll.Interval), "", 0
-	return j, nil
+	return p.published(j, p.o.Now(), splatID)
 }
 
 // v1Poll: processing → done | failed, or processing again later.

@@ -347,13 +347,21 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		}
 		return j, err
 	}
-	now = p.o.Now() // the call may have waited for its slot; poll and published_at count from its answer
+	j.SplatHash, j.ViewerURL = sp.Hash, sp.URL
+	j.TaskStatus, j.TaskMessage = sp.Task.Status, sp.Task.Message
+	// The call may have waited for its slot: poll and published_at count
+	// from its answer.
+	return p.published(j, p.o.Now(), sp.ID)
+}
+
+// published moves j to processing with its splat's id, due for its first
+// poll (both protocols).
+func (p *Pool) published(j state.Job, now time.Time, splatID string) (state.Job, error) {
 	if err := j.Move(state.Processing, now); err != nil {
 		return j, err
 	}
 	j.Uncertain = false
-	j.SplatID, j.SplatHash, j.ViewerURL = sp.ID, sp.Hash, sp.URL
-	j.TaskStatus, j.TaskMessage = sp.Task.Status, sp.Task.Message
+	j.SplatID = splatID
 	pub := now
 	j.PublishedAt = &pub
 	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Poll.Interval), "", 0
