@@ -194,7 +194,11 @@ func newE2EEnv(t *testing.T, sim *apisim.Server, c e2eConfig) *e2eEnv {
 		fmt.Fprintf(&b, "  - path: %s\n    mode: poll\n    poll_interval: 200ms\n", e.pollInbox)
 	}
 	fmt.Fprintf(&b, "settle: 300ms\nrescan_interval: 1m\nstate_dir: %s\nworkers: %d\n", e.stateDir, c.workers)
-	fmt.Fprintf(&b, "poll: {interval: %s, max_interval: 500ms, timeout: 5m}\n", c.pollEvery)
+	maxPoll := "500ms"
+	if d, err := time.ParseDuration(c.pollEvery); err == nil && d > 500*time.Millisecond {
+		maxPoll = c.pollEvery
+	}
+	fmt.Fprintf(&b, "poll: {interval: %s, max_interval: %s, timeout: 5m}\n", c.pollEvery, maxPoll)
 	fmt.Fprintf(&b, "metrics: {listen: \"127.0.0.1:0\"}\nlog: {level: %s, format: json}\n", c.logLevel)
 	b.WriteString(c.extra)
 	if err := os.WriteFile(e.cfgPath, []byte(b.String()), 0o600); err != nil {
