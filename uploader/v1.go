@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"slices"
@@ -377,28 +376,21 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 // v1Send sends the missing parts from the file, which must still be the
 // one hashed, and moves the job to uploaded when all are stored.
 func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
-	f, err := os.Open(j.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return j, &workerFileError{fmt.Errorf("file is gone: %w", err)}
-	}
+	f, changed, err := openHashed(j)
 	if err != nil {
 		return j, err
+	}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed before its parts were sent; hashing again")
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return j, err
-	}
-	if !workerSame(fi, j) {
-		return p.workerChanged(j, fi, "file changed before its parts were sent; hashing again")
-	}
 	start := p.o.Now()
 	j, err = p.v1SendParts(ctx, j, f, missing)
 	if err != nil {
 		return j, err
 	}
 	p.o.Client.PartsDone(p.o.Now().Sub(start))
-	fi, err = workerStat(j.Path)
+	fi, err := workerStat(j.Path)
 	if err != nil {
 		return j, err
 	}

@@ -118,6 +118,29 @@ func workerSame(fi fs.FileInfo, j state.Job) bool {
 	return fi.Size() == j.Size && fi.ModTime().Equal(j.ModTime)
 }
 
+// openHashed opens j's file for upload when it is still the one hashed
+// (same size and mtime); otherwise it returns no file and the file's new
+// stat as changed, for the caller to send the job back.
+func openHashed(j state.Job) (f *os.File, changed fs.FileInfo, err error) {
+	f, err = os.Open(j.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, &workerFileError{fmt.Errorf("file is gone: %w", err)}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !workerSame(fi, j) {
+		f.Close()
+		return nil, fi, nil
+	}
+	return f, nil, nil
+}
+
 // workerChanged returns j back in Queued with the file's new size and
 // mtime, to be checked and hashed again once it has settled. Everything
 // derived from the old content is dropped.
@@ -239,21 +262,14 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
 		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
 	}
-	f, err := os.Open(j.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return j, &workerFileError{fmt.Errorf("file is gone: %w", err)}
-	}
+	f, changed, err := openHashed(j)
 	if err != nil {
 		return j, err
+	}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed before upload; hashing again")
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return j, err
-	}
-	if !workerSame(fi, j) {
-		return p.workerChanged(j, fi, "file changed before upload; hashing again")
-	}
 	pr := &Progress{Path: j.Path, Size: j.Size}
 	p.setProgress(j.ID, pr)
 	defer p.setProgress(j.ID, nil)
@@ -266,7 +282,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if err := p.hook("put", j); err != nil {
 		return j, err
 	}
-	fi, err = workerStat(j.Path)
+	fi, err := workerStat(j.Path)
 	if err != nil {
 		return j, err
 	}
