@@ -32,21 +32,31 @@ import (
 // passed, the window is assumed renewed but unknown: one probe goes, the rest
 // wait for its headers.
 //
+// Fresh counts. Remaining is only as fresh as the last answer. While many
+// slots are left that does not matter; for a window's last slots (its last
+// quarter, and at least the last 10: a strict class's whole window) a
+// request waits for the answer of the one before it, so it leaves on a
+// count that includes everyone's sends up to a round trip ago. Daemons
+// draining one window then interleave instead of overrunning it together.
+//
 // Sharing. The limit belongs to the account, so other clients of the token
 // (other machines, other daemons) spend the same window. The pacer knows how
 // many of the window's counted requests are its own: responses that name the
 // window, plus requests still in flight. What Remaining says was used beyond
 // that is someone else's (a lower bound, so a neighbour is never invented
-// from our own traffic). Once others are seen in this window or the last one,
-// the pacer stops racing them: it expects them to spend again what they spent
-// last window (or, the first time, as much again as seen so far), and takes
-// at most what that expected use leaves, at most an equal share of the
-// window among the clients it infers (1 + others' use in units of ours), and
-// never the last slot, paced evenly across the rest of the window. The probe after a Reset
-// always goes, so a heavy neighbour cannot starve the daemon entirely.
+// from our own traffic); a 429 says the window was spent, so it counts too.
+// Once others are seen in this window or the last one, the pacer stops
+// racing them: it expects them to spend again what they spent last window
+// (or, the first time, as much again as seen so far), and takes at most what
+// that expected use leaves, at most an equal share of the window among the
+// clients it infers (1 + others' use in units of ours), and never the last
+// slot. The probe after a Reset always goes, so a heavy neighbour cannot
+// starve the daemon entirely.
 //
-// A 429 holds the whole class until the later of Reset and Retry-After, plus
-// jitter, so that several daemons on one token do not return in lockstep.
+// A 429 holds the whole class until the later of Reset and Retry-After. At
+// Reset it comes back with the same small jitter as at any window change, so
+// all clients of the token meet the new window together and see each other
+// in its count; a daemon that came back later would find it spent again.
 //
 // Restarts. With a state file (PacerOptions.StateFile, see pacerstate.go)
 // the known windows, holds and the route→class map outlive the process, so a
@@ -142,6 +152,9 @@ type Pacer struct {
 	// moment a pending timer means a goroutine that is parked and not yet
 	// woken (tests drive a fake clock by that count).
 	parked map[*parkedWaiter]struct{}
+	// lag is the least local now minus Date seen (dateLagLocked).
+	lag      time.Duration
+	lagKnown bool
 }
 
 type parkedWaiter struct{ stop func() bool }
@@ -373,28 +386,44 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 	if avail <= 0 {
 		return nil, b.resetAt.Sub(now), "no requests left before reset"
 	}
-	switch share, sharing := b.share(avail); {
-	case b.unconfirmed:
-		// Remaining may be stale by the requests the previous process
-		// sent after its last write, but not to 0 (that is written
-		// first): one request is safe, and its answer tells the truth.
-		if b.probing && now.Sub(b.probeStart) < p.maxWait {
-			return nil, b.probeStart.Add(p.maxWait).Sub(now), "confirming a window saved before a restart"
-		}
-		b.probing, b.probeStart = true, now
-		t.probe = true
-	case sharing && share <= 0:
+	share, sharing := b.share(avail)
+	if sharing && share <= 0 {
 		return nil, b.resetAt.Sub(now), "leaving the rest of the window to other clients of the token"
-	case sharing && !b.lastSend.IsZero():
-		next := b.lastSend.Add(b.resetAt.Sub(b.lastSend) / time.Duration(share+1))
-		if now.Before(next) {
-			return nil, next.Sub(now), "pacing a fair share of the window"
-		}
+	}
+	if why := b.careful(avail); why != "" && b.inFlight > 0 && now.Sub(b.lastSend) < p.maxWait {
+		// Wait for the answer in flight: it tells the window's count as
+		// of now, others' sends included. (A request that never reports
+		// stops blocking after maxWait.)
+		return nil, b.lastSend.Add(p.maxWait).Sub(now), why
 	}
 	b.inFlight++
 	b.lastSend = now
 	return t, 0, ""
 }
+
+// careful says why b's next request must wait for the answer of the one in
+// flight (empty: it need not). Remaining is only as fresh as the last answer:
+// other clients of the token may have spent the window since, and requests
+// sent together on the same stale count can overrun it. With many slots left
+// that cannot happen; for a window's last slots (its last quarter, and at
+// least the last carefulSlots: a strict class's whole window), each request
+// leaves on a fresh count, so several daemons draining one window interleave
+// instead of colliding. The cost is a round trip per request in those slots.
+func (b *bucket) careful(avail int) string {
+	switch {
+	case b.unconfirmed:
+		// Remaining may be stale by the requests the previous process
+		// sent after its last write, but not to 0 (that is written
+		// first): one request is safe, and its answer tells the truth.
+		return "confirming a window saved before a restart"
+	case avail <= max(carefulSlots, b.limit/4):
+		return "one at a time in the window's last slots"
+	}
+	return ""
+}
+
+// carefulSlots: a window's last slots, at least, go one at a time (careful).
+const carefulSlots = 10
 
 // share says how many of the avail requests left in b's window are ours to
 // take when other clients of the token are spending it too (sharing), and
@@ -485,6 +514,18 @@ func (p *Pacer) jitterDur() time.Duration {
 	return time.Duration(r * float64(p.jitter))
 }
 
+// dateLagLocked folds one sample of local now minus the server's Date into
+// the pacer's estimate of the clocks' offset and returns it. Samples exceed
+// the offset by Date's truncation (under a second) and the answer's travel,
+// so the smallest is the best; one more than two seconds above it means the
+// local clock jumped, and starts the estimate over.
+func (p *Pacer) dateLagLocked(sample time.Duration) time.Duration {
+	if !p.lagKnown || sample < p.lag || sample > p.lag+2*time.Second {
+		p.lag, p.lagKnown = sample, true
+	}
+	return p.lag
+}
+
 // windowHeaders is what a response says about the rate limit.
 type windowHeaders struct {
 	limit        int
@@ -492,6 +533,8 @@ type windowHeaders struct {
 	hasRemaining bool
 	resetRaw     int64         // server epoch seconds, 0 if absent
 	resetIn      time.Duration // Reset minus the server's now (Date), or minus local now
+	dateLag      time.Duration // local now minus Date, when the response had one
+	hasDate      bool
 	hasReset     bool
 	retryAfter   time.Duration
 }
@@ -507,7 +550,7 @@ func parseHeaders(h http.Header, now time.Time) windowHeaders {
 	if reset := parseReset(h); !reset.IsZero() {
 		ref := now
 		if d, err := http.ParseTime(h.Get("Date")); err == nil {
-			ref = d
+			ref, r.dateLag, r.hasDate = d, now.Sub(d), true
 		}
 		r.resetRaw, r.resetIn, r.hasReset = reset.Unix(), reset.Sub(ref), true
 	}
@@ -563,6 +606,11 @@ func (p *Pacer) releaseLocked(t *ticket, resp *http.Response, now time.Time) boo
 	}
 
 	h := parseHeaders(resp.Header, now)
+	if h.hasDate && h.hasReset {
+		// Date is whole seconds, so now - Date overstates the clocks'
+		// offset by up to a second; the smallest lag seen is the closest.
+		h.resetIn -= h.dateLag - p.dateLagLocked(h.dateLag)
+	}
 	b := rt.bucket
 	switch {
 	case h.limit > 0:
@@ -612,25 +660,26 @@ func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now
 		if !sameWindow {
 			b.rollWindow(now)
 		}
+		// Everything the window used that is not ours is someone else's.
+		// Our requests in flight may or may not be among the used, so they
+		// count as ours: foreign is a lower bound. A 429 was not counted,
+		// but says the window is spent: by others, beyond our own.
 		if counted {
-			// Everything the window used that is not ours is someone
-			// else's. Our requests in flight may or may not be among
-			// the used, so they count as ours: foreign is a lower bound.
 			b.own++
 			b.lastLook = h.resetIn
-			f := b.limit - h.remaining - b.own - b.inFlight
-			if confirming && sameWindow && f > b.foreign {
-				// The first answer to a window saved before a restart:
-				// what the file did not show is most likely the previous
-				// process's last requests, written behind and lost.
-				b.own += f - b.foreign
-				f = b.foreign
-			}
-			if f > b.foreign {
-				b.foreign, b.foreignSeen = f, now
-				if b.foreignLead == 0 || h.resetIn < b.foreignLead {
-					b.foreignLead = h.resetIn
-				}
+		}
+		f := b.limit - h.remaining - b.own - b.inFlight
+		if counted && confirming && sameWindow && f > b.foreign {
+			// The first answer to a window saved before a restart:
+			// what the file did not show is most likely the previous
+			// process's last requests, written behind and lost.
+			b.own += f - b.foreign
+			f = b.foreign
+		}
+		if f > b.foreign {
+			b.foreign, b.foreignSeen = f, now
+			if b.foreignLead == 0 || h.resetIn < b.foreignLead {
+				b.foreignLead = h.resetIn
 			}
 		}
 	}
@@ -655,11 +704,11 @@ func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now
 		b.known = false
 		return
 	}
-	// A fifth of the jitter at an ordinary window change: enough to keep
-	// several machines on one token from firing at the same instant, small
-	// enough not to waste a second of every window (11 windows of a strict
-	// class would otherwise lose about 5 s). After a 429 the full jitter
-	// applies (holdLocked).
+	// A fifth of the jitter at a window change (after a 429 too): enough
+	// to keep several machines on one token from firing at the same
+	// instant, small enough not to waste a second of every window (11
+	// windows of a strict class would otherwise lose about 5 s). The full
+	// jitter applies to a 429 without a known Reset (holdLocked).
 	b.resetAt = now.Add(in + p.jitterDur()/5)
 	b.known = true
 }
@@ -672,7 +721,10 @@ func (p *Pacer) holdLocked(rt *routeState, b *bucket, h windowHeaders, now time.
 	jit := p.jitterDur()
 	until := now
 	if b.known && b.resetAt.After(until) {
-		until = b.resetAt.Add(jit - jit/5) // it carries a fifth already: Reset plus the full jitter
+		// Back at the Reset with the window's own fifth of the jitter,
+		// like every other client of the token: a daemon that came back
+		// later would find the window spent again by whoever did not.
+		until = b.resetAt
 	}
 	if h.retryAfter > 0 {
 		if ra := now.Add(h.retryAfter + jit); ra.After(until) {

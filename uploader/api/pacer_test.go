@@ -338,7 +338,9 @@ func TestPacerNetworkErrorPassesProbeOn(t *testing.T) {
 }
 
 // TestPacerUsesTheBudget: with no one else spending the window, every
-// request Remaining allows leaves at once, and the next waits for Reset.
+// request Remaining allows leaves at once while many are left; the window's
+// last slots (its last quarter) go one at a time, each as soon as the answer
+// before it tells the count, and with none left the next waits for Reset.
 func TestPacerUsesTheBudget(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
@@ -346,25 +348,39 @@ func TestPacerUsesTheBudget(t *testing.T) {
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
 
-	mustWait(t, p, RouteCheckpoints)(windowResp(200, 10, 9, reset, t0, ""))
-	// Nine left: nine leave without waiting, even before any answers.
+	const limit = 240
+	mustWait(t, p, RouteCheckpoints)(windowResp(200, limit, limit-1, reset, t0, ""))
+	// 239 left: down to the last quarter (60), they leave without waiting,
+	// even before any answers.
 	var rels []func(*http.Response)
-	for range 9 {
+	for range limit - 1 - limit/4 {
 		rels = append(rels, mustWait(t, p, RouteCheckpoints))
 	}
 	if n := clk.askedCount(); n != 0 {
 		t.Fatalf("the pacer waited %d times with budget left", n)
 	}
+	// The last quarter waits for the answers in flight: not for Reset.
 	next := waitAsync(context.Background(), p, RouteCheckpoints)
+	clk.awaitParked(t, 1)
+	for i, rel := range rels {
+		mustNotReturn(t, next)
+		rel(windowResp(200, limit, limit-2-i, reset, t0, ""))
+	}
+	rel := receive(t, next).release
+	for left := limit / 4; left > 0; left-- {
+		rel(windowResp(200, limit, left-1, reset, t0, ""))
+		if left > 1 {
+			rel = mustWait(t, p, RouteCheckpoints)
+		}
+	}
+	if clk.Now() != t0 {
+		t.Fatalf("the window's last quarter took %v of fake time, want none (no one else spends it)", clk.Now().Sub(t0))
+	}
+	next = waitAsync(context.Background(), p, RouteCheckpoints)
 	clk.awaitParked(t, 1)
 	if got, want := clk.lastAsked(), 60*time.Second; got != want {
 		t.Fatalf("wait with none left = %v, want %v (until Reset)", got, want)
 	}
-	for i, rel := range rels {
-		rel(windowResp(200, 10, 8-i, reset, t0, ""))
-	}
-	clk.awaitParked(t, 1)
-	mustNotReturn(t, next)
 	clk.Advance(60 * time.Second)
 	receive(t, next).release(nil)
 }
@@ -423,7 +439,9 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 		want       time.Duration
 	}{
 		{"retry-after later than reset", 10 * time.Second, "45", 45*time.Second + 500*time.Millisecond},
-		{"reset later than retry-after", 20 * time.Second, "5", 20*time.Second + 500*time.Millisecond},
+		// Back at Reset with the fifth of the jitter every window change
+		// has, like the token's other clients (holdLocked).
+		{"reset later than retry-after", 20 * time.Second, "5", 20*time.Second + 100*time.Millisecond},
 		{"retry-after as HTTP date", 0, httpDate(40 * time.Second), 40*time.Second + 500*time.Millisecond},
 		{"neither: short fallback", 0, "", pacer429Fallback + 500*time.Millisecond},
 		{"huge retry-after is capped", 0, "86400", DefaultPacerMaxWait + 500*time.Millisecond},
@@ -895,36 +913,34 @@ func TestPacerNeighbourSeenFromTheFirstAnswer(t *testing.T) {
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
 	// Alone: 3 of ours out, answers in any order, no one else.
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 9, reset, t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 100, 99, reset, t0, ""))
 	a, b := mustWait(t, p, RoutePublish), mustWait(t, p, RoutePublish)
-	b(windowResp(200, 10, 7, reset, t0, ""))
-	a(windowResp(200, 10, 8, reset, t0, ""))
+	b(windowResp(200, 100, 97, reset, t0, ""))
+	a(windowResp(200, 100, 98, reset, t0, ""))
 	bk := p.routes[RoutePublish].bucket
 	if bk.own != 3 || bk.foreign != 0 {
 		t.Fatalf("alone: own %d foreign %d, want 3 and 0", bk.own, bk.foreign)
 	}
 	// Two more went to someone else before our next answer.
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 4, reset, t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 100, 94, reset, t0, ""))
 	if bk.own != 4 || bk.foreign != 2 {
 		t.Fatalf("shared: own %d foreign %d, want 4 and 2", bk.own, bk.foreign)
 	}
-	// Now we share: 4 left, the neighbour expected to spend as much again
-	// as it has (2), two clients so 5 of the window are ours and we have
-	// had 4: one more, halfway through the rest of the window.
-	next := waitAsync(context.Background(), p, RoutePublish)
-	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 30*time.Second; got != want {
-		t.Fatalf("paced wait = %v, want %v", got, want)
+	// Now we share: 94 left, the neighbour expected to spend as much again
+	// as it has (2), two clients so 50 of the window are ours and we have
+	// had 4: 46 more, at once (many are left), then none until Reset.
+	for range 46 {
+		mustWait(t, p, RoutePublish)(nil)
 	}
-	clk.Advance(30 * time.Second)
-	receive(t, next).release(windowResp(200, 10, 3, reset, t0, ""))
-	// Our share is spent: the rest of the window is the neighbour's.
+	if n := clk.askedCount(); n != 0 {
+		t.Fatalf("the pacer waited %d times within our share", n)
+	}
 	held := waitAsync(context.Background(), p, RoutePublish)
 	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 30*time.Second; got != want {
+	if got, want := clk.lastAsked(), 60*time.Second; got != want {
 		t.Fatalf("wait after our share = %v, want %v (until Reset)", got, want)
 	}
-	clk.Advance(30 * time.Second)
+	clk.Advance(60 * time.Second)
 	receive(t, held).release(nil)
 }
 
