@@ -989,3 +989,26 @@ func TestReservationCancelledCostsNothing(t *testing.T) {
 		t.Errorf("after 2 unused reservations: remaining %d, in flight %d, own %d; want 9, 0 and 1", b.remaining, b.inFlight, b.own)
 	}
 }
+
+// TestPacerResetThroughTheLeastDateLag: Date is whole seconds, so an answer
+// late in a second overstates how far Reset is; the smallest lag seen
+// places it (within the answers' travel).
+func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+	t0 := clk.Now()
+	clk.Advance(100 * time.Millisecond) // an answer early in second t0
+	mustWait(t, p, RoutePublish)(windowResp(200, 100, 99, t0.Add(10*time.Second), t0, ""))
+	clk.Advance(10*time.Second + 800*time.Millisecond) // the next window, late in second t0+10
+	mustWait(t, p, RoutePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), ""))
+	held := waitAsync(context.Background(), p, RoutePublish)
+	clk.awaitParked(t, 1)
+	// Reset t0+20 is 9.1 s away from now (t0+10.9), plus the first
+	// answer's 0.1 s lag: 9.2 s, not the 10 s that now - Date would say.
+	if got, want := clk.lastAsked(), 9200*time.Millisecond; got != want {
+		t.Fatalf("wait for Reset = %v, want %v", got, want)
+	}
+	clk.Advance(9200 * time.Millisecond)
+	receive(t, held).release(nil)
+}
