@@ -165,6 +165,7 @@ type routeState struct {
 	bucket     *bucket // nil until a response named the route's class
 	probing    bool    // class unknown and a probe is in flight
 	probeStart time.Time
+	probe      *ticket // that probe
 }
 
 // bucket is one limit class, or (limit 0) a route that sends no
@@ -350,8 +351,8 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 		if d := p.exhaustedLocked(now); d > 0 {
 			return nil, d, "a known class is exhausted"
 		}
-		rt.probing, rt.probeStart = true, now
 		t := &ticket{route: rt, routeProbe: true}
+		rt.probing, rt.probeStart, rt.probe = true, now, t
 		// Count the probe in every known window (exhaustedLocked made sure
 		// each has a slot), or a known route could spend the same last
 		// slot while the probe is out and earn a 429.
@@ -499,6 +500,15 @@ func (p *Pacer) bucketLocked(limit int) *bucket {
 	if b == nil {
 		b = &bucket{class: PacerClass(limit), limit: limit}
 		p.buckets[limit] = b
+		// Other routes' class probes still out may belong to the new
+		// class: they count in its window, as in every known one, or
+		// their use would pass for a neighbour's.
+		for _, rt := range p.routes {
+			if rt.probe != nil {
+				b.inFlight++
+				rt.probe.probeBuckets = append(rt.probe.probeBuckets, b)
+			}
+		}
 	}
 	return b
 }
@@ -581,7 +591,7 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 func (p *Pacer) releaseLocked(t *ticket, resp *http.Response, now time.Time) bool {
 	rt := t.route
 	if t.routeProbe {
-		rt.probing = false
+		rt.probing, rt.probe = false, nil
 		for _, kb := range t.probeBuckets {
 			kb.inFlight--
 		}

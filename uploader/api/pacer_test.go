@@ -805,6 +805,9 @@ func TestPacerConcurrentWorkersEarnNo429(t *testing.T) {
 		t.Errorf("finished after %v of fake time, want within the 4th window", elapsed)
 	}
 	t.Logf("40 requests at 10/min finished after %v (fake clock), 0 × 429", elapsed)
+	if t.Failed() {
+		t.Logf("requests: %v", srv.trace)
+	}
 }
 
 // TestPacerBatchAtTheLimit: a backlog drains as fast as the limit allows
