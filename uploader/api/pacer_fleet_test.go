@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,17 +15,16 @@ import (
 // fleetServer is a fixed-window server for several clients of one token,
 // counting each client's requests and 429s.
 type fleetServer struct {
-	mu       sync.Mutex
-	clk      *fakeClock
-	limit    int
-	window   time.Duration
-	start    time.Time // the current window's start; zero before the first request
-	lazy     bool      // a window opens at the first request after the last one ended (else back to back)
-	count    int
-	ok, r429 []int
-	first    time.Time
-	last     time.Time
-	trace    []string
+	mu  sync.Mutex
+	clk *fakeClock
+	fixedWindow
+	ok, r429    []int
+	first, last time.Time
+	trace       []string
+}
+
+func newFleetServer(clk *fakeClock, limit int, window time.Duration, clients int) *fleetServer {
+	return &fleetServer{clk: clk, fixedWindow: fixedWindow{limit: limit, window: window}, ok: make([]int, clients), r429: make([]int, clients)}
 }
 
 func (s *fleetServer) handle(who int) *http.Response {
@@ -36,26 +34,16 @@ func (s *fleetServer) handle(who int) *http.Response {
 	if s.first.IsZero() {
 		s.first = now
 	}
-	switch {
-	case s.start.IsZero(), s.lazy && !now.Before(s.start.Add(s.window)):
-		// A window opens at the whole second of its first request.
-		s.start, s.count = now.Truncate(time.Second), 0
-	}
-	for !now.Before(s.start.Add(s.window)) {
-		s.start, s.count = s.start.Add(s.window), 0
-	}
 	s.last = now
-	reset := s.start.Add(s.window)
-	date := now.Truncate(time.Second)
-	if s.count >= s.limit {
+	resp, counted := s.charge(now)
+	if !counted {
 		s.r429[who]++
 		s.trace = append(s.trace, fmt.Sprintf("%d:429@%.2f", who, now.Sub(epoch).Seconds()))
-		return windowResp(http.StatusTooManyRequests, s.limit, 0, reset, date, strconv.Itoa(int(reset.Sub(now).Seconds())+1))
+		return resp
 	}
-	s.count++
 	s.ok[who]++
 	s.trace = append(s.trace, fmt.Sprintf("%d@%.2f(%d)", who, now.Sub(epoch).Seconds(), s.limit-s.count))
-	return windowResp(200, s.limit, s.limit-s.count, reset, date, "")
+	return resp
 }
 
 // fleetRun: daemons pacers, one token, each with its own backlog of each
@@ -63,7 +51,7 @@ func (s *fleetServer) handle(who int) *http.Response {
 // taking rtt (half before the server counts it, half after).
 func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spread time.Duration, seed uint64) (*fleetServer, float64) {
 	clk := newFakeClock()
-	srv := &fleetServer{clk: clk, limit: limit, window: window, ok: make([]int, daemons), r429: make([]int, daemons)}
+	srv := newFleetServer(clk, limit, window, daemons)
 	pacers := make([]*Pacer, daemons)
 	left := make([]atomic.Int32, daemons)
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -75,7 +63,7 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 	for i := range starts {
 		starts[i] = time.Duration(rng.Float64() * float64(spread))
 	}
-	normal := &fleetServer{clk: clk, limit: 240, window: window, ok: make([]int, daemons), r429: make([]int, daemons)}
+	normal := newFleetServer(clk, 240, window, daemons)
 	drive(tb, clk, daemons*workers, func(g int) {
 		d := g / workers
 		sleepFake(clk, clk.Now().Add(starts[g]))

@@ -287,6 +287,19 @@ func mustWait(t *testing.T, p *Pacer, route string) func(*http.Response) {
 	return rel
 }
 
+// mustHoldFor checks that route's next request is held for exactly want
+// (what names the wait in a failure), then lets it go and answers nothing.
+func mustHoldFor(t *testing.T, clk *fakeClock, p *Pacer, route string, want time.Duration, what string) {
+	t.Helper()
+	held := waitAsync(context.Background(), p, route)
+	clk.awaitParked(t, 1)
+	if got := clk.lastAsked(); got != want {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+	clk.Advance(want)
+	receive(t, held).release(nil)
+}
+
 func TestPacerClassNames(t *testing.T) {
 	t.Parallel()
 	for limit, want := range map[int]string{5: "strict", 10: "strict", 120: "normal", 240: "normal", 60: "limit_60", 1000: "limit_1000"} {
@@ -376,13 +389,7 @@ func TestPacerUsesTheBudget(t *testing.T) {
 	if clk.Now() != t0 {
 		t.Fatalf("the window's last quarter took %v of fake time, want none (no one else spends it)", clk.Now().Sub(t0))
 	}
-	next = waitAsync(context.Background(), p, RouteCheckpoints)
-	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 60*time.Second; got != want {
-		t.Fatalf("wait with none left = %v, want %v (until Reset)", got, want)
-	}
-	clk.Advance(60 * time.Second)
-	receive(t, next).release(nil)
+	mustHoldFor(t, clk, p, RouteCheckpoints, 60*time.Second, "wait with none left (until Reset)")
 }
 
 func TestPacerHoldsWhenNoneRemain(t *testing.T) {
@@ -613,12 +620,9 @@ func TestPacerRouteWithoutHeadersIsNotHeld(t *testing.T) {
 // epoch, headers on every answer. A neighbour on the same token spends from
 // the same windows.
 type simServer struct {
-	mu          sync.Mutex
-	clk         *fakeClock
-	limit       int
-	window      time.Duration
-	curStart    time.Time
-	count       int
+	mu  sync.Mutex
+	clk *fakeClock
+	fixedWindow
 	ok, r429    int         // our requests
 	inFirst     int         // ours in the window of our first request
 	trace       []string    // when each request went, and whose it was (for failure reports)
@@ -628,15 +632,33 @@ type simServer struct {
 }
 
 func newSimServer(clk *fakeClock, limit int, window time.Duration) *simServer {
-	return &simServer{clk: clk, limit: limit, window: window, curStart: epoch}
+	return &simServer{clk: clk, fixedWindow: fixedWindow{limit: limit, window: window, start: epoch}}
 }
 
-// rollLocked moves to the window of now and returns its end.
-func (s *simServer) rollLocked(now time.Time) time.Time {
-	for !now.Before(s.curStart.Add(s.window)) {
-		s.curStart, s.count = s.curStart.Add(s.window), 0
+// fixedWindow is a server's fixed-window rate limit: windows of window back
+// to back from start (the whole second of the first request when zero).
+type fixedWindow struct {
+	limit  int
+	window time.Duration
+	start  time.Time
+	count  int
+}
+
+// charge counts one request at now if the window has room, and returns the
+// server's answer: 200 with the count left, or 429 with Retry-After.
+func (w *fixedWindow) charge(now time.Time) (resp *http.Response, counted bool) {
+	if w.start.IsZero() {
+		w.start = now.Truncate(time.Second)
 	}
-	return s.curStart.Add(s.window)
+	for !now.Before(w.start.Add(w.window)) {
+		w.start, w.count = w.start.Add(w.window), 0
+	}
+	reset, date := w.start.Add(w.window), now.Truncate(time.Second)
+	if w.count >= w.limit {
+		return windowResp(http.StatusTooManyRequests, w.limit, 0, reset, date, strconv.Itoa(int(reset.Sub(now).Seconds())+1)), false
+	}
+	w.count++
+	return windowResp(200, w.limit, w.limit-w.count, reset, date, ""), true
 }
 
 func (s *simServer) handle() *http.Response {
@@ -648,19 +670,17 @@ func (s *simServer) handle() *http.Response {
 	}
 	s.last = now
 	s.sentAt = append(s.sentAt, now)
-	reset := s.rollLocked(now)
-	date := now.Truncate(time.Second)
-	if s.count >= s.limit {
+	resp, counted := s.charge(now)
+	if !counted {
 		s.r429++
-		return windowResp(http.StatusTooManyRequests, s.limit, 0, reset, date, strconv.Itoa(int(reset.Sub(now).Seconds())+1))
+		return resp
 	}
-	s.count++
 	s.ok++
 	if now.Before(s.first.Truncate(s.window).Add(s.window)) {
 		s.inFirst++
 	}
 	s.trace = append(s.trace, fmt.Sprintf("us@%v", now.Sub(epoch)))
-	return windowResp(200, s.limit, s.limit-s.count, reset, date, "")
+	return resp
 }
 
 // neighbour spends one request of the current window as another client of
@@ -668,12 +688,10 @@ func (s *simServer) handle() *http.Response {
 func (s *simServer) neighbour() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rollLocked(s.clk.Now())
-	if s.count >= s.limit {
+	if _, counted := s.charge(s.clk.Now()); !counted {
 		s.n429++
 		return
 	}
-	s.count++
 	s.nOK++
 	s.trace = append(s.trace, fmt.Sprintf("n@%v", s.clk.Now().Sub(epoch)))
 }
@@ -938,13 +956,7 @@ func TestPacerNeighbourSeenFromTheFirstAnswer(t *testing.T) {
 	if n := clk.askedCount(); n != 0 {
 		t.Fatalf("the pacer waited %d times within our share", n)
 	}
-	held := waitAsync(context.Background(), p, RoutePublish)
-	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 60*time.Second; got != want {
-		t.Fatalf("wait after our share = %v, want %v (until Reset)", got, want)
-	}
-	clk.Advance(60 * time.Second)
-	receive(t, held).release(nil)
+	mustHoldFor(t, clk, p, RoutePublish, 60*time.Second, "wait after our share (until Reset)")
 }
 
 // TestPacerClassProbeHoldsASlotInKnownWindows: the first request of a new
@@ -1005,13 +1017,7 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 	mustWait(t, p, RoutePublish)(windowResp(200, 100, 99, t0.Add(10*time.Second), t0, ""))
 	clk.Advance(10*time.Second + 800*time.Millisecond) // the next window, late in second t0+10
 	mustWait(t, p, RoutePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), ""))
-	held := waitAsync(context.Background(), p, RoutePublish)
-	clk.awaitParked(t, 1)
 	// Reset t0+20 is 9.1 s away from now (t0+10.9), plus the first
 	// answer's 0.1 s lag: 9.2 s, not the 10 s that now - Date would say.
-	if got, want := clk.lastAsked(), 9200*time.Millisecond; got != want {
-		t.Fatalf("wait for Reset = %v, want %v", got, want)
-	}
-	clk.Advance(9200 * time.Millisecond)
-	receive(t, held).release(nil)
+	mustHoldFor(t, clk, p, RoutePublish, 9200*time.Millisecond, "wait for Reset")
 }
