@@ -199,6 +199,20 @@ type bucket struct {
 	// answer in it came.
 	foreignSeen           time.Time
 	foreignLead, lastLook time.Duration
+	// The window's roles (share). opener: the server counted our request
+	// first in this window (its answer said Remaining limit-1); exactly
+	// one client opens each window. firstPos is how many requests the
+	// server counted before our first one in it, firstLead how long before
+	// Reset that first answer came. landed is when the others' first
+	// requests of the window have surely reached the server (clients meet
+	// a Reset up to a fifth of the jitter apart), landSpan the time from
+	// our first answer to it; sawLanded: an answer to a request sent after
+	// it came. metReset: our probe of the window left at its start.
+	opener, sawLanded, metReset bool
+	firstPos                    int
+	firstLead, landSpan         time.Duration
+	landed                      time.Time
+	rtt                         time.Duration // a slowly decaying maximum of the class's round trips
 }
 
 // notSent is the release value of a slot given back unused (a
@@ -209,6 +223,7 @@ var notSent = &http.Response{}
 type ticket struct {
 	route      *routeState
 	bucket     *bucket // nil for a class probe
+	sent       time.Time
 	routeProbe bool
 	probe      bool
 	// probeBuckets are the known classes a class probe was counted in: it
@@ -351,7 +366,7 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 		if d := p.exhaustedLocked(now); d > 0 {
 			return nil, d, "a known class is exhausted"
 		}
-		t := &ticket{route: rt, routeProbe: true}
+		t := &ticket{route: rt, routeProbe: true, sent: now}
 		rt.probing, rt.probeStart, rt.probe = true, now, t
 		// Count the probe in every known window (exhaustedLocked made sure
 		// each has a slot), or a known route could spend the same last
@@ -367,7 +382,7 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 	if now.Before(b.holdUntil) {
 		return nil, b.holdUntil.Sub(now), "class on hold after 429"
 	}
-	t := &ticket{route: rt, bucket: b}
+	t := &ticket{route: rt, bucket: b, sent: now}
 	if b.limit == 0 {
 		b.inFlight++
 		return t, 0, ""
@@ -376,6 +391,9 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 		if b.probing && now.Sub(b.probeStart) < p.maxWait {
 			return nil, b.probeStart.Add(p.maxWait).Sub(now), "window probe in flight"
 		}
+		// Sent as the last window ended (a backlog waited for it), this
+		// probe meets the new one with whoever else of the token waited.
+		b.metReset = !b.resetAt.IsZero() && now.Sub(b.resetAt) <= p.jitter/5+minLandSpan
 		b.known, b.unconfirmed = false, false
 		b.probing, b.probeStart = true, now
 		b.inFlight++
@@ -387,7 +405,17 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 	if avail <= 0 {
 		return nil, b.resetAt.Sub(now), "no requests left before reset"
 	}
-	share, sharing := b.share(avail)
+	if b.own == 1 && b.foreign == 0 && now.Before(b.landed) && (b.othersLately(now) || b.metReset && b.careful(avail) != "") {
+		// We opened the window: let the first requests of the token's
+		// other clients meeting it land before our second, or we would
+		// spend it before they are seen (and they would draw the 429s).
+		// Always when others were seen lately; otherwise when we met the
+		// window at its Reset (as anyone else waiting for it did) and it
+		// is small enough to go one request at a time (a strict class),
+		// where the wait costs a fraction of a second per window.
+		return nil, b.landed.Sub(now), "letting the token's other clients open the window"
+	}
+	share, sharing := b.share(avail, now)
 	if sharing && share <= 0 {
 		return nil, b.resetAt.Sub(now), "leaving the rest of the window to other clients of the token"
 	}
@@ -429,7 +457,7 @@ const carefulSlots = 10
 // share says how many of the avail requests left in b's window are ours to
 // take when other clients of the token are spending it too (sharing), and
 // nothing (sharing false) when no one else has been seen: then all are.
-func (b *bucket) share(avail int) (n int, sharing bool) {
+func (b *bucket) share(avail int, now time.Time) (n int, sharing bool) {
 	if b.foreign == 0 && b.prevForeign == 0 {
 		return avail, false
 	}
@@ -452,8 +480,58 @@ func (b *bucket) share(avail int) (n int, sharing bool) {
 	// wanted: we may have taken the rest), and never the last slot (a
 	// neighbour that spends it between our last header and our request
 	// would turn it into our 429).
-	return min(avail-expect, b.limit/clients-b.own, avail-1), true
+	fair := b.limit/clients - b.own
+	if b.prevForeign > 0 && b.prevOwn+b.prevForeign < b.limit {
+		// The last window was not spent: the others had all they wanted
+		// of it, so their use is their need, not what we left them (a
+		// daemon whose others are finishing takes the slots they no
+		// longer want).
+		fair = avail
+	}
+	n = min(avail-expect, fair, avail-1)
+	// Each window has one opener, the client the server counted first in
+	// it; the others leave it the window's last slot, which it takes once
+	// their first requests of the window have landed (daemons draining
+	// backlogs meet every Reset together).
+	switch {
+	case !b.opener && 2*b.firstPos < b.limit:
+		// Not the opener (and what came before our first request was
+		// the others' first requests, not a neighbour's burst, whose
+		// owner does not come back for the last slot): leave two, so
+		// that one is left even when two of us take the one before it
+		// on the same count.
+		n = min(n, avail-2)
+	case b.opener && b.sawLanded && b.startSpenders():
+		// The opener, on a count from after everyone's first requests
+		// (and the others spend only then): what is left, the others
+		// have left. All of it is ours.
+		n = avail
+	case b.opener && !now.Before(b.landed) && (b.startSpenders() || b.own == 1):
+		// The opener, once the others' first requests have landed: one
+		// request on the old count (the others leave it a slot), whose
+		// answer is the fresh count.
+		n = max(n, 1)
+	}
+	return n, true
 }
+
+// othersLately says other clients of the token were seen spending within
+// foreignMemory.
+func (b *bucket) othersLately(now time.Time) bool {
+	return !b.foreignSeen.IsZero() && now.Sub(b.foreignSeen) < foreignMemory
+}
+
+// startSpenders says the others of the token have only been seen spending
+// at the start of windows, as daemons draining backlogs do, not later in
+// them than their first requests land.
+func (b *bucket) startSpenders() bool {
+	return b.foreignLead > 0 && b.foreignLead+2*b.landSpan >= b.firstLead
+}
+
+// minLandSpan is the least time, beyond two round trips, that the token's
+// other clients' first requests of a window are given to land: their
+// Resets differ by our clocks' offsets, known only to Date's second.
+const minLandSpan = 100 * time.Millisecond
 
 // foreignMemory is how long a neighbour seen spending the token's windows is
 // remembered while windows pass without a sighting that could have seen it.
@@ -464,11 +542,23 @@ const foreignMemory = 10 * assumedWindow
 // saw none is evidence that the neighbour has gone only if we looked as late
 // in it as the neighbour has been seen spending; then its memory halves,
 // else it stays (for foreignMemory at most).
+//
+// The window's opener is the exception when the others spend at a window's
+// start, as daemons draining backlogs do: it cannot look later than they
+// spend without taking a slot they may want, and a daemon whose others have
+// finished opens every window. So an opener that saw none halves its memory
+// all the same: a daemon left alone gets the whole window back within a few
+// windows, instead of one slot per window until foreignMemory ends. (If the
+// others are still there, the next window's first answers show them again.)
 func (b *bucket) rollWindow(now time.Time) {
 	prev := max(b.foreign, b.prevForeign/2)
-	if b.foreign == 0 && b.lastLook > b.foreignLead && now.Sub(b.foreignSeen) < foreignMemory {
+	switch {
+	case b.foreign == 0 && b.opener && b.startSpenders():
+		// halves (prev), though we could not look late
+	case b.foreign == 0 && b.lastLook > b.foreignLead && now.Sub(b.foreignSeen) < foreignMemory:
 		prev = b.prevForeign
 	}
+	b.opener, b.sawLanded = false, false
 	if prev == 0 {
 		b.foreignLead = 0
 	}
@@ -639,7 +729,10 @@ func (p *Pacer) releaseLocked(t *ticket, resp *http.Response, now time.Time) boo
 
 	limited := resp.StatusCode == http.StatusTooManyRequests
 	if b.limit > 0 && h.hasRemaining {
-		p.updateWindowLocked(b, h, !limited, now)
+		if d := now.Sub(t.sent); d > 0 {
+			b.rtt = max(d, b.rtt-b.rtt/8)
+		}
+		p.updateWindowLocked(b, h, !limited, t.sent, now)
 		p.obs.RateLimit(b.class, h.remaining)
 	}
 	if limited {
@@ -656,7 +749,7 @@ func (p *Pacer) releaseLocked(t *ticket, resp *http.Response, now time.Time) boo
 // arrive out of order: within one window the lowest Remaining wins, and a
 // response from an older window is ignored. counted says the server charged
 // the request (it was not refused with a 429).
-func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now time.Time) {
+func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, sent, now time.Time) {
 	if h.hasReset && b.resetRaw != 0 && h.resetRaw < b.resetRaw {
 		return
 	}
@@ -669,6 +762,12 @@ func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now
 		// assumed to share the token).
 		if !sameWindow {
 			b.rollWindow(now)
+			b.landSpan = max(p.jitter/5, minLandSpan) + 2*b.rtt
+			b.landed, b.firstLead = now.Add(b.landSpan), h.resetIn
+			b.firstPos = 0
+			if counted {
+				b.firstPos = b.limit - 1 - h.remaining
+			}
 		}
 		// Everything the window used that is not ours is someone else's.
 		// Our requests in flight may or may not be among the used, so they
@@ -677,6 +776,12 @@ func (p *Pacer) updateWindowLocked(b *bucket, h windowHeaders, counted bool, now
 		if counted {
 			b.own++
 			b.lastLook = h.resetIn
+			if h.remaining == b.limit-1 {
+				b.opener = true
+			}
+			if !sent.Before(b.landed) {
+				b.sawLanded = true
+			}
 		}
 		f := b.limit - h.remaining - b.own - b.inFlight
 		if counted && confirming && sameWindow && f > b.foreign {
@@ -736,10 +841,13 @@ func (p *Pacer) holdLocked(rt *routeState, b *bucket, h windowHeaders, now time.
 		// later would find the window spent again by whoever did not.
 		until = b.resetAt
 	}
-	if h.retryAfter > 0 {
-		if ra := now.Add(h.retryAfter + jit); ra.After(until) {
-			until = ra
-		}
+	// Retry-After counts whole seconds: one that ends within a second of a
+	// known Reset is that Reset rounded up, and waiting it out (with the
+	// full jitter) would bring us back after the others of the token, to a
+	// window they have spent again. A longer one is the server asking for
+	// more than the window, and is honoured.
+	if ra := now.Add(h.retryAfter); h.retryAfter > 0 && ra.After(until.Add(time.Second)) {
+		until = ra.Add(jit)
 	}
 	if !until.After(now) {
 		back := pacer429Fallback

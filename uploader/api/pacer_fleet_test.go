@@ -107,15 +107,14 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 // of 10 requests of a strict class (5 per 10 s), two workers each, against a
 // fixed-window server on the fake clock, for several round-trip times and 20
 // seeds each. Issue 12's fleet figures: at most 3 responses 429 in all, and
-// the fleet done within 1.3 × the limit's minimum (the median over seeds;
-// one run's ratio turns on who happens to finish last).
+// the fleet done within 1.3 × the limit's minimum.
 //
-// The daemons start within 50 ms of each other, as a fleet restarted
-// together does. Starts a second apart are logged, not held to the targets:
-// the one that starts first spends the first window before the others are
-// seen, and a daemon that got fewer slots is then left alone for its last
-// windows while it still expects the others to spend (see the note of
-// issue 12).
+// Daemons that start within 50 ms of each other, as a fleet restarted
+// together does, meet both targets in every run. Starts up to a second apart
+// are harder: the first daemon spends the first window before the others
+// are seen, and they draw a 429 each there; they meet the 429 target in every
+// run and the time target in the median (a run's ratio turns on who happens
+// to finish last).
 func TestPacerFleet(t *testing.T) {
 	t.Parallel()
 	for _, rtt := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond, 300 * time.Millisecond} {
@@ -133,17 +132,78 @@ func TestPacerFleet(t *testing.T) {
 				}
 				worst, total = max(worst, n429), total+n429
 				ratios = append(ratios, ratio)
-				if spread < time.Second && n429 > 3 {
+				if n429 > 3 {
 					t.Errorf("rtt %v start spread %v seed %d: %d responses 429, want <= 3; requests: %v", rtt, spread, seed, n429, srv.trace)
+				}
+				if spread < time.Second && ratio > 1.3 {
+					t.Errorf("rtt %v start spread %v seed %d: %.3f × the minimum, want <= 1.3; requests: %v", rtt, spread, seed, ratio, srv.trace)
 				}
 			}
 			slices.Sort(ratios)
 			median := ratios[len(ratios)/2]
 			t.Logf("rtt %v, starts within %v: 429s per run at most %d (%d in 20 runs); time over the minimum: median %.3f, worst %.3f",
 				rtt, spread, worst, total, median, ratios[len(ratios)-1])
-			if spread < time.Second && median > 1.3 {
+			if median > 1.3 {
 				t.Errorf("rtt %v start spread %v: median %.3f × the minimum, want <= 1.3", rtt, spread, median)
 			}
 		}
 	}
+}
+
+// TestPacerNonOpenerLeavesTheLastSlot: in a window someone else opened
+// (our first answer counts one request before ours), a shared window's last
+// two slots are left, so that the opener finds one when it comes back even if
+// two of us took the slot before it on one count. Without the role, the
+// pacer would take the second to last.
+func TestPacerNonOpenerLeavesTheLastSlot(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+	t0 := clk.Now()
+	w0, w1 := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	// Window 0: one request of someone else's came first; we took two and
+	// the window was not spent (2 + 1 of 5).
+	mustWait(t, p, RoutePublish)(windowResp(200, 5, 3, w0, t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 5, 2, w0, t0, ""))
+	clk.Advance(10 * time.Second)
+	// Window 1: someone opened it again. The others are expected to spend
+	// what they did (1, already spent): 3 left, ours but the last two.
+	mustWait(t, p, RoutePublish)(windowResp(200, 5, 3, w1, w0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 5, 2, w1, w0, ""))
+	mustHoldFor(t, clk, p, RoutePublish, 10*time.Second, "wait with the window's last two slots left (until Reset)")
+}
+
+// TestPacerOpenerComesBackForTheLastSlot: the window's opener, whose share
+// by the others' expected use is nothing but its first request, waits for
+// the others' first requests of the window to land, then sends one request
+// on its old count (the others leave it a slot) and, on the fresh count that
+// answer gives, takes what is left.
+func TestPacerOpenerComesBackForTheLastSlot(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+	t0 := clk.Now()
+	w0, w1 := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	// Window 0: the others spent four at its start, before our first
+	// answer; the window is spent.
+	mustWait(t, p, RoutePublish)(windowResp(200, 5, 0, w0, t0, ""))
+	mustHoldFor(t, clk, p, RoutePublish, 10*time.Second, "wait in a spent window (until Reset)")
+	// That request, released without an answer, stood for window 1's
+	// probe; this one opens it.
+	clk.Advance(time.Millisecond)
+	mustWait(t, p, RoutePublish)(windowResp(200, 5, 4, w1, w0, ""))
+	// The others will want four: our share is none, yet once their first
+	// requests have landed (100 ms: no jitter, no round trip on the fake
+	// clock) we come back for one.
+	held := waitAsync(context.Background(), p, RoutePublish)
+	clk.awaitParked(t, 1)
+	if got := clk.lastAsked(); got != minLandSpan {
+		t.Fatalf("opener's second request waits %v, want %v (the others' first requests land)", got, minLandSpan)
+	}
+	clk.Advance(minLandSpan)
+	// Its answer: the others took three meanwhile, one is left, and it
+	// is ours.
+	receive(t, held).release(windowResp(200, 5, 1, w1, w0, ""))
+	receive(t, waitAsync(context.Background(), p, RoutePublish)).release(windowResp(200, 5, 0, w1, w0, ""))
+	mustHoldFor(t, clk, p, RoutePublish, 10*time.Second-minLandSpan-time.Millisecond, "wait in the spent window (until Reset)")
 }

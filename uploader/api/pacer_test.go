@@ -425,8 +425,16 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	mustNotReturn(t, third)
 	now := clk.Now()
 	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, ""))
-	// The probe's headers make the window known, with budget left: the
-	// third request leaves at once.
+	// The probe's headers make the window known, with budget left. We met
+	// it at its start, as would anyone else of the token who waited for
+	// it: the third request lets their first requests land (a fifth of the
+	// jitter; the fake round trip is 0), then leaves.
+	clk.awaitParked(t, 1)
+	if got := clk.lastAsked(); got != 200*time.Millisecond {
+		t.Fatalf("second request of the window waits %v, want 200ms", got)
+	}
+	mustNotReturn(t, third)
+	clk.Advance(200 * time.Millisecond)
 	receive(t, third).release(nil)
 
 	rec.mu.Lock()
@@ -449,6 +457,9 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 		// Back at Reset with the fifth of the jitter every window change
 		// has, like the token's other clients (holdLocked).
 		{"reset later than retry-after", 20 * time.Second, "5", 20*time.Second + 100*time.Millisecond},
+		// Retry-After is whole seconds: a server rounding its Reset up
+		// (here 10 s to 11) does not make us come back a second late.
+		{"retry-after is the reset rounded up", 10 * time.Second, "11", 10*time.Second + 100*time.Millisecond},
 		{"retry-after as HTTP date", 0, httpDate(40 * time.Second), 40*time.Second + 500*time.Millisecond},
 		{"neither: short fallback", 0, "", pacer429Fallback + 500*time.Millisecond},
 		{"huge retry-after is capped", 0, "86400", DefaultPacerMaxWait + 500*time.Millisecond},

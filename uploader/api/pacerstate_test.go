@@ -35,7 +35,9 @@ func TestPacerStateWaitsOutASpentWindowAfterRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
 	a := newTestPacer(t, clk, PacerOptions{StateFile: path})
-	for range 4 {
+	mustWait(t, a, RouteSignedURL)(srv.handle())
+	clk.Advance(time.Second) // past the opener's wait for others' first requests
+	for range 3 {
 		mustWait(t, a, RouteSignedURL)(srv.handle())
 	}
 	mustWait(t, a, RoutePublish) // a class probe: it may be of the same class, and takes the last slot
@@ -73,7 +75,10 @@ func TestPacerStateStaleRemainingIsConfirmedFirst(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
 	a := newTestPacer(t, clk, PacerOptions{StateFile: path, PersistInterval: time.Hour})
-	for range 3 { // written after the first only
+	// Three requests, written after the first only.
+	mustWait(t, a, RouteSignedURL)(srv.handle())
+	clk.Advance(time.Second) // past the opener's wait for others' first requests
+	for range 2 {
 		mustWait(t, a, RouteSignedURL)(srv.handle())
 	}
 	a.mu.Lock()
@@ -213,6 +218,9 @@ func restartRun(tb testing.TB, k int, interval time.Duration) (beforeReset, r429
 	a := NewPacer(o)
 	tb.Cleanup(func() { _ = a.Flush() }) // let a write behind end before the directory goes
 	for i := range k {
+		if i == 1 {
+			clk.Advance(time.Second) // past the opener's wait for others' first requests
+		}
 		rel, err := a.Wait(context.Background(), RouteSignedURL)
 		if err != nil {
 			tb.Fatal(err)
