@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,20 +248,58 @@ func curlPut(ctx context.Context, curl string, sim *apisim.Server, file string, 
 type requestLog struct {
 	mu     sync.Mutex
 	routes map[string]bool
-	times  []time.Time
+	times  []time.Time // every request of routes, answered or refused
+	status []int       // each one's status
 }
 
 func (l *requestLog) Write(p []byte) (int, error) {
 	var ev struct {
 		Route   string `json:"route"`
 		Message string `json:"message"`
+		Status  int    `json:"status"`
 	}
 	if json.Unmarshal(p, &ev) == nil && ev.Message == "api request" && l.routes[ev.Route] {
 		l.mu.Lock()
 		l.times = append(l.times, time.Now())
+		l.status = append(l.status, ev.Status)
 		l.mu.Unlock()
 	}
 	return len(p), nil
+}
+
+// windows groups the logged requests into fixed windows the way the
+// simulator's limiter opens them (a window starts at the whole second of the
+// first request after the previous one ended): "answered@start" or
+// "answered+N×429@start" each, start in whole seconds from the first
+// window's. Gaps between windows and under-filled windows show where a run
+// lost time.
+func (l *requestLog) windows(window time.Duration) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ok, refused []int
+	var starts []time.Time
+	var end time.Time
+	for i, t := range l.times {
+		if ok == nil || !t.Before(end) {
+			start := t.Truncate(time.Second)
+			end = start.Add(window)
+			ok, refused, starts = append(ok, 0), append(refused, 0), append(starts, start)
+		}
+		if l.status[i] == http.StatusTooManyRequests {
+			refused[len(refused)-1]++
+		} else {
+			ok[len(ok)-1]++
+		}
+	}
+	out := make([]string, len(ok))
+	for i := range ok {
+		out[i] = strconv.Itoa(ok[i])
+		if refused[i] > 0 {
+			out[i] += "+" + strconv.Itoa(refused[i]) + "×429"
+		}
+		out[i] += "@" + strconv.Itoa(int(starts[i].Sub(starts[0]).Seconds()))
+	}
+	return out
 }
 
 // PacingFigures publishes a batch of 20 and one of 30 files, each to its
@@ -327,12 +366,13 @@ func pacingRun(ctx context.Context, o BenchOptions, files int) ([]Figure, error)
 	rl.mu.Lock()
 	first, strict := rl.times[0], len(rl.times)
 	rl.mu.Unlock()
+	perWindow := rl.windows(window)
 	st := sim.Stats()
 	need := 2 * files
 	minimum := time.Duration((need+limit-1)/limit-1) * window
 	took := last.Sub(first)
 	ratio := took.Seconds() / minimum.Seconds()
-	o.logf("pacing %d files: %d strict requests, first at +%s, all done after %s", files, strict, first.Sub(d.Started).Round(time.Millisecond), took.Round(time.Millisecond))
+	o.logf("pacing %d files: %d strict requests, first at +%s, all done after %s; per window (answered@start s): %v", files, strict, first.Sub(d.Started).Round(time.Millisecond), took.Round(time.Millisecond), perWindow)
 	sfx := fmt.Sprintf("_%d_files", files)
 	return []Figure{
 		{Name: "pacing_time" + sfx, Value: round(took.Seconds(), 1), Unit: "s",

@@ -100,6 +100,7 @@ func runFleet(ctx context.Context, e *tenv) error {
 		first = rl.times[0]
 	}
 	rl.mu.Unlock()
+	perWindow := rl.windows(fleetWindow)
 	// Every daemon's own job for every file must end too (a daemon that
 	// found a peer's session watches it, then sees it completed).
 	allDone := e.waitFleetJobs(ctx, cfgs, time.Minute)
@@ -134,6 +135,7 @@ func runFleet(ctx context.Context, e *tenv) error {
 		e.problem("no complete was made")
 		return nil
 	}
+	e.note("completes per window (answered@start s), as the simulator opens them: %v (full: %d each)", perWindow, fleetLimit)
 	took := finished.Sub(first)
 	ratio := took.Seconds() / minimum.Seconds()
 	e.note("first complete to last receipt %s: %.3f x the limit's minimum %s = (ceil(%d/%d)-1) x %s (target <= 1.3)",

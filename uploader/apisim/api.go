@@ -58,19 +58,20 @@ func (s *Server) match(path string) (rt apiRoute, param string, ok bool) {
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if isViewerPath(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		code := s.handleView(w, r)
-		s.finish(r, RouteOther, code)
+		s.finish(w, r, RouteOther, code)
 		return
 	}
 	rt, param, known := s.match(r.URL.Path)
 	code := s.gate(w, r, rt, param, known)
-	s.finish(r, rt.name, code)
+	s.finish(w, r, rt.name, code)
 }
 
-func (s *Server) finish(r *http.Request, route string, code int) {
+func (s *Server) finish(w http.ResponseWriter, r *http.Request, route string, code int) {
 	s.mu.Lock()
 	s.count(route, code)
 	s.mu.Unlock()
-	s.log.Debug().Str("route", route).Str("method", r.Method).Str("path", r.URL.Path).Int("status", code).Msg("api request")
+	s.log.Debug().Str("route", route).Str("method", r.Method).Str("path", r.URL.Path).Int("status", code).
+		Str("remaining", w.Header().Get("X-RateLimit-Remaining")).Msg("api request")
 }
 
 func (s *Server) gate(w http.ResponseWriter, r *http.Request, rt apiRoute, param string, known bool) int {
