@@ -357,22 +357,23 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 	b := rt.bucket
 	if b == nil {
 		// Class unknown: one probe at a time. The probe is also held while
-		// any known class is exhausted or on hold, since the route may well
-		// belong to it. A probe that never reports (a caller that forgot
-		// release) stops blocking the route after maxWait.
+		// a known class it may belong to is exhausted or on hold
+		// (mayBelongLocked). A probe that never reports (a caller that
+		// forgot release) stops blocking the route after maxWait.
 		if rt.probing && now.Sub(rt.probeStart) < p.maxWait {
 			return nil, rt.probeStart.Add(p.maxWait).Sub(now), "class probe in flight"
 		}
-		if d := p.exhaustedLocked(now); d > 0 {
+		if d := p.exhaustedLocked(now, name); d > 0 {
 			return nil, d, "a known class is exhausted"
 		}
 		t := &ticket{route: rt, routeProbe: true, sent: now}
 		rt.probing, rt.probeStart, rt.probe = true, now, t
-		// Count the probe in every known window (exhaustedLocked made sure
-		// each has a slot), or a known route could spend the same last
-		// slot while the probe is out and earn a 429.
+		// Count the probe in every known window it may belong to
+		// (exhaustedLocked made sure each has a slot), or a known route
+		// could spend the same last slot while the probe is out and earn
+		// a 429.
 		for _, kb := range p.buckets {
-			if kb.limit > 0 && kb.known && now.Before(kb.resetAt) {
+			if kb.limit > 0 && kb.known && now.Before(kb.resetAt) && p.mayBelongLocked(kb, name) {
 				kb.inFlight++ // not lastSend: it belongs to one class at most, and need not pace the others
 				t.probeBuckets = append(t.probeBuckets, kb)
 			}
@@ -566,11 +567,14 @@ func (b *bucket) rollWindow(now time.Time) {
 	b.own, b.foreign = 0, 0
 }
 
-// exhaustedLocked returns how long until no known class is exhausted or on
-// hold (0 when none is).
-func (p *Pacer) exhaustedLocked(now time.Time) time.Duration {
+// exhaustedLocked returns how long until no known class that route may
+// belong to is exhausted or on hold (0 when none is).
+func (p *Pacer) exhaustedLocked(now time.Time, route string) time.Duration {
 	var d time.Duration
 	for _, b := range p.buckets {
+		if !p.mayBelongLocked(b, route) {
+			continue
+		}
 		var w time.Duration
 		switch {
 		case now.Before(b.holdUntil):
@@ -583,6 +587,33 @@ func (p *Pacer) exhaustedLocked(now time.Time) time.Duration {
 		}
 	}
 	return d
+}
+
+// readRoutes are the routes that only read (GET). The API documents the
+// class of one of them, the checkpoint listing: normal; the strict class is
+// the one the publishing calls spend.
+var readRoutes = map[string]bool{
+	RouteGetSplat: true, RouteCheckpoints: true,
+	RouteV1Me: true, RouteV1Splats: true, RouteV1GetSplat: true, RouteV1GetUpload: true,
+}
+
+// mayBelongLocked says whether route, of unknown class, may be in b's. Any
+// route may, except that a read route is taken not to be in a class that
+// holds no known read route: a batch's last publishes spend a strict
+// window, and a fresh daemon's first poll, right after them, would otherwise
+// wait that window out (up to a minute), once per state directory. Wrong,
+// the bet costs one 429, once per state directory too: the route's class is
+// learned from it and kept in pacer.json.
+func (p *Pacer) mayBelongLocked(b *bucket, route string) bool {
+	if !readRoutes[route] {
+		return true
+	}
+	for _, rt := range p.routes {
+		if rt.bucket == b && readRoutes[rt.name] {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Pacer) bucketLocked(limit int) *bucket {

@@ -994,6 +994,40 @@ func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	receive(t, held).release(nil)
 }
 
+// TestPacerReadRouteProbeSkipsAStrictWindow: a batch's last publishes spend
+// the strict window; the first poll (a read route, class unknown) does not
+// wait it out, since no read route is known to be strict, and it is not
+// counted in that window. A write route's first request still is held, and
+// so is a read route's once a read route is known to be in the class.
+func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, PacerOptions{})
+	t0 := clk.Now()
+	reset := t0.Add(60 * time.Second)
+	mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, reset, t0, "")) // strict, spent
+
+	poll := receive(t, waitAsync(context.Background(), p, RouteGetSplat))
+	if b := p.routes[RoutePublish].bucket; b.inFlight != 0 {
+		t.Errorf("the read probe was counted in the strict window (in flight %d)", b.inFlight)
+	}
+	poll.release(windowResp(200, 240, 239, reset, t0, ""))
+	if got := p.routes[RouteGetSplat].bucket.class; got != "normal" {
+		t.Fatalf("get_splat class = %q, want normal", got)
+	}
+	mustHoldFor(t, clk, p, RouteSignedURL, 60*time.Second+500*time.Millisecond/5,
+		"a write route's first request while the strict window is spent (until Reset)")
+
+	// A second pacer where a read route is known to be strict: the first
+	// request of another read route waits for the strict window too.
+	clk2 := newFakeClock()
+	q := newTestPacer(t, clk2, PacerOptions{})
+	t1 := clk2.Now()
+	mustWait(t, q, RouteCheckpoints)(windowResp(200, 10, 0, t1.Add(60*time.Second), t1, ""))
+	mustHoldFor(t, clk2, q, RouteGetSplat, 60*time.Second+500*time.Millisecond/5,
+		"a read route's first request while a class holding a read route is spent (until Reset)")
+}
+
 // TestReservationCancelledCostsNothing: a slot reserved and given back
 // unused (the file changed, a shutdown) does not count against the window.
 func TestReservationCancelledCostsNothing(t *testing.T) {
