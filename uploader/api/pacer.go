@@ -22,7 +22,8 @@ import (
 // limit share one bucket (sharing is the safe guess: if they really are
 // separate budgets, we only go slower). A route whose class is not yet known
 // sends one probe request and holds the others until the probe's headers
-// arrive.
+// arrive; the probe waits while a class it may belong to is spent (a read
+// route is taken not to belong to a class that holds no known read route).
 //
 // Within a known window the pacer uses the budget it is told it has: with A
 // requests available (Remaining minus requests in flight, which may or may
@@ -49,14 +50,31 @@ import (
 // racing them: it expects them to spend again what they spent last window
 // (or, the first time, as much again as seen so far), and takes at most what
 // that expected use leaves, at most an equal share of the window among the
-// clients it infers (1 + others' use in units of ours), and never the last
-// slot. The probe after a Reset always goes, so a heavy neighbour cannot
-// starve the daemon entirely.
+// clients it infers (1 + others' use in units of ours; no cap when the last
+// window was not spent), and never the last slot. The probe after a Reset
+// always goes, so a heavy neighbour cannot starve the daemon entirely.
 //
-// A 429 holds the whole class until the later of Reset and Retry-After. At
-// Reset it comes back with the same small jitter as at any window change, so
-// all clients of the token meet the new window together and see each other
-// in its count; a daemon that came back later would find it spent again.
+// Window roles. Daemons draining backlogs on one token meet every window at
+// its Reset, and the server's count names one of them the window's opener:
+// the one whose request it counted first (Remaining limit-1). The opener
+// waits a moment (a fifth of the jitter, at least minLandSpan, plus two round
+// trips) for the others' first requests of the window to land before its
+// second; the others leave the window's last two slots instead of one; the
+// opener then comes back for one on its old count and, on the fresh count
+// that answer gives, takes what is left. The opener changes with every
+// window's race to the Reset, so shares rotate; an opener that saw no one in
+// its window forgets the others by halves, so a daemon whose peers have
+// finished gets whole windows back within a few. (TestPacerFleet models
+// three daemons on the fake clock.) A lone daemon that opens a strict window
+// waits the same moment, so a peer starting at about the same time is seen
+// before the window is spent.
+//
+// A 429 holds the whole class until its Reset, or a Retry-After that asks for
+// more than a second beyond it (Retry-After is whole seconds: one within a
+// second of Reset is Reset rounded up). At Reset it comes back with the same
+// small jitter as at any window change, so all clients of the token meet the
+// new window together and see each other in its count; a daemon that came
+// back later would find it spent again.
 //
 // Restarts. With a state file (PacerOptions.StateFile, see pacerstate.go)
 // the known windows, holds and the route→class map outlive the process, so a
@@ -207,12 +225,12 @@ type bucket struct {
 	// requests of the window have surely reached the server (clients meet
 	// a Reset up to a fifth of the jitter apart), landSpan the time from
 	// our first answer to it; sawLanded: an answer to a request sent after
-	// it came. metReset: our probe of the window left at its start.
-	opener, sawLanded, metReset bool
-	firstPos                    int
-	firstLead, landSpan         time.Duration
-	landed                      time.Time
-	rtt                         time.Duration // a slowly decaying maximum of the class's round trips
+	// it came.
+	opener, sawLanded   bool
+	firstPos            int
+	firstLead, landSpan time.Duration
+	landed              time.Time
+	rtt                 time.Duration // a slowly decaying maximum of the class's round trips
 }
 
 // notSent is the release value of a slot given back unused (a
@@ -392,9 +410,6 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 		if b.probing && now.Sub(b.probeStart) < p.maxWait {
 			return nil, b.probeStart.Add(p.maxWait).Sub(now), "window probe in flight"
 		}
-		// Sent as the last window ended (a backlog waited for it), this
-		// probe meets the new one with whoever else of the token waited.
-		b.metReset = !b.resetAt.IsZero() && now.Sub(b.resetAt) <= p.jitter/5+minLandSpan
 		b.known, b.unconfirmed = false, false
 		b.probing, b.probeStart = true, now
 		b.inFlight++
@@ -406,14 +421,13 @@ func (p *Pacer) reserveLocked(name string, now time.Time) (*ticket, time.Duratio
 	if avail <= 0 {
 		return nil, b.resetAt.Sub(now), "no requests left before reset"
 	}
-	if b.own == 1 && b.foreign == 0 && now.Before(b.landed) && (b.othersLately(now) || b.metReset && b.careful(avail) != "") {
+	if b.own == 1 && b.foreign == 0 && now.Before(b.landed) && (b.othersLately(now) || b.careful(avail) != "") {
 		// We opened the window: let the first requests of the token's
 		// other clients meeting it land before our second, or we would
 		// spend it before they are seen (and they would draw the 429s).
-		// Always when others were seen lately; otherwise when we met the
-		// window at its Reset (as anyone else waiting for it did) and it
-		// is small enough to go one request at a time (a strict class),
-		// where the wait costs a fraction of a second per window.
+		// Always when others were seen lately; alone, in a window small
+		// enough to go one request at a time (a strict class), where the
+		// wait costs a fraction of a second per window.
 		return nil, b.landed.Sub(now), "letting the token's other clients open the window"
 	}
 	share, sharing := b.share(avail, now)

@@ -322,6 +322,10 @@ func TestPacerProbeHoldsOthersUntilHeaders(t *testing.T) {
 
 	now := clk.Now()
 	probe(windowResp(201, 10, 9, now.Add(60*time.Second), now, ""))
+	// A strict window's opener lets other clients' first requests land
+	// (a fifth of the default jitter) before its second.
+	clk.awaitParked(t, 1)
+	clk.Advance(200 * time.Millisecond)
 	r := receive(t, second)
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -399,9 +403,13 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Observer: rec}) // Rand 0.5 → 500 ms jitter
 	t0 := clk.Now()
 	// We spend the window ourselves (a window someone else spent would
-	// make the pacer share the next one).
-	for left := range []int{4, 3, 2, 1, 0} {
-		mustWait(t, p, RouteSignedURL)(windowResp(200, 5, 4-left, t0.Add(30*time.Second), t0, ""))
+	// make the pacer share the next one). Its opener's second request
+	// waits a moment for other clients' first ones (200 ms: a fifth of the
+	// jitter).
+	mustWait(t, p, RouteSignedURL)(windowResp(200, 5, 4, t0.Add(30*time.Second), t0, ""))
+	clk.Advance(200 * time.Millisecond)
+	for left := range []int{3, 2, 1, 0} {
+		mustWait(t, p, RouteSignedURL)(windowResp(200, 5, 3-left, t0.Add(30*time.Second), t0, ""))
 	}
 	if got := rec.remaining["strict"]; got != 0 {
 		t.Errorf("observer remaining = %d, want 0", got)
@@ -409,10 +417,10 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 
 	held := waitAsync(context.Background(), p, RouteSignedURL)
 	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 30*time.Second+100*time.Millisecond; got != want { // a fifth of the 0.5 s jitter at a window change
+	if got, want := clk.lastAsked(), 29*time.Second+900*time.Millisecond; got != want { // 200 ms gone; a fifth of the 0.5 s jitter at a window change
 		t.Fatalf("wait = %v, want %v (reset + jitter)", got, want)
 	}
-	clk.Advance(30 * time.Second) // not yet: the jitter is still running
+	clk.Advance(29*time.Second + 800*time.Millisecond) // not yet: the jitter is still running
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, held)
 
@@ -425,10 +433,9 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	mustNotReturn(t, third)
 	now := clk.Now()
 	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, ""))
-	// The probe's headers make the window known, with budget left. We met
-	// it at its start, as would anyone else of the token who waited for
-	// it: the third request lets their first requests land (a fifth of the
-	// jitter; the fake round trip is 0), then leaves.
+	// The probe's headers make the window known, with budget left: the
+	// third request lets other clients' first requests land (a fifth of
+	// the jitter; the fake round trip is 0), then leaves.
 	clk.awaitParked(t, 1)
 	if got := clk.lastAsked(); got != 200*time.Millisecond {
 		t.Fatalf("second request of the window waits %v, want 200ms", got)
@@ -1036,7 +1043,7 @@ func TestReservationCancelledCostsNothing(t *testing.T) {
 	p := newTestPacer(t, clk, PacerOptions{})
 	c := &Client{pacer: p}
 	t0 := clk.Now()
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, RoutePublish)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
 	for range 2 {
 		r, err := c.Reserve(context.Background(), RoutePublish)
 		if err != nil {
@@ -1045,8 +1052,8 @@ func TestReservationCancelledCostsNothing(t *testing.T) {
 		r.Cancel()
 	}
 	b := p.routes[RoutePublish].bucket
-	if b.remaining != 9 || b.inFlight != 0 || b.own != 1 {
-		t.Errorf("after 2 unused reservations: remaining %d, in flight %d, own %d; want 9, 0 and 1", b.remaining, b.inFlight, b.own)
+	if b.remaining != 239 || b.inFlight != 0 || b.own != 1 {
+		t.Errorf("after 2 unused reservations: remaining %d, in flight %d, own %d; want 239, 0 and 1", b.remaining, b.inFlight, b.own)
 	}
 }
 
