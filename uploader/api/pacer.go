@@ -570,7 +570,7 @@ func (b *bucket) rollWindow(now time.Time) {
 	switch {
 	case b.foreign == 0 && b.opener && b.startSpenders():
 		// halves (prev), though we could not look late
-	case b.foreign == 0 && b.lastLook > b.foreignLead && now.Sub(b.foreignSeen) < foreignMemory:
+	case b.foreign == 0 && b.lastLook > b.foreignLead && b.othersLately(now):
 		prev = b.prevForeign
 	}
 	b.opener, b.sawLanded = false, false

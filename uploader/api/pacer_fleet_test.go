@@ -18,9 +18,9 @@ type fleetServer struct {
 	mu  sync.Mutex
 	clk *fakeClock
 	fixedWindow
-	ok, r429    []int
-	first, last time.Time
-	trace       []string
+	span
+	ok, r429 []int
+	trace    []string
 }
 
 func newFleetServer(clk *fakeClock, limit int, window time.Duration, clients int) *fleetServer {
@@ -31,10 +31,7 @@ func (s *fleetServer) handle(who int) *http.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
-	if s.first.IsZero() {
-		s.first = now
-	}
-	s.last = now
+	s.mark(now)
 	resp, counted := s.charge(now)
 	if !counted {
 		s.r429[who]++

@@ -641,12 +641,12 @@ type simServer struct {
 	mu  sync.Mutex
 	clk *fakeClock
 	fixedWindow
-	ok, r429    int         // our requests
-	inFirst     int         // ours in the window of our first request
-	trace       []string    // when each request went, and whose it was (for failure reports)
-	sentAt      []time.Time // each of our requests, 429s included
-	nOK, n429   int         // the neighbour's
-	first, last time.Time   // our first request, our last answer
+	ok, r429  int         // our requests
+	inFirst   int         // ours in the window of our first request
+	trace     []string    // when each request went, and whose it was (for failure reports)
+	sentAt    []time.Time // each of our requests, 429s included
+	nOK, n429 int         // the neighbour's
+	span                  // our first request to our last
 }
 
 func newSimServer(clk *fakeClock, limit int, window time.Duration) *simServer {
@@ -660,6 +660,16 @@ type fixedWindow struct {
 	window time.Duration
 	start  time.Time
 	count  int
+}
+
+// span is the time from a test server's first request of ours to its last.
+type span struct{ first, last time.Time }
+
+func (s *span) mark(now time.Time) {
+	if s.first.IsZero() {
+		s.first = now
+	}
+	s.last = now
 }
 
 // charge counts one request at now if the window has room, and returns the
@@ -683,10 +693,7 @@ func (s *simServer) handle() *http.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
-	if s.first.IsZero() {
-		s.first = now
-	}
-	s.last = now
+	s.mark(now)
 	s.sentAt = append(s.sentAt, now)
 	resp, counted := s.charge(now)
 	if !counted {
