@@ -663,7 +663,7 @@ func httpGet(url string) (int, error) {
 // committing) and restarted each time. publish.on_uncertain is hold: a kill
 // after the API created a splat and before its id was committed cannot be
 // resolved by any client (no idempotency key, no lookup by storage key), so
-// such a job is held and the suite plays the operator, as DESIGN.md says:
+// such a job is held and the suite plays the operator, as docs/architecture.md says:
 // content the server shows published is confirmed, other content is
 // retried with `splatd retry`.
 func runKill(ctx context.Context, e *tenv) error {

@@ -15,7 +15,7 @@ import (
 )
 
 // The v1 figures' part sizes, chosen by the simulator as the server would:
-// 64 MiB is api-v1.md's example; the resume figure uses 8 MiB parts, near
+// 64 MiB is docs/api-v1.md's example; the resume figure uses 8 MiB parts, near
 // S3's 5 MiB minimum, so that its bound (parallel_parts × partSize) is
 // tight.
 const (

@@ -203,7 +203,7 @@ type PublishParams struct {
 }
 
 // ProtocolV1 is Job.Protocol of a job published through the SuperSplat
-// API v1 (api-v1.md).
+// API v1 (docs/api-v1.md).
 const ProtocolV1 = "v1"
 
 // Session is a job's upload session under the SuperSplat API v1. Each of

@@ -16,8 +16,8 @@ import (
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
-// The steps of the SuperSplat API v1 (api-v1.md). The stages are the
-// legacy ones with the meanings DESIGN.md gives them under v1, and every
+// The steps of the SuperSplat API v1 (docs/api-v1.md). The stages are the
+// legacy ones with the meanings docs/architecture.md gives them under v1, and every
 // side effect is preceded by the commit it depends on:
 //
 //	queued     → ready       content check and hash (the legacy step)

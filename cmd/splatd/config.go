@@ -22,7 +22,7 @@ import (
 )
 
 // Config is the YAML configuration file. Every key and its default is
-// documented in config.example.yaml; DESIGN.md holds the contract.
+// documented in config.example.yaml; docs/architecture.md holds the contract.
 type Config struct {
 	API            APIConfig     `yaml:"api"`
 	Upload         UploadConfig  `yaml:"upload"`

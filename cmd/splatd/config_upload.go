@@ -9,8 +9,8 @@ import (
 
 // The two protocols api.protocol chooses between.
 const (
-	protocolLegacy = "legacy" // api-spec.md: one signed URL, one PUT, publish
-	protocolV1     = "v1"     // api-v1.md: resumable multipart upload sessions
+	protocolLegacy = "legacy" // docs/api-legacy.md: one signed URL, one PUT, publish
+	protocolV1     = "v1"     // docs/api-v1.md: resumable multipart upload sessions
 )
 
 // validateUpload checks api.protocol and the upload section.
@@ -38,7 +38,7 @@ func (c *Config) bandwidth() api.Schedule {
 
 // protocolNotes says which keys the chosen protocol ignores, for `config
 // check` and the daemon's start: under v1 a splat is uploaded unlisted, with
-// no settings and no output-format choice (api-v1.md has no field for them).
+// no settings and no output-format choice (docs/api-v1.md has no field for them).
 func (c *Config) protocolNotes() []string {
 	if c.API.Protocol != protocolV1 {
 		return nil

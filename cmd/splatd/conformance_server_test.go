@@ -1,7 +1,7 @@
 package main
 
 // confServer is a second, deliberately different implementation of
-// api-spec.md (with the facts of API-NOTES.md), written independently of
+// docs/api-legacy.md (with the facts it records beyond the written contract), written independently of
 // uploader/apisim so that the conformance tests catch places where splatd
 // only works because of the simulator's choices. It varies what the spec
 // leaves open, per test:

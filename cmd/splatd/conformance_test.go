@@ -1,7 +1,7 @@
 package main
 
 // Conformance tests: the splatd binary against confServer
-// (conformance_server_test.go), an implementation of api-spec.md written
+// (conformance_server_test.go), an implementation of docs/api-legacy.md written
 // independently of uploader/apisim that makes the other choices the spec
 // leaves open (s3Key, numeric ids, "complete", storage on the API's own
 // host or on plain-HTTP loopback, no rate-limit headers, opaque checkpoint
@@ -59,7 +59,7 @@ func confCheckClean(t *testing.T, s *confServer) {
 		t.Errorf("storage received %d Authorization headers (first: %.20q...); the bearer must never go to storage", len(st.StorageAuth), st.StorageAuth[0])
 	}
 	if n := st.ByRoute["other"]; n > 0 {
-		t.Errorf("splatd made %d requests to routes api-spec.md does not have", n)
+		t.Errorf("splatd made %d requests to routes docs/api-legacy.md does not have", n)
 	}
 	if n := st.ByStatus[http.StatusTooManyRequests]; n > 0 {
 		t.Errorf("splatd earned %d 429s; the pacer must keep its own traffic under the advertised limit", n)

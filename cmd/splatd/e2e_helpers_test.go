@@ -387,7 +387,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// e2eReceipt is the receipt's contract (DESIGN.md), decoded independently
+// e2eReceipt is the receipt's contract (docs/architecture.md), decoded independently
 // of the uploader's type so that a renamed field shows here.
 type e2eReceipt struct {
 	File   string `json:"file"`

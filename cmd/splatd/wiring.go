@@ -12,7 +12,7 @@ import (
 )
 
 // The packages meet here. Each consumer declares the small interface it
-// needs (STYLE.md: interfaces live with their consumer); these assertions
+// needs (docs/conventions.md: interfaces live with their consumer); these assertions
 // keep the providers honest at compile time.
 var (
 	_ uploader.Store    = (*queue.Store)(nil)

@@ -661,7 +661,7 @@ func TestSplatOutcome(t *testing.T) {
 	}
 }
 
-// TestSplatOutcomeMinimalRecord: api-spec promises only id, hash, title,
+// TestSplatOutcomeMinimalRecord: docs/api-legacy.md promises only id, hash, title,
 // description and format from get-splat. Without a task object the format
 // tells: empty while processing, the output format once done.
 func TestSplatOutcomeMinimalRecord(t *testing.T) {

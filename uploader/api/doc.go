@@ -1,7 +1,7 @@
 // Package api talks to the splat publishing service: one concrete HTTPS
-// client for both of its protocols — the legacy API (api-spec.md: sign,
+// client for both of its protocols — the legacy API (docs/api-legacy.md: sign,
 // storage PUT, publish, get-splat, checkpoints) and the SuperSplat API v1
-// (api-v1.md: me, splats, upload sessions, part URLs, part PUTs, complete)
+// (docs/api-v1.md: me, splats, upload sessions, part URLs, part PUTs, complete)
 // — with the wire types and their tolerant decoding, the typed errors those
 // calls return, the token source, the rate-limit pacer shared by every
 // goroutine that uses one token, and the bandwidth limiter shared by every

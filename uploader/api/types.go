@@ -20,7 +20,7 @@ const (
 	RouteGetSplat    = "get_splat"   // GET /api/splats/{id}
 	RouteCheckpoints = "checkpoints" // GET /api/branches/{branchId}/checkpoints
 
-	// SuperSplat API v1, under {base_url}/api/supersplat (api-v1.md).
+	// SuperSplat API v1, under {base_url}/api/supersplat (docs/api-v1.md).
 	RouteV1Me           = "v1_me"            // GET /v1/me
 	RouteV1Splats       = "v1_splats"        // GET /v1/splats
 	RouteV1GetSplat     = "v1_get_splat"     // GET /v1/splats/{splatId}
@@ -38,7 +38,7 @@ var Routes = []string{
 	RouteV1PartURLs, RouteV1Complete, RouteV1PartPut,
 }
 
-// Key field names of the signed-URL response. api-spec.md says storageKey,
+// Key field names of the signed-URL response. docs/api-legacy.md says storageKey,
 // the public documentation and editor say s3Key; publish must get the key back
 // under the name it arrived with.
 const (
@@ -71,7 +71,7 @@ type Task struct {
 }
 
 // Splat is a splat record as returned by publish and get-splat. Decoding is
-// tolerant (see API-NOTES.md): the id and version keep the string form of a
+// tolerant (see docs/api-legacy.md): the id and version keep the string form of a
 // JSON number, and fields whose type or name varies never fail a decode.
 type Splat struct {
 	ID          string     `json:"id"`
@@ -90,7 +90,7 @@ type Splat struct {
 	ReleaseNotes  string `json:"releaseNotes,omitempty"` // releaseNotes or release_notes
 	HasThumbnails bool   `json:"hasThumbnails"`          // hasThumbnails, or thumbnails > 0
 
-	// NoTask is set when the record carries no task object at all: api-spec
+	// NoTask is set when the record carries no task object at all: docs/api-legacy.md
 	// promises only id, hash, title, description and format from get-splat.
 	NoTask bool `json:"-"`
 }
@@ -126,7 +126,7 @@ func (o Outcome) String() string {
 }
 
 // Outcome classifies Task.Status. Only `running` is documented, so the sets
-// below are the defensive lists of API-NOTES.md, compared case-insensitively.
+// below are the defensive lists of docs/api-legacy.md, compared case-insensitively.
 // A record with no status but completedAt set and no message is done: some
 // servers clear the task once it finishes.
 func (s Splat) Outcome() Outcome {
@@ -304,7 +304,7 @@ type wireSplat struct {
 	Format            jsonText  `json:"format"`
 	URL               jsonText  `json:"url"`
 	Version           jsonText  `json:"version"`
-	Task              *wireTask `json:"task"` // nil: the record has no task (api-spec's minimal get-splat)
+	Task              *wireTask `json:"task"` // nil: the record has no task (docs/api-legacy.md's minimal get-splat)
 	CreatedAt         jsonTime  `json:"createdAt"`
 	CompletedAt       jsonTime  `json:"completedAt"`
 	Listed            jsonBool  `json:"listed"`

@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 )
 
-// The SuperSplat API v1 (api-v1.md): resumable multipart uploads through
+// The SuperSplat API v1 (docs/api-v1.md): resumable multipart uploads through
 // presigned S3 part URLs. Every call below goes through the same Client as
 // the legacy API: same token, same origin-bound bearer, same pacer (each
 // route learns its rate-limit class from X-RateLimit-* and honours 429 and

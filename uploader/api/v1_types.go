@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Limits of the SuperSplat API v1 (api-v1.md), exact. The client refuses a
+// Limits of the SuperSplat API v1 (docs/api-v1.md), exact. The client refuses a
 // request outside them with a *RequestError before anything is sent, except
 // for title and description, which it cuts (see CreateUploadRequest).
 const (
@@ -32,7 +32,7 @@ const UploadClientID = "splatd"
 // SourceFormat is the format of the uploaded file (CreateUploadRequest).
 type SourceFormat string
 
-// Source formats of api-v1.md. SourceFormatSPZ exists in one published
+// Source formats of docs/api-v1.md. SourceFormatSPZ exists in one published
 // revision only; splatd itself sends ply or sog.
 const (
 	SourceFormatPLY  SourceFormat = "ply"

@@ -22,7 +22,7 @@ type apiRoute struct {
 	name   string
 	method string
 	serve  func(w http.ResponseWriter, r *http.Request, param string) int
-	v1     bool // answers with api-v1.md's error messages
+	v1     bool // answers with docs/api-v1.md's error messages
 }
 
 // Handler serves the API routes. Every answer passes through the same gate:
@@ -142,7 +142,7 @@ func bearer(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-// jsonError answers {"error": msg}, the error shape of api-spec.md.
+// jsonError answers {"error": msg}, the error shape of docs/api-legacy.md.
 func jsonError(w http.ResponseWriter, code int, msg string) int {
 	return writeJSON(w, code, map[string]string{"error": msg})
 }
@@ -482,11 +482,11 @@ func (sp *splat) record(now time.Time, o Options) SplatRecord {
 	}
 }
 
-// json renders the record with the field shapes of api-spec.md's Splat
+// json renders the record with the field shapes of docs/api-legacy.md's Splat
 // table (or the AltFields spellings).
 //
 // The publish answer (created=true) always says "running", even with no
-// processing delay, as api-spec.md observes.
+// processing delay, as docs/api-legacy.md observes.
 func (sp *splat) json(now time.Time, o Options, created bool) map[string]any {
 	status, msg, done := sp.state(now, o)
 	if created {

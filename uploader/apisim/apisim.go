@@ -1,5 +1,5 @@
 // Package apisim is an in-process simulator of the splat publishing API and
-// its object storage, written from api-spec.md and api-v1.md alone so that it
+// its object storage, written from docs/api-legacy.md and docs/api-v1.md alone so that it
 // can catch the client's misreadings of the specs instead of sharing them.
 //
 // A Server listens on two loopback TLS ports: the API and the object storage
@@ -88,7 +88,7 @@ const (
 	RoutePartPut        = "part_put"         // PUT {part url} on the storage listener
 )
 
-// Class is a rate-limit class of api-spec.md's "Limits" table.
+// Class is a rate-limit class of docs/api-legacy.md's "Limits" table.
 type Class string
 
 // The three rate-limit classes.
@@ -98,14 +98,14 @@ const (
 	ClassAssets Class = "assets"
 )
 
-// Key field names of the signed-URL response (see API-NOTES.md).
+// Key field names of the signed-URL response (see docs/api-legacy.md).
 const (
 	KeyFieldStorageKey = "storageKey"
 	KeyFieldS3Key      = "s3Key"
 )
 
 // Defaults applied by New to zero-valued Options fields. The limits are the
-// "personal or organization account" column of api-spec.md.
+// "personal or organization account" column of docs/api-legacy.md.
 const (
 	DefaultListen          = "127.0.0.1:0"
 	DefaultWindow          = time.Minute
@@ -154,7 +154,7 @@ type Options struct {
 	ExtraTokens []string
 
 	// KeyField is the name of the key field in the signed-URL response:
-	// "storageKey" (default, api-spec.md) or "s3Key" (API-NOTES.md).
+	// "storageKey" (default) or "s3Key" (both in docs/api-legacy.md).
 	KeyField string
 	// NumericIDs makes splat ids JSON numbers (50) instead of strings ("50").
 	NumericIDs bool
@@ -175,7 +175,7 @@ type Options struct {
 	// (normal 240, strict 10, assets 120).
 	Limits map[Class]int
 	// Classes maps a route (Route* constant) to its class; unlisted routes
-	// are ClassNormal, the v1 routes included (api-v1.md documents no
+	// are ClassNormal, the v1 routes included (docs/api-v1.md documents no
 	// limits). Pacing tests set e.g. {RoutePublish: ClassStrict} or
 	// {RouteV1CreateUpload: ClassStrict, RouteV1Complete: ClassStrict}.
 	Classes map[string]Class

@@ -32,7 +32,7 @@ type Stats struct {
 	// Authorization header; a correct client keeps it at 0.
 	StorageAuthHeaders int
 	// StorageOddContentType counts storage PUTs whose Content-Type was not
-	// api-spec.md's binary/octet-stream (accepted anyway; a presigned URL
+	// docs/api-legacy.md's binary/octet-stream (accepted anyway; a presigned URL
 	// that signs the type would refuse them).
 	StorageOddContentType int
 	// StorageRefused counts storage PUTs refused for a bad or expired

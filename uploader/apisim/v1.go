@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// v1Prefix is where the SuperSplat API v1 routes live (api-v1.md).
+// v1Prefix is where the SuperSplat API v1 routes live (docs/api-v1.md).
 const v1Prefix = "/api/supersplat/v1/"
 
-// v1Messages are api-v1.md's documented error messages; every non-2xx v1
+// v1Messages are docs/api-v1.md's documented error messages; every non-2xx v1
 // answer carries one of them (5xx faults excepted).
 var v1Messages = map[int]string{
 	http.StatusBadRequest:            "Invalid request",
@@ -30,7 +30,7 @@ func v1Error(w http.ResponseWriter, code int) int {
 	return jsonError(w, code, v1Messages[code])
 }
 
-// Session statuses of api-v1.md.
+// Session statuses of docs/api-v1.md.
 const (
 	statusCreated    = "created"
 	statusUploading  = "uploading"
@@ -191,7 +191,7 @@ func (s *Server) handleV1GetSplat(w http.ResponseWriter, r *http.Request, id str
 	return writeJSON(w, http.StatusOK, sp.v1JSON(s.now(), s.o))
 }
 
-// v1JSON renders a splat as api-v1.md's Splat.
+// v1JSON renders a splat as docs/api-v1.md's Splat.
 func (sp *splat) v1JSON(now time.Time, o Options) map[string]any {
 	status, _, done := sp.state(now, o)
 	var format, completedAt any
@@ -359,7 +359,7 @@ func (s *Server) handleV1GetUpload(w http.ResponseWriter, r *http.Request, id st
 	return s.writeSession(w, r, http.StatusOK, u)
 }
 
-// writeSession answers u as api-v1.md's UploadSession, with the parts
+// writeSession answers u as docs/api-v1.md's UploadSession, with the parts
 // storage holds (or, once completed, the parts it was completed with).
 func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, code int, u *upload) int {
 	s.mu.Lock()

@@ -152,7 +152,7 @@ func (c *client) putParts(id string, data []byte, partSize int64, nums ...int) m
 	return etags
 }
 
-// putRaw PUTs data with only Content-Length, as api-v1.md asks.
+// putRaw PUTs data with only Content-Length, as docs/api-v1.md asks.
 func (c *client) putRaw(u string, data []byte) (reply, error) {
 	c.t.Helper()
 	req, err := http.NewRequest(http.MethodPut, u, bytes.NewReader(data))
