@@ -282,20 +282,20 @@ func (s *Server) readiness() Readiness {
 // sourceError answers 500 for a failing StatusSource. The error may come
 // from the store or the pacer, so its text is scrubbed like any other.
 func (s *Server) sourceError(w http.ResponseWriter, what string, err error) {
-	msg := scrub(err.Error())
+	msg := state.ScrubText(err.Error())
 	s.opts.Logger.Error().Str("endpoint", what).Str("error", msg).Msg("status source failed")
 	writeJSONError(w, http.StatusInternalServerError, what+": "+msg)
 }
 
 // cleanStatus scrubs the free texts of st and fills in every known stage.
 func cleanStatus(st Status) Status {
-	st.Token.Advice = scrub(st.Token.Advice)
+	st.Token.Advice = state.ScrubText(st.Token.Advice)
 	if st.Token.State == "" {
 		st.Token.State = TokenUnknown
 	}
 	reasons := make([]string, len(st.Ready.Reasons))
 	for i, r := range st.Ready.Reasons {
-		reasons[i] = scrub(r)
+		reasons[i] = state.ScrubText(r)
 	}
 	st.Ready.Reasons = reasons
 	queue := make(map[state.Stage]int, len(state.Stages))
@@ -321,8 +321,8 @@ func cleanStatus(st Status) Status {
 // cleanJob scrubs the free texts of j and reduces its viewer link to what
 // opens the scene.
 func cleanJob(j Job) Job {
-	j.LastError = scrub(j.LastError)
-	j.FailReason = scrub(j.FailReason)
+	j.LastError = state.ScrubText(j.LastError)
+	j.FailReason = state.ScrubText(j.FailReason)
 	j.ViewerURL = viewerLink(j.ViewerURL)
 	return j
 }

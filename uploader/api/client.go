@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/state"
 )
 
 // Client limits and defaults.
@@ -136,13 +137,13 @@ func parseBaseURL(raw string) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", redactURL(raw))
+		return nil, fmt.Errorf("uploader: API base URL %q is not a URL", state.RedactURL(raw))
 	}
 	if !strings.EqualFold(u.Scheme, "https") {
 		return nil, fmt.Errorf("uploader: API base URL scheme %q is not allowed: only https is accepted", u.Scheme)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("uploader: API base URL %q has no host", redactURL(raw))
+		return nil, fmt.Errorf("uploader: API base URL %q has no host", state.RedactURL(raw))
 	}
 	if u.User != nil {
 		return nil, errors.New("uploader: API base URL must not carry credentials; use the token")
@@ -237,7 +238,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	}
 	req, err := http.NewRequestWithContext(ctx, method, s, r)
 	if err != nil {
-		return nil, fmt.Errorf("uploader: building request: %s", scrub(err.Error(), []string{c.currentToken()}))
+		return nil, fmt.Errorf("uploader: building request: %s", state.ScrubText(err.Error(), c.currentToken()))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -330,12 +331,12 @@ func (c *Client) checkResponse(route string, resp *http.Response, extra []string
 		if loc == "" {
 			e.Message = "redirect without a Location"
 		} else {
-			e.Message = "redirect to " + redactURL(loc) + " not followed (only same-origin redirects are)"
+			e.Message = "redirect to " + state.RedactURL(loc) + " not followed (only same-origin redirects are)"
 		}
 	} else {
 		e.Message = errorMessage(body, resp.StatusCode)
 	}
-	e.Message = scrub(e.Message, c.secrets(extra))
+	e.Message = state.ScrubText(e.Message, c.secrets(extra)...)
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
 		e.Reset = parseReset(resp.Header)
@@ -513,7 +514,7 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 func (c *Client) storagePut(ctx context.Context, route, signedURL string, body io.Reader, size int64, progress func(sent int64), contentType string) (http.Header, error) {
 	u, err := url.Parse(signedURL)
 	if err != nil || !u.IsAbs() || u.Host == "" {
-		return nil, fmt.Errorf("%s: invalid signed URL %s", route, redactURL(signedURL))
+		return nil, fmt.Errorf("%s: invalid signed URL %s", route, state.RedactURL(signedURL))
 	}
 	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
 		// Plain http is tolerated only on this machine (a local MinIO, a
@@ -523,7 +524,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	if size < 0 {
 		return nil, fmt.Errorf("%s: negative size %d", route, size)
 	}
-	secrets := c.secrets(urlSecrets(u))
+	secrets := c.secrets(state.URLSecrets(u))
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -541,7 +542,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), rb)
 	if err != nil {
-		return nil, fmt.Errorf("%s: building request: %s", route, scrub(err.Error(), secrets))
+		return nil, fmt.Errorf("%s: building request: %s", route, state.ScrubText(err.Error(), secrets...))
 	}
 	req.ContentLength = size
 	if contentType != "" {
@@ -563,7 +564,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 		}
 		c.obs.APIRequest(route, 0, c.now().Sub(start))
 		err = wrapNetErr(route, err, secrets)
-		c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Err(err).Msg("storage PUT failed")
+		c.log.Debug().Str("route", route).Str("url", state.RedactURL(signedURL)).Err(err).Msg("storage PUT failed")
 		return nil, err
 	}
 	defer resp.Body.Close()
@@ -574,7 +575,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	if err != nil {
 		return nil, err
 	}
-	c.log.Debug().Str("route", route).Str("url", redactURL(signedURL)).Int64("bytes", size).Float64("took_s", d.Seconds()).Msg("storage PUT done")
+	c.log.Debug().Str("route", route).Str("url", state.RedactURL(signedURL)).Int64("bytes", size).Float64("took_s", d.Seconds()).Msg("storage PUT done")
 	return resp.Header, nil
 }
 

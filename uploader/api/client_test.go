@@ -685,29 +685,6 @@ func TestSplatOutcomeMinimalRecord(t *testing.T) {
 	}
 }
 
-func TestClientRedactURL(t *testing.T) {
-	t.Parallel()
-	cases := map[string]string{
-		"https://s.example/b/k?X-Amz-Signature=abc":   "https://s.example/b/k?REDACTED",
-		"https://user:pw@s.example/b/k":               "https://s.example/b/k",
-		"https://s.example/b/k":                       "https://s.example/b/k",
-		"https://s.example/b/k#frag":                  "https://s.example/b/k?REDACTED",
-		"::not a url?sig=1":                           "::not a url?REDACTED",
-		"see https://s.example/x?sig=abc for details": "", // via scrub below
-	}
-	for in, want := range cases {
-		if want == "" {
-			continue
-		}
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if got := scrub("see https://s.example/x?sig=abc, and tok123456 too", []string{"tok123456"}); got != "see https://s.example/x?REDACTED and REDACTED too" {
-		t.Errorf("scrub = %q", got)
-	}
-}
-
 // BenchmarkPut uploads bodies of two sizes from a generating io.Reader to a
 // loopback TLS storage server. B/op must stay flat across sizes: the body is
 // streamed, never buffered.

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/splatd/splatd/state"
 )
 
 // APIError is every non-2xx answer, from the API or from object storage.
@@ -222,4 +225,15 @@ func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 		return d
 	}
 	return 0
+}
+
+// wrapNetErr wraps a transport error for route: *url.Error's URL is
+// scrubbed in place (so errors.As callers see the scrubbed URL too) and the
+// text is scrubbed of secrets.
+func wrapNetErr(route string, err error, secrets []string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = state.RedactURL(ue.URL)
+	}
+	return &netError{route: route, text: state.ScrubText(err.Error(), secrets...), err: err}
 }

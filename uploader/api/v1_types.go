@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 // Limits of the SuperSplat API v1 (docs/api-v1.md), exact. The client refuses a
@@ -195,7 +197,7 @@ type PartURL struct {
 
 // String shows the part number, the URL without its query, and the expiry.
 func (p PartURL) String() string {
-	s := "part " + strconv.Itoa(p.PartNumber) + " " + redactURL(p.URL)
+	s := "part " + strconv.Itoa(p.PartNumber) + " " + state.RedactURL(p.URL)
 	if !p.ExpiresAt.IsZero() {
 		s += " expires " + p.ExpiresAt.UTC().Format(time.RFC3339)
 	}

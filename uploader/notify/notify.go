@@ -140,7 +140,7 @@ func New(o Options) (*Notifier, error) {
 	if o.Webhook != "" {
 		u, err := url.Parse(o.Webhook)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return nil, fmt.Errorf("notify: webhook %q is not an http(s) URL", redactURL(o.Webhook))
+			return nil, fmt.Errorf("notify: webhook %q is not an http(s) URL", state.URLOrigin(o.Webhook))
 		}
 	}
 	if o.Client == nil {
@@ -255,7 +255,7 @@ func (n *Notifier) Shutdown(ctx context.Context) error {
 // failures. The URL is logged without its path and query, which for chat
 // webhooks are the secret.
 func (n *Notifier) post(d delivery) {
-	log := n.log.With().Str("kind", KindWebhook).Str("webhook", redactURL(n.o.Webhook)).
+	log := n.log.With().Str("kind", KindWebhook).Str("webhook", state.URLOrigin(n.o.Webhook)).
 		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
 	var err error
 	for try := 1; try <= n.o.Tries; try++ {
@@ -405,18 +405,4 @@ func (c *capped) String() string {
 		s += fmt.Sprintf(" … (%d more bytes)", c.dropped)
 	}
 	return s
-}
-
-// redactURL keeps a URL's scheme and host: the path and query of a chat
-// webhook are its secret.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return "(unparsable URL)"
-	}
-	r := u.Scheme + "://" + u.Host
-	if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-		r += "/…"
-	}
-	return r
 }
