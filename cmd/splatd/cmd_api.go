@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
@@ -249,20 +250,7 @@ func describe(i splatfile.Info) string {
 	if i.Vertices > 0 {
 		s += fmt.Sprintf(", %d splats", i.Vertices)
 	}
-	return s + ", " + humanBytes(i.Size)
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	return s + ", " + state.HumanSize(i.Size)
 }
 
 func cmdPublish(ctx context.Context, c *cli, args []string) int {
@@ -390,13 +378,13 @@ func (p *progress) update(sent, size int64) {
 		const width = 30
 		fill := pct * width / 100
 		fmt.Fprintf(p.w, "\r  [%s%s] %3d%% %s/%s %s/s ", strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
-			pct, humanBytes(sent), humanBytes(size), humanBytes(int64(rate)))
+			pct, state.HumanSize(sent), state.HumanSize(size), state.HumanSize(int64(rate)))
 		p.drawn = true
 		return
 	}
 	if pct/25 > p.lastPct/25 || (p.lastPct < 0) {
 		p.lastPct = pct
-		fmt.Fprintf(p.w, "%s: uploaded %d%% (%s of %s, %s/s)\n", p.name, pct, humanBytes(sent), humanBytes(size), humanBytes(int64(rate)))
+		fmt.Fprintf(p.w, "%s: uploaded %d%% (%s of %s, %s/s)\n", p.name, pct, state.HumanSize(sent), state.HumanSize(size), state.HumanSize(int64(rate)))
 	}
 }
 

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
@@ -121,41 +120,17 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	return exitOK
 }
 
-// byteSize is a flag value in bytes that also takes the units people type:
-// "1048576", "5MiB", "40MB", "2GiB" (KB/MB/GB are powers of 1000, KiB/MiB/GiB
-// of 1024, as in curl --limit-rate and S3's documentation).
+// byteSize is a flag value in bytes, in the program's one unit rule
+// (state.ParseSize): "1048576", "5MiB", "10M", "40MB".
 type byteSize int64
 
-var byteUnits = []struct {
-	suffix string
-	mult   int64
-}{
-	{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-	{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
-}
-
 func (b *byteSize) Set(s string) error {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range byteUnits {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = strings.TrimSpace(num), u.mult
-			break
-		}
+	n, err := state.ParseSize(s)
+	if err != nil {
+		return err
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return fmt.Errorf("want a size such as 1048576, 5MiB or 40MB")
-	}
-	*b = byteSize(n * mult)
+	*b = byteSize(n)
 	return nil
 }
 
-func (b byteSize) String() string {
-	for _, u := range byteUnits {
-		if u.mult > 1 && b != 0 && int64(b)%u.mult == 0 {
-			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(int64(b), 10)
-}
+func (b byteSize) String() string { return state.FormatSize(int64(b)) }

@@ -3,11 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/url"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -70,7 +68,7 @@ func (u WebhookURL) MarshalYAML() (any, error) {
 }
 
 // ByteSize is a size in bytes written as 1048576, 512KiB, 20GiB or 5MB in
-// YAML (K, M, G, T alone are binary, as in rclone).
+// YAML, in the program's one unit rule (state.ParseSize).
 type ByteSize int64
 
 // UnmarshalYAML parses a size; a negative one is an error.
@@ -78,7 +76,7 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("want a size such as 512KiB or 20GiB")
 	}
-	v, err := parseByteSize(n.Value)
+	v, err := state.ParseSize(n.Value)
 	if err != nil {
 		return err
 	}
@@ -89,45 +87,7 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML prints the size in the largest binary unit that divides it.
 func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
 
-func (b ByteSize) String() string {
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if b != 0 && int64(b)%u.size == 0 {
-			return strconv.FormatInt(int64(b)/u.size, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(int64(b), 10)
-}
-
-func parseByteSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	i := 0
-	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
-		i++
-	}
-	num, unit := s[:i], strings.TrimSpace(s[i:])
-	f, err := strconv.ParseFloat(num, 64)
-	if num == "" || err != nil {
-		return 0, fmt.Errorf("%q is not a size (want e.g. 0, 512KiB, 20GiB or 5MB)", s)
-	}
-	mult := map[string]float64{
-		"": 1, "b": 1,
-		"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-		"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-		"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-		"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
-	}[strings.ToLower(unit)]
-	if mult == 0 {
-		return 0, fmt.Errorf("%q: unknown unit %q (want B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)", s, unit)
-	}
-	v := math.Round(f * mult)
-	if v > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return int64(v), nil
-}
+func (b ByteSize) String() string { return state.FormatSize(int64(b)) }
 
 // publishFor returns the publish defaults of a watch entry's files: the
 // global block with the entry's own laid over it. Folder .splat.yaml files

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // TestFolderConfigProblems: every problem of a watch entry's own blocks,
@@ -162,21 +164,16 @@ after:
 	}
 }
 
-func TestParseByteSize(t *testing.T) {
+func TestByteSizeYAML(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]int64{
-		"0": 0, "1048576": 1 << 20, "1KiB": 1 << 10, "1k": 1 << 10, "1kB": 1000, "20GiB": 20 << 30,
-		"5MB": 5e6, "1.5MiB": 3 << 19, "2 TiB": 2 << 40, "512B": 512,
-	} {
-		got, err := parseByteSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
+	var v struct {
+		Max ByteSize `yaml:"max"`
 	}
-	for _, in := range []string{"", "-1", "KiB", "1 apple", "1e3"} {
-		if _, err := parseByteSize(in); err == nil {
-			t.Errorf("parseByteSize(%q) accepted", in)
-		}
+	if err := yaml.Unmarshal([]byte("max: 10M"), &v); err != nil || v.Max != 10<<20 {
+		t.Errorf("max: 10M = %d, %v", v.Max, err)
+	}
+	if err := yaml.Unmarshal([]byte("max: 10Mb"), &v); err == nil || !strings.Contains(err.Error(), "bits") {
+		t.Errorf("max: 10Mb: err = %v, want the bits error", err)
 	}
 	if s := ByteSize(20 << 30).String(); s != "20GiB" {
 		t.Errorf("String = %s", s)

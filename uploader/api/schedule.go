@@ -3,11 +3,12 @@ package api
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 // Bandwidth syntax, after rclone's --bwlimit (upload side only).
@@ -206,18 +207,16 @@ func bwDigits(s string) bool {
 	return true
 }
 
-// parseBandwidthRate parses one rate; 0 means unlimited.
+// parseBandwidthRate parses one rate; 0 means unlimited. Units follow the
+// program's one rule (state.ParseSize); a non-zero rate must name one, since
+// a bare number reads as bytes to some and bits to others.
 func parseBandwidthRate(s string) (int64, error) {
 	if strings.EqualFold(s, "off") {
 		return 0, nil
 	}
 	s = strings.TrimSuffix(s, "/s")
-	i := 0
-	for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
-		i++
-	}
-	num, unit := s[:i], s[i:]
-	if num == "" {
+	num := strings.TrimRight(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+	if num == "" || !strings.ContainsRune("0123456789.", rune(s[0])) {
 		return 0, fmt.Errorf("rate %q does not start with a number (want e.g. 20MiB/s, 512k or off)", s)
 	}
 	f, err := strconv.ParseFloat(num, 64)
@@ -227,43 +226,19 @@ func parseBandwidthRate(s string) (int64, error) {
 	if f == 0 {
 		return 0, nil // 0 in any unit is off
 	}
-	var mult float64
-	switch {
-	case unit == "":
+	if num == s {
 		return 0, fmt.Errorf("rate %q has no unit (write e.g. %sKiB/s or %sMiB/s; 0 or off for no limit)", s, num, num)
-	case unit == "B":
-		mult = 1
-	default:
-		var bin, si float64
-		switch unit[0] {
-		case 'k', 'K':
-			bin, si = 1<<10, 1e3
-		case 'm', 'M':
-			bin, si = 1<<20, 1e6
-		case 'g', 'G':
-			bin, si = 1<<30, 1e9
-		default:
-			return 0, fmt.Errorf("rate %q: unknown unit %q (want B, K/KiB, M/MiB, G/GiB, kB, MB or GB)", s, unit)
-		}
-		switch unit[1:] {
-		case "", "i", "iB":
-			mult = bin
-		case "B":
-			mult = si
-		case "b", "ib":
-			return 0, fmt.Errorf("rate %q: lower-case b reads as bits; splatd limits bytes (write %s%cB/s or %s%ciB/s)", s, num, unit[0], num, unit[0])
-		default:
-			return 0, fmt.Errorf("rate %q: unknown unit %q (want B, K/KiB, M/MiB, G/GiB, kB, MB or GB)", s, unit)
-		}
 	}
-	r := math.Round(f * mult)
+	r, err := state.ParseSize(s)
 	switch {
+	case err != nil:
+		return 0, fmt.Errorf("rate %w", err)
 	case r < 1:
 		return 0, fmt.Errorf("rate %q is below 1 byte per second (use 0 or off for no limit)", s)
 	case r > bwMaxRate:
 		return 0, fmt.Errorf("rate %q is too large", s)
 	}
-	return int64(r), nil
+	return r, nil
 }
 
 // At returns the limit in bytes per second at t (read in local time); 0
@@ -304,15 +279,11 @@ func bwFormatRate(r int64) string {
 	if r == 0 {
 		return "off"
 	}
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
-		if r%u.size == 0 {
-			return strconv.FormatInt(r/u.size, 10) + u.name + "/s"
-		}
+	f := state.FormatSize(r)
+	if strings.Trim(f, "0123456789") == "" {
+		f += "B" // a bare number would read as "no unit"
 	}
-	return strconv.FormatInt(r, 10) + "B/s"
+	return f + "/s"
 }
 
 // bwMinuteOfWeek counts minutes from Monday 00:00 on t's wall clock.

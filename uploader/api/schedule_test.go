@@ -82,7 +82,7 @@ func TestParseBandwidthErrors(t *testing.T) {
 		{"1.2.3M", "1.2.3M", "not a number"},
 		{"10Mb/s", "10Mb/s", "bits"},
 		{"10X", "10X", "unknown unit"},
-		{"10T", "10T", "unknown unit"},
+		{"10P", "10P", "unknown unit"},
 		{"10MiBs", "10MiBs", "unknown unit"},
 		{"0.1B/s", "0.1B/s", "below 1 byte"},
 		{"99999999999G", "99999999999G", "too large"},
