@@ -42,6 +42,10 @@ const (
 	// like PauseToken, report the Kind (not ready, alert), try again after
 	// Delay and resume by itself once it clears.
 	WaitConfig
+	// Hold: the call may have taken effect although its 2xx answer could
+	// not be read (a legacy publish), so repeating it could do it twice.
+	// Never repeat it: hold the job for an operator, or give up.
+	Hold
 )
 
 func (a Action) String() string {
@@ -60,6 +64,8 @@ func (a Action) String() string {
 		return "stop"
 	case WaitConfig:
 		return "config"
+	case Hold:
+		return "hold"
 	}
 	return "unknown"
 }
@@ -77,14 +83,78 @@ type Decision struct {
 	Reason string
 }
 
-// Policy is the one retry rule, with its backoffs. The worker and the
-// one-shot commands use the same rule; only their patience differs (the
-// one-shot commands give up after a few attempts, the daemon never does).
-type Policy struct {
-	// Backoff paces Retry and Resign: 2 s doubling to 5 min, equal jitter,
-	// when zero (DefaultBackoff). A server's Retry-After, or a 429's reset,
-	// lengthens a delay, never shortens it.
+// Profile names a kind of caller of the retry rule. Every retry in the
+// program is one of these; each has its own patience (Patience): how its
+// delays grow and whether it gives up.
+type Profile int
+
+const (
+	// ProfileJob is a job's step in the daemon: it never gives up (a job is
+	// failed only by a permanent answer), 2 s doubling to 5 min.
+	ProfileJob Profile = iota
+	// ProfileOneShot is a step of `splatd publish` / `checkpoints`: someone
+	// waits at a terminal, so it gives up after 5 tries, on the job backoff.
+	ProfileOneShot
+	// ProfilePart is one v1 part PUT inside a job's upload step: the job's
+	// pace, never giving up while the job runs.
+	ProfilePart
+	// ProfileAfter is a final job's after-action (receipt, move, delete):
+	// 10 s doubling to 10 min, for as long as the daemon runs. It is never
+	// given up, not even on an error that fails a job step: the job is
+	// final already, and a fixed folder or disk lets the action through.
+	ProfileAfter
+	// ProfileWebhook is one webhook delivery: 5 tries about 10, 20, 40, 80 s
+	// apart, so a receiver's restart or deploy is bridged.
+	ProfileWebhook
+	// ProfileStore is the job store failing (full disk, I/O error): 1 s
+	// doubling to 30 s, for as long as it fails.
+	ProfileStore
+	// ProfileToken is the token prober while the API refuses the token:
+	// 30 s doubling to 5 min (retrying every job would only burn the limit).
+	ProfileToken
+	// ProfileConfig paces the pauses of a configuration error (WaitConfig):
+	// 5 s doubling to 5 min.
+	ProfileConfig
+)
+
+var profileNames = [...]string{"job", "one-shot", "part", "after-action", "webhook", "store", "token prober", "config pause"}
+
+func (p Profile) String() string {
+	if int(p) < len(profileNames) {
+		return profileNames[p]
+	}
+	return "unknown"
+}
+
+// Patience is how a kind of caller retries.
+type Patience struct {
 	Backoff Backoff
+	// Tries bounds the attempts of one step; after the last, a decision to
+	// retry becomes Fail. Zero: never give up.
+	Tries int
+}
+
+// DefaultPatience is every profile's patience unless a Policy overrides it.
+var DefaultPatience = map[Profile]Patience{
+	ProfileJob:     {Backoff: DefaultBackoff},
+	ProfileOneShot: {Backoff: DefaultBackoff, Tries: 5},
+	ProfilePart:    {Backoff: DefaultBackoff},
+	ProfileAfter:   {Backoff: Backoff{Base: 10 * time.Second, Cap: 10 * time.Minute, Jitter: EqualJitter}},
+	ProfileWebhook: {Backoff: Backoff{Base: 10 * time.Second, Cap: 2 * time.Minute, Jitter: EqualJitter}, Tries: 5},
+	ProfileStore:   {Backoff: Backoff{Base: time.Second, Cap: 30 * time.Second, Jitter: EqualJitter}},
+	ProfileToken:   {Backoff: Backoff{Base: 30 * time.Second, Cap: 5 * time.Minute, Jitter: EqualJitter}},
+	ProfileConfig:  {Backoff: Backoff{Base: 5 * time.Second, Cap: 5 * time.Minute, Jitter: EqualJitter}},
+}
+
+// Policy is the one retry rule. Every retry in the program asks it both
+// what to do (Decide, DecideAs) and how long to wait (the decision's Delay,
+// or Wait for a caller with no error to classify, such as the store's).
+type Policy struct {
+	// Patience overrides profiles' DefaultPatience (tests use short ones);
+	// a profile missing here, or with a zero Backoff.Base, has its default.
+	Patience map[Profile]Patience
+	// Rand, when set, randomises every profile's jitter (tests fix it).
+	Rand func() float64
 	// Settle paces WaitFile: the first look after Settle, doubling to a
 	// minute. Zero: 2 s.
 	Settle time.Duration
@@ -95,11 +165,44 @@ type Policy struct {
 	// RefusedGrace is how long a host may refuse connections (a restart, a
 	// deploy) before that is a configuration class error (WaitConfig):
 	// measured over the same step's consecutive failures, as the sum of
-	// the backoff's shortest delays. Zero: 2 min.
+	// the job backoff's shortest delays. Zero: 2 min.
 	RefusedGrace time.Duration
-	// ConfigBackoff paces the pauses of WaitConfig (ConfigPause). Zero: 5 s
-	// doubling to 5 min, equal jitter.
-	ConfigBackoff Backoff
+}
+
+// With returns a copy of p whose profile pr has backoff b (and its default
+// Tries): how tests and the daemon set a patience.
+func (p Policy) With(pr Profile, b Backoff) Policy {
+	m := make(map[Profile]Patience, len(p.Patience)+1)
+	for k, v := range p.Patience {
+		m[k] = v
+	}
+	pt := p.PatienceOf(pr)
+	pt.Backoff = b
+	m[pr] = pt
+	p.Patience = m
+	return p
+}
+
+// PatienceOf returns profile pr's patience under p.
+func (p Policy) PatienceOf(pr Profile) Patience {
+	pt, ok := p.Patience[pr]
+	if !ok || pt.Backoff.Base <= 0 {
+		tries := pt.Tries
+		pt = DefaultPatience[pr]
+		if ok && tries != 0 {
+			pt.Tries = tries
+		}
+	}
+	if pt.Backoff.Rand == nil {
+		pt.Backoff.Rand = p.Rand
+	}
+	return pt
+}
+
+// Wait is the pause before the attempt-th retry of a caller of profile pr
+// that has no error to classify (the store failing, the token prober).
+func (p Policy) Wait(pr Profile, attempt int) time.Duration {
+	return p.PatienceOf(pr).Backoff.Delay(attempt)
 }
 
 // DefaultIncompleteTimeout is Policy.IncompleteTimeout's zero value.
@@ -121,15 +224,34 @@ var ConfigKinds = []string{ConfigTLS, ConfigDNS, ConfigRefused}
 // cancellation that is not the caller's own is a timeout somewhere below
 // and is retried. now is the caller's clock, for a 429's reset time.
 func (p Policy) Decide(ctx context.Context, err error, attempt int, now time.Time) Decision {
-	b := p.Backoff
-	if b.Base <= 0 {
-		b.Base, b.Cap, b.Jitter = DefaultBackoff.Base, DefaultBackoff.Cap, DefaultBackoff.Jitter
+	return p.DecideAs(ProfileJob, ctx, err, attempt, now)
+}
+
+// DecideAs is Decide for a caller of profile pr: its backoff paces Retry
+// and Resign, and once its Tries are spent a Retry or Resign becomes Fail
+// (the error's text is the reason).
+func (p Policy) DecideAs(pr Profile, ctx context.Context, err error, attempt int, now time.Time) Decision {
+	pt := p.PatienceOf(pr)
+	d := p.decide(pt.Backoff, ctx, err, attempt, now)
+	if pr == ProfileAfter && d.Action != Stop {
+		return Decision{Action: Retry, Delay: pt.Backoff.Delay(attempt)}
 	}
+	if pt.Tries > 0 && attempt >= pt.Tries && (d.Action == Retry || d.Action == Resign) {
+		return Decision{Action: Fail, Reason: fmt.Sprintf("gave up after %d tries: %v", attempt, err)}
+	}
+	return d
+}
+
+func (p Policy) decide(b Backoff, ctx context.Context, err error, attempt int, now time.Time) Decision {
 	switch {
 	case err == nil:
 		return Decision{Action: Retry} // a caller's bug: retrying beats failing
 	case ctx != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return Decision{Action: Stop}
+	}
+	var ur unrepeatable
+	if errors.As(err, &ur) && ur.Unrepeatable() {
+		return Decision{Action: Hold}
 	}
 	var inc incompleteError
 	if errors.As(err, &inc) && inc.Incomplete() {
@@ -186,15 +308,9 @@ func (p Policy) Decide(ctx context.Context, err error, attempt int, now time.Tim
 }
 
 // ConfigPause is the length of the n-th pause in a row for a WaitConfig
-// decision (ConfigBackoff): the caller counts its pauses, since a paused
+// decision (ProfileConfig): the caller counts its pauses, since a paused
 // job's attempts do not grow.
-func (p Policy) ConfigPause(n int) time.Duration {
-	cb := p.ConfigBackoff
-	if cb.Base <= 0 {
-		cb = Backoff{Base: 5 * time.Second, Cap: 5 * time.Minute, Jitter: EqualJitter, Rand: p.Backoff.Rand}
-	}
-	return cb.Delay(n)
-}
+func (p Policy) ConfigPause(n int) time.Duration { return p.Wait(ProfileConfig, n) }
 
 // refusedTooLong reports whether attempt consecutive refusals span more
 // than RefusedGrace: the sum of the shortest delays b waits between them.
@@ -265,7 +381,10 @@ type (
 		// or until a 429's window reset), measured from now.
 		RetryWait(now time.Time) time.Duration
 	}
-	invalidError    interface{ Invalid() bool }
+	invalidError interface{ Invalid() bool }
+	// unrepeatable is a call whose effect is unknown and must not be
+	// repeated (api.ProtocolError of a legacy publish).
+	unrepeatable    interface{ Unrepeatable() bool }
 	incompleteError interface{ Incomplete() bool }
 	// incompleteSince is an incomplete file's last change (its mtime), for
 	// IncompleteTimeout; an incomplete error without it waits for ever.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -254,7 +255,7 @@ func (f fakeIncompleteSince) ChangedAt() time.Time { return f.at }
 func TestPolicyDecide(t *testing.T) {
 	t.Parallel()
 	wrap := func(err error) error { return fmt.Errorf("sign: %w", err) }
-	p := Policy{Backoff: Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter, Rand: func() float64 { return 0.5 }}, Settle: 2 * time.Second}
+	p := Policy{Settle: 2 * time.Second, Rand: func() float64 { return 0.5 }}.With(ProfileJob, Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter})
 	live := context.Background()
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -320,7 +321,7 @@ func TestPolicyDecide(t *testing.T) {
 // operators (jobs, /readyz, the splatd_config_error gauge).
 func TestPolicyDecideReasons(t *testing.T) {
 	t.Parallel()
-	p := Policy{Backoff: Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: NoJitter}}
+	p := Policy{}.With(ProfileJob, Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: NoJitter})
 	now := time.Unix(100000, 0)
 	d := p.Decide(context.Background(), fmt.Errorf("check: %w", fakeIncompleteSince{now.Add(-2 * time.Hour)}), 40, now)
 	if d.Action != Fail || d.Reason != "file still incomplete after 1h: check: short by 12 bytes" {
@@ -342,3 +343,49 @@ func TestPolicyDecideReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyProfiles: each profile keeps its own patience, a Policy's
+// override replaces one profile only, and a profile with Tries turns a
+// retry into Fail once they are spent (a permanent answer fails at once).
+func TestPolicyProfiles(t *testing.T) {
+	t.Parallel()
+	half := func() float64 { return 0.5 }
+	p := Policy{Rand: half}
+	for pr, want := range map[Profile]time.Duration{
+		ProfileJob: 1500 * time.Millisecond, ProfileOneShot: 1500 * time.Millisecond, ProfileAfter: 7500 * time.Millisecond,
+		ProfileWebhook: 7500 * time.Millisecond, ProfileStore: 750 * time.Millisecond, ProfileToken: 22500 * time.Millisecond,
+		ProfileConfig: 3750 * time.Millisecond,
+	} {
+		if got := p.Wait(pr, 1); got != want {
+			t.Errorf("%s: first wait %v, want %v", pr, got, want)
+		}
+	}
+	q := p.With(ProfileStore, Backoff{Base: time.Millisecond, Cap: time.Millisecond, Jitter: NoJitter})
+	if got := q.Wait(ProfileStore, 3); got != time.Millisecond {
+		t.Errorf("overridden store wait %v", got)
+	}
+	if got := q.Wait(ProfileJob, 1); got != 1500*time.Millisecond {
+		t.Errorf("job wait changed by another profile's override: %v", got)
+	}
+	if p.Patience != nil {
+		t.Error("With changed the policy it was called on")
+	}
+
+	ctx := context.Background()
+	transient := fakeStatus{status: 503}
+	for try := 1; try < 5; try++ {
+		if d := p.DecideAs(ProfileOneShot, ctx, transient, try, time.Now()); d.Action != Retry {
+			t.Fatalf("one-shot try %d: %v, want retry", try, d.Action)
+		}
+	}
+	if d := p.DecideAs(ProfileOneShot, ctx, transient, 5, time.Now()); d.Action != Fail || !strings.Contains(d.Reason, "gave up after 5 tries") {
+		t.Errorf("one-shot's fifth try: %+v, want fail with the reason", d)
+	}
+	if d := p.DecideAs(ProfileJob, ctx, transient, 500, time.Now()); d.Action != Retry {
+		t.Errorf("a job never gives up: %v", d.Action)
+	}
+	if d := p.DecideAs(ProfileWebhook, ctx, fakeStatus{status: 404}, 1, time.Now()); d.Action != Fail {
+		t.Errorf("webhook 404: %v, want fail", d.Action)
+	}
+}
+

@@ -30,6 +30,6 @@
 // splatd_config_error gauge), and clears by itself when a network step
 // succeeds again. The after-action of a final job (receipt, move, delete) is
 // a stage of its own: a failure is recorded on the job, counted, reported by
-// AfterErrors (/readyz "degraded:") and retried on AfterBackoff while the
+// AfterErrors (/readyz "degraded:") and retried on the after-action patience while the
 // pool runs, never only at the next start.
 package uploader

@@ -16,10 +16,6 @@ import (
 // OneShotOptions tunes PublishFile, the foreground publish of `splatd
 // publish`. It has no queue behind it: what it does not finish is not resumed.
 type OneShotOptions struct {
-	// Attempts bounds the tries of each step that the retry rule would
-	// retry (network errors, timeouts, a stalled upload, 408, 429, 5xx, a
-	// refused signed URL). Zero means 5.
-	Attempts int
 	// PollInterval and PollMaxInterval pace the polling after publish; the
 	// interval doubles up to the maximum. PollTimeout bounds the whole wait.
 	PollInterval, PollMaxInterval, PollTimeout time.Duration
@@ -28,7 +24,9 @@ type OneShotOptions struct {
 	// Stage, when set, is told each step as it starts ("sign", "upload",
 	// "publish", "processing"), each retry and each unknown task status.
 	Stage func(step, detail string)
-	// Policy is the retry rule; zero: the daemon's (state.DefaultBackoff).
+	// Policy is the retry rule; its one-shot patience (state.ProfileOneShot:
+	// 5 tries of each step) bounds the retries of network errors, timeouts,
+	// a stalled upload, 408, 429, 5xx and a refused signed URL.
 	Policy state.Policy
 	// Now and After are the clock (tests inject a fake one). Zero: time.Now
 	// and time.After.
@@ -37,9 +35,6 @@ type OneShotOptions struct {
 }
 
 func (o *OneShotOptions) fill() {
-	if o.Attempts <= 0 {
-		o.Attempts = 5
-	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 2 * time.Second
 	}
@@ -184,7 +179,7 @@ func (o *OneShotOptions) Retry(ctx context.Context, fn func() error) error {
 		if err == nil {
 			return nil
 		}
-		d := o.Policy.Decide(ctx, err, attempt, o.Now())
+		d := o.Policy.DecideAs(state.ProfileOneShot, ctx, err, attempt, o.Now())
 		switch d.Action {
 		case state.Retry, state.Resign:
 		case state.Stop:
@@ -192,15 +187,7 @@ func (o *OneShotOptions) Retry(ctx context.Context, fn func() error) error {
 		default:
 			return err
 		}
-		if attempt >= o.Attempts {
-			return err
-		}
-		var pe *api.ProtocolError
-		if errors.As(err, &pe) && pe.Route == api.RoutePublish {
-			// A 2xx we cannot read: the splat may exist, so never repeat it.
-			return err
-		}
-		o.Stage("retry", fmt.Sprintf("attempt %d of %d in %.1fs: %v", attempt+1, o.Attempts, d.Delay.Seconds(), err))
+		o.Stage("retry", fmt.Sprintf("attempt %d of %d in %.1fs: %v", attempt+1, o.Policy.PatienceOf(state.ProfileOneShot).Tries, d.Delay.Seconds(), err))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -17,12 +17,12 @@ import (
 // host refusing for too long), which pauses every worker and is retried on
 // the ConfigPause backoff until it clears; and the after-action stage of a
 // final job (receipt, move, delete), whose failure is recorded on the job,
-// counted, and retried on AfterBackoff without a restart.
+// counted, and retried on the after-action patience without a restart.
 
 // policyOf is the one retry rule with the pool's patience.
 func policyOf(o PoolOptions) state.Policy {
-	return state.Policy{Backoff: o.Backoff, Settle: o.Settle, IncompleteTimeout: o.IncompleteTimeout,
-		RefusedGrace: o.RefusedGrace, ConfigBackoff: o.ConfigBackoff}
+	return state.Policy{Patience: o.Patience, Rand: o.Rand, Settle: o.Settle, IncompleteTimeout: o.IncompleteTimeout,
+		RefusedGrace: o.RefusedGrace}
 }
 
 // afterRecorder is the store method the after-action stage uses to record
@@ -213,9 +213,8 @@ func (p *Pool) afterFailed(ctx context.Context, j state.Job, err error) {
 	a.mu.Lock()
 	n := max(a.pending[j.ID].n, j.AfterAttempts) + 1
 	a.mu.Unlock()
-	// The one retry rule, with the after-actions' own patience: whatever it
-	// says, a final job's after-action is tried again, never given up.
-	d := state.Policy{Backoff: p.o.AfterBackoff}.Decide(ctx, err, n, p.o.Now())
+	// The one retry rule, with the after-actions' patience (never given up).
+	d := p.policy.DecideAs(state.ProfileAfter, ctx, err, n, p.o.Now())
 	if d.Action == state.Stop {
 		return
 	}
@@ -277,7 +276,7 @@ func (p *Pool) afterLoop(ctx context.Context) error {
 			a.mu.Lock()
 			for id := range due {
 				pe := a.pending[id]
-				pe.next = now.Add(p.o.AfterBackoff.Delay(pe.n))
+				pe.next = now.Add(p.policy.Wait(state.ProfileAfter, pe.n))
 				a.pending[id] = pe
 			}
 			a.mu.Unlock()

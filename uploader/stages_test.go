@@ -78,7 +78,7 @@ func TestPoolAfterActionStage(t *testing.T) {
 	obs := &stageObserver{}
 	o := e.options(1)
 	o.Observer = obs
-	o.AfterBackoff = state.Backoff{Base: 2 * time.Millisecond, Cap: 10 * time.Millisecond, Jitter: state.NoJitter}
+	o.Patience[state.ProfileAfter] = state.Patience{Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 10 * time.Millisecond, Jitter: state.NoJitter}}
 	o.Finish = func(context.Context, state.Job) error {
 		calls.Add(1)
 		if broken.Load() {
@@ -199,7 +199,7 @@ func TestPoolConfigErrorPausesAndResumes(t *testing.T) {
 	obs := &stageObserver{}
 	o := e.options(2)
 	o.Client, o.Observer = c, obs
-	o.ConfigBackoff = state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}
+	o.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}}
 	pool, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)

@@ -600,7 +600,7 @@ func (s *partSender) failed(r partResult) {
 		return // stopping already; this is likely its echo
 	}
 	s.tries[r.n]++
-	d := s.p.policy.Decide(s.ctx, r.err, s.tries[r.n], s.p.o.Now())
+	d := s.p.policy.DecideAs(state.ProfilePart, s.ctx, r.err, s.tries[r.n], s.p.o.Now())
 	if (d.Action == state.Retry || d.Action == state.Resign) && s.tries[r.n] < maxPartTries {
 		s.p.log.Debug().Uint64("job", s.j.ID).Int("part", r.n).Int("try", s.tries[r.n]).Str("action", d.Action.String()).
 			Float64("retry_in_s", d.Delay.Seconds()).Err(r.err).Msg("part failed; trying it again")

@@ -69,21 +69,16 @@ type PoolOptions struct {
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions
-	// Backoff paces retries of transient errors. Zero: state.DefaultBackoff
-	// (2 s doubling to 5 min, equal jitter).
-	Backoff state.Backoff
-	// AuthBackoff paces the probes while the token is refused (401).
-	// Zero: 30 s doubling to 5 min.
-	AuthBackoff state.Backoff
+	// Patience overrides the retry rule's patience profiles
+	// (state.DefaultPatience): a job's steps, v1 parts, after-actions, the
+	// store and the token prober. Nil: the defaults. Tests use short ones.
+	Patience map[state.Profile]state.Patience
 	// TokenRecheck is how often a paused pool re-reads the token source
 	// (api.Token.Reload). Zero: 2 s.
 	TokenRecheck time.Duration
 	// Grace is how long steps in flight may run once Run's context ends
 	// (see Run). Zero: 20 s.
 	Grace time.Duration
-	// StoreBackoff paces a worker's retries while the job store fails
-	// (full disk, I/O error). Zero: 1 s doubling to 30 s.
-	StoreBackoff state.Backoff
 	// Settle is how long a file that changed since it was last seen must
 	// stay unchanged before it is hashed (and the first pause for one that
 	// is still incomplete). Zero: 2 s.
@@ -107,12 +102,6 @@ type PoolOptions struct {
 	// RefusedGrace is how long a host may refuse connections before that
 	// pauses the pool as a configuration error. Zero: 2 min.
 	RefusedGrace time.Duration
-	// ConfigBackoff paces the pauses of a configuration error (TLS, DNS,
-	// refused). Zero: 5 s doubling to 5 min.
-	ConfigBackoff state.Backoff
-	// AfterBackoff paces the retries of a failed after-action (receipt,
-	// move, delete). Zero: 10 s doubling to 10 min.
-	AfterBackoff state.Backoff
 	// OnStoreRecovered, when set, is called when the job store works again
 	// after failing (the daemon rescans the watch folders at once). It must
 	// not block.
@@ -150,7 +139,7 @@ type Progress struct {
 // of the next, so a crash at any point resumes from the last commit.
 type Pool struct {
 	o      PoolOptions
-	policy state.Policy // the one retry rule, with o.Backoff and o.Settle
+	policy state.Policy // the one retry rule, with o.Patience and o.Settle
 	log    zerolog.Logger
 	wake   chan struct{}
 
@@ -239,24 +228,6 @@ func (o *PoolOptions) fillDefaults() {
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
-	if o.Backoff.Base <= 0 {
-		o.Backoff = state.DefaultBackoff
-	}
-	if o.Backoff.Rand == nil {
-		o.Backoff.Rand = o.Rand
-	}
-	if o.StoreBackoff.Base <= 0 {
-		o.StoreBackoff = state.Backoff{Base: time.Second, Cap: 30 * time.Second, Jitter: state.EqualJitter}
-	}
-	if o.StoreBackoff.Rand == nil {
-		o.StoreBackoff.Rand = o.Rand
-	}
-	if o.AuthBackoff.Base <= 0 {
-		o.AuthBackoff = state.Backoff{Base: 30 * time.Second, Cap: 5 * time.Minute, Jitter: state.EqualJitter}
-	}
-	if o.AuthBackoff.Rand == nil {
-		o.AuthBackoff.Rand = o.Rand
-	}
 	if o.Settle <= 0 {
 		o.Settle = 2 * time.Second
 	}
@@ -265,12 +236,6 @@ func (o *PoolOptions) fillDefaults() {
 	}
 	if o.Grace <= 0 {
 		o.Grace = 20 * time.Second
-	}
-	if o.AfterBackoff.Base <= 0 {
-		o.AfterBackoff = state.Backoff{Base: 10 * time.Second, Cap: 10 * time.Minute, Jitter: state.EqualJitter}
-	}
-	if o.AfterBackoff.Rand == nil {
-		o.AfterBackoff.Rand = o.Rand
 	}
 	if o.URLMaxAge <= 0 {
 		o.URLMaxAge = 10 * time.Minute
@@ -491,14 +456,14 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 	}
 }
 
-// storeTrouble records a store failure, logs it and waits (StoreBackoff,
-// per worker) before the worker tries again; false when ctx ended.
+// storeTrouble records a store failure, logs it and waits (the retry
+// rule's store patience, per worker) before the worker tries again; false when ctx ended.
 func (p *Pool) storeTrouble(ctx context.Context, err error, n *int) bool {
 	*n++
 	p.storeMu.Lock()
 	p.storeErr = err
 	p.storeMu.Unlock()
-	d := p.o.StoreBackoff.Delay(*n)
+	d := p.policy.Wait(state.ProfileStore, *n)
 	p.log.Error().Err(err).Float64("retry_in_s", d.Seconds()).Msg("job store failed; work continues when it recovers")
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -820,7 +785,7 @@ func (p *Pool) authProber(ctx context.Context) error {
 				return err
 			}
 			err := p.probe(ctx)
-			if err == nil || p.policy.Decide(ctx, err, attempt, p.o.Now()).Action != state.PauseToken {
+			if err == nil || p.policy.DecideAs(state.ProfileToken, ctx, err, attempt, p.o.Now()).Action != state.PauseToken {
 				p.authMu.Lock()
 				p.authErr = nil
 				close(p.authChanged)
@@ -850,7 +815,7 @@ func (p *Pool) probe(ctx context.Context) error {
 // awaitProbe waits for the next probe: the attempt's backoff step, or
 // sooner when the token source changed.
 func (p *Pool) awaitProbe(ctx context.Context, tokens *api.Token, attempt int) error {
-	t := time.NewTimer(p.o.AuthBackoff.Delay(attempt))
+	t := time.NewTimer(p.policy.Wait(state.ProfileToken, attempt))
 	defer t.Stop()
 	recheck := time.NewTicker(p.o.TokenRecheck)
 	defer recheck.Stop()

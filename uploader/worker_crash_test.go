@@ -101,9 +101,12 @@ func crashChild() error {
 		Publish:     state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
 		OnUncertain: UncertainHold,
 		Poll:        PollOptions{Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
-		Backoff:     state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter},
-		Settle:      5 * time.Millisecond,
-		Logger:      zerolog.New(os.Stderr).Level(zerolog.ErrorLevel),
+		Patience: map[state.Profile]state.Patience{
+			state.ProfileJob:  {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+			state.ProfilePart: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+		},
+		Settle: 5 * time.Millisecond,
+		Logger: zerolog.New(os.Stderr).Level(zerolog.ErrorLevel),
 	})
 	if err != nil {
 		return err

@@ -331,17 +331,16 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 	}
 	sp, err := p.o.Client.Publish(ctx, api.PublishRequest{Key: j.Upload.Key, KeyField: j.Upload.KeyField, PublishParams: j.Params})
 	j.Publishes++
-	var pe *api.ProtocolError
-	if errors.As(err, &pe) {
+	if err != nil && p.policy.Decide(ctx, err, 1, now).Action == state.Hold {
 		// A 2xx answer we cannot use (no id, not JSON): the splat most
 		// likely exists, and publishing again would make another one each
 		// time. Only an operator can tell; hold whatever on_uncertain says.
 		if merr := j.Move(state.Held, now); merr != nil {
 			return j, merr
 		}
-		j.TaskMessage = fmt.Sprintf("publish answered %v; the splat probably exists but its id is unknown: check the account's splats, then `splatd retry %d` to publish again", pe, j.ID)
+		j.TaskMessage = fmt.Sprintf("publish answered %v; the splat probably exists but its id is unknown: check the account's splats, then `splatd retry %d` to publish again", err, j.ID)
 		j.FailReason = j.TaskMessage
-		j.LastError = pe.Error()
+		j.LastError = err.Error()
 		return j, nil
 	}
 	if err != nil && state.HTTPStatus(err) == http.StatusTooManyRequests {

@@ -110,12 +110,15 @@ func (e *workerEnv) enqueue(paths ...string) {
 func (e *workerEnv) options(workers int) PoolOptions {
 	return PoolOptions{
 		Store: e.store, Client: e.client, Workers: workers,
-		Publish:      state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
-		Poll:         PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
-		Backoff:      state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter},
-		AuthBackoff:  state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter},
-		StoreBackoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter},
-		Settle:       5 * time.Millisecond,
+		Publish: state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
+		Poll:    PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
+		Patience: map[state.Profile]state.Patience{
+			state.ProfileJob:   {Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter}},
+			state.ProfilePart:  {Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter}},
+			state.ProfileToken: {Backoff: state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter}},
+			state.ProfileStore: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}},
+		},
+		Settle: 5 * time.Millisecond,
 		Finish: func(_ context.Context, j state.Job) error {
 			n, _ := e.finished.LoadOrStore(j.ID, new(atomic.Int32))
 			n.(*atomic.Int32).Add(1)
@@ -760,7 +763,7 @@ func TestWorkerPublish429IsNotUncertain(t *testing.T) {
 	e.enqueue(p)
 	o := e.options(1)
 	o.OnUncertain = UncertainHold
-	o.Backoff = state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter} // the retry waits past the restart
+	o.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}} // the retry waits past the restart
 	pool, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)
@@ -851,7 +854,7 @@ func TestWorkerStorageRefusalsBackOff(t *testing.T) {
 	e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{StorageForbiddenRate: 1}})
 	e.enqueue(e.writePLY("refused.ply", 40))
 	o := e.options(1)
-	o.Backoff = state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}
+	o.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}}
 	p, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)

@@ -141,10 +141,9 @@ func (d *daemon) intakeFailed(ctx context.Context) {
 	d.intake.mu.Unlock()
 	go func() {
 		// A small write may succeed on a disk that is still full; the
-		// backoff then keeps growing across such false recoveries.
-		b := state.Backoff{Base: time.Second, Cap: 30 * time.Second, Jitter: state.EqualJitter}
+		// store patience then keeps growing across such false recoveries.
 		for n := first; ; n++ {
-			t := time.NewTimer(b.Delay(n))
+			t := time.NewTimer(state.Policy{}.Wait(state.ProfileStore, n))
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -81,6 +81,12 @@ func (e *ProtocolError) Error() string {
 // Unwrap returns the underlying decode error.
 func (e *ProtocolError) Unwrap() error { return e.Err }
 
+// Unrepeatable reports whether the call may have taken effect although its
+// 2xx answer could not be read, so that repeating it could do it twice: a
+// legacy publish (each call makes a splat). A v1 complete is idempotent.
+// The retry rule (state.Policy) holds such a call.
+func (e *ProtocolError) Unrepeatable() bool { return e.Route == RoutePublish }
+
 // RequestError is a request the client refused to send because the API would
 // refuse it (a field outside the contract's limits, an enum value it does not
 // name). Nothing was sent; sending the same request again cannot succeed, so

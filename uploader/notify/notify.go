@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,17 +36,12 @@ const (
 
 // Defaults used when the corresponding Options field is zero.
 const (
-	DefaultTries       = 5
 	DefaultQueue       = 256
 	DefaultExecTimeout = 30 * time.Second
 	DefaultOutputLimit = 4 << 10
 	// DefaultPostTimeout bounds one webhook attempt.
 	DefaultPostTimeout = 30 * time.Second
 )
-
-// DefaultBackoff spaces webhook tries: about 10 s, 20 s, 40 s, 80 s, so that
-// five tries span two to three minutes (a receiver's restart, a deploy).
-var DefaultBackoff = state.Backoff{Base: 10 * time.Second, Cap: 2 * time.Minute, Jitter: state.EqualJitter}
 
 // tokenEnv is never passed to a command: it would hand the API token to
 // every script a studio hooks in.
@@ -81,12 +77,11 @@ type Options struct {
 	// Client sends the webhook requests. Nil: a client with
 	// DefaultPostTimeout.
 	Client *http.Client
-	// Tries is how often one event is POSTed before it is given up (network
-	// errors, 408, 429 and 5xx are tried again; other answers are final).
-	// Zero: DefaultTries.
-	Tries int
-	// Backoff spaces the tries. Zero: DefaultBackoff.
-	Backoff state.Backoff
+	// Policy is the one retry rule. Its webhook patience
+	// (state.ProfileWebhook: 5 tries about 10, 20, 40, 80 s apart) spaces and
+	// bounds the tries; what it retries (network errors, 408, 429, 5xx, a
+	// redirect) is the rule's, and a Retry-After lengthens a wait.
+	Policy state.Policy
 	// Exec returns the command for a job's watch root (state.Job.Root);
 	// nil, or a Command without Argv, runs nothing.
 	Exec func(root string) Command
@@ -145,12 +140,6 @@ func New(o Options) (*Notifier, error) {
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: DefaultPostTimeout}
-	}
-	if o.Tries <= 0 {
-		o.Tries = DefaultTries
-	}
-	if o.Backoff.Base <= 0 {
-		o.Backoff = DefaultBackoff
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ
@@ -257,38 +246,57 @@ func (n *Notifier) Shutdown(ctx context.Context) error {
 func (n *Notifier) post(d delivery) {
 	log := n.log.With().Str("kind", KindWebhook).Str("webhook", state.URLOrigin(n.o.Webhook)).
 		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
-	var err error
-	for try := 1; try <= n.o.Tries; try++ {
-		var retry bool
-		retry, err = n.postOnce(d)
+	for try := 1; ; try++ {
+		err := n.postOnce(d)
 		if err == nil {
 			log.Debug().Int("try", try).Msg("webhook delivered")
 			return
 		}
-		if !retry || try == n.o.Tries {
-			break
-		}
-		wait := n.o.Backoff.Delay(try)
-		log.Info().Err(err).Int("try", try).Float64("retry_in_s", wait.Seconds()).Msg("webhook failed; trying again")
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-n.ctx.Done():
-			t.Stop()
-			n.o.Observer.NotifyError(KindWebhook)
+		dec := n.o.Policy.DecideAs(state.ProfileWebhook, n.ctx, err, try, time.Now())
+		switch dec.Action {
+		case state.Retry, state.Resign, state.WaitConfig:
+			// A host that does not resolve or refuses is the receiver's
+			// trouble, not the daemon's: the webhook's own patience.
+			wait := max(dec.Delay, n.o.Policy.Wait(state.ProfileWebhook, try))
+			log.Info().Err(err).Int("try", try).Float64("retry_in_s", wait.Seconds()).Msg("webhook failed; trying again")
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+				continue
+			case <-n.ctx.Done():
+				t.Stop()
+			}
 			log.Warn().Err(err).Msg("webhook abandoned at shutdown")
-			return
+		case state.Stop:
+			log.Warn().Err(err).Msg("webhook abandoned at shutdown")
+		default:
+			log.Warn().Err(err).Int("tries", try).Msg("webhook failed; event not delivered")
 		}
+		n.o.Observer.NotifyError(KindWebhook)
+		return
 	}
-	n.o.Observer.NotifyError(KindWebhook)
-	log.Warn().Err(err).Int("tries", n.o.Tries).Msg("webhook failed; event not delivered")
 }
 
-// postOnce sends one attempt; retry says whether another may succeed.
-func (n *Notifier) postOnce(d delivery) (retry bool, err error) {
+// answerError is a webhook's non-2xx answer, in the terms of the retry
+// rule: its status, and the wait its Retry-After asks for.
+type answerError struct {
+	status     string
+	code       int
+	retryAfter time.Duration
+}
+
+func (e *answerError) Error() string     { return "answered " + e.status }
+func (e *answerError) HTTPStatus() int   { return e.code }
+func (e *answerError) FromStorage() bool { return false }
+
+// RetryWait is the receiver's Retry-After, if it sent one.
+func (e *answerError) RetryWait(time.Time) time.Duration { return e.retryAfter }
+
+// postOnce sends one attempt.
+func (n *Notifier) postOnce(d delivery) error {
 	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, n.o.Webhook, bytes.NewReader(d.body))
 	if err != nil {
-		return false, err
+		return err
 	}
 	for k, vs := range n.o.Headers {
 		for _, v := range vs {
@@ -305,18 +313,18 @@ func (n *Notifier) postOnce(d delivery) (retry bool, err error) {
 		if errors.As(err, &ue) {
 			err = fmt.Errorf("%s: %w", ue.Op, ue.Err)
 		}
-		return n.ctx.Err() == nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return false, nil
-	case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-		return true, fmt.Errorf("answered %s", resp.Status)
-	default:
-		return false, fmt.Errorf("answered %s", resp.Status)
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
 	}
+	e := &answerError{status: resp.Status, code: resp.StatusCode}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		e.retryAfter = time.Duration(secs) * time.Second
+	}
+	return e
 }
 
 // run runs one command with the event on stdin, within its timeout.

@@ -91,8 +91,8 @@ func newTest(t *testing.T, o Options) (*Notifier, *countObserver, *logBuffer) {
 	obs, logs := &countObserver{}, &logBuffer{}
 	o.Observer = obs
 	o.Logger = zerolog.New(logs)
-	if o.Backoff.Base == 0 {
-		o.Backoff = fastRetries
+	if o.Policy.Patience == nil {
+		o.Policy = o.Policy.With(state.ProfileWebhook, fastRetries)
 	}
 	n, err := New(o)
 	if err != nil {
@@ -227,7 +227,9 @@ func TestWebhookUnreachableLogsNoSecretPath(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL + "/services/T000/B000/SECRETPATH?k=SECRETQUERY"
 	srv.Close() // nothing listens there now
-	n, obs, logs := newTest(t, Options{Webhook: url, Tries: 2})
+	n, obs, logs := newTest(t, Options{Webhook: url, Policy: state.Policy{Patience: map[state.Profile]state.Patience{
+		state.ProfileWebhook: {Backoff: fastRetries, Tries: 2},
+	}}})
 	n.Finished("", receiptOf(state.Failed))
 	drain(t, n)
 	if obs.count(KindWebhook) != 1 {
@@ -270,7 +272,7 @@ func TestShutdownAbandonsAfterItsDeadline(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
 	defer srv.Close()
 	// Retries an hour apart: only the deadline can end the delivery.
-	n, obs, _ := newTest(t, Options{Webhook: srv.URL, Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour}})
+	n, obs, _ := newTest(t, Options{Webhook: srv.URL, Policy: state.Policy{}.With(state.ProfileWebhook, state.Backoff{Base: time.Hour, Cap: time.Hour})})
 	n.Finished("", receiptOf(state.Done))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
