@@ -159,28 +159,52 @@ func paths(cs []Candidate) []string {
 	return ps
 }
 
+// TestSlowWriterEmittedOnceAfterItStops: a file that keeps growing is
+// emitted with its final size once its writer stops. A loaded machine may
+// stall the writer for longer than settle, and then the watcher is right to
+// emit the file as it was; so the test does not assume the writer is never
+// late, it checks each earlier emission against the writer's own clock: a
+// partial candidate must follow a pause of at least settle in the writes.
 func TestSlowWriterEmittedOnceAfterItStops(t *testing.T) {
 	t.Parallel()
-	h := start(t, Options{Settle: 500 * time.Millisecond}, Root{Recursive: true}, nil)
+	const settle = 500 * time.Millisecond
+	h := start(t, Options{Settle: settle}, Root{Recursive: true}, nil)
 	p := h.path("slow.ply")
 	f, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	chunk := make([]byte, 4096)
+	type write struct {
+		size       int64
+		start, end time.Time
+	}
+	var writes []write
 	var size int64
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		w := write{start: time.Now()}
 		n, err := f.Write(chunk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		size += int64(n)
+		w.size, w.end = size, time.Now()
+		writes = append(writes, w)
 		time.Sleep(20 * time.Millisecond)
 	}
 	f.Close()
 	fi, _ := os.Stat(p)
 
-	c := h.next()
+	var c Candidate
+	for c = h.next(); c.Path == p && c.Size != size; c = h.next() {
+		// A partial emission: the writes must have paused for settle right
+		// after the write that made this size.
+		k := slices.IndexFunc(writes, func(w write) bool { return w.size == c.Size })
+		if k < 0 || k+1 >= len(writes) || writes[k+1].end.Sub(writes[k].start) < settle {
+			t.Fatalf("emitted %s with %d of %d bytes while it was still being written", c.Path, c.Size, size)
+		}
+		t.Logf("the writer paused for %v after %d bytes: that size was rightly emitted", writes[k+1].end.Sub(writes[k].start), c.Size)
+	}
 	if c.Path != p || c.Size != size || !c.ModTime.Equal(fi.ModTime()) || c.Root != h.dir {
 		t.Fatalf("got %+v, want %s with %d bytes, mtime %v", c, p, size, fi.ModTime())
 	}
