@@ -52,7 +52,7 @@ type daemon struct {
 	m       *metrics.Metrics
 	metrics *metrics.Server // nil when metrics.listen is ""
 	admin   *adminServer
-	notify  *notifier
+	systemd *sdNotifier      // sd_notify: READY, STATUS, WATCHDOG, STOPPING
 	events  *notify.Notifier // notify.webhook and after.exec
 	intake  *intake          // receipts adopted at intake, store recovery (intake.go)
 
@@ -122,7 +122,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 // directory is opened first so that a second splatd fails at once; what
 // fails later closes what was opened before it.
 func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
-	d = &daemon{cfg: cfg, log: log, notify: newNotifier(getenv), getenv: getenv, intake: newIntake()}
+	d = &daemon{cfg: cfg, log: log, systemd: newSDNotifier(getenv), getenv: getenv, intake: newIntake()}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
@@ -350,7 +350,7 @@ func (d *daemon) run(ctx context.Context) error {
 	for _, n := range d.cfg.protocolNotes() {
 		d.log.Warn().Msg(n)
 	}
-	if err := d.notify.send("READY=1"); err != nil {
+	if err := d.systemd.send("READY=1"); err != nil {
 		d.log.Warn().Err(err).Msg("sd_notify READY=1")
 	}
 
@@ -360,7 +360,7 @@ func (d *daemon) run(ctx context.Context) error {
 		runErr = nil // SIGTERM or SIGINT: a clean stop
 		d.log.Info().Msg("stopping: no new files are taken; in-flight calls may finish")
 	}
-	_ = d.notify.send("STOPPING=1")
+	_ = d.systemd.send("STOPPING=1")
 	// 1. Intake: no new files.
 	stopIntake()
 	_ = intakes.Wait()
@@ -489,11 +489,11 @@ func (d *daemon) statsLoop(ctx context.Context) {
 			d.m.SetTokenRefused(paused != nil)
 			status := statusLine(st, paused)
 			if status != lastStatus {
-				_ = d.notify.send("STATUS=" + status)
+				_ = d.systemd.send("STATUS=" + status)
 				lastStatus = status
 			}
 			if wd > 0 {
-				_ = d.notify.send("WATCHDOG=1")
+				_ = d.systemd.send("WATCHDOG=1")
 			}
 		}
 		select {

@@ -8,27 +8,27 @@ import (
 	"time"
 )
 
-// notifier speaks systemd's sd_notify protocol (a datagram to
+// sdNotifier speaks systemd's sd_notify protocol (a datagram to
 // $NOTIFY_SOCKET). It is a no-op when the variable is unset, so the same
 // binary runs under systemd, in a container or in a terminal.
-type notifier struct {
+type sdNotifier struct {
 	addr *net.UnixAddr
 }
 
-func newNotifier(getenv func(string) string) *notifier {
+func newSDNotifier(getenv func(string) string) *sdNotifier {
 	name := getenv("NOTIFY_SOCKET")
 	if name == "" {
-		return &notifier{}
+		return &sdNotifier{}
 	}
 	if strings.HasPrefix(name, "@") { // abstract namespace
 		name = "\x00" + name[1:]
 	}
-	return &notifier{addr: &net.UnixAddr{Name: name, Net: "unixgram"}}
+	return &sdNotifier{addr: &net.UnixAddr{Name: name, Net: "unixgram"}}
 }
 
 // send writes one notification such as "READY=1" or "STATUS=…". Errors are
 // returned for logging; systemd being away must never stop the daemon.
-func (n *notifier) send(state string) error {
+func (n *sdNotifier) send(state string) error {
 	if n.addr == nil {
 		return nil
 	}
