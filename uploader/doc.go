@@ -22,14 +22,14 @@
 // uploader declares the store it needs (Store); queue.Store implements it,
 // and cmd/splatd asserts that where the two meet.
 //
-// Two conditions never wait silently (stages.go). A configuration error
+// Two conditions never wait silently. A configuration error (configpause.go)
 // that no retry can fix (state.WaitConfig: a certificate that does not
 // verify, a host name that does not resolve, a host refusing connections for
 // longer than a grace) pauses every worker on its own backoff, shows on the
 // waiting job and through ConfigError (/readyz not ready, the
 // splatd_config_error gauge), and clears by itself when a network step
-// succeeds again. The after-action of a final job (receipt, move, delete) is
-// a stage of its own: a failure is recorded on the job, counted, reported by
-// AfterErrors (/readyz "degraded:") and retried on the after-action patience while the
-// pool runs, never only at the next start.
+// succeeds again. The after-action of a final job (receipt, move, delete;
+// afterstage.go) is a stage of its own: a failure is recorded on the job,
+// counted, reported by AfterErrors (/readyz "degraded:") and retried on the
+// after-action patience while the pool runs, never only at the next start.
 package uploader

@@ -159,8 +159,8 @@ type Pool struct {
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
 
-	cfg     configState                     // a configuration error pauses the pool (stages.go)
-	after   afterState                      // failed after-actions and their retries (stages.go)
+	cfg     configState                     // a configuration error pauses the pool (configpause.go)
+	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
 }
 
@@ -719,7 +719,7 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 	p.finalize(ctx, j)
 }
 
-// finalize runs the after-action stage of a final job (stages.go).
+// finalize runs the after-action stage of a final job (afterstage.go).
 func (p *Pool) finalize(ctx context.Context, j state.Job) { p.runFinish(ctx, j) }
 
 // finishPending runs the Finish hook of jobs that became final before a

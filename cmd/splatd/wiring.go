@@ -20,7 +20,7 @@ var (
 	_ api.Observer      = (*metrics.Metrics)(nil)
 	_ notify.Observer   = (*metrics.Metrics)(nil)
 
-	// The pool's optional hooks (uploader/stages.go), found by type
+	// The pool's optional hooks (uploader/configpause.go, afterstage.go), found by type
 	// assertion so that test fakes need not implement them.
 	_ interface {
 		RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error)

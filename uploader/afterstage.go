@@ -12,18 +12,9 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// This file holds two conditions that must never look healthy while work
-// waits: a configuration error (the retry rule's WaitConfig: TLS, DNS, a
-// host refusing for too long), which pauses every worker and is retried on
-// the ConfigPause backoff until it clears; and the after-action stage of a
-// final job (receipt, move, delete), whose failure is recorded on the job,
-// counted, and retried on the after-action patience without a restart.
-
-// policyOf is the one retry rule with the pool's patience.
-func policyOf(o PoolOptions) state.Policy {
-	return state.Policy{Patience: o.Patience, Rand: o.Rand, Settle: o.Settle, IncompleteTimeout: o.IncompleteTimeout,
-		RefusedGrace: o.RefusedGrace}
-}
+// The after-action of a final job (receipt, move, delete) is a stage of
+// its own: a failure is recorded on the job, counted, and retried on the
+// after-action patience without a restart, never only at the next start.
 
 // afterRecorder is the store method the after-action stage uses to record
 // a failure on the job (queue.Store has it). A store without it still gets
@@ -32,120 +23,15 @@ type afterRecorder interface {
 	RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error)
 }
 
-// afterObserver and configObserver are the metrics hooks of the two
-// conditions (metrics.Metrics implements both).
+// afterObserver is the metrics hook of a failing after-action
+// (metrics.Metrics implements it).
 type afterObserver interface {
 	AfterActionError(action string)
-}
-
-type configObserver interface {
-	ConfigError(kind string, active bool)
 }
 
 // afterActioner is what an after-action error says about itself
 // (after.ActionError); others are counted as "other".
 type afterActioner interface{ AfterAction() string }
-
-// configState is the configuration error pause.
-type configState struct {
-	mu    sync.Mutex
-	err   error // the last configuration error, until a network step succeeds
-	kind  string
-	since time.Time
-	n     int           // pauses in a row
-	until chan struct{} // non-nil while paused; closed when the pause ends
-}
-
-// pauseConfig records a WaitConfig decision and pauses every worker for the
-// next ConfigPause step; when it ends the workers try again by themselves
-// (the real work is the probe: a TLS error on the storage host is seen only
-// there).
-func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
-	c := &p.cfg
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	obs, _ := p.o.Observer.(configObserver)
-	if c.err == nil || c.kind != d.Kind {
-		if c.err == nil {
-			c.since = p.o.Now()
-		} else if obs != nil {
-			obs.ConfigError(c.kind, false)
-		}
-		if obs != nil {
-			obs.ConfigError(d.Kind, true)
-		}
-		p.log.Error().Str("kind", d.Kind).Err(err).Msg("configuration error no retry can fix: all work is paused and tried again with backoff; " + configAdvice(d.Kind))
-	}
-	c.err, c.kind = err, d.Kind
-	if c.until != nil {
-		return 0
-	}
-	c.n++
-	delay := p.policy.ConfigPause(c.n)
-	ch := make(chan struct{})
-	c.until = ch
-	time.AfterFunc(delay, func() {
-		c.mu.Lock()
-		close(ch)
-		c.until = nil
-		c.mu.Unlock()
-		p.Wake()
-	})
-	return delay
-}
-
-// configPausedChan returns a channel closed when the configuration pause
-// ends, or nil when there is none.
-func (p *Pool) configPausedChan() <-chan struct{} {
-	p.cfg.mu.Lock()
-	defer p.cfg.mu.Unlock()
-	if p.cfg.until == nil {
-		return nil
-	}
-	return p.cfg.until
-}
-
-// configCleared ends the configuration error once a step that talks to the
-// API or storage succeeded.
-func (p *Pool) configCleared(from state.Stage) {
-	switch from {
-	case state.Ready, state.Signed, state.Publishing, state.Processing:
-	default:
-		return // no network in this step: it proves nothing
-	}
-	c := &p.cfg
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		return
-	}
-	if obs, ok := p.o.Observer.(configObserver); ok {
-		obs.ConfigError(c.kind, false)
-	}
-	p.log.Info().Str("kind", c.kind).Float64("after_s", p.o.Now().Sub(c.since).Seconds()).Msg("the configuration error cleared: work resumed")
-	c.err, c.kind, c.n = nil, "", 0
-}
-
-// ConfigError returns the configuration error that pauses the workers, its
-// kind (state.ConfigTLS, ConfigDNS, ConfigRefused) and since when; err is
-// nil when there is none.
-func (p *Pool) ConfigError() (err error, kind string, since time.Time) {
-	p.cfg.mu.Lock()
-	defer p.cfg.mu.Unlock()
-	return p.cfg.err, p.cfg.kind, p.cfg.since
-}
-
-func configAdvice(kind string) string {
-	switch kind {
-	case state.ConfigTLS:
-		return "the server's certificate does not verify: set api.ca_file to the CA that signed it (a proxy's, a private CA's), or fix the certificate"
-	case state.ConfigDNS:
-		return "the host name does not resolve: check api.base_url and the machine's DNS"
-	case state.ConfigRefused:
-		return "the host keeps refusing connections: check api.base_url's port and that the service (or a proxy) runs"
-	}
-	return "check the configuration"
-}
 
 // afterState tracks the final jobs whose after-action failed.
 type afterState struct {
