@@ -905,11 +905,10 @@ func TestE2EShutdownStartsNoNewCalls(t *testing.T) {
 }
 
 // pacedIngest runs a daemon (publish.on_uncertain: hold) against a
-// simulator whose publish route is in a class of 4 per window, drops three
-// files and returns once the third one's publish is held back by the
-// pacer: the first two are published (once the pacer has learnt the class
-// it spreads what is left over the window, so the third waits about a
-// third of it), with no 429 drawn.
+// simulator whose publish route is in a class of 4 per window, drops five
+// files and returns once the fifth one's publish is held back by the pacer:
+// the first four are published at once (the window has budget) and the
+// fifth waits for the window's reset, with no 429 drawn.
 func pacedIngest(t *testing.T, window time.Duration) (sim *apisim.Server, e *e2eEnv, d *e2eDaemon, files []string, waiting string) {
 	t.Helper()
 	// The pacer sends while the window has budget: 4 publishes go at once,
@@ -1020,8 +1019,8 @@ func TestE2ECrashWhilePublishWaitsForRateLimit(t *testing.T) {
 // daemon must stop without sending that publish (a publish admitted late
 // in the grace period is cut at its end and becomes an uncertain outcome,
 // held under on_uncertain: hold), exit 0, and the next start publishes it
-// once. The window (45 s) makes the pacer admit the publish ~15 s after
-// the second one, well inside the 20 s shutdown grace.
+// once. The window (30 s) would admit the publish at its reset, inside the
+// 20 s shutdown grace when SIGTERM comes early in the window.
 func TestE2ESigtermWhilePublishWaitsForRateLimit(t *testing.T) {
 	t.Parallel()
 	sim, e, d, files, waiting := pacedIngest(t, 30*time.Second)
