@@ -59,9 +59,9 @@ func testPageWithoutScript(t *testing.T, ctx context.Context) {
 	for sel, want := range map[string]string{
 		`#bandwidth`: "11.9 MiB/s now, limit 50.0 MiB/s",
 		`#published tr[data-job="1"] td.viewer a`: "https://viewer.example/view?id=h1",
-		`#failures tr[data-job="2"] td.reason`:     "invalid PLY header",
-		`#queue tr[data-stage="done"] td.num`:      "7",
-		`#conn`:                                    "refreshes every 5 s",
+		`#failures tr[data-job="2"] td.reason`:    "invalid PLY header",
+		`#queue tr[data-stage="done"] td.num`:     "7",
+		`#conn`:                                   "refreshes every 5 s",
 	} {
 		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.AtLeast(0)))
 		if err != nil || !strings.Contains(text, want) {
