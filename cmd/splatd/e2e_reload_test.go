@@ -48,7 +48,8 @@ func (h *hookReceiver) got() []string {
 
 // TestE2EReloadNotifyAndExec: after.exec added by a reload runs, removed
 // stops running; notify.webhook changed by a reload takes the events from
-// then on; reload's answer names what it applied.
+// then on; publish.title and log.level changed by a reload act on the next
+// job; reload's answer names what it applied.
 func TestE2EReloadNotifyAndExec(t *testing.T) {
 	t.Parallel()
 	needSh(t)
@@ -63,6 +64,10 @@ func TestE2EReloadNotifyAndExec(t *testing.T) {
 	}
 	config := func(webhook, label string) string {
 		c := base + "notify: {webhook: \"" + webhook + "\"}\n"
+		if label != "" {
+			c += "publish: {title: \"" + label + " {{.Stem}}\"}\n"
+			c = strings.Replace(c, "level: info", "level: debug", 1)
+		}
 		if label != "" {
 			c += fmt.Sprintf("after: {exec: [%q, %q]}\n", script, label)
 		}
@@ -81,21 +86,30 @@ func TestE2EReloadNotifyAndExec(t *testing.T) {
 			}
 		}
 	}
-	publish := func(name string, hook *hookReceiver) {
+	publish := func(name string, hook *hookReceiver) e2eReceipt {
 		t.Helper()
 		f := filepath.Join(e.inbox, name)
 		writePLY(t, f, 1000+int(name[0])) // distinct content: not a duplicate
-		waitReceipt(t, f, "done")
+		r := waitReceipt(t, f, "done")
 		waitFor(t, "the webhook event of "+name, func() bool { return slices.Contains(hook.got(), name) })
+		return r
 	}
 
 	writeConfig(t, e.cfgPath, config(hook1.srv.URL, ""))
 	d := startDaemon(t, e.cfgPath)
 	d.waitStarted()
 	publish("a.ply", hook1) // no command yet
+	if strings.Contains(d.log(), "webhook delivered") {
+		t.Fatal("a debug line at log.level info")
+	}
 
-	reload(config(hook2.srv.URL, "A"), "notify.webhook", "after.exec")
-	publish("b.ply", hook2)
+	reload(config(hook2.srv.URL, "A"), "notify.webhook", "after.exec", "publish.title", "log.level")
+	if r := publish("b.ply", hook2); r.Title != "A b" {
+		t.Errorf("b.ply published as %q; want the title the reload set, \"A b\"", r.Title)
+	}
+	waitFor(t, "a debug line (the webhook's delivery) after the reload to log.level debug", func() bool {
+		return strings.Contains(d.log(), "webhook delivered")
+	})
 
 	reload(config(hook2.srv.URL, ""), "after.exec")
 	publish("c.ply", hook2)
