@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,43 @@ func testPageScreenshot(t *testing.T, ctx context.Context) {
 func portOf(addr string) string {
 	_, port, _ := strings.Cut(addr, ":")
 	return port
+}
+
+// testPageServerMatchesScript: the daemon's first render and the script's
+// refresh build the same markup (time cells aside: they move on), so the
+// page does not change its look five seconds after it loads.
+func testPageServerMatchesScript(t *testing.T, ctx context.Context) {
+	src := studioSource(time.Now().UTC())
+	src.jobs = append(src.jobs, manyJobs(60).jobs...) // "showing 50 of …" lines
+	reg, _ := NewRegistry("test", testRoutes)
+	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(), Status: src})
+	runServer(t, s)
+	con := watchConsole(ctx)
+	const parts = `["version", "ready", "protocol", "token", "bandwidth", "reasons", "queue", "active", "active-more",
+		"published", "published-more", "failures", "failures-more", "pacing", "watched"].map((id) => document.getElementById(id).outerHTML)`
+	timeCell := regexp.MustCompile(`<td class="time"[^>]*>[^<]*</td>`)
+	read := func() []string {
+		t.Helper()
+		html, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](parts))
+		if err != nil {
+			t.Fatalf("reading the page: %v\nbrowser console:\n%s", err, con)
+		}
+		for i := range html {
+			html[i] = timeCell.ReplaceAllString(html[i], `<td class="time">…</td>`)
+		}
+		return html
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitReady(chromedp.CSS(`body[data-loaded="true"]`))); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	server := read()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("conn").textContent.startsWith("updated")`)); err != nil {
+		t.Fatalf("waiting for the script's refresh: %v\nbrowser console:\n%s", err, con)
+	}
+	script := read()
+	for i := range server {
+		if server[i] != script[i] {
+			t.Errorf("the daemon rendered\n%s\nthe script rendered\n%s", server[i], script[i])
+		}
+	}
 }

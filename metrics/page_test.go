@@ -116,6 +116,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	t.Run("10000 jobs", func(t *testing.T) { testPageManyJobs(t, tab(t, b)) })
 	t.Run("without script", func(t *testing.T) { testPageWithoutScript(t, tab(t, b)) })
 	t.Run("screenshot", func(t *testing.T) { testPageScreenshot(t, tab(t, b)) })
+	t.Run("server matches script", func(t *testing.T) { testPageServerMatchesScript(t, tab(t, b)) })
 }
 
 // testPageJobs loads the page over a source holding a job in progress, a
