@@ -126,3 +126,18 @@ func TestDeployDashboard(t *testing.T) {
 		t.Error("dashboard has no queries")
 	}
 }
+
+// TestDeployDashboardShowsBandwidth: the dashboard plots the upload
+// bandwidth limit in force and the bytes still to send.
+func TestDeployDashboardShowsBandwidth(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../deploy/grafana/splatd.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"splatd_upload_bandwidth_limit_bytes_per_second", "splatd_upload_bytes_in_flight"} {
+		if !regexp.MustCompile(`"expr": "[^"]*\b` + name + `\b`).Match(b) {
+			t.Errorf("deploy/grafana/splatd.json has no query of %s", name)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,18 @@ type Metrics struct {
 	afterActionErrors *prometheus.CounterVec
 	// configError is 1 per kind while a configuration error pauses work.
 	configError *prometheus.GaugeVec
+	// uploads reads the bandwidth limit in force and the bytes of the
+	// uploads in progress at each scrape (SetUploadSource); nil reads 0.
+	uploads atomic.Pointer[UploadSource]
+}
+
+// UploadSource is what the upload gauges read at each scrape: the upload
+// bandwidth limit in force (bytes per second, 0 for none) and the bytes of
+// the uploads in progress still to be sent. Both must be cheap and never
+// block on the network.
+type UploadSource struct {
+	Limit    func() int64
+	InFlight func() int64
 }
 
 // Bucket layouts. API calls are sub-second but a storage PUT of a large splat
@@ -182,6 +195,23 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 			Help: "1 while a configuration error no retry can fix pauses all work, by kind: tls (certificate does not verify), dns (host name does not resolve), refused (host refuses connections).",
 		}, []string{"kind"}),
 	}
+	upload := func(get func(UploadSource) func() int64) func() float64 {
+		return func() float64 {
+			if src := m.uploads.Load(); src != nil && get(*src) != nil {
+				return float64(get(*src)())
+			}
+			return 0
+		}
+	}
+	limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "upload_bandwidth_limit_bytes_per_second",
+		Help: "The upload bandwidth limit in force (upload.bandwidth, after reloads and at this hour of its timetable); 0 means none.",
+	}, upload(func(s UploadSource) func() int64 { return s.Limit }))
+	inFlight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "upload_bytes_in_flight",
+		Help: "Bytes of the uploads in progress still to be sent.",
+	}, upload(func(s UploadSource) func() int64 { return s.InFlight }))
+	reg.MustRegister(limit, inFlight)
 	reg.MustRegister(
 		m.filesDiscovered, m.jobs, m.jobsFinished, m.uploadBytes, m.uploadDuration,
 		m.apiRequests, m.apiRequestDuration, m.rateLimitRemaining, m.rateLimitWait,
@@ -337,6 +367,14 @@ func (m *Metrics) PollingFallback(active bool) {
 		return
 	}
 	m.watchPolling.Set(boolValue(active))
+}
+
+// SetUploadSource sets what the upload gauges read from now on.
+func (m *Metrics) SetUploadSource(src UploadSource) {
+	if m == nil {
+		return
+	}
+	m.uploads.Store(&src)
 }
 
 // SetTokenRefused records whether the API currently refuses the token.

@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +91,9 @@ func TestPreinitialisedSeries(t *testing.T) {
 		"splatd_build_info":                   1,
 		"splatd_after_action_errors_total":    3, // receipt, move, delete
 		"splatd_config_error":                 len(state.ConfigKinds),
+		// read at each scrape; 0 until the daemon sets their source
+		"splatd_upload_bandwidth_limit_bytes_per_second": 1,
+		"splatd_upload_bytes_in_flight":                  1,
 	}
 	for name, want := range counts {
 		got, err := testutil.GatherAndCount(reg, name)
@@ -248,4 +253,36 @@ func TestStageHooks(t *testing.T) {
 	if got := testutil.ToFloat64(m.configError.WithLabelValues(state.ConfigTLS)); got != 0 {
 		t.Errorf("config_error{kind=tls} after it cleared = %v, want 0", got)
 	}
+}
+
+// TestUploadGauges: the bandwidth limit and the bytes in flight are read
+// from their source at each scrape, so a reload's new limit shows at the
+// next scrape; without a source both read 0.
+func TestUploadGauges(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, testRoutes)
+	const limitName, inFlightName = "splatd_upload_bandwidth_limit_bytes_per_second", "splatd_upload_bytes_in_flight"
+	check := func(wantLimit, wantInFlight int64) {
+		t.Helper()
+		want := fmt.Sprintf(`# HELP %[1]s The upload bandwidth limit in force (upload.bandwidth, after reloads and at this hour of its timetable); 0 means none.
+# TYPE %[1]s gauge
+%[1]s %[3]d
+# HELP %[2]s Bytes of the uploads in progress still to be sent.
+# TYPE %[2]s gauge
+%[2]s %[4]d
+`, limitName, inFlightName, wantLimit, wantInFlight)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), limitName, inFlightName); err != nil {
+			t.Error(err)
+		}
+	}
+	check(0, 0)
+	var limit, inFlight atomic.Int64
+	m.SetUploadSource(UploadSource{Limit: limit.Load, InFlight: inFlight.Load})
+	limit.Store(2 << 20)
+	inFlight.Store(12345)
+	check(2<<20, 12345)
+	limit.Store(4 << 20) // a reload
+	inFlight.Store(0)
+	check(4<<20, 0)
 }

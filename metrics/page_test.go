@@ -114,6 +114,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// on a loaded machine. The subtests run one after the other.
 	t.Run("jobs", func(t *testing.T) { testPageJobs(t, tab(t, b)) })
 	t.Run("10000 jobs", func(t *testing.T) { testPageManyJobs(t, tab(t, b)) })
+	t.Run("without script", func(t *testing.T) { testPageWithoutScript(t, tab(t, b)) })
+	t.Run("screenshot", func(t *testing.T) { testPageScreenshot(t, tab(t, b)) })
+	t.Run("server matches script", func(t *testing.T) { testPageServerMatchesScript(t, tab(t, b)) })
 }
 
 // testPageJobs loads the page over a source holding a job in progress, a

@@ -142,6 +142,38 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
+// logServing is the start line: where the endpoints are, the status page
+// first (its address as a link), and who may read it.
+func (s *Server) logServing(addr net.Addr) {
+	l := s.opts.Logger.Info().Str("addr", addr.String())
+	if s.opts.Status == nil {
+		l.Msg("serving /metrics, /healthz, /readyz")
+		return
+	}
+	host := "localhost"
+	if ta, ok := addr.(*net.TCPAddr); ok && !ta.IP.IsUnspecified() {
+		host = ta.IP.String()
+	}
+	l = l.Str("status_page", "http://"+net.JoinHostPort(host, portString(addr))+"/")
+	switch {
+	case s.loopback.Load():
+		l = l.Str("status", "open (loopback)")
+	case s.opts.StatusToken != nil:
+		l = l.Str("status", "bearer token required (status.token_file)")
+	default:
+		l = l.Str("status", "off (not loopback and no status.token_file)")
+	}
+	l.Msg("serving /metrics, /healthz, /readyz, the status page / and /api/status, /api/jobs")
+}
+
+func portString(addr net.Addr) string {
+	_, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return ""
+	}
+	return port
+}
+
 // Run serves until ctx is done, then shuts down gracefully and returns nil.
 // A listen error is returned at once.
 func (s *Server) Run(ctx context.Context) error {
@@ -151,17 +183,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	ln := s.ln
 	s.mu.Unlock()
-	l := s.opts.Logger.Info().Str("addr", ln.Addr().String())
-	switch {
-	case s.opts.Status == nil:
-	case s.loopback.Load():
-		l = l.Str("status", "open (loopback)")
-	case s.opts.StatusToken != nil:
-		l = l.Str("status", "bearer token required")
-	default:
-		l = l.Str("status", "off (not loopback and no status.token_file)")
-	}
-	l.Msg("serving /metrics, /healthz, /readyz")
+	s.logServing(ln.Addr())
 
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(ln) }()

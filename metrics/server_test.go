@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -174,4 +175,45 @@ func TestReadyzDegraded(t *testing.T) {
 	if code, body := get(t, "http://"+s.Addr()+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "tls") {
 		t.Errorf("/readyz = %d %q, want 503 with the configuration error", code, body)
 	}
+}
+
+// TestStartLineNamesStatusPage: the line logged when the listener is up
+// names the status page with its address, /api/status and /api/jobs
+// besides /metrics, /healthz and /readyz.
+func TestStartLineNamesStatusPage(t *testing.T) {
+	t.Parallel()
+	reg, _ := NewRegistry("test", testRoutes)
+	var logs syncLog
+	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.New(&logs), Status: sampleSource()})
+	runServer(t, s)
+	// Run logs the line before it serves: once /healthz answers, it is there.
+	resp, err := http.Get("http://" + s.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	line := logs.String()
+	for _, want := range []string{"/metrics", "/healthz", "/readyz", "the status page /", "/api/status", "/api/jobs",
+		`"status_page":"http://` + s.Addr() + `/"`, `"status":"open (loopback)"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("start line lacks %s: %s", want, line)
+		}
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -111,10 +111,13 @@ type Pacing struct {
 
 // Bandwidth is the upload bandwidth limit and the current aggregate rate.
 type Bandwidth struct {
-	// Limit is upload.bandwidth in bytes per second; 0 means none.
+	// Limit is the limit in force in bytes per second (upload.bandwidth as
+	// last reloaded, at this hour of its timetable); 0 means none.
 	Limit int64 `json:"limit_bytes_per_second"`
 	// Rate is the recent aggregate upload rate in bytes per second.
 	Rate float64 `json:"rate_bytes_per_second"`
+	// InFlight is the bytes of the uploads in progress still to be sent.
+	InFlight int64 `json:"in_flight_bytes"`
 }
 
 // Readiness is /readyz as data.

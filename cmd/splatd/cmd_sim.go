@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,6 +26,7 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	expiry := fs.Duration("session-expiry", apisim.DefaultSessionExpiry, "v1: life of an upload session that is not completed")
 	bandwidth := byteSize(0)
 	fs.Var(&bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
+	metricsListen := fs.String("metrics-listen", simMetricsListen, "metrics.listen of the config it writes: where the daemon run with it serves its status page and /metrics (a fixed port, so the page's address stays the same from one start to the next)")
 	storage := fs.String("storage", c.getenv("SPLATD_SIM_STORAGE"), "a real S3 bucket as the storage (`s3://KEY:SECRET@HOST:PORT/BUCKET`, s3+https:// for TLS; default $SPLATD_SIM_STORAGE): presigned PUTs (legacy) and multipart uploads (v1, part size 5MiB or more) instead of the built-in storage")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
@@ -92,8 +94,8 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 			return exitFailure
 		}
 	}
-	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nsettle: 1s\npoll: {interval: 1s}\nmetrics: {listen: \"127.0.0.1:0\"}\n",
-		sim.URL(), sim.CAFile(), tokenFile, inbox, stateDir)
+	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nsettle: 1s\npoll: {interval: 1s}\nmetrics: {listen: %q}\n",
+		sim.URL(), sim.CAFile(), tokenFile, inbox, stateDir, *metricsListen)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitFailure
@@ -109,15 +111,34 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		bw = bandwidth.String() + "/s per connection"
 	}
 	fmt.Fprintf(c.stdout, "v1 API:     %s/api/supersplat (partSize %s)\nbandwidth:  %s\n", sim.URL(), partSize, bw)
+	page := statusPageURL(*metricsListen)
+	fmt.Fprintf(c.stdout, "status:     %s (the status page of `run` with this config; /api/status, /api/jobs, /metrics beside it)\n", page)
 	self := os.Args[0] // as the user typed it (bin/splatd after make build)
-	fmt.Fprintf(c.stdout, "\ntry:  %s config check -config %s -probe\n      %s run -config %s    (then drop .ply files into %s)\n      %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n",
-		self, cfgFile, self, cfgFile, inbox, self, cfgFile, self, cfgFile)
+	fmt.Fprintf(c.stdout, "\ntry:  %s config check -config %s -probe\n      %s run -config %s    (then drop .ply files into %s)\n      open %s    (while run runs)\n      %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n",
+		self, cfgFile, self, cfgFile, inbox, page, self, cfgFile, self, cfgFile)
 	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
 	if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// simMetricsListen is the metrics.listen of the config `splatd sim` writes:
+// a fixed port, one above the daemon's default (9464), so that the sim's
+// daemon does not take the port of an installed one.
+const simMetricsListen = "127.0.0.1:9465"
+
+// statusPageURL is the status page's address on a metrics.listen address.
+func statusPageURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen + "/"
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
 // byteSize is a flag value in bytes, in the program's one unit rule

@@ -88,4 +88,16 @@ func TestSimConfigPassesCheck(t *testing.T) {
 	if !strings.Contains(stdout, "storage host") || !strings.Contains(stdout, "watch:") {
 		t.Errorf("config check output:\n%s", stdout)
 	}
+	// A fixed metrics port: the status page is at the same address at
+	// every start, and sim says where.
+	cfg, err := loadConfig(filepath.Join(dir, "config.yaml"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Metrics.Listen != "127.0.0.1:9465" {
+		t.Errorf("sim's config: metrics.listen = %q; want the fixed 127.0.0.1:9465", cfg.Metrics.Listen)
+	}
+	if !strings.Contains(out.String(), "open http://127.0.0.1:9465/") {
+		t.Errorf("sim does not name the status page:\n%s", out.String())
+	}
 }

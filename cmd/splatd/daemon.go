@@ -158,6 +158,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
 	}
+	d.m.SetUploadSource(metrics.UploadSource{Limit: d.client.Limiter().Rate, InFlight: d.uploadsInFlight})
 	if d.watch, err = d.newWatcher(); err != nil {
 		return nil, err
 	}

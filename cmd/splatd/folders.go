@@ -61,17 +61,45 @@ func (d *daemon) afterRunners(cfg *Config) *after.Runners {
 // the API token in use: a webhook URL or header that holds it is refused,
 // since the receiver would then hold the account.
 func (d *daemon) newEvents(token string) (*notify.Notifier, error) {
-	cfg := d.cfg
+	t, err := notifyTarget(d.cfg, token)
+	if err != nil {
+		return nil, err
+	}
+	return notify.New(notify.Options{
+		Webhook:  t.Webhook,
+		Headers:  t.Headers,
+		Exec:     t.Exec,
+		Observer: d.m,
+		Logger:   d.log,
+	})
+}
+
+// notifyTarget is where cfg sends events: notify.webhook with the headers
+// of notify.webhook_headers_file (read now), and each watch entry's
+// after.exec.
+func notifyTarget(cfg *Config, token string) (notify.Target, error) {
+	webhook, headers, err := notifyWebhook(cfg, token)
+	return notify.Target{Webhook: webhook, Headers: headers, Exec: notifyExec(cfg)}, err
+}
+
+// notifyWebhook is cfg's webhook and its headers (the file read now).
+func notifyWebhook(cfg *Config, token string) (string, http.Header, error) {
 	var headers http.Header
 	if f := cfg.Notify.WebhookHeadersFile; f != "" {
 		var err error
 		if headers, err = notify.ReadHeaders(f); err != nil {
-			return nil, errors.New("notify.webhook_headers_file: " + err.Error())
+			return "", nil, errors.New("notify.webhook_headers_file: " + err.Error())
 		}
 	}
 	if err := checkNotifySecrets(string(cfg.Notify.Webhook), headers, token); err != nil {
-		return nil, err
+		return "", nil, err
 	}
+	return string(cfg.Notify.Webhook), headers, nil
+}
+
+// notifyExec returns the after.exec command of a job's watch root: the
+// entry's own after block over the global one.
+func notifyExec(cfg *Config) func(root string) notify.Command {
 	command := func(a AfterConfig) notify.Command {
 		return notify.Command{Argv: a.Exec, Timeout: a.ExecTimeout.D()}
 	}
@@ -80,18 +108,12 @@ func (d *daemon) newEvents(token string) (*notify.Notifier, error) {
 		byRoot[w.Path] = command(cfg.afterFor(w))
 	}
 	global := command(cfg.After)
-	return notify.New(notify.Options{
-		Webhook: string(cfg.Notify.Webhook),
-		Headers: headers,
-		Exec: func(root string) notify.Command {
-			if c, ok := byRoot[root]; ok {
-				return c
-			}
-			return global
-		},
-		Observer: d.m,
-		Logger:   d.log,
-	})
+	return func(root string) notify.Command {
+		if c, ok := byRoot[root]; ok {
+			return c
+		}
+		return global
+	}
 }
 
 // checkNotifySecrets refuses a webhook URL or header carrying the API token.

@@ -24,12 +24,16 @@ import (
 //   - watch: the watcher starts a new session over the new folders
 //     (Watcher.SetRoots); files already taken are not taken again.
 //   - publish.*: jobs that become ready from now on (Pool.SetPublish).
-//   - after.*: jobs that finish from now on.
+//   - after.*: jobs that finish from now on; after.exec and
+//     after.exec_timeout through the notifier (Notifier.SetTarget).
+//   - notify.*: events of jobs that finish from now on go to the new
+//     webhook, with the headers file read again; events already queued or
+//     being delivered keep the webhook they were queued for.
 //   - log.level: every logger at once (logOutput.SetLevel).
 //   - upload.bandwidth: uploads in flight too (Limiter.SetSchedule).
 func reloadable(key string) bool {
 	return key == "watch" || key == "log.level" || key == "upload.bandwidth" ||
-		strings.HasPrefix(key, "publish.") || strings.HasPrefix(key, "after.")
+		strings.HasPrefix(key, "publish.") || strings.HasPrefix(key, "after.") || strings.HasPrefix(key, "notify.")
 }
 
 // reloadResult is the outcome of a reload, logged and returned to `splatd
@@ -138,6 +142,7 @@ func (d *daemon) applyReload(res *reloadResult, old, nw *Config) *Config {
 		d.actions.Store(d.afterRunners(nw))
 		eff.After = nw.After
 	}
+	d.reloadNotify(res, &eff, nw)
 	if res.changed("log.level") && d.logOut != nil {
 		level, _ := zerolog.ParseLevel(nw.Log.Level) // validated
 		d.logOut.SetLevel(level)
@@ -148,6 +153,36 @@ func (d *daemon) applyReload(res *reloadResult, old, nw *Config) *Config {
 		eff.Upload.Bandwidth = nw.Upload.Bandwidth
 	}
 	return &eff
+}
+
+// reloadNotify points the notifier at nw's webhook and commands. It runs
+// on every reload, so that an edited notify.webhook_headers_file (a rotated
+// secret) applies too. A webhook the notifier cannot take (an unreadable
+// headers file, a URL or header holding the API token) keeps the old
+// webhook and headers and names the problem; the new commands apply still.
+func (d *daemon) reloadNotify(res *reloadResult, eff, nw *Config) {
+	if d.events == nil {
+		return
+	}
+	t := d.events.Target()
+	t.Exec = notifyExec(nw)
+	webhook, headers, err := notifyWebhook(nw, d.client.Token().Value())
+	if err == nil {
+		t.Webhook, t.Headers = webhook, headers
+		err = d.events.SetTarget(t)
+	}
+	if err == nil {
+		eff.Notify = nw.Notify
+		return
+	}
+	if res.changed("notify") {
+		res.notApplied("notify", err)
+	} else {
+		res.Errors = append(res.Errors, err.Error())
+	}
+	t = d.events.Target()
+	t.Exec = notifyExec(nw)
+	_ = d.events.SetTarget(t) // its webhook was taken before
 }
 
 // logReload logs a reload's outcome and the config now in force.

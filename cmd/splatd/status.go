@@ -34,13 +34,15 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 	for _, s := range state.Stages {
 		out.Queue[s] = st.Stages[s]
 	}
-	for _, w := range d.cfg.Watch {
+	for _, w := range d.config().Watch { // as reloaded
 		out.Watched = append(out.Watched, metrics.Folder{Path: w.Path, Recursive: *w.Recursive, Polling: w.Mode == "poll"})
 	}
 	if err := d.pool.Paused(); err != nil {
 		out.Token = metrics.Token{State: metrics.TokenRefused, Advice: d.client.Token().Advice()}
 	}
-	out.Bandwidth.Limit = d.cfg.bandwidth().At(out.Time)
+	// The limiter, not the config: it holds what reloads set.
+	lim := d.client.Limiter()
+	out.Bandwidth = metrics.Bandwidth{Limit: lim.Rate(), Rate: float64(lim.ObservedRate()), InFlight: d.uploadsInFlight()}
 	for _, c := range d.pacer.Classes() {
 		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset, Waiting: c.Waiting})
 	}
@@ -65,4 +67,13 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 		out.Jobs = append(out.Jobs, view)
 	}
 	return out, nil
+}
+
+// uploadsInFlight is the bytes of the uploads in progress still to be sent.
+func (d *daemon) uploadsInFlight() int64 {
+	var n int64
+	for _, p := range d.pool.Progress() {
+		n += max(p.Size-p.Sent, 0)
+	}
+	return n
 }

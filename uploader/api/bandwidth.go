@@ -278,6 +278,14 @@ func (r *bwReader) Read(p []byte) (int, error) {
 		if n > 0 {
 			r.l.count(n)
 		}
+		if err != nil {
+			// The stream's end: its last batch is stamped now, not at the
+			// next look at the rate (which may come minutes later and would
+			// show an upload long over as the current rate).
+			r.l.mu.Lock()
+			r.l.flushMeter(r.l.now())
+			r.l.mu.Unlock()
+		}
 		return n, err
 	}
 	if c := r.l.chunk(); len(p) > c {

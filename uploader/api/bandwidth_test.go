@@ -614,3 +614,21 @@ func BenchmarkLimiterRead(b *testing.B) {
 		read(b, NewLimiter(Schedule{rate: bwMaxRate}, LimiterOptions{}).Wrap(context.Background(), bwZeros{}))
 	})
 }
+
+// TestLimiterUnlimitedRateIsWhenBytesWent: with no limit, the bytes of an
+// upload that ended a while ago are not the current rate at the next look
+// (they are entered in the meter when the stream ends, not when someone
+// reads the rate).
+func TestLimiterUnlimitedRateIsWhenBytesWent(t *testing.T) {
+	t.Parallel()
+	clk := newBWClock(bwMonday)
+	l := NewLimiter(Schedule{}, clk.options())
+	n, err := io.Copy(io.Discard, l.Wrap(context.Background(), io.LimitReader(bwZeros{}, 300<<10)))
+	if err != nil || n != 300<<10 {
+		t.Fatalf("copy: %d, %v", n, err)
+	}
+	clk.advance(time.Minute)
+	if got := l.ObservedRate(); got != 0 {
+		t.Errorf("a minute after a 300 KiB upload: ObservedRate() = %d, want 0", got)
+	}
+}

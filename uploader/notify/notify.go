@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -107,17 +108,30 @@ type Event struct {
 	after.Receipt
 }
 
-// delivery is one queued event for one channel.
+// Target is where events go: Options' Webhook, Headers and Exec, which
+// SetTarget replaces at run time.
+type Target struct {
+	Webhook string
+	Headers http.Header
+	Exec    func(root string) Command
+}
+
+// delivery is one queued event for one channel, with the webhook and the
+// command in force when it was queued: a reload meanwhile does not send an
+// event half to the old target and half to the new one.
 type delivery struct {
-	ev   Event
-	body []byte
-	cmd  Command
+	ev      Event
+	body    []byte
+	cmd     Command
+	webhook string
+	headers http.Header
 }
 
 // Notifier delivers events. New starts its goroutines; Shutdown stops them.
 type Notifier struct {
-	o   Options
-	log zerolog.Logger
+	o      Options
+	log    zerolog.Logger
+	target atomic.Pointer[Target] // Options' Webhook, Headers and Exec, as SetTarget last set them
 
 	mu     sync.Mutex // guards closed and the sends on the queues
 	closed bool
@@ -132,11 +146,8 @@ type Notifier struct {
 // New checks o and starts the delivery goroutines (one per channel, each
 // working its queue in order).
 func New(o Options) (*Notifier, error) {
-	if o.Webhook != "" {
-		u, err := url.Parse(o.Webhook)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return nil, fmt.Errorf("notify: webhook %q is not an http(s) URL", state.URLOrigin(o.Webhook))
-		}
+	if err := checkWebhook(o.Webhook); err != nil {
+		return nil, err
 	}
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: DefaultPostTimeout}
@@ -159,6 +170,7 @@ func New(o Options) (*Notifier, error) {
 		hooks: make(chan delivery, o.Queue),
 		cmds:  make(chan delivery, o.Queue),
 	}
+	n.target.Store(&Target{Webhook: o.Webhook, Headers: o.Headers, Exec: o.Exec})
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg.Go(func() {
 		for d := range n.hooks {
@@ -173,15 +185,42 @@ func New(o Options) (*Notifier, error) {
 	return n, nil
 }
 
+func checkWebhook(webhook string) error {
+	if webhook == "" {
+		return nil
+	}
+	u, err := url.Parse(webhook)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("notify: webhook %q is not an http(s) URL", state.URLOrigin(webhook))
+	}
+	return nil
+}
+
+// SetTarget replaces the webhook, its headers and the commands, for a
+// config reload: events of jobs that finish from now on go to t. Events
+// already queued or being delivered keep the target they were queued for.
+// An invalid webhook changes nothing.
+func (n *Notifier) SetTarget(t Target) error {
+	if err := checkWebhook(t.Webhook); err != nil {
+		return err
+	}
+	n.target.Store(&t)
+	return nil
+}
+
+// Target returns the target in force.
+func (n *Notifier) Target() Target { return *n.target.Load() }
+
 // Finished queues the notifications of a final job whose receipt is rec
 // (File where the file now is), from watch root root. It never blocks: a
 // full queue drops the event, with a log line and a count.
 func (n *Notifier) Finished(root string, rec after.Receipt) {
+	t := n.target.Load()
 	var cmd Command
-	if n.o.Exec != nil {
-		cmd = n.o.Exec(root)
+	if t.Exec != nil {
+		cmd = t.Exec(root)
 	}
-	if n.o.Webhook == "" && len(cmd.Argv) == 0 {
+	if t.Webhook == "" && len(cmd.Argv) == 0 {
 		return
 	}
 	ev := Event{Event: rec.Status, Time: time.Now().UTC(), Receipt: rec}
@@ -190,13 +229,13 @@ func (n *Notifier) Finished(root string, rec after.Receipt) {
 		n.log.Error().Err(err).Uint64("job", rec.Job).Msg("cannot encode the event")
 		return
 	}
-	d := delivery{ev: ev, body: body, cmd: cmd}
+	d := delivery{ev: ev, body: body, cmd: cmd, webhook: t.Webhook, headers: t.Headers}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return
 	}
-	if n.o.Webhook != "" {
+	if d.webhook != "" {
 		n.enqueue(n.hooks, d, KindWebhook)
 	}
 	if len(cmd.Argv) > 0 {
@@ -244,7 +283,7 @@ func (n *Notifier) Shutdown(ctx context.Context) error {
 // failures. The URL is logged without its path and query, which for chat
 // webhooks are the secret.
 func (n *Notifier) post(d delivery) {
-	log := n.log.With().Str("kind", KindWebhook).Str("webhook", state.URLOrigin(n.o.Webhook)).
+	log := n.log.With().Str("kind", KindWebhook).Str("webhook", state.URLOrigin(d.webhook)).
 		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
 	for try := 1; ; try++ {
 		err := n.postOnce(d)
@@ -294,11 +333,11 @@ func (e *answerError) RetryWait(time.Time) time.Duration { return e.retryAfter }
 
 // postOnce sends one attempt.
 func (n *Notifier) postOnce(d delivery) error {
-	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, n.o.Webhook, bytes.NewReader(d.body))
+	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, d.webhook, bytes.NewReader(d.body))
 	if err != nil {
 		return err
 	}
-	for k, vs := range n.o.Headers {
+	for k, vs := range d.headers {
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}

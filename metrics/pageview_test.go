@@ -1,0 +1,87 @@
+package metrics
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/state"
+)
+
+// TestPageRendersFirstState: the page at / arrives with its data in the
+// markup (no script needed to see it): the queue, the jobs with progress,
+// viewer link and reason, the bandwidth limit and rate, the pacing and the
+// folders; user data escaped, no signature, and no "loading…".
+func TestPageRendersFirstState(t *testing.T) {
+	t.Parallel()
+	src := sampleSource()
+	src.status.Bandwidth.InFlight = 30 << 20
+	src.jobs = append(src.jobs, Job{ID: 4, Path: "/srv/captures/<b>x</b>.ply", Stage: state.Failed,
+		FailReason: `bad <img src=x onerror="alert(1)">`, LastError: "PUT https://st.example/k?X-Amz-Signature=deadbeef: 403", UpdatedAt: t0})
+	src.jobs[2].ViewerURL = "https://viewer.example/view?id=h1&X-Amz-Signature=deadbeef"
+	h := statusHandler(t, ServerOptions{Status: src}, true)
+	r := do(t, h, "/")
+	if r.code != http.StatusOK {
+		t.Fatalf("/ = %d %s", r.code, r.body)
+	}
+	for _, want := range []string{
+		`<body data-loaded="true">`,
+		`<small id="version">v1.2.3</small>`,
+		`<dd id="protocol">v1</dd>`,
+		`<dd id="bandwidth">11.9 MiB/s now, limit 50.0 MiB/s, 30.0 MiB to send</dd>`,
+		`<tr data-stage="queued"><td>queued</td><td class="num">3</td></tr>`,
+		`<tr data-job="3"><td class="num">3</td><td class="path">/srv/captures/c.ply</td><td>signed</td><td class="progress"><progress max="40" value="10" aria-label="upload of job 3"></progress> 10 B of 40 B (25 %)</td>`,
+		`<td class="viewer"><a href="https://viewer.example/view?id=h1" target="_blank" rel="noopener noreferrer">https://viewer.example/view?id=h1</a></td>`,
+		`<td class="reason">invalid PLY header</td>`,
+		`<td class="path">/srv/captures/&lt;b&gt;x&lt;/b&gt;.ply</td>`,
+		`<td class="reason">bad &lt;img src=x onerror=&#34;alert(1)&#34;&gt;</td>`,
+		`<tr data-class="publish"><td>publish</td><td class="num">60</td><td class="num">12</td>`,
+		`<li><span class="path">/srv/captures</span> (recursive)</li>`,
+		`<span class="ok">ok</span>`,
+	} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	for _, bad := range []string{"loading…", "deadbeef", "<b>x</b>", "<img"} {
+		if strings.Contains(r.body, bad) {
+			t.Errorf("page holds %q", bad)
+		}
+	}
+}
+
+// TestPageRenderWithFailingSource: a source that fails still gives a page,
+// which says why and leaves the first refresh to the script.
+func TestPageRenderWithFailingSource(t *testing.T) {
+	t.Parallel()
+	src := sampleSource()
+	src.err = errors.New("store closed; see https://st.example/x?X-Amz-Signature=deadbeef")
+	r := do(t, statusHandler(t, ServerOptions{Status: src}, true), "/")
+	if r.code != http.StatusOK || !strings.Contains(r.body, `class="bad" role="status">cannot read the status: store closed`) ||
+		strings.Contains(r.body, "data-loaded") || strings.Contains(r.body, "deadbeef") {
+		t.Errorf("/ over a failing source = %d:\n%s", r.code, r.body)
+	}
+}
+
+// TestPageViewFormats: the server's numbers and times read as the
+// script's do.
+func TestPageViewFormats(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[float64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 2 << 20: "2.0 MiB", 3.5 * (1 << 30): "3.5 GiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%v) = %q, want %q", n, got, want)
+		}
+	}
+	for d, want := range map[int]string{-5: "in 5 s", 12: "12 s ago", 600: "10 min ago", 7200: "2 h ago"} {
+		if got := timeCell(t0.Add(-secs(d)), t0).Text; got != want {
+			t.Errorf("timeCell(%d s ago) = %q, want %q", d, got, want)
+		}
+	}
+	if got := bandwidthText(Bandwidth{}); got != "0 B/s now, limit none" {
+		t.Errorf("bandwidthText(none) = %q", got)
+	}
+}
+
+func secs(n int) time.Duration { return time.Duration(n) * time.Second }
