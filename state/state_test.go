@@ -388,4 +388,3 @@ func TestPolicyProfiles(t *testing.T) {
 		t.Errorf("webhook 404: %v, want fail", d.Action)
 	}
 }
-
