@@ -165,11 +165,11 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 		// refused a part URL): take it up again; the parts step reads it.
 		return p.v1Move(j, state.Signed, "")
 	}
-	fi, err := workerStat(j.Path)
+	fi, err := checkName(j)
 	if err != nil {
 		return j, err
 	}
-	if !workerSame(fi, j) {
+	if !fileSame(fi, j) {
 		return p.workerChanged(j, fi, "file changed since it was hashed; hashing again")
 	}
 	if j.V1 == nil || j.V1.Key != key {
@@ -374,27 +374,50 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 }
 
 // v1Send sends the missing parts from the file, which must still be the
-// one hashed, and moves the job to uploaded when all are stored.
+// one hashed, and moves the job to uploaded when all are stored. Beside
+// the parts, the whole file is hashed again from the same descriptor the
+// parts read: a sum that differs from the recorded one (the content
+// changed, same size and mtime or not) sends the job back before
+// complete, so what was hashed is what is published.
 func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
-	f, changed, err := openHashed(j)
+	jf, changed, err := p.uploadFile(j)
 	if err != nil {
 		return j, err
 	}
 	if changed != nil {
 		return p.workerChanged(j, changed, "file changed before its parts were sent; hashing again")
 	}
-	defer f.Close()
+	defer jf.Close()
+	hctx, stopHash := context.WithCancel(ctx)
+	defer stopHash()
+	sum := make(chan error, 1)
+	go func() {
+		got, err := jf.hash(hctx)
+		if err == nil && got != j.SHA256 {
+			err = errContentChanged
+		}
+		sum <- err
+	}()
 	start := p.o.Now()
-	j, err = p.v1SendParts(ctx, j, f, missing)
+	j, err = p.v1SendParts(ctx, j, jf.f, missing)
 	if err != nil {
 		return j, err
 	}
 	p.o.Client.PartsDone(p.o.Now().Sub(start))
-	fi, err := workerStat(j.Path)
+	if err := <-sum; errors.Is(err, errContentChanged) {
+		fi, serr := jf.restat()
+		if serr != nil {
+			return j, serr
+		}
+		return p.workerChanged(j, fi, "file content changed while its parts were sent (its sha256 differs from the one hashed); uploading again")
+	} else if err != nil {
+		return j, err
+	}
+	fi, err := jf.restat()
 	if err != nil {
 		return j, err
 	}
-	if !workerSame(fi, j) {
+	if !fileSame(fi, j) {
 		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
 	}
 	return p.v1Move(j, state.Uploaded, "")
@@ -726,10 +749,10 @@ func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
 		// Uploaded content that is no longer the file's is never
 		// published (as under legacy). A file that is gone may have been
 		// moved by a peer that completed this very session: read it.
-		fi, err := workerStat(j.Path)
+		fi, err := checkName(j)
 		var fe *workerFileError
 		switch {
-		case err == nil && !workerSame(fi, j):
+		case err == nil && !fileSame(fi, j):
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		case errors.As(err, &fe):
 			s, serr := p.o.Client.GetUpload(ctx, j.V1.ID)

@@ -173,6 +173,7 @@ type Pool struct {
 	cfg     configState                     // a configuration error pauses the pool (stages.go)
 	after   afterState                      // failed after-actions and their retries (stages.go)
 	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 }
 
 // publishDefaults are the publish settings a reload may change.
@@ -352,6 +353,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		g.Go(func() error { return p.worker(gctx, i) })
 	}
 	err := g.Wait()
+	p.held.closeAll()
 	close(workersDone)
 	stopHelpers()
 	<-helpersDone
@@ -622,6 +624,9 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 		return j, fmt.Errorf("commit job %d %s→%s: %w", j.ID, from, next.Stage, err)
 	}
 	p.logTransition(stored, from, since)
+	if stored.Stage != state.Ready && stored.Stage != state.Signed {
+		p.held.drop(stored.ID) // only a job still to upload keeps its descriptor
+	}
 	if herr := p.hook("commit:"+string(stored.Stage), stored); herr != nil {
 		return stored, herr
 	}

@@ -88,6 +88,13 @@ func Check(path string) (Info, error) {
 		return Info{}, err
 	}
 	defer f.Close()
+	return CheckFile(f, path)
+}
+
+// CheckFile is Check on a file already open (path names it in errors and
+// gives its extension): the worker checks, hashes and uploads one
+// descriptor.
+func CheckFile(f *os.File, path string) (Info, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return Info{}, err
