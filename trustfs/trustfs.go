@@ -295,3 +295,54 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 	}
 	return nil
 }
+
+// OpenRegularFollow is OpenRegular for a watch folder that follows
+// symbolic links (follow_symlinks): a link at the last component is
+// followed while it stays inside root; what it names must be a regular
+// file.
+func OpenRegularFollow(root, path string) (*os.File, fs.FileInfo, error) {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	sfi, err := r.Stat(rel)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	if k := KindOf(sfi.Mode()); k != "" {
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		f.Close()
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	return f, fi, nil
+}
+
+// StatFollow is Stat of path under root, following links that stay
+// inside it, and requires a regular file.
+func StatFollow(root, path string) (fs.FileInfo, error) {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	fi, err := r.Stat(rel)
+	if err != nil {
+		return nil, classify(err, path, root)
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		return nil, &NotRegularError{Path: path, Kind: k}
+	}
+	return fi, nil
+}

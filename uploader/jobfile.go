@@ -42,11 +42,16 @@ type jobFile struct {
 // recorded sha256.
 var errContentChanged = errors.New("content changed since it was hashed")
 
-// openJob opens j's file through its watch folder. A missing file, a link,
+// openJob opens j's file through its watch folder. A missing file, a link
+// (unless the folder follows links, and then only one that stays inside),
 // a pipe, a device or a path out of the folder is a *workerFileError (the
 // job fails with it).
-func openJob(j state.Job) (*jobFile, error) {
-	f, fi, err := trustfs.OpenRegular(j.Root, j.Path)
+func (p *Pool) openJob(j state.Job) (*jobFile, error) {
+	open := trustfs.OpenRegular
+	if p.follows(j.Root) {
+		open = trustfs.OpenRegularFollow
+	}
+	f, fi, err := open(j.Root, j.Path)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -224,7 +229,7 @@ func (h *heldFiles) closeAll() {
 func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err error) {
 	jf = p.held.take(j.ID)
 	if jf == nil {
-		if jf, err = openJob(j); err != nil {
+		if jf, err = p.openJob(j); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -240,10 +245,10 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 	// The name may since point at another file: the held descriptor is
 	// still what was hashed, but the job follows the name (a file renamed
 	// over it is a new version, hashed again).
-	cur, err := trustfs.Lstat(j.Root, j.Path)
+	cur, err := p.checkName(j)
 	if err != nil {
 		jf.Close()
-		return nil, nil, fileError(err)
+		return nil, nil, err
 	}
 	if !os.SameFile(cur, fi) {
 		jf.Close()
@@ -254,10 +259,20 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 
 // checkName stats j's path through its watch folder and requires a
 // regular file (the stage checks before and after an upload).
-func checkName(j state.Job) (fs.FileInfo, error) {
-	fi, err := trustfs.StatRegular(j.Root, j.Path)
+func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
+	stat := trustfs.StatRegular
+	if p.follows(j.Root) {
+		stat = trustfs.StatFollow
+	}
+	fi, err := stat(j.Root, j.Path)
 	if err != nil {
 		return nil, fileError(err)
 	}
 	return fi, nil
+}
+
+// follows reports whether the watch folder root follows symbolic links
+// (follow_symlinks).
+func (p *Pool) follows(root string) bool {
+	return p.o.FollowSymlinks != nil && p.o.FollowSymlinks(root)
 }

@@ -165,7 +165,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 		// refused a part URL): take it up again; the parts step reads it.
 		return p.v1Move(j, state.Signed, "")
 	}
-	fi, err := checkName(j)
+	fi, err := p.checkName(j)
 	if err != nil {
 		return j, err
 	}
@@ -749,7 +749,7 @@ func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
 		// Uploaded content that is no longer the file's is never
 		// published (as under legacy). A file that is gone may have been
 		// moved by a peer that completed this very session: read it.
-		fi, err := checkName(j)
+		fi, err := p.checkName(j)
 		var fe *workerFileError
 		switch {
 		case err == nil && !fileSame(fi, j):

@@ -66,6 +66,10 @@ type PoolOptions struct {
 	// (Job.Root: its folder's own publish block over the global one); nil,
 	// or a root it does not know, falls back to Publish.
 	Defaults func(root string) state.PublishParams
+	// FollowSymlinks, when set, says whether a watch root follows symbolic
+	// links (follow_symlinks): its files may be links that stay inside it.
+	// Elsewhere a link where a file was fails its job.
+	FollowSymlinks func(root string) bool
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions

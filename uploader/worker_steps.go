@@ -50,7 +50,7 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		// a 401 pause, a restart): uploaded content that is no longer the
 		// file's is never published. Enqueue refused the new version
 		// because this job was still in flight, so it is this job's to redo.
-		fi, err := checkName(j)
+		fi, err := p.checkName(j)
 		if err == nil && !fileSame(fi, j) {
 			res.Cancel()
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
@@ -125,7 +125,7 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 // hashed and kept for the upload.
 func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	p.held.drop(j.ID)
-	jf, err := openJob(j)
+	jf, err := p.openJob(j)
 	if err != nil {
 		return j, err
 	}
