@@ -182,8 +182,11 @@ func (c *Config) afterFor(w WatchConfig) AfterConfig {
 func titleProblem(title string) string {
 	// Parsing alone accepts {{.Stemm}}; every job would then fail. The
 	// check renders with the bounds a folder's title gets (no loops).
+	if err := sidecar.ParseTitle(title); err != nil {
+		return fmt.Sprintf("bad template: %v", err)
+	}
 	if err := sidecar.CheckTitle(title); err != nil {
-		return fmt.Sprintf("bad template: %v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
+		return fmt.Sprintf("%v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
 	}
 	return ""
 }

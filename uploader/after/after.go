@@ -205,9 +205,11 @@ func (a *Runner) act(j state.Job) (file, root string, actErr error) {
 }
 
 // actionError is a failed move or delete; a file replaced since the job
-// read it is logged and left alone rather than retried for ever.
+// read it, or a link, pipe or path out of the folder there now, is logged
+// and left alone rather than retried for ever.
 func (a *Runner) actionError(j state.Job, action string, err error) error {
-	if errors.As(err, new(*trustfs.ReplacedError)) {
+	if errors.As(err, new(*trustfs.ReplacedError)) || errors.As(err, new(*trustfs.NotRegularError)) ||
+		errors.As(err, new(*trustfs.EscapeError)) {
 		a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("after-action skipped")
 		return nil
 	}

@@ -201,6 +201,13 @@ func renderTitle(src string, data TitleData) (string, error) {
 	return b.String(), nil
 }
 
+// ParseTitle says what is wrong with a title template's text (a syntax
+// error, or a loop or template call it may not use), nil when nothing.
+func ParseTitle(src string) error {
+	_, err := parseTitle(src)
+	return err
+}
+
 // CheckTitle says what is wrong with a title template (nil when it renders
 // for a sample file): the config checks publish.title with it.
 func CheckTitle(src string) error {
