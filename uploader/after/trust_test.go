@@ -218,3 +218,35 @@ func TestTrustReceiptCapped(t *testing.T) {
 		t.Errorf("linked receipt: Check = %v; want refused", err)
 	}
 }
+
+// TestTrustActsOnHeldFile: delete and move act on the file the job read
+// (its recorded inode); another file renamed over its name since is left
+// where it is.
+func TestTrustActsOnHeldFile(t *testing.T) {
+	for _, action := range []string{"delete", "move"} {
+		t.Run(action, func(t *testing.T) {
+			root, done := t.TempDir(), t.TempDir()
+			j := afterTestJob(t, root, "scan.ply", state.Done)
+			var st syscall.Stat_t
+			if err := syscall.Stat(j.Path, &st); err != nil {
+				t.Fatal(err)
+			}
+			j.Dev, j.Ino = uint64(st.Dev), st.Ino
+			if err := os.WriteFile(j.Path+".new", []byte("new version\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(j.Path+".new", j.Path); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New(Options{OnSuccess: action, SuccessDir: done}).Finish(context.Background(), j); err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+			if b, err := os.ReadFile(j.Path); err != nil || string(b) != "new version\n" {
+				t.Errorf("the new version: %q, %v; want left in place", b, err)
+			}
+			if ents, _ := os.ReadDir(done); len(ents) != 0 {
+				t.Errorf("success_dir holds %v", ents)
+			}
+		})
+	}
+}
