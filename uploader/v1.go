@@ -390,10 +390,10 @@ func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Jo
 	defer jf.Close()
 	hctx, stopHash := context.WithCancel(ctx)
 	defer stopHash()
-	sum := make(chan error, 1)
+	sum, want := make(chan error, 1), j.SHA256
 	go func() {
 		got, err := jf.hash(hctx)
-		if err == nil && got != j.SHA256 {
+		if err == nil && got != want {
 			err = errContentChanged
 		}
 		sum <- err

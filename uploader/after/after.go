@@ -152,11 +152,17 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	if a.o.Receipt {
 		// A deleted file keeps its receipt where it was: the operator's
 		// record that it was published and may be gone.
-		if err := writeReceiptIn(fileRoot, ReceiptPath(file), rec); err != nil {
+		err := writeReceiptIn(fileRoot, ReceiptPath(file), rec)
+		switch {
+		case errors.As(err, new(*trustfs.EscapeError)):
+			// The file's folder is now a link out of the watch folder: no
+			// receipt is written there, and no retry would make it safe.
+			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
+		case err != nil:
 			if actErr == nil {
 				actErr = &ActionError{ActionReceipt, fmt.Errorf("receipt for %s: %w", file, err)}
 			}
-		} else if file != j.Path {
+		case file != j.Path:
 			// Left by an earlier attempt whose move failed.
 			_ = trustfs.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
 		}

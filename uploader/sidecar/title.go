@@ -17,7 +17,8 @@ import (
 // calls ({{range}}, {{template}}, {{block}}, {{define}}) and {{call}} are
 // refused, so execution is linear in the template's length; every value a
 // function makes (print, printf, println, html, js, urlquery) is at most
-// MaxTitleOutput bytes, and so is the output. The rendered title is then
+// MaxTitleOutput bytes, .ModTime's methods are bounded too (titleTime), and
+// so is the output. The rendered title is then
 // cut to the service's limit (MaxTitle characters).
 
 // The service's limits, applied before parameters are stored or sent.
@@ -195,7 +196,7 @@ func renderTitle(src string, data TitleData) (string, error) {
 		return "", err
 	}
 	var b limitedBuffer
-	if err := t.Execute(&b, data); err != nil {
+	if err := t.Execute(&b, data.bounded()); err != nil {
 		return "", err
 	}
 	return b.String(), nil

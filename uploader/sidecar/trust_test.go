@@ -111,6 +111,7 @@ func TestTrustTitleTemplateBounded(t *testing.T) {
 		`{{define "a"}}{{template "a"}}{{end}}{{template "a"}}`,
 		`{{printf "%0999999d" 1}}`,
 		`{{printf .Stem 1}}`, // the format from a file's name: scan.ply is harmless, but checked at call time
+		`{{.ModTime.Format "MondayMondayMondayMonday" | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format | .ModTime.Format}}`,
 		`{{$x := printf "%s%s" .Stem .Stem}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x}}`,
 	} {
 		writeFile(t, filepath.Join(root, FolderName), "title: '"+title+"'\n")
@@ -152,5 +153,20 @@ func TestTrustFolderSettingsThroughLinkedSubfolder(t *testing.T) {
 	}
 	if err != nil && !strings.Contains(err.Error(), "leads out") && !errors.Is(err, os.ErrNotExist) {
 		t.Logf("refused: %v", err)
+	}
+}
+
+// TestTrustTitleTimeMethods: the bounded .ModTime keeps what titles use.
+func TestTrustTitleTimeMethods(t *testing.T) {
+	mod := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	got, err := renderTitle(`{{.ModTime.Format "2006-01-02"}} {{.ModTime.Year}} {{.ModTime.UTC.Month}} {{.ModTime.Weekday}} {{.ModTime.AddDate 0 0 1 | printf "%v"}}`,
+		TitleData{Stem: "s", ModTime: mod})
+	want := "2026-03-04 2026 March Wednesday 2026-03-05 05:06:07 +0000 UTC"
+	if err != nil || got != want {
+		t.Errorf("rendered %q, %v; want %q", got, err, want)
+	}
+	if _, err := renderTitle(`{{.ModTime.Format "MondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMondayMonday" | .ModTime.Format | .ModTime.Format}}`,
+		TitleData{ModTime: mod}); err == nil {
+		t.Error("nested Format calls grew without bound")
 	}
 }
