@@ -373,56 +373,6 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 	return j, true
 }
 
-// v1Send sends the missing parts from the file, which must still be the
-// one hashed, and moves the job to uploaded when all are stored. Beside
-// the parts, the whole file is hashed again from the same descriptor the
-// parts read: a sum that differs from the recorded one (the content
-// changed, same size and mtime or not) sends the job back before
-// complete, so what was hashed is what is published.
-func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
-	jf, changed, err := p.uploadFile(j)
-	if err != nil {
-		return j, err
-	}
-	if changed != nil {
-		return p.workerChanged(j, changed, "file changed before its parts were sent; hashing again")
-	}
-	defer jf.Close()
-	hctx, stopHash := context.WithCancel(ctx)
-	defer stopHash()
-	sum, want := make(chan error, 1), j.SHA256
-	go func() {
-		got, err := jf.hash(hctx)
-		if err == nil && got != want {
-			err = errContentChanged
-		}
-		sum <- err
-	}()
-	start := p.o.Now()
-	j, err = p.v1SendParts(ctx, j, jf.f, missing)
-	if err != nil {
-		return j, err
-	}
-	p.o.Client.PartsDone(p.o.Now().Sub(start))
-	if err := <-sum; errors.Is(err, errContentChanged) {
-		fi, serr := jf.restat()
-		if serr != nil {
-			return j, serr
-		}
-		return p.workerChanged(j, fi, "file content changed while its parts were sent (its sha256 differs from the one hashed); uploading again")
-	} else if err != nil {
-		return j, err
-	}
-	fi, err := jf.restat()
-	if err != nil {
-		return j, err
-	}
-	if !fileSame(fi, j) {
-		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
-	}
-	return p.v1Move(j, state.Uploaded, "")
-}
-
 // signedPart is a part URL and the local time it was signed.
 type signedPart struct {
 	url api.PartURL
