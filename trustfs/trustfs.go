@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,7 +108,7 @@ func IDOf(fi fs.FileInfo) ID {
 		return ID{}
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)} //nolint:unconvert // Dev is uint32 on some platforms
+		return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)} // Dev is 32 bits on some platforms
 	}
 	return ID{}
 }
@@ -261,7 +262,7 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 	var tmp string
 	var f *os.File
 	for i := 0; ; i++ {
-		tmp = filepath.Join(dir, fmt.Sprintf(".%s.tmp-%d-%d", base, os.Getpid(), i))
+		tmp = filepath.Join(dir, fmt.Sprintf(".%s.tmp-%016x", base, rand.Uint64()))
 		f, err = r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err == nil {
 			break
