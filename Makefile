@@ -41,9 +41,15 @@ sim: build
 # durations: a duration races Go 1.26's fuzz coordinator at its deadline and
 # fails with a bare "context deadline exceeded" (golang/go#75804, fixed in 1.27).
 FUZZ_EXECS ?= 150000x
+# The watch-folder readers write a file per execution: fewer of them.
+FUZZ_SMALL_EXECS ?= 30000x
 fuzz:
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzPLYHeader$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOG$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/sidecar -run '^$$' -fuzz '^FuzzSidecar$$' -fuzztime $(FUZZ_SMALL_EXECS)
+	$(GO) test ./uploader/sidecar -run '^$$' -fuzz '^FuzzFolderSettings$$' -fuzztime $(FUZZ_SMALL_EXECS)
+	$(GO) test ./uploader/sidecar -run '^$$' -fuzz '^FuzzTitleTemplate$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/after -run '^$$' -fuzz '^FuzzReceipt$$' -fuzztime $(FUZZ_SMALL_EXECS)
 
 # Performance figures and the reliability suite: the real binary against the
 # in-process simulator, on loopback only (bench/README.md explains each line).

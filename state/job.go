@@ -113,8 +113,12 @@ type Job struct {
 	Root    string    `json:"root,omitempty"` // the watch root it came from
 	Size    int64     `json:"size"`
 	ModTime time.Time `json:"mtime"`
-	SHA256  string    `json:"sha256,omitempty"`
-	Kind    string    `json:"kind,omitempty"` // splatfile kind: ply, compressed-ply, sog
+	// Dev and Ino identify the file hashed (0 for jobs from before they
+	// were recorded): the upload and the after-actions act only on it.
+	Dev    uint64 `json:"dev,omitempty"`
+	Ino    uint64 `json:"ino,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	Kind   string `json:"kind,omitempty"` // splatfile kind: ply, compressed-ply, sog
 
 	Stage       Stage     `json:"stage"`
 	Attempts    int       `json:"attempts,omitempty"` // failed attempts at the current stage

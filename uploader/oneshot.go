@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/api"
 )
 
@@ -85,15 +85,11 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 // upload signs a URL and PUTs the file to it, signing again when storage
 // refuses the signature (expired or revoked).
 func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, path string) (api.Upload, error) {
-	f, err := os.Open(path)
+	f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
 	if err != nil {
 		return api.Upload{}, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return api.Upload{}, err
-	}
 	var up api.Upload
 	sign := func() error {
 		o.Stage("sign", "")

@@ -165,11 +165,11 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 		// refused a part URL): take it up again; the parts step reads it.
 		return p.v1Move(j, state.Signed, "")
 	}
-	fi, err := workerStat(j.Path)
+	fi, err := p.checkName(j)
 	if err != nil {
 		return j, err
 	}
-	if !workerSame(fi, j) {
+	if !fileSame(fi, j) {
 		return p.workerChanged(j, fi, "file changed since it was hashed; hashing again")
 	}
 	if j.V1 == nil || j.V1.Key != key {
@@ -371,33 +371,6 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 	j.NextAttempt = now.Add(min(d, left))
 	j.LastError, j.LastStatus = fmt.Sprintf("another daemon is uploading this content (%d of %d parts stored); watching its session", have, v.Parts), 0
 	return j, true
-}
-
-// v1Send sends the missing parts from the file, which must still be the
-// one hashed, and moves the job to uploaded when all are stored.
-func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
-	f, changed, err := openHashed(j)
-	if err != nil {
-		return j, err
-	}
-	if changed != nil {
-		return p.workerChanged(j, changed, "file changed before its parts were sent; hashing again")
-	}
-	defer f.Close()
-	start := p.o.Now()
-	j, err = p.v1SendParts(ctx, j, f, missing)
-	if err != nil {
-		return j, err
-	}
-	p.o.Client.PartsDone(p.o.Now().Sub(start))
-	fi, err := workerStat(j.Path)
-	if err != nil {
-		return j, err
-	}
-	if !workerSame(fi, j) {
-		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
-	}
-	return p.v1Move(j, state.Uploaded, "")
 }
 
 // signedPart is a part URL and the local time it was signed.
@@ -726,10 +699,10 @@ func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
 		// Uploaded content that is no longer the file's is never
 		// published (as under legacy). A file that is gone may have been
 		// moved by a peer that completed this very session: read it.
-		fi, err := workerStat(j.Path)
+		fi, err := p.checkName(j)
 		var fe *workerFileError
 		switch {
-		case err == nil && !workerSame(fi, j):
+		case err == nil && !fileSame(fi, j):
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		case errors.As(err, &fe):
 			s, serr := p.o.Client.GetUpload(ctx, j.V1.ID)

@@ -66,6 +66,10 @@ type PoolOptions struct {
 	// (Job.Root: its folder's own publish block over the global one); nil,
 	// or a root it does not know, falls back to Publish.
 	Defaults func(root string) state.PublishParams
+	// FollowSymlinks, when set, says whether a watch root follows symbolic
+	// links (follow_symlinks): its files may be links that stay inside it.
+	// Elsewhere a link where a file was fails its job.
+	FollowSymlinks func(root string) bool
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions
@@ -162,6 +166,7 @@ type Pool struct {
 	cfg     configState                     // a configuration error pauses the pool (configpause.go)
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 }
 
 // publishDefaults are the publish settings a reload may change.
@@ -317,6 +322,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		g.Go(func() error { return p.worker(gctx, i) })
 	}
 	err := g.Wait()
+	p.held.closeAll()
 	close(workersDone)
 	stopHelpers()
 	<-helpersDone
@@ -587,6 +593,9 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 		return j, fmt.Errorf("commit job %d %s→%s: %w", j.ID, from, next.Stage, err)
 	}
 	p.logTransition(stored, from, since)
+	if stored.Stage != state.Ready && stored.Stage != state.Signed {
+		p.held.drop(stored.ID) // only a job still to upload keeps its descriptor
+	}
 	if herr := p.hook("commit:"+string(stored.Stage), stored); herr != nil {
 		return stored, herr
 	}

@@ -2,18 +2,15 @@ package uploader
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
@@ -53,8 +50,8 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		// a 401 pause, a restart): uploaded content that is no longer the
 		// file's is never published. Enqueue refused the new version
 		// because this job was still in flight, so it is this job's to redo.
-		fi, err := workerStat(j.Path)
-		if err == nil && !workerSame(fi, j) {
+		fi, err := p.checkName(j)
+		if err == nil && !fileSame(fi, j) {
 			res.Cancel()
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		}
@@ -100,45 +97,8 @@ func (e *workerIncomplete) Unwrap() error        { return e.err }
 func (e *workerIncomplete) Incomplete() bool     { return true }
 func (e *workerIncomplete) ChangedAt() time.Time { return e.changed }
 
-func workerStat(path string) (fs.FileInfo, error) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, &workerFileError{fmt.Errorf("file is gone: %w", err)}
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &workerFileError{fmt.Errorf("%s is not a regular file", path)}
-	}
-	return fi, nil
-}
-
 func workerSame(fi fs.FileInfo, j state.Job) bool {
 	return fi.Size() == j.Size && fi.ModTime().Equal(j.ModTime)
-}
-
-// openHashed opens j's file for upload when it is still the one hashed
-// (same size and mtime); otherwise it returns no file and the file's new
-// stat as changed, for the caller to send the job back.
-func openHashed(j state.Job) (f *os.File, changed fs.FileInfo, err error) {
-	f, err = os.Open(j.Path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, &workerFileError{fmt.Errorf("file is gone: %w", err)}
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !workerSame(fi, j) {
-		f.Close()
-		return nil, fi, nil
-	}
-	return f, nil, nil
 }
 
 // workerChanged returns j back in Queued with the file's new size and
@@ -150,6 +110,7 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 		return j, err
 	}
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
+	j.Dev, j.Ino = 0, 0
 	j.SHA256, j.Kind = "", ""
 	j.Upload = state.Upload{}
 	j.Protocol, j.V1 = "", nil // a v1 session of the old content is abandoned
@@ -159,16 +120,25 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 }
 
 // stepCheck: queued → ready. The file must be unchanged since it was last
-// seen, pass the content check, and not change while it is hashed.
+// seen, pass the content check, and not change while it is hashed. It is
+// opened once, through its watch folder, and that descriptor is checked,
+// hashed and kept for the upload.
 func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
-	fi, err := workerStat(j.Path)
+	p.held.drop(j.ID)
+	jf, err := p.openJob(j)
 	if err != nil {
 		return j, err
 	}
-	if !workerSame(fi, j) {
-		return p.workerChanged(j, fi, "file changed since it was seen; waiting until it settles")
+	keep := false
+	defer func() {
+		if !keep {
+			jf.Close()
+		}
+	}()
+	if !workerSame(jf.fi, j) {
+		return p.workerChanged(j, jf.fi, "file changed since it was seen; waiting until it settles")
 	}
-	info, err := splatfile.Check(j.Path)
+	info, err := splatfile.CheckFile(jf.f, j.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
 		return j, &workerIncomplete{err: err, changed: j.ModTime}
 	}
@@ -176,12 +146,14 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 		return j, err
 	}
 	// A job back here with a hash (waiting for a twin in flight, or retried)
-	// keeps it while size and mtime are unchanged: a multi-GB file is not
+	// keeps it while the file is the one hashed: a multi-GB file is not
 	// read again every DedupeWait. workerChanged clears the hash.
 	sum := j.SHA256
-	if sum == "" {
-		var fi2 fs.FileInfo
-		sum, fi2, err = workerHash(ctx, j.Path)
+	if sum == "" || !fileSame(jf.fi, j) {
+		if sum, err = jf.hash(ctx); err != nil {
+			return j, err
+		}
+		fi2, err := jf.restat()
 		if err != nil {
 			return j, err
 		}
@@ -189,6 +161,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
+	id := trustfs.IDOf(jf.fi)
 	pub := p.publish.Load()
 	defaults := pub.params
 	if pub.byRoot != nil {
@@ -203,38 +176,15 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 		return j, err
 	}
 	j.SHA256, j.Kind, j.Params = sum, string(info.Kind), params
+	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	p.held.put(j.ID, jf)
+	keep = true
 	return j, nil
 }
 
-// workerHash returns the file's sha256 and its stat after reading it.
-func workerHash(ctx context.Context, path string) (string, fs.FileInfo, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", nil, err
-		}
-		n, err := f.Read(buf)
-		h.Write(buf[:n])
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return "", nil, err
-		}
-	}
-	fi, err := workerStat(path)
-	if err != nil {
-		return "", nil, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), fi, nil
-}
+// emptySHA256 is the sha256 of no bytes.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // stepSign: ready → signed.
 func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
@@ -262,31 +212,41 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
 		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
 	}
-	f, changed, err := openHashed(j)
+	jf, changed, err := p.uploadFile(j)
 	if err != nil {
 		return j, err
 	}
 	if changed != nil {
 		return p.workerChanged(j, changed, "file changed before upload; hashing again")
 	}
-	defer f.Close()
+	defer jf.Close()
 	pr := &Progress{Path: j.Path, Size: j.Size}
 	p.setProgress(j.ID, pr)
 	defer p.setProgress(j.ID, nil)
-	err = p.o.Client.Put(ctx, j.Upload.URL, io.LimitReader(f, j.Size), j.Size, func(sent int64) {
+	body := newVerifyReader(jf.f, j.Size, j.SHA256)
+	err = p.o.Client.Put(ctx, j.Upload.URL, body, j.Size, func(sent int64) {
 		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: j.Size})
 	})
+	if body.mismatch || (j.Size == 0 && j.SHA256 != emptySHA256) {
+		// The PUT never got the last bytes; what storage holds is not
+		// published (the job hashes the file again and uploads anew).
+		fi, serr := jf.restat()
+		if serr != nil {
+			return j, serr
+		}
+		return p.workerChanged(j, fi, "file content changed during upload (its sha256 differs from the one hashed); hashing again")
+	}
 	if err != nil {
 		return j, err // storage refusing the URL: the retry rule re-signs
 	}
 	if err := p.hook("put", j); err != nil {
 		return j, err
 	}
-	fi, err := workerStat(j.Path)
+	fi, err := jf.restat()
 	if err != nil {
 		return j, err
 	}
-	if !workerSame(fi, j) {
+	if !fileSame(fi, j) {
 		return p.workerChanged(j, fi, "file changed during upload; uploading again")
 	}
 	now = p.o.Now()

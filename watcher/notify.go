@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -107,9 +106,9 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 	if !ev.Has(fsnotify.Create) && !r.wants(name) {
 		return // only a Create can be a folder; skip the stat
 	}
-	fi, err := os.Lstat(ev.Name)
+	fi, err := r.lstat(ev.Name)
 	if err != nil {
-		return // already gone: its Remove event follows
+		return // already gone (its Remove event follows), or out of the root
 	}
 	if fi.IsDir() {
 		if ev.Has(fsnotify.Create) && ev.Name != r.path && r.Recursive &&

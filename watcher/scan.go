@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -135,14 +136,25 @@ func (w *Watcher) scanRoot(r *root) {
 // by the listing or by an event, never by neither. Only an error on dir
 // itself is returned; unreadable subfolders are logged and skipped.
 func (w *Watcher) walk(r *root, dir string, st *scanState) error {
-	// A trailing "/." makes WalkDir enter dir even when it is a symlink (a
-	// root may be one); paths below it come out clean.
-	start := dir + string(filepath.Separator) + "."
-	return filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
-		top := p == start
-		if top {
-			p = dir
+	// Through an os.Root on the watch root: a subfolder swapped for a link
+	// to somewhere else while the walk runs is not listed, and no stat
+	// follows a link out of the root. The root itself may be a link.
+	rt, err := os.OpenRoot(r.path)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	start := "."
+	if dir != r.path {
+		rel, err := filepath.Rel(r.path, dir)
+		if err != nil || !filepath.IsLocal(rel) {
+			return fmt.Errorf("%s is not inside the watch root %s", dir, r.path)
 		}
+		start = filepath.ToSlash(rel)
+	}
+	return fs.WalkDir(rt.FS(), start, func(rel string, d fs.DirEntry, err error) error {
+		top := rel == start
+		p := filepath.Join(r.path, filepath.FromSlash(rel))
 		if err != nil {
 			if top {
 				return err
@@ -168,9 +180,9 @@ func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 			return nil
 		}
 		st.files++
-		fi, err := d.Info()
+		fi, err := rt.Lstat(filepath.FromSlash(rel))
 		if err != nil {
-			return nil // vanished since the listing
+			return nil // vanished since the listing, or now out of the root
 		}
 		if fi, ok := r.candidateInfo(p, fi); ok {
 			w.tr.observe(r, p, fi, false)

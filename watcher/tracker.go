@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/trustfs"
 )
 
 // stamp is one look at a file: what "unchanged" compares.
@@ -303,7 +305,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 func (r *root) candidateInfo(path string, fi fs.FileInfo) (fs.FileInfo, bool) {
 	if fi == nil {
 		var err error
-		if fi, err = os.Lstat(path); err != nil {
+		if fi, err = r.lstat(path); err != nil {
 			return nil, false
 		}
 	}
@@ -320,6 +322,16 @@ func (r *root) candidateInfo(path string, fi fs.FileInfo) (fs.FileInfo, bool) {
 		}
 	}
 	return fi, fi.Mode().IsRegular()
+}
+
+// lstat stats p, a path under the root, through an os.Root on it: a link
+// on the way that leads out of the root is an error, not the outside
+// file's stat.
+func (r *root) lstat(p string) (fs.FileInfo, error) {
+	if filepath.Clean(p) == r.path {
+		return os.Lstat(p)
+	}
+	return trustfs.Lstat(r.path, p)
 }
 
 // realPath is the root with symlinks resolved (refreshed by every scan).

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/after"
 )
 
@@ -71,7 +72,7 @@ func adoptDir(ctx context.Context, st *queue.Store, cfg *Config, dir string, dry
 			return nil
 		}
 		file := strings.TrimSuffix(p, ".splat.json")
-		fi, err := os.Stat(file)
+		fi, err := trustfs.Lstat(abs, file)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -79,7 +80,7 @@ func adoptDir(ctx context.Context, st *queue.Store, cfg *Config, dir string, dry
 			rep.Known++
 			return nil
 		}
-		ev, err := after.Check(ctx, file, svc)
+		ev, err := after.CheckIn(ctx, abs, file, svc)
 		switch {
 		case err != nil:
 			rep.Skipped = append(rep.Skipped, skippedFile{File: file, Why: err.Error()})

@@ -2,13 +2,10 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
-	"text/template"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -143,12 +140,12 @@ func (c *Config) afterFor(w WatchConfig) AfterConfig {
 
 // titleProblem says what is wrong with a title template, or "".
 func titleProblem(title string) string {
-	tmpl, err := template.New("title").Option("missingkey=error").Parse(title)
-	if err != nil {
+	// Parsing alone accepts {{.Stemm}}; every job would then fail. The
+	// check renders with the bounds a folder's title gets (no loops).
+	if err := sidecar.ParseTitle(title); err != nil {
 		return fmt.Sprintf("bad template: %v", err)
 	}
-	// Parsing alone accepts {{.Stemm}}; every job would then fail.
-	if err := tmpl.Execute(io.Discard, sidecar.TitleData{Stem: "scan", Name: "scan.ply", Dir: "/d", RelDir: ".", ModTime: time.Now()}); err != nil {
+	if err := sidecar.CheckTitle(title); err != nil {
 		return fmt.Sprintf("%v (fields: .Stem .Name .Dir .RelDir .ModTime)", err)
 	}
 	return ""

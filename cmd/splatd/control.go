@@ -8,12 +8,12 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
 )
 
 // The operator's controls of single jobs: cancel, republish, forget. Each
@@ -42,7 +42,7 @@ var controlOps = map[string]controlOp{
 	"republish": {
 		name: "republish",
 		apply: func(st *queue.Store, j state.Job) (state.Job, error) {
-			if _, err := os.Stat(j.Path); errors.Is(err, fs.ErrNotExist) {
+			if _, err := trustfs.Lstat(j.Root, j.Path); errors.Is(err, fs.ErrNotExist) {
 				return j, fmt.Errorf("job %d: %s is gone (moved or deleted by after.on_success?): put it back there, or publish it with splatd publish", j.ID, j.Path)
 			}
 			return st.Republish(j.ID)

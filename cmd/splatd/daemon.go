@@ -188,14 +188,15 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
 	d.actions.Store(d.afterRunners(cfg))
 	return uploader.NewPool(uploader.PoolOptions{
-		Store:         d.store,
-		Client:        d.client,
-		Workers:       cfg.Workers,
-		Protocol:      cfg.API.Protocol,
-		ParallelParts: cfg.Upload.ParallelParts,
-		Publish:       cfg.Publish.Params(),
-		Defaults:      publishDefaults(cfg),
-		OnUncertain:   cfg.Publish.OnUncertain,
+		Store:          d.store,
+		Client:         d.client,
+		Workers:        cfg.Workers,
+		Protocol:       cfg.API.Protocol,
+		ParallelParts:  cfg.Upload.ParallelParts,
+		Publish:        cfg.Publish.Params(),
+		Defaults:       publishDefaults(cfg),
+		FollowSymlinks: followSymlinks(cfg),
+		OnUncertain:    cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
 			MaxInterval: cfg.Poll.MaxInterval.D(),

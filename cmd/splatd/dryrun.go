@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher"
@@ -71,7 +71,7 @@ type dryRunSummary struct {
 // judge checks one finished file as a worker would before its upload.
 func (s *dryRunSummary) judge(cfg *Config, log zerolog.Logger, c watcher.Candidate, seen map[string]string) {
 	ev := func(e *zerolog.Event) *zerolog.Event { return e.Str("path", c.Path).Int64("size", c.Size) }
-	info, err := splatfile.Check(c.Path)
+	info, err := checkIn(c.Root, c.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
 		s.incomplete++
 		ev(log.Warn()).Err(err).Msg("dry run: incomplete; the daemon would wait for the rest")
@@ -82,7 +82,7 @@ func (s *dryRunSummary) judge(cfg *Config, log zerolog.Logger, c watcher.Candida
 		ev(log.Warn()).Err(err).Msg("dry run: would fail, never uploaded")
 		return
 	}
-	sum, err := hashFile(c.Path)
+	sum, err := hashFile(c.Root, c.Path)
 	if err != nil {
 		s.invalid++
 		ev(log.Warn()).Err(err).Msg("dry run: cannot read")
@@ -111,8 +111,19 @@ func (s dryRunSummary) print(w io.Writer) {
 		s.publish, s.bytes, s.duplicate, s.invalid, s.incomplete)
 }
 
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
+// checkIn is splatfile.Check on a file opened through its watch folder
+// (trustfs: no link, pipe or device; nothing out of the folder).
+func checkIn(root, path string) (splatfile.Info, error) {
+	f, _, err := trustfs.OpenRegular(root, path)
+	if err != nil {
+		return splatfile.Info{}, err
+	}
+	defer f.Close()
+	return splatfile.CheckFile(f, path)
+}
+
+func hashFile(root, path string) (string, error) {
+	f, _, err := trustfs.OpenRegular(root, path)
 	if err != nil {
 		return "", err
 	}

@@ -34,6 +34,16 @@ func publishDefaults(cfg *Config) func(root string) state.PublishParams {
 	}
 }
 
+// followSymlinks says which watch roots follow symbolic links that stay
+// inside them (follow_symlinks); elsewhere a link fails its job.
+func followSymlinks(cfg *Config) func(root string) bool {
+	follow := make(map[string]bool, len(cfg.Watch))
+	for _, w := range cfg.Watch {
+		follow[w.Path] = w.FollowSymlinks
+	}
+	return func(root string) bool { return follow[root] }
+}
+
 // afterRunners builds the after-actions of every watch entry (its own after
 // block over the global one) and the global ones for other jobs.
 func (d *daemon) afterRunners(cfg *Config) *after.Runners {

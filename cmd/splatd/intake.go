@@ -44,7 +44,7 @@ func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 	rest := batch[:0]
 	var adopt []queue.Adoption
 	for _, c := range batch {
-		ev, err := after.Check(ctx, c.Path, svc)
+		ev, err := after.CheckIn(ctx, c.Root, c.Path, svc)
 		switch {
 		case errors.Is(err, after.ErrNoReceipt):
 			rest = append(rest, c)

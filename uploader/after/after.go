@@ -15,18 +15,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/sidecar"
 )
 
@@ -142,33 +138,8 @@ func (e *ActionError) AfterAction() string { return e.Action }
 // at the source. An error is an *ActionError.
 func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
-	file := j.Path
-	var actErr error
-	switch {
-	case j.Stage == state.Done && a.o.OnSuccess == "move":
-		var err error
-		if file, err = moveUnder(j.Path, j.Root, a.o.SuccessDir); err != nil {
-			file, actErr = j.Path, &ActionError{ActionMove, fmt.Errorf("after-action for %s: %w", j.Path, err)}
-		}
-	case j.Stage == state.Done && a.o.OnSuccess == "delete":
-		err := os.Remove(j.Path)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			_ = os.Remove(sidecar.Path(j.Path))
-		} else {
-			actErr = &ActionError{ActionDelete, fmt.Errorf("after-action for %s: %w", j.Path, err)}
-		}
-	case j.Stage == state.Failed && a.o.OnFailure == "move":
-		// moveUnder finds a file it moved before a crash at its target.
-		var err error
-		file, err = moveUnder(j.Path, j.Root, a.o.FailureDir)
-		switch {
-		case errors.Is(err, errFileGone):
-			file = j.Path
-		case err != nil:
-			file, actErr = j.Path, &ActionError{ActionMove, fmt.Errorf("after-action for %s: %w", j.Path, err)}
-		}
-	}
-	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !fileExists(file) {
+	file, fileRoot, actErr := a.act(j)
+	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !existsIn(fileRoot, file) {
 		// The file went away before it was published (renamed under a name
 		// that matched include, deleted by its owner): a receipt would be
 		// litter beside nothing. The job keeps the reason (splatd jobs).
@@ -181,19 +152,74 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	if a.o.Receipt {
 		// A deleted file keeps its receipt where it was: the operator's
 		// record that it was published and may be gone.
-		if err := WriteReceipt(ReceiptPath(file), rec); err != nil {
+		err := writeReceiptIn(fileRoot, ReceiptPath(file), rec)
+		switch {
+		case errors.As(err, new(*trustfs.EscapeError)):
+			// The file's folder is now a link out of the watch folder: no
+			// receipt is written there, and no retry would make it safe.
+			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
+		case err != nil:
 			if actErr == nil {
 				actErr = &ActionError{ActionReceipt, fmt.Errorf("receipt for %s: %w", file, err)}
 			}
-		} else if file != j.Path {
+		case file != j.Path:
 			// Left by an earlier attempt whose move failed.
-			_ = os.Remove(ReceiptPath(j.Path))
+			_ = trustfs.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
 		}
 	}
 	if actErr != nil {
 		return file, actErr
 	}
 	return file, nil
+}
+
+// act runs j's after-action on the file the job read (its recorded inode:
+// another file put at its name since is left alone). It returns where the
+// file now is and the folder root to reach it through.
+func (a *Runner) act(j state.Job) (file, root string, actErr error) {
+	file, root = j.Path, j.Root
+	held := trustfs.ID{Dev: j.Dev, Ino: j.Ino}
+	switch {
+	case j.Stage == state.Done && a.o.OnSuccess == "move":
+		target, err := moveUnder(j.Path, j.Root, a.o.SuccessDir, held)
+		if err != nil {
+			return file, root, a.actionError(j, ActionMove, err)
+		}
+		return target, a.o.SuccessDir, nil
+	case j.Stage == state.Done && a.o.OnSuccess == "delete":
+		err := trustfs.RemoveIf(j.Root, j.Path, held)
+		switch {
+		case err == nil || errors.Is(err, fs.ErrNotExist):
+			_ = trustfs.RemoveIf(j.Root, sidecar.Path(j.Path), trustfs.ID{})
+		case errors.As(err, new(*trustfs.ReplacedError)):
+			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("not deleted")
+		default:
+			return file, root, a.actionError(j, ActionDelete, err)
+		}
+	case j.Stage == state.Failed && a.o.OnFailure == "move":
+		// moveUnder finds a file it moved before a crash at its target.
+		target, err := moveUnder(j.Path, j.Root, a.o.FailureDir, held)
+		switch {
+		case errors.Is(err, errFileGone):
+		case err != nil:
+			return file, root, a.actionError(j, ActionMove, err)
+		default:
+			return target, a.o.FailureDir, nil
+		}
+	}
+	return file, root, nil
+}
+
+// actionError is a failed move or delete; a file replaced since the job
+// read it, or a link, pipe or path out of the folder there now, is logged
+// and left alone rather than retried for ever.
+func (a *Runner) actionError(j state.Job, action string, err error) error {
+	if errors.As(err, new(*trustfs.ReplacedError)) || errors.As(err, new(*trustfs.NotRegularError)) ||
+		errors.As(err, new(*trustfs.EscapeError)) {
+		a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("after-action skipped")
+		return nil
+	}
+	return &ActionError{action, fmt.Errorf("after-action for %s: %w", j.Path, err)}
 }
 
 // protocol names the protocol that published (or would publish) j.
@@ -260,157 +286,16 @@ func (a *Runner) receipt(j state.Job) Receipt {
 }
 
 // WriteReceipt writes r to path atomically: a temp file in the same folder,
-// fsynced, then renamed over the target, so a reader never sees half a receipt.
-func WriteReceipt(path string, r Receipt) error {
+// fsynced, then renamed over the target, so a reader never sees half a
+// receipt. A link at path is replaced, never written through.
+func WriteReceipt(path string, r Receipt) error { return writeReceiptIn("", path, r) }
+
+// writeReceiptIn is WriteReceipt through the folder root (path's own
+// folder when root is "").
+func writeReceiptIn(root, path string, r Receipt) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(b, '\n'), 0o644)
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // harmless after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
-// errFileGone: the file to move is neither where it was nor at its target.
-var errFileGone = errors.New("file is gone")
-
-// moveUnder moves file to the same relative place under dest (relative to
-// root), never overwriting: a taken name gets ".1", ".2", … before its
-// extension. The sidecar travels with its file. A file already gone (moved
-// by an earlier run of Finish) is looked for at its destination.
-func moveUnder(file, root, dest string) (string, error) {
-	rel := filepath.Base(file)
-	if root != "" {
-		if r, err := filepath.Rel(root, file); err == nil && !strings.HasPrefix(r, "..") {
-			rel = r
-		}
-	}
-	target := filepath.Join(dest, rel)
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return file, err
-	}
-	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(target); err == nil {
-			return target, nil // moved before a crash; nothing left to do
-		}
-		return file, fmt.Errorf("%w: %w", errFileGone, err)
-	}
-	target = freeName(target)
-	if err := moveFile(file, target); err != nil {
-		return file, err
-	}
-	if sc := sidecar.Path(file); fileExists(sc) {
-		_ = moveFile(sc, freeName(sidecar.Path(target)))
-	}
-	return target, nil
-}
-
-func fileExists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
-}
-
-func freeName(p string) string {
-	if !fileExists(p) {
-		return p
-	}
-	ext := filepath.Ext(p)
-	base := strings.TrimSuffix(p, ext)
-	for i := 1; ; i++ {
-		c := fmt.Sprintf("%s.%d%s", base, i, ext)
-		if !fileExists(c) {
-			return c
-		}
-	}
-}
-
-// moveFile moves src to dst without ever leaving two copies or replacing
-// an existing dst. On one filesystem it links dst (os.Link refuses an
-// existing name) and removes src; across filesystems (EXDEV), or where
-// links are not allowed, it copies to a temp name in dst's folder, fsyncs,
-// links that to dst and removes the temp name, then removes src. When src
-// cannot be removed (a folder the daemon may not write, an immutable
-// file), dst is removed again: a half-done move would otherwise copy the
-// file once more at every retry and restart (ro1.ply, ro1.1.ply, …).
-func moveFile(src, dst string) error {
-	err := os.Link(src, dst)
-	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ENOTSUP) {
-		return err
-	}
-	if err != nil {
-		if err := copyTo(src, dst); err != nil {
-			return err
-		}
-	}
-	if err := removeFile(src); err != nil {
-		if rerr := os.Remove(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			return fmt.Errorf("cannot remove the source (%w) nor the copy %s (%v): remove one by hand", err, dst, rerr)
-		}
-		return fmt.Errorf("cannot remove the source, so the copy at %s was removed again: %w", dst, err)
-	}
-	return nil
-}
-
-// removeFile is os.Remove; tests replace it to make a source unremovable.
-var removeFile = os.Remove
-
-// copyTo copies src to a temp name beside dst, fsynced, and links it to
-// dst; dst never exists half-written.
-func copyTo(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after the link, or on failure
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Link(tmp.Name(), dst)
+	return trustfs.WriteAtomic(root, path, append(b, '\n'), 0o644)
 }

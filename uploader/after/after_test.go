@@ -204,11 +204,11 @@ func TestRunnersChooseTheJobsRoot(t *testing.T) {
 	if want := filepath.Join(doneA, "x", "scan.ply"); err != nil || fileA != want {
 		t.Fatalf("root A: Finish = %q, %v; want moved to %s", fileA, err, want)
 	}
-	if fileExists(ReceiptPath(fileA)) {
+	if existsIn("", ReceiptPath(fileA)) {
 		t.Error("root A turned receipts off, but one was written")
 	}
 	fileB, err := rs.Finish(context.Background(), b)
-	if err != nil || fileB != b.Path || !fileExists(ReceiptPath(b.Path)) {
+	if err != nil || fileB != b.Path || !existsIn("", ReceiptPath(b.Path)) {
 		t.Fatalf("root B: Finish = %q, %v; want kept with a receipt", fileB, err)
 	}
 	if r := rs.For(rootB).Receipt(b); r.Status != "done" || r.File != b.Path || r.Splat.URL != b.ViewerURL {

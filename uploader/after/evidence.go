@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"time"
+
+	"github.com/splatd/splatd/trustfs"
 )
 
 // Receipts are evidence. A receipt is written only once its job is final,
@@ -46,30 +48,49 @@ type Evidence struct {
 // ErrNoReceipt: the file has no receipt.
 var ErrNoReceipt = errors.New("no receipt")
 
+// ReceiptMax is the size cap of a receipt read from a watch folder.
+const ReceiptMax = trustfs.SmallMax
+
 // ReadReceipt reads and decodes the receipt of file.
-func ReadReceipt(file string) (Receipt, error) {
-	b, err := os.ReadFile(ReceiptPath(file))
+func ReadReceipt(file string) (Receipt, error) { return readReceiptIn("", file) }
+
+// readReceiptIn reads the receipt of file through the watch folder root
+// (file's own folder when ""): at most ReceiptMax bytes, never through a
+// link, a pipe or a device (those are errors, not receipts).
+func readReceiptIn(root, file string) (Receipt, error) {
+	b, err := trustfs.ReadSmall(root, ReceiptPath(file), ReceiptMax)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Receipt{}, ErrNoReceipt
 	}
 	if err != nil {
 		return Receipt{}, err
 	}
+	return decodeReceipt(ReceiptPath(file), b)
+}
+
+// decodeReceipt decodes a receipt's bytes (path names it in errors).
+func decodeReceipt(path string, b []byte) (Receipt, error) {
 	var r Receipt
 	if err := json.Unmarshal(b, &r); err != nil {
-		return Receipt{}, fmt.Errorf("%s: not a receipt: %w", ReceiptPath(file), err)
+		return Receipt{}, fmt.Errorf("%s: not a receipt: %w", path, err)
 	}
 	return r, nil
 }
 
-// Check weighs file's receipt: it is evidence when it says done (or
+// Check is CheckIn with file's own folder as the root.
+func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
+	return CheckIn(ctx, "", file, svc)
+}
+
+// CheckIn weighs file's receipt, both read through the watch folder root
+// (trustfs): it is evidence when it says done (or
 // duplicate: the same content was published as done) for the file's
 // current sha256 and size, and names this service's protocol and API when
 // it names them at all. Only a file that has such a receipt is hashed. It
 // returns ErrNoReceipt when there is none; other errors are I/O errors.
-func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
+func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, error) {
 	ev := Evidence{File: file}
-	r, err := ReadReceipt(file)
+	r, err := readReceiptIn(root, file)
 	if err != nil {
 		return ev, err
 	}
@@ -77,7 +98,7 @@ func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
 	if svc.Protocol == "" {
 		svc.Protocol = "legacy"
 	}
-	fi, err := os.Stat(file)
+	fi, err := trustfs.Lstat(root, file)
 	if err != nil {
 		return ev, err
 	}
@@ -98,15 +119,20 @@ func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
 	if ev.Why != "" {
 		return ev, nil
 	}
-	sum, err := hashFile(ctx, file)
+	f, fi1, err := trustfs.OpenRegular(root, file)
 	if err != nil {
 		return ev, err
 	}
-	fi2, err := os.Stat(file)
+	defer f.Close()
+	sum, err := hashOpen(ctx, f)
 	if err != nil {
 		return ev, err
 	}
-	if fi2.Size() != fi.Size() || !fi2.ModTime().Equal(fi.ModTime()) {
+	fi2, err := f.Stat()
+	if err != nil {
+		return ev, err
+	}
+	if !os.SameFile(fi, fi1) || fi2.Size() != fi.Size() || !fi2.ModTime().Equal(fi.ModTime()) {
 		ev.Why = "the file changed while it was hashed"
 		return ev, nil
 	}
@@ -118,19 +144,15 @@ func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
 	return ev, nil
 }
 
-func hashFile(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
+func hashOpen(ctx context.Context, f *os.File) (string, error) {
+	r := io.NewSectionReader(f, 0, 1<<62)
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		n, err := f.Read(buf)
+		n, err := r.Read(buf)
 		h.Write(buf[:n])
 		if err == io.EOF {
 			return hex.EncodeToString(h.Sum(nil)), nil

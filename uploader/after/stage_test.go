@@ -10,18 +10,21 @@ import (
 	"testing"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
 )
 
 // TestAfterMoveUnremovableSourceLeavesNoCopy is issue 15's "ro1.ply,
 // ro1.1.ply, …": a source that cannot be removed must not leave a copy in
 // success_dir, however often the move is tried. Not parallel: it replaces
-// removeFile.
+// removeSource.
 func TestAfterMoveUnremovableSourceLeavesNoCopy(t *testing.T) {
 	root, done := t.TempDir(), t.TempDir()
 	j := afterTestJob(t, root, "day1/ro1.ply", state.Done)
 	a := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
-	removeFile = func(string) error { return &os.PathError{Op: "remove", Path: j.Path, Err: syscall.EPERM} }
-	t.Cleanup(func() { removeFile = os.Remove })
+	removeSource = func(string, string, trustfs.ID) error {
+		return &os.PathError{Op: "remove", Path: j.Path, Err: syscall.EPERM}
+	}
+	t.Cleanup(func() { removeSource = trustfs.RemoveIf })
 
 	for try := range 3 { // the pool's retries, or restarts
 		file, err := a.Finish(context.Background(), j)
@@ -51,7 +54,7 @@ func TestAfterMoveUnremovableSourceLeavesNoCopy(t *testing.T) {
 		}
 	}
 
-	removeFile = os.Remove // the operator fixed the permissions
+	removeSource = trustfs.RemoveIf // the operator fixed the permissions
 	file, err := a.Finish(context.Background(), j)
 	want := filepath.Join(done, "day1", "ro1.ply")
 	if err != nil || file != want {
@@ -152,7 +155,7 @@ func hashFileBytes(b []byte) (string, error) {
 		return "", err
 	}
 	defer os.Remove(f.Name())
+	defer f.Close()
 	f.Write(b)
-	f.Close()
-	return hashFile(context.Background(), f.Name())
+	return hashOpen(context.Background(), f)
 }

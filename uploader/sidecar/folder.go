@@ -26,9 +26,10 @@ type folderFile struct {
 func readFolders(path, root string) ([]folderFile, error) {
 	dir := filepath.Dir(path)
 	dirs := []string{dir}
+	within := "" // the folder the settings are read through (os.Root)
 	if root != "" {
 		if rel, err := filepath.Rel(root, dir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			dirs = []string{filepath.Clean(root)}
+			dirs, within = []string{filepath.Clean(root)}, root
 			if rel != "." {
 				at := filepath.Clean(root)
 				for _, part := range strings.Split(rel, string(filepath.Separator)) {
@@ -41,7 +42,7 @@ func readFolders(path, root string) ([]folderFile, error) {
 	var out []folderFile
 	for _, d := range dirs {
 		p := filepath.Join(d, FolderName)
-		o, err := read(p, "folder settings "+p)
+		o, err := read(within, p, "folder settings "+p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -5,17 +5,15 @@
 package sidecar
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
 	"gopkg.in/yaml.v3"
 )
 
@@ -79,15 +77,11 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 	}
 	title := data.Stem
 	if t.Title != "" {
-		tmpl, err := template.New("title").Option("missingkey=error").Parse(t.Title)
+		out, err := renderTitle(t.Title, data)
 		if err != nil {
 			return state.PublishParams{}, fmt.Errorf("%s: %w", titleFrom, err)
 		}
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, data); err != nil {
-			return state.PublishParams{}, fmt.Errorf("%s: %w", titleFrom, err)
-		}
-		title = strings.TrimSpace(b.String())
+		title = strings.TrimSpace(out)
 		if title == "" {
 			title = data.Stem
 		}
@@ -100,14 +94,15 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 		Settings:    t.Settings,
 	}
 
-	sc, err := Read(Path(path))
+	sc, err := read(root, Path(path), "sidecar "+filepath.Base(Path(path)))
 	if errors.Is(err, fs.ErrNotExist) {
-		return r, nil
-	}
-	if err != nil {
+		sc = Overrides{}
+	} else if err != nil {
 		return state.PublishParams{}, err
 	}
-	return apply(r, sc), nil
+	r = apply(r, sc)
+	r.Title, r.Description = limitParams(r.Title, r.Description)
+	return r, nil
 }
 
 // apply lays o over p: set fields replace, settings merge key by key into
@@ -138,13 +133,15 @@ func apply(p state.PublishParams, o Overrides) state.PublishParams {
 // fs.ErrNotExist; anything else wrong names the file, and every bad key
 // with its line, in one message.
 func Read(path string) (Overrides, error) {
-	return read(path, "sidecar "+filepath.Base(path))
+	return read("", path, "sidecar "+filepath.Base(path))
 }
 
-// read is Read with the name its messages give the file.
-func read(path, name string) (Overrides, error) {
+// read is Read of a file under the watch folder root (its own folder when
+// root is "") with the name its messages give the file. It reads at most
+// trustfs.SmallMax bytes, never through a link, a pipe or a device.
+func read(root, path, name string) (Overrides, error) {
 	var sc Overrides
-	b, err := os.ReadFile(path)
+	b, err := trustfs.ReadSmall(root, path, trustfs.SmallMax)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return sc, err
@@ -158,16 +155,16 @@ func read(path, name string) (Overrides, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return sc, nil // empty: no overrides
 	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return sc, fmt.Errorf("%s: want keys (title, description, listed, format, settings) (line %d)", name, root.Line)
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		return sc, fmt.Errorf("%s: want keys (title, description, listed, format, settings) (line %d)", name, top.Line)
 	}
 	var problems []string
 	bad := func(key string, line int, format string, a ...any) {
 		problems = append(problems, fmt.Sprintf("%s: %s (line %d)", key, fmt.Sprintf(format, a...), line))
 	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
 		var target any
 		switch k.Value {
 		case "title":

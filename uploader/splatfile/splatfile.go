@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Kind names the container format of a splat file.
@@ -83,11 +84,19 @@ type Info struct {
 // holding anything but a ZIP, is invalid because the server picks its decoder
 // by extension.
 func Check(path string) (Info, error) {
-	f, err := os.Open(path)
+	// Non-blocking: a named pipe is refused below, never waited on.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return Info{}, err
 	}
 	defer f.Close()
+	return CheckFile(f, path)
+}
+
+// CheckFile is Check on a file already open (path names it in errors and
+// gives its extension): the worker checks, hashes and uploads one
+// descriptor.
+func CheckFile(f *os.File, path string) (Info, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return Info{}, err

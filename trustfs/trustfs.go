@@ -1,0 +1,349 @@
+// Package trustfs is the one way splatd touches a file under a watch folder.
+// A watch folder is untrusted input: anyone who may write to it may put a
+// symbolic link, a named pipe or a device where a file was, or replace a
+// subfolder by a link to another folder. Every access here goes through an
+// os.Root opened on the watch folder, so no path, link or ".." leads out of
+// it; the last component of a path is never followed (a link there is
+// refused, as are pipes, devices, sockets and folders), files are opened
+// non-blocking so that a pipe never hangs the daemon, and small files
+// (sidecars, folder settings, receipts) are read with a size cap.
+//
+// Functions take the watch folder (root) and an absolute path under it. An
+// empty root means the path's own folder: a file named on the command line
+// is still opened without following a link at its last component.
+package trustfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// SmallMax is the size cap of the small files splatd reads from a watch
+// folder: sidecars, folder settings (.splat.yaml) and receipts.
+const SmallMax = 64 << 10
+
+// NotRegularError is a path that is not a regular file: a link, a pipe, a
+// device, a socket or a folder. Its job fails with it; retrying cannot help.
+type NotRegularError struct {
+	Path string
+	Kind string // "a symbolic link", "a named pipe (FIFO)", …
+}
+
+func (e *NotRegularError) Error() string {
+	return fmt.Sprintf("%s is %s, not a regular file", e.Path, e.Kind)
+}
+
+// Invalid marks the error as a property of the file (the retry rule fails
+// the job instead of retrying).
+func (e *NotRegularError) Invalid() bool { return true }
+
+// EscapeError is a path that leads out of its watch folder (a subfolder
+// replaced by a link to somewhere else, or a path outside the folder).
+type EscapeError struct {
+	Path, Root string
+	Err        error
+}
+
+func (e *EscapeError) Error() string {
+	return fmt.Sprintf("%s leads out of the watch folder %s (a link to elsewhere?): refused", e.Path, e.Root)
+}
+func (e *EscapeError) Unwrap() error { return e.Err }
+
+// Invalid: as NotRegularError.
+func (e *EscapeError) Invalid() bool { return true }
+
+// ReplacedError is a path that now names another file than the one a job
+// holds (the same inode was expected): it is left alone.
+type ReplacedError struct{ Path string }
+
+func (e *ReplacedError) Error() string {
+	return fmt.Sprintf("%s is no longer the file this job read (replaced since): left alone", e.Path)
+}
+
+// TooLargeError is a small file over its cap.
+type TooLargeError struct {
+	Path string
+	Max  int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s is larger than %d bytes: refused", e.Path, e.Max)
+}
+
+// Invalid: as NotRegularError.
+func (e *TooLargeError) Invalid() bool { return true }
+
+// KindOf names what a mode is when it is not a regular file ("" when it is).
+func KindOf(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeDevice != 0 || m&fs.ModeCharDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "not a regular file (" + m.Type().String() + ")"
+}
+
+// ID identifies a file (its device and inode).
+type ID struct{ Dev, Ino uint64 }
+
+// IDOf returns fi's device and inode; the zero ID when fi has none.
+func IDOf(fi fs.FileInfo) ID {
+	if fi == nil {
+		return ID{}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)} // Dev is 32 bits on some platforms
+	}
+	return ID{}
+}
+
+// open opens root (path's own folder when root is "") as an os.Root and
+// returns path relative to it. A path outside root is an *EscapeError.
+func open(root, path string) (*os.Root, string, error) {
+	if root == "" {
+		root = filepath.Dir(path)
+	}
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return nil, "", &EscapeError{Path: path, Root: root, Err: err}
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, "", err
+	}
+	return r, rel, nil
+}
+
+// classify turns an os.Root error into an *EscapeError when it says the
+// path escapes the root.
+func classify(err error, path, root string) error {
+	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
+		if root == "" {
+			root = filepath.Dir(path)
+		}
+		return &EscapeError{Path: path, Root: root, Err: err}
+	}
+	return err
+}
+
+// Lstat stats path under root without following a link at its last
+// component (links in between are followed only while they stay inside).
+func Lstat(root, path string) (fs.FileInfo, error) {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	fi, err := r.Lstat(rel)
+	return fi, classify(err, path, root)
+}
+
+// StatRegular is Lstat that also requires a regular file.
+func StatRegular(root, path string) (fs.FileInfo, error) {
+	fi, err := Lstat(root, path)
+	if err != nil {
+		return nil, err
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		return nil, &NotRegularError{Path: path, Kind: k}
+	}
+	return fi, nil
+}
+
+// OpenRegular opens path under root for reading: never through a link at
+// its last component nor out of root, non-blocking (a pipe cannot hang
+// the caller), and only when it is a regular file (checked on the open
+// descriptor). It returns the file and its fstat.
+func OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	lfi, err := r.Lstat(rel)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	if k := KindOf(lfi.Mode()); k != "" {
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		f.Close()
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	if !os.SameFile(lfi, fi) {
+		// Swapped for a link (inside the folder) between the two calls.
+		f.Close()
+		return nil, nil, &NotRegularError{Path: path, Kind: "replaced while it was opened (a symbolic link?)"}
+	}
+	return f, fi, nil
+}
+
+// ReadSmall reads a small regular file under root, at most max bytes: a
+// larger one is a *TooLargeError, a link, pipe or device a
+// *NotRegularError, a missing one fs.ErrNotExist.
+func ReadSmall(root, path string, max int64) ([]byte, error) {
+	f, fi, err := OpenRegular(root, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() > max {
+		return nil, &TooLargeError{Path: path, Max: max}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, &TooLargeError{Path: path, Max: max}
+	}
+	return b, nil
+}
+
+// RemoveIf removes path under root (the name, never what a link names)
+// when it is still the file want identifies (any non-folder when want is
+// zero). A path already gone is fs.ErrNotExist; another file there is a
+// *ReplacedError and stays.
+func RemoveIf(root, path string, want ID) error {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fi, err := r.Lstat(rel)
+	if err != nil {
+		return classify(err, path, root)
+	}
+	if fi.IsDir() {
+		return &NotRegularError{Path: path, Kind: "a directory"}
+	}
+	if want != (ID{}) && IDOf(fi) != want {
+		return &ReplacedError{Path: path}
+	}
+	return classify(r.Remove(rel), path, root)
+}
+
+// WriteAtomic writes data to path under root: a temp file created (never
+// through a link) in the same folder, fsynced, then renamed over path. A
+// link at path is replaced, never written through.
+func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	dir, base := filepath.Split(rel)
+	var tmp string
+	var f *os.File
+	for i := 0; ; i++ {
+		tmp = filepath.Join(dir, fmt.Sprintf(".%s.tmp-%016x", base, rand.Uint64()))
+		f, err = r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || i >= 100 {
+			return classify(err, path, root)
+		}
+	}
+	defer r.Remove(tmp) // harmless after the rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := r.Rename(tmp, rel); err != nil {
+		return classify(err, path, root)
+	}
+	if d, err := r.Open(filepath.Clean(dir + ".")); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// OpenRegularFollow is OpenRegular for a watch folder that follows
+// symbolic links (follow_symlinks): a link at the last component is
+// followed while it stays inside root; what it names must be a regular
+// file.
+func OpenRegularFollow(root, path string) (*os.File, fs.FileInfo, error) {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	sfi, err := r.Stat(rel)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	if k := KindOf(sfi.Mode()); k != "" {
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		f.Close()
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	return f, fi, nil
+}
+
+// StatFollow is Stat of path under root, following links that stay
+// inside it, and requires a regular file.
+func StatFollow(root, path string) (fs.FileInfo, error) {
+	r, rel, err := open(root, path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	fi, err := r.Stat(rel)
+	if err != nil {
+		return nil, classify(err, path, root)
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		return nil, &NotRegularError{Path: path, Kind: k}
+	}
+	return fi, nil
+}

@@ -1,0 +1,143 @@
+package trustfs
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func write(t *testing.T, p, body string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenRegularRefuses: every kind of path a folder writer can put where
+// a file was is refused with its kind, never followed or waited on.
+func TestOpenRegularRefuses(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(outside, "secret"), "secret", 0o600)
+	write(t, filepath.Join(root, "ok.ply"), "ply", 0o644)
+	write(t, filepath.Join(root, "in.ply"), "ply", 0o644)
+	os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "out-link.ply"))
+	os.Symlink("in.ply", filepath.Join(root, "in-link.ply"))
+	os.Symlink("/dev/zero", filepath.Join(root, "zero.ply"))
+	os.Symlink(outside, filepath.Join(root, "sub"))
+	os.Mkdir(filepath.Join(root, "dir.ply"), 0o755)
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo.ply"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"out-link.ply": "symbolic link",
+		"in-link.ply":  "symbolic link",
+		"zero.ply":     "symbolic link",
+		"dir.ply":      "directory",
+		"fifo.ply":     "named pipe",
+		"sub/secret":   "leads out of the watch folder",
+		"../x":         "leads out of the watch folder",
+	} {
+		f, _, err := OpenRegular(root, filepath.Join(root, name))
+		if err == nil {
+			f.Close()
+			t.Errorf("%s: opened; want refused (%s)", name, want)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want %q", name, err, want)
+		}
+		var inv interface{ Invalid() bool }
+		if !errors.As(err, &inv) || !inv.Invalid() {
+			t.Errorf("%s: %T is not an invalid-file error", name, err)
+		}
+	}
+	f, fi, err := OpenRegular(root, filepath.Join(root, "ok.ply"))
+	if err != nil || fi.Size() != 3 {
+		t.Fatalf("ok.ply: %v, %v", fi, err)
+	}
+	f.Close()
+	// Following, as follow_symlinks does: inside yes, outside never.
+	if f, _, err := OpenRegularFollow(root, filepath.Join(root, "in-link.ply")); err != nil {
+		t.Errorf("follow in-link.ply: %v", err)
+	} else {
+		f.Close()
+	}
+	for _, name := range []string{"out-link.ply", "zero.ply", "sub/secret"} {
+		if f, _, err := OpenRegularFollow(root, filepath.Join(root, name)); err == nil {
+			f.Close()
+			t.Errorf("follow %s: opened", name)
+		}
+	}
+	if _, err := Lstat(root, filepath.Join(root, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v; want fs.ErrNotExist", err)
+	}
+}
+
+func TestReadSmallCap(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "s.yaml")
+	write(t, p, strings.Repeat("a", 100), 0o644)
+	if b, err := ReadSmall(root, p, 100); err != nil || len(b) != 100 {
+		t.Errorf("at the cap: %d bytes, %v", len(b), err)
+	}
+	var tl *TooLargeError
+	if _, err := ReadSmall(root, p, 99); !errors.As(err, &tl) {
+		t.Errorf("over the cap: %v; want *TooLargeError", err)
+	}
+}
+
+func TestRemoveIfOnlyTheHeldFile(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "a.ply")
+	write(t, p, "one", 0o644)
+	fi, _ := os.Lstat(p)
+	held := IDOf(fi)
+	write(t, p+".new", "two", 0o644)
+	if err := os.Rename(p+".new", p); err != nil { // another file under the same name
+		t.Fatal(err)
+	}
+	var re *ReplacedError
+	if err := RemoveIf(root, p, held); !errors.As(err, &re) {
+		t.Fatalf("RemoveIf = %v; want *ReplacedError", err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal("the new file was removed")
+	}
+	fi, _ = os.Lstat(p)
+	if err := RemoveIf(root, p, IDOf(fi)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWriteAtomicReplacesLink(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "v")
+	write(t, victim, "keep", 0o600)
+	p := filepath.Join(root, "r.json")
+	os.Symlink(victim, p)
+	if err := WriteAtomic(root, p, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("written through the link: %q", b)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		t.Errorf("receipt: %v, %v", fi, err)
+	}
+	// A folder swapped for a link out: refused.
+	os.Symlink(outside, filepath.Join(root, "sub"))
+	if err := WriteAtomic(root, filepath.Join(root, "sub", "r.json"), []byte("{}"), 0o644); err == nil {
+		t.Error("wrote through a linked subfolder")
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "r.json")); err == nil {
+		t.Error("a file appeared outside")
+	}
+}

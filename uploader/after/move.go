@@ -1,0 +1,167 @@
+package after
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/uploader/sidecar"
+)
+
+// errFileGone: the file to move is neither where it was nor at its target.
+var errFileGone = errors.New("file is gone")
+
+// moveUnder moves file to the same relative place under dest (relative to
+// root), never overwriting: a taken name gets ".1", ".2", … before its
+// extension. The file is opened through its watch folder (trustfs: no link
+// followed, regular files only) and must be the one the job read (held,
+// when known); that open file is what is linked or copied. The sidecar
+// travels with its file when it is a regular file (a link or a pipe stays
+// where it is). A file already gone (moved by an earlier run of Finish) is
+// looked for at its destination.
+func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
+	rel := filepath.Base(file)
+	if root != "" {
+		if r, err := filepath.Rel(root, file); err == nil && !strings.HasPrefix(r, "..") {
+			rel = r
+		}
+	}
+	target := filepath.Join(dest, rel)
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return file, err
+	}
+	f, fi, err := trustfs.OpenRegular(root, file)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(target); err == nil {
+			return target, nil // moved before a crash; nothing left to do
+		}
+		return file, fmt.Errorf("%w: %w", errFileGone, err)
+	}
+	if err != nil {
+		return file, err
+	}
+	defer f.Close()
+	if held != (trustfs.ID{}) && trustfs.IDOf(fi) != held {
+		return file, &trustfs.ReplacedError{Path: file}
+	}
+	target = freeName(target)
+	if err := moveOpen(root, file, f, fi, target); err != nil {
+		return file, err
+	}
+	if sf, sfi, err := trustfs.OpenRegular(root, sidecar.Path(file)); err == nil {
+		_ = moveOpen(root, sidecar.Path(file), sf, sfi, freeName(sidecar.Path(target)))
+		sf.Close()
+	}
+	return target, nil
+}
+
+// existsIn reports whether path exists (as any kind of file) under root.
+func existsIn(root, path string) bool {
+	_, err := trustfs.Lstat(root, path)
+	return err == nil
+}
+
+func freeName(p string) string {
+	if _, err := os.Lstat(p); err != nil {
+		return p
+	}
+	ext := filepath.Ext(p)
+	base := strings.TrimSuffix(p, ext)
+	for i := 1; ; i++ {
+		c := fmt.Sprintf("%s.%d%s", base, i, ext)
+		if _, err := os.Lstat(c); err != nil {
+			return c
+		}
+	}
+}
+
+// moveOpen moves src (open as f, under root) to dst without ever leaving
+// two copies or replacing an existing dst. On one filesystem it links the
+// open file itself to dst (a link refuses an existing name) and removes
+// src's name, if it still names that file; across filesystems (EXDEV), or
+// where links are not allowed, it copies the open file to a temp name in
+// dst's folder with its mode, fsyncs, links that to dst and removes the
+// temp name, then removes src. When src cannot be removed (a folder the
+// daemon may not write, an immutable file), dst is removed again: a
+// half-done move would otherwise copy the file once more at every retry and
+// restart (ro1.ply, ro1.1.ply, …).
+func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
+	err := linkOpen(f, dst)
+	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) &&
+		!errors.Is(err, syscall.ENOTSUP) && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err != nil {
+		if err := copyOpen(f, fi, dst); err != nil {
+			return err
+		}
+	}
+	if err := removeSource(root, src, trustfs.IDOf(fi)); err != nil {
+		if rerr := os.Remove(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return fmt.Errorf("cannot remove the source (%w) nor the copy %s (%v): remove one by hand", err, dst, rerr)
+		}
+		return fmt.Errorf("cannot remove the source, so the copy at %s was removed again: %w", dst, err)
+	}
+	return nil
+}
+
+// removeSource removes a moved file's name in its folder when it still
+// names the file moved; tests replace it to make a source unremovable.
+var removeSource = trustfs.RemoveIf
+
+// linkOpen links the open file f (not a path looked up again) to dst, by
+// linkat(2) of its /proc/self/fd entry with AT_SYMLINK_FOLLOW. Without
+// /proc it fails with fs.ErrNotExist and the caller copies instead.
+func linkOpen(f *os.File, dst string) error {
+	src := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	from, err := syscall.BytePtrFromString(src)
+	if err != nil {
+		return err
+	}
+	to, err := syscall.BytePtrFromString(dst)
+	if err != nil {
+		return err
+	}
+	const atSymlinkFollow = 0x400
+	cwd := -0x64 // AT_FDCWD
+	_, _, e := syscall.Syscall6(syscall.SYS_LINKAT, uintptr(cwd), uintptr(unsafe.Pointer(from)),
+		uintptr(cwd), uintptr(unsafe.Pointer(to)), atSymlinkFollow, 0)
+	if e != 0 {
+		return &os.LinkError{Op: "link", Old: src, New: dst, Err: e}
+	}
+	return nil
+}
+
+// copyOpen copies the open regular file f to a temp name beside dst with
+// f's mode, fsynced, and links it to dst; dst never exists half-written.
+func copyOpen(f *os.File, fi fs.FileInfo, dst string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the link, or on failure
+	if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, fi.Size())); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Link(tmp.Name(), dst)
+}

@@ -1,0 +1,328 @@
+package uploader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"sync"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/trustfs"
+)
+
+// A job's content is read from one descriptor, opened through its watch
+// folder's os.Root (trustfs: no link followed out of it, nor at the file's
+// own name; a pipe, device or folder fails the job), checked regular with
+// fstat, and hashed; the pool then keeps that descriptor open until the
+// upload reads it (heldFiles). A job without a held descriptor (after a
+// restart, or past the cap) opens the file again and must find the same
+// inode, size and mtime. Whatever descriptor the bytes leave from, their
+// sha256 is computed again as they stream (legacy), or over the whole file
+// from that descriptor beside the parts (v1), and a difference from the
+// recorded sha256 aborts the upload before publish: what was hashed is
+// what is published.
+//
+// This is the one open → hash → upload path: a source that is not the
+// watched file itself (an encoded temp file, a bundled folder) plugs in at
+// openJob and must give a *jobFile the same way.
+
+// jobFile is a job's content, open.
+type jobFile struct {
+	f  *os.File
+	fi fs.FileInfo // fstat when opened (or last checked)
+}
+
+// errContentChanged: the bytes read for the upload do not hash to the
+// recorded sha256.
+var errContentChanged = errors.New("content changed since it was hashed")
+
+// openJob opens j's file through its watch folder. A missing file, a link
+// (unless the folder follows links, and then only one that stays inside),
+// a pipe, a device or a path out of the folder is a *workerFileError (the
+// job fails with it).
+func (p *Pool) openJob(j state.Job) (*jobFile, error) {
+	open := trustfs.OpenRegular
+	if p.follows(j.Root) {
+		open = trustfs.OpenRegularFollow
+	}
+	f, fi, err := open(j.Root, j.Path)
+	if err != nil {
+		return nil, fileError(err)
+	}
+	return &jobFile{f: f, fi: fi}, nil
+}
+
+// fileError wraps what retrying cannot fix (gone, not regular, out of the
+// folder) as a *workerFileError; other errors are returned as they are.
+func fileError(err error) error {
+	var nr *trustfs.NotRegularError
+	var esc *trustfs.EscapeError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &workerFileError{fmt.Errorf("file is gone: %w", err)}
+	case errors.As(err, &nr), errors.As(err, &esc):
+		return &workerFileError{err}
+	}
+	return err
+}
+
+func (jf *jobFile) Close() error { return jf.f.Close() }
+
+// restat refreshes the descriptor's fstat.
+func (jf *jobFile) restat() (fs.FileInfo, error) {
+	fi, err := jf.f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	jf.fi = fi
+	return fi, nil
+}
+
+// hash returns the sha256 of the descriptor's content, read from offset 0.
+func (jf *jobFile) hash(ctx context.Context) (string, error) {
+	h := sha256.New()
+	if err := copyCtx(ctx, h, io.NewSectionReader(jf.f, 0, 1<<62)); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func copyCtx(ctx context.Context, w io.Writer, r io.Reader) error {
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := r.Read(buf)
+		w.Write(buf[:n])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// fileSame reports whether fi is the file j recorded: same size and mtime,
+// and the same inode when j recorded one.
+func fileSame(fi fs.FileInfo, j state.Job) bool {
+	if fi.Size() != j.Size || !fi.ModTime().Equal(j.ModTime) {
+		return false
+	}
+	if j.Ino == 0 {
+		return true
+	}
+	id := trustfs.IDOf(fi)
+	return id.Dev == j.Dev && id.Ino == j.Ino
+}
+
+// verifyReader streams size bytes of f from offset 0 while hashing them;
+// the read that would hand out the last bytes first compares the sum with
+// want and, when it differs, hands out nothing and fails: the PUT never
+// completes with content that is not the hashed one.
+type verifyReader struct {
+	r        io.Reader
+	h        hash.Hash
+	left     int64
+	want     string
+	mismatch bool
+}
+
+func newVerifyReader(f *os.File, size int64, want string) *verifyReader {
+	return &verifyReader{r: io.NewSectionReader(f, 0, size), h: sha256.New(), left: size, want: want}
+}
+
+func (v *verifyReader) Read(p []byte) (int, error) {
+	if v.mismatch {
+		return 0, errContentChanged
+	}
+	n, err := v.r.Read(p)
+	v.h.Write(p[:n])
+	v.left -= int64(n)
+	if v.left <= 0 || err == io.EOF {
+		if v.left != 0 || hex.EncodeToString(v.h.Sum(nil)) != v.want {
+			v.mismatch = true
+			return 0, errContentChanged
+		}
+	}
+	return n, err
+}
+
+// heldFiles keeps each job's descriptor from its hash to its upload, at
+// most maxHeld at a time (the oldest is closed beyond that: its job opens
+// the file again, and finds it the same or hashes again).
+type heldFiles struct {
+	mu    sync.Mutex
+	files map[uint64]*jobFile
+	order []uint64
+}
+
+const maxHeld = 64
+
+func (h *heldFiles) put(id uint64, jf *jobFile) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.files == nil {
+		h.files = make(map[uint64]*jobFile)
+	}
+	if old := h.files[id]; old != nil {
+		old.Close()
+	} else {
+		h.order = append(h.order, id)
+	}
+	h.files[id] = jf
+	for len(h.order) > maxHeld {
+		oldest := h.order[0]
+		h.order = h.order[1:]
+		if f := h.files[oldest]; f != nil {
+			f.Close()
+			delete(h.files, oldest)
+		}
+	}
+}
+
+// take hands j's held descriptor to the caller (nil when none).
+func (h *heldFiles) take(id uint64) *jobFile {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	jf := h.files[id]
+	if jf != nil {
+		delete(h.files, id)
+		for i, o := range h.order {
+			if o == id {
+				h.order = append(h.order[:i], h.order[i+1:]...)
+				break
+			}
+		}
+	}
+	return jf
+}
+
+// drop closes j's held descriptor, if any.
+func (h *heldFiles) drop(id uint64) {
+	if jf := h.take(id); jf != nil {
+		jf.Close()
+	}
+}
+
+// closeAll closes every held descriptor (the pool stops).
+func (h *heldFiles) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, jf := range h.files {
+		jf.Close()
+	}
+	h.files, h.order = nil, nil
+}
+
+// uploadFile returns j's descriptor for its upload: the one held since its
+// hash, or the file opened again. changed is the file's new stat when it
+// is no longer the one hashed (the caller sends the job back); then no
+// file is returned.
+func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err error) {
+	jf = p.held.take(j.ID)
+	if jf == nil {
+		if jf, err = p.openJob(j); err != nil {
+			return nil, nil, err
+		}
+	}
+	fi, err := jf.restat()
+	if err != nil {
+		jf.Close()
+		return nil, nil, err
+	}
+	if !fileSame(fi, j) {
+		jf.Close()
+		return nil, fi, nil
+	}
+	// The name may since point at another file: the held descriptor is
+	// still what was hashed, but the job follows the name (a file renamed
+	// over it is a new version, hashed again).
+	cur, err := p.checkName(j)
+	if err != nil {
+		jf.Close()
+		return nil, nil, err
+	}
+	if !os.SameFile(cur, fi) {
+		jf.Close()
+		return nil, cur, nil
+	}
+	return jf, nil, nil
+}
+
+// checkName stats j's path through its watch folder and requires a
+// regular file (the stage checks before and after an upload).
+func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
+	stat := trustfs.StatRegular
+	if p.follows(j.Root) {
+		stat = trustfs.StatFollow
+	}
+	fi, err := stat(j.Root, j.Path)
+	if err != nil {
+		return nil, fileError(err)
+	}
+	return fi, nil
+}
+
+// follows reports whether the watch folder root follows symbolic links
+// (follow_symlinks).
+func (p *Pool) follows(root string) bool {
+	return p.o.FollowSymlinks != nil && p.o.FollowSymlinks(root)
+}
+
+// v1Send sends the missing parts from the file, which must still be the
+// one hashed, and moves the job to uploaded when all are stored. Beside
+// the parts, the whole file is hashed again from the same descriptor the
+// parts read: a sum that differs from the recorded one (the content
+// changed, same size and mtime or not) sends the job back before
+// complete, so what was hashed is what is published.
+func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
+	jf, changed, err := p.uploadFile(j)
+	if err != nil {
+		return j, err
+	}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed before its parts were sent; hashing again")
+	}
+	defer jf.Close()
+	hctx, stopHash := context.WithCancel(ctx)
+	defer stopHash()
+	sum, want := make(chan error, 1), j.SHA256
+	go func() {
+		got, err := jf.hash(hctx)
+		if err == nil && got != want {
+			err = errContentChanged
+		}
+		sum <- err
+	}()
+	start := p.o.Now()
+	j, err = p.v1SendParts(ctx, j, jf.f, missing)
+	if err != nil {
+		return j, err
+	}
+	p.o.Client.PartsDone(p.o.Now().Sub(start))
+	if err := <-sum; errors.Is(err, errContentChanged) {
+		fi, serr := jf.restat()
+		if serr != nil {
+			return j, serr
+		}
+		return p.workerChanged(j, fi, "file content changed while its parts were sent (its sha256 differs from the one hashed); uploading again")
+	} else if err != nil {
+		return j, err
+	}
+	fi, err := jf.restat()
+	if err != nil {
+		return j, err
+	}
+	if !fileSame(fi, j) {
+		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
+	}
+	return p.v1Move(j, state.Uploaded, "")
+}
