@@ -13,7 +13,7 @@ import (
 	"sync"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // A job's content is read from one descriptor, opened through its watch

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // OneShotOptions tunes PublishFile, the foreground publish of `splatd

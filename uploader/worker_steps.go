@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // step performs the side effect of j's stage and returns the job to

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // stamp is one look at a file: what "unchanged" compares.

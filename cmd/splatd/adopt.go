@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"github.com/splatd/splatd/queue"
-	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // adoptReport is what `splatd adopt` did (or would do, with -dry-run).

@@ -13,7 +13,7 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // The operator's controls of single jobs: cancel, republish, forget. Each

@@ -11,10 +11,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // dryRun is `splatd run -dry-run`: the watcher finds finished files as the

@@ -22,8 +22,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Options configures what happens to a file once its job is final

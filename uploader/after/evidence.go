@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Receipts are evidence. A receipt is written only once its job is final,

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/splatd/splatd/trustfs"
 	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // errFileGone: the file to move is neither where it was nor at its target.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // TestAfterMoveUnremovableSourceLeavesNoCopy is issue 15's "ro1.ply,

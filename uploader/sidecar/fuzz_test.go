@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // FuzzSidecar feeds arbitrary bytes to the sidecar reader through Resolve:

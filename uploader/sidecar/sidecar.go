@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/trustfs"
+	"github.com/splatd/splatd/watcher/trustfs"
 	"gopkg.in/yaml.v3"
 )
 
