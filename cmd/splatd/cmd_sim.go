@@ -15,19 +15,7 @@ import (
 
 func cmdSim(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "sim")
-	listen := fs.String("listen", "127.0.0.1:0", "API listen address (storage gets another port on the same host)")
-	dir := fs.String("dir", "", "folder for the CA file, the token, a ready config and stored objects (default: a temporary folder)")
-	window := fs.Duration("window", time.Minute, "rate-limit window")
-	delay := fs.Duration("processing-delay", 2*time.Second, "time from publish to the terminal task status")
-	partSize := byteSize(apisim.DefaultPartSize)
-	fs.Var(&partSize, "part-size", "v1: the partSize (`SIZE`) the server chooses for upload sessions; S3's minimum is 5MiB")
-	maxUpload := byteSize(0)
-	fs.Var(&maxUpload, "max-upload-size", "v1: refuse uploads larger than `SIZE` with 413 (0: only the schema's 25 GB limit)")
-	expiry := fs.Duration("session-expiry", apisim.DefaultSessionExpiry, "v1: life of an upload session that is not completed")
-	bandwidth := byteSize(0)
-	fs.Var(&bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
-	metricsListen := fs.String("metrics-listen", simMetricsListen, "metrics.listen of the config it writes: where the daemon run with it serves its status page and /metrics (a fixed port, so the page's address stays the same from one start to the next)")
-	storage := fs.String("storage", c.getenv("SPLATD_SIM_STORAGE"), "a real S3 bucket as the storage (`s3://KEY:SECRET@HOST:PORT/BUCKET`, s3+https:// for TLS; default $SPLATD_SIM_STORAGE): presigned PUTs (legacy) and multipart uploads (v1, part size 5MiB or more) instead of the built-in storage")
+	f := simFlags(c, fs)
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -35,40 +23,40 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	if len(pos) > 0 {
 		return usageError(c, fs, "takes no arguments")
 	}
-	if partSize <= 0 {
+	if f.partSize <= 0 {
 		return usageError(c, fs, "-part-size must be positive")
 	}
 	var s3 *apisim.S3
-	if *storage != "" {
-		st, err := apisim.ParseS3URL(*storage)
+	if *f.storage != "" {
+		st, err := apisim.ParseS3URL(*f.storage)
 		if err != nil {
 			return usageError(c, fs, "-storage: %v", err)
 		}
 		s3 = &st
 		partSet := false
-		fs.Visit(func(f *flag.Flag) { partSet = partSet || f.Name == "part-size" })
+		fs.Visit(func(fl *flag.Flag) { partSet = partSet || fl.Name == "part-size" })
 		if !partSet {
-			partSize = apisim.MinS3PartSize
+			f.partSize = apisim.MinS3PartSize
 		}
 	}
-	if *dir == "" {
+	if *f.dir == "" {
 		d, err := os.MkdirTemp("", "splatd-sim-")
 		if err != nil {
 			fmt.Fprintln(c.stderr, err)
 			return exitFailure
 		}
 		defer os.RemoveAll(d)
-		*dir = d
+		*f.dir = d
 	}
 	sim, err := apisim.New(apisim.Options{
-		Listen:           *listen,
-		Dir:              *dir,
-		Window:           *window,
-		ProcessingDelay:  *delay,
-		PartSize:         int64(partSize),
-		MaxUploadSize:    int64(maxUpload),
-		SessionExpiry:    *expiry,
-		StorageBandwidth: int64(bandwidth),
+		Listen:           *f.listen,
+		Dir:              *f.dir,
+		Window:           *f.window,
+		ProcessingDelay:  *f.delay,
+		PartSize:         int64(f.partSize),
+		MaxUploadSize:    int64(f.maxUpload),
+		SessionExpiry:    *f.expiry,
+		StorageBandwidth: int64(f.bandwidth),
 		S3:               s3,
 		Branches:         map[string]int{"main": 123, "demo": 7},
 		Logger:           cliLogger(c),
@@ -78,50 +66,83 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	defer sim.Close()
-
-	tokenFile := filepath.Join(*dir, "token")
-	cfgFile := filepath.Join(*dir, "config.yaml")
-	if err := os.WriteFile(tokenFile, []byte(sim.Token()+"\n"), 0o600); err != nil {
+	files, err := writeSimFiles(sim, *f.dir, *f.metricsListen)
+	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitFailure
 	}
-	// A complete config: a watch folder and a state directory of its own,
-	// so that `config check` passes and `run` works as printed.
-	inbox, stateDir := filepath.Join(*dir, "inbox"), filepath.Join(*dir, "state")
-	for _, d := range []string{inbox, stateDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			fmt.Fprintln(c.stderr, err)
-			return exitFailure
-		}
-	}
-	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nsettle: 1s\npoll: {interval: 1s}\nmetrics: {listen: %q}\n",
-		sim.URL(), sim.CAFile(), tokenFile, inbox, stateDir, *metricsListen)
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return exitFailure
-	}
-	stURL := sim.StorageURL()
-	if s3 != nil {
-		stURL = "S3 " + s3.String() // without the keys
-	}
-	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nwatch:      %s\nstate_dir:  %s\nbranches:   main (123 checkpoints), demo (7)\n",
-		sim.URL(), stURL, sim.CAFile(), sim.Token(), tokenFile, cfgFile, inbox, stateDir)
-	bw := "none"
-	if bandwidth > 0 {
-		bw = bandwidth.String() + "/s per connection"
-	}
-	fmt.Fprintf(c.stdout, "v1 API:     %s/api/supersplat (partSize %s)\nbandwidth:  %s\n", sim.URL(), partSize, bw)
-	page := statusPageURL(*metricsListen)
-	fmt.Fprintf(c.stdout, "status:     %s (the status page of `run` with this config; /api/status, /api/jobs, /metrics beside it)\n", page)
-	self := os.Args[0] // as the user typed it (bin/splatd after make build)
-	fmt.Fprintf(c.stdout, "\ntry:  %s config check -config %s -probe\n      %s run -config %s    (then drop .ply files into %s)\n      open %s    (while run runs)\n      %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n",
-		self, cfgFile, self, cfgFile, inbox, page, self, cfgFile, self, cfgFile)
-	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
+	printSim(c, sim, s3, f, files)
 	if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// simOptions are `splatd sim`'s flags.
+type simOptions struct {
+	listen, dir, metricsListen, storage *string
+	window, delay, expiry               *time.Duration
+	partSize, maxUpload, bandwidth      byteSize
+}
+
+func simFlags(c *cli, fs *flag.FlagSet) *simOptions {
+	f := &simOptions{partSize: byteSize(apisim.DefaultPartSize)}
+	f.listen = fs.String("listen", "127.0.0.1:0", "API listen address (storage gets another port on the same host)")
+	f.dir = fs.String("dir", "", "folder for the CA file, the token, a ready config and stored objects (default: a temporary folder)")
+	f.window = fs.Duration("window", time.Minute, "rate-limit window")
+	f.delay = fs.Duration("processing-delay", 2*time.Second, "time from publish to the terminal task status")
+	fs.Var(&f.partSize, "part-size", "v1: the partSize (`SIZE`) the server chooses for upload sessions; S3's minimum is 5MiB")
+	fs.Var(&f.maxUpload, "max-upload-size", "v1: refuse uploads larger than `SIZE` with 413 (0: only the schema's 25 GB limit)")
+	f.expiry = fs.Duration("session-expiry", apisim.DefaultSessionExpiry, "v1: life of an upload session that is not completed")
+	fs.Var(&f.bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
+	f.metricsListen = fs.String("metrics-listen", simMetricsListen, "metrics.listen of the config it writes: where the daemon run with it serves its status page and /metrics (a fixed port, so the page's address stays the same from one start to the next)")
+	f.storage = fs.String("storage", c.getenv("SPLATD_SIM_STORAGE"), "a real S3 bucket as the storage (`s3://KEY:SECRET@HOST:PORT/BUCKET`, s3+https:// for TLS; default $SPLATD_SIM_STORAGE): presigned PUTs (legacy) and multipart uploads (v1, part size 5MiB or more) instead of the built-in storage")
+	return f
+}
+
+// simFiles are what `splatd sim` writes into its folder for `run` to use.
+type simFiles struct{ token, config, inbox, state string }
+
+// writeSimFiles writes the token and a complete config: a watch folder and
+// a state directory of its own, so that `config check` passes and `run`
+// works as printed.
+func writeSimFiles(sim *apisim.Server, dir, metricsListen string) (simFiles, error) {
+	f := simFiles{token: filepath.Join(dir, "token"), config: filepath.Join(dir, "config.yaml"),
+		inbox: filepath.Join(dir, "inbox"), state: filepath.Join(dir, "state")}
+	if err := os.WriteFile(f.token, []byte(sim.Token()+"\n"), 0o600); err != nil {
+		return f, err
+	}
+	for _, d := range []string{f.inbox, f.state} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return f, err
+		}
+	}
+	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nsettle: 1s\npoll: {interval: 1s}\nmetrics: {listen: %q}\n",
+		sim.URL(), sim.CAFile(), f.token, f.inbox, f.state, metricsListen)
+	return f, os.WriteFile(f.config, []byte(cfg), 0o600)
+}
+
+// printSim prints where everything is and what to try.
+func printSim(c *cli, sim *apisim.Server, s3 *apisim.S3, f *simOptions, files simFiles) {
+	stURL := sim.StorageURL()
+	if s3 != nil {
+		stURL = "S3 " + s3.String() // without the keys
+	}
+	fmt.Fprintf(c.stdout, "base_url:   %s\nstorage:    %s\nca_file:    %s\ntoken:      %s\ntoken_file: %s\nconfig:     %s\nwatch:      %s\nstate_dir:  %s\nbranches:   main (123 checkpoints), demo (7)\n",
+		sim.URL(), stURL, sim.CAFile(), sim.Token(), files.token, files.config, files.inbox, files.state)
+	bw := "none"
+	if f.bandwidth > 0 {
+		bw = f.bandwidth.String() + "/s per connection"
+	}
+	fmt.Fprintf(c.stdout, "v1 API:     %s/api/supersplat (partSize %s)\nbandwidth:  %s\n", sim.URL(), f.partSize, bw)
+	page := statusPageURL(*f.metricsListen)
+	fmt.Fprintf(c.stdout, "status:     %s (the status page of `run` with this config; /api/status, /api/jobs, /metrics beside it)\n", page)
+	self := os.Args[0] // as the user typed it (bin/splatd after make build)
+	cfgFile := files.config
+	fmt.Fprintf(c.stdout, "\ntry:  %s config check -config %s -probe\n      %s run -config %s    (then drop .ply files into %s)\n      open %s    (while run runs)\n      %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n",
+		self, cfgFile, self, cfgFile, files.inbox, page, self, cfgFile, self, cfgFile)
+	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
 }
 
 // simMetricsListen is the metrics.listen of the config `splatd sim` writes:
