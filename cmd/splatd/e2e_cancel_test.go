@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/uploader/apisim"
+)
+
+// storageGate stalls the simulator's storage reads: its Sleep (the
+// bandwidth cap's wait, called after each read of at most 16 KiB) blocks
+// until the gate opens or the request ends. It remembers the requests it
+// saw, so that a test knows how many storage PUTs started.
+type storageGate struct {
+	mu      sync.Mutex
+	started map[context.Context]bool
+	open    chan struct{}
+}
+
+func newStorageGate() *storageGate {
+	return &storageGate{started: map[context.Context]bool{}, open: make(chan struct{})}
+}
+
+func (g *storageGate) sleep(ctx context.Context, _ time.Duration) error {
+	g.mu.Lock()
+	g.started[ctx] = true
+	g.mu.Unlock()
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *storageGate) puts() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.started)
+}
+
+// TestE2ECancelStopsBytes: `splatd cancel` of a job whose upload is under
+// way cuts the upload at once, in both protocols. Storage is stalled (it
+// reads one chunk per PUT, then waits); the job is canceled; then storage
+// reads as fast as it can until every PUT has ended. The bytes it received
+// in all are what went out after the cancel plus one chunk per PUT: a
+// daemon that let the PUT run on sends the whole file.
+func TestE2ECancelStopsBytes(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []string{"legacy", "v1"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			gate := newStorageGate()
+			sim := newE2ESim(t, apisim.Options{
+				StorageBandwidth: 64 << 10, // every read of a chunk waits: the gate
+				Sleep:            gate.sleep,
+				PartSize:         16 << 20,
+			})
+			// One part PUT at a time: a part in flight at the cancel is the
+			// most bytes v1 had left to send before (16 MiB).
+			e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 1}\n"})
+			// The request timeout must not be what ends the stalled PUT.
+			cfg, err := os.ReadFile(e.cfgPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := "api:\n  protocol: " + proto + "\n"
+			writeConfig(t, e.cfgPath, strings.Replace(strings.Replace(string(cfg), "timeout: 30s", "timeout: 1h", 1), "api:\n", api, 1))
+			d := startDaemon(t, e.cfgPath)
+			d.waitStarted()
+			big := filepath.Join(e.inbox, "big.ply")
+			size := writeBigPLY(t, big, 48<<20)
+
+			var id uint64
+			waitFor(t, "the upload under way", func() bool {
+				jobs, _ := adminJobs(t, e.stateDir)
+				for _, j := range jobs {
+					if j.File == big {
+						id = j.ID
+					}
+				}
+				return id != 0 && gate.puts() > 0
+			})
+			code, out, errOut := runCLI(t, nil, "cancel", "-config", e.cfgPath, fmt.Sprint(id))
+			if code != 0 || !strings.Contains(out, "canceled") {
+				t.Fatalf("cancel %d: exit %d, stdout %q, stderr %q", id, code, out, errOut)
+			}
+			// The worker lets go of the job once its upload is cut (a PUT
+			// that ran on would hold it until storage had read it all).
+			d.waitLogLine("job changed by an operator; its step's outcome is dropped")
+			close(gate.open)
+			var received int64
+			waitFor(t, "every storage PUT to end", func() bool {
+				st := sim.Stats()
+				if st.Total(apisim.RouteStoragePut)+st.Total(apisim.RoutePartPut) < gate.puts() {
+					return false
+				}
+				received = 0
+				for _, c := range st.StorageConns {
+					received += c.Bytes
+				}
+				return true
+			})
+			// The socket buffers (up to 4 MiB by Linux's tcp_wmem) hold
+			// what was written before the cut; the rest of the file must
+			// never go out.
+			if limit := int64(8 << 20); received > limit {
+				t.Errorf("storage received %d of the file's %d bytes: the upload went on after the cancel (limit %d)", received, size, limit)
+			}
+			t.Logf("%s: storage received %d bytes of %d in %d PUT(s)", proto, received, size, gate.puts())
+			jobs, _ := adminJobs(t, e.stateDir)
+			for _, j := range jobs {
+				if j.ID == id && (j.Stage != "canceled" || j.Sent != 0) {
+					t.Errorf("job after cancel: %+v, want canceled with no progress", j)
+				}
+			}
+			if code := d.stop(); code != 0 {
+				t.Errorf("splatd exited %d", code)
+			}
+		})
+	}
+}
