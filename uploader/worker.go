@@ -138,13 +138,6 @@ type PoolOptions struct {
 	workerHook func(point string, j state.Job) error
 }
 
-// Progress is the state of one running storage upload.
-type Progress struct {
-	Path string
-	Sent int64
-	Size int64
-}
-
 // Pool runs the workers that advance jobs. Each worker claims a job and
 // moves it one stage per step, committing each stage before the side effect
 // of the next, so a crash at any point resumes from the last commit.
@@ -155,7 +148,7 @@ type Pool struct {
 	wake   chan struct{}
 
 	progMu   sync.Mutex
-	progress map[uint64]Progress
+	progress map[uint64]*progressEntry // running uploads (progress.go)
 
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
@@ -196,7 +189,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
-		progress:    make(map[uint64]Progress),
+		progress:    make(map[uint64]*progressEntry),
 		running:     make(map[uint64]context.CancelCauseFunc),
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
@@ -418,27 +411,6 @@ func (p *Pool) Paused() error {
 	p.authMu.Lock()
 	defer p.authMu.Unlock()
 	return p.authErr
-}
-
-// Progress returns the running uploads by job id.
-func (p *Pool) Progress() map[uint64]Progress {
-	p.progMu.Lock()
-	defer p.progMu.Unlock()
-	out := make(map[uint64]Progress, len(p.progress))
-	for k, v := range p.progress {
-		out[k] = v
-	}
-	return out
-}
-
-func (p *Pool) setProgress(id uint64, pr *Progress) {
-	p.progMu.Lock()
-	if pr == nil {
-		delete(p.progress, id)
-	} else {
-		p.progress[id] = *pr
-	}
-	p.progMu.Unlock()
 }
 
 // worker claims jobs and advances each as far as it can go without waiting

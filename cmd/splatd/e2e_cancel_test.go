@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -124,5 +125,67 @@ func TestE2ECancelStopsBytes(t *testing.T) {
 				t.Errorf("splatd exited %d", code)
 			}
 		})
+	}
+}
+
+// TestE2EJobsUploading: a job whose bytes are going out reads "uploading"
+// with its bytes, rate and ETA in `splatd jobs` (table and JSON) and in
+// /api/jobs; `jobs -state uploading` selects it; once canceled it shows
+// no percentage.
+func TestE2EJobsUploading(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{StorageBandwidth: 256 << 10}) // 8 MiB: about 30 s
+	e := newE2EEnv(t, sim, e2eConfig{})
+	d := startDaemon(t, e.cfgPath)
+	addr := d.waitStarted()
+	big := filepath.Join(e.inbox, "big.ply")
+	writeBigPLY(t, big, 8<<20)
+
+	var j jobView
+	waitFor(t, "jobs -json to show the upload with a rate and an ETA", func() bool {
+		code, out, _ := runCLI(t, nil, "jobs", "-json", "-state", "uploading", "-config", e.cfgPath)
+		var views []jobView
+		if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 {
+			return false
+		}
+		j = views[0]
+		return j.Rate > 0 && j.ETA > 0
+	})
+	if j.Stage != "uploading" || j.StoredStage != "signed" || j.File != big || j.Sent <= 0 || j.Sent > j.Size {
+		t.Errorf("uploading job = %+v", j)
+	}
+	code, out, errOut := runCLI(t, nil, "jobs", "-config", e.cfgPath)
+	if code != 0 || !strings.Contains(out, "uploading") || !strings.Contains(out, "/s ETA ") || !strings.Contains(out, "MiB") || strings.Contains(out, "signed") {
+		t.Errorf("jobs: exit %d, stdout:\n%s\nstderr %q", code, out, errOut)
+	}
+	_, body := httpGet(t, "http://"+addr+"/api/jobs")
+	var list struct {
+		Jobs []struct {
+			ID          uint64 `json:"id"`
+			Stage       string `json:"stage"`
+			StoredStage string `json:"stored_stage"`
+			Progress    *struct {
+				Sent int64   `json:"sent"`
+				Rate float64 `json:"rate_bytes_per_second"`
+			} `json:"progress"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(body), &list); err != nil || len(list.Jobs) != 1 {
+		t.Fatalf("/api/jobs: %v, %s", err, body)
+	}
+	if a := list.Jobs[0]; a.Stage != "uploading" || a.StoredStage != "signed" || a.Progress == nil || a.Progress.Sent <= 0 {
+		t.Errorf("/api/jobs job = %+v", a)
+	}
+
+	code, _, errOut = runCLI(t, nil, "cancel", "-config", e.cfgPath, fmt.Sprint(j.ID))
+	if code != 0 {
+		t.Fatalf("cancel: exit %d, %s", code, errOut)
+	}
+	code, out, _ = runCLI(t, nil, "jobs", "-config", e.cfgPath)
+	if code != 0 || !strings.Contains(out, "canceled") || strings.Contains(out, "%") {
+		t.Errorf("jobs after cancel (no stale percentage):\n%s", out)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
 	}
 }
