@@ -44,13 +44,13 @@ type jobView struct {
 	StoredStage string `json:"stored_stage,omitempty"`
 	// Sent, Rate and ETA describe a running upload: bytes sent, recent
 	// bytes per second, seconds left at that rate (absent: unknown).
-	Sent int64   `json:"sent,omitempty"`
-	Rate float64 `json:"rate_bytes_per_second,omitempty"`
-	ETA  float64 `json:"eta_s,omitempty"`
-	SplatID     string     `json:"splat_id,omitempty"`
-	URL         string     `json:"url,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	DuplicateOf uint64     `json:"duplicate_of,omitempty"`
+	Sent        int64   `json:"sent,omitempty"`
+	Rate        float64 `json:"rate_bytes_per_second,omitempty"`
+	ETA         float64 `json:"eta_s,omitempty"`
+	SplatID     string  `json:"splat_id,omitempty"`
+	URL         string  `json:"url,omitempty"`
+	Error       string  `json:"error,omitempty"`
+	DuplicateOf uint64  `json:"duplicate_of,omitempty"`
 	// Adopted: recorded as done from its receipt, not published by this
 	// state directory.
 	Adopted bool `json:"adopted,omitempty"`

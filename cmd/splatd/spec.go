@@ -5,7 +5,6 @@ import (
 	"flag"
 	"io"
 	"strings"
-
 )
 
 // cmdSpec is a command as the completion scripts and the man page describe
