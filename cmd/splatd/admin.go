@@ -34,6 +34,7 @@ type jobView struct {
 	Stage       string     `json:"stage"`
 	Attempts    int        `json:"attempts"`
 	Size        int64      `json:"size"`
+	ModTime     time.Time  `json:"mod_time,omitzero"`
 	SHA256      string     `json:"sha256,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
@@ -67,7 +68,7 @@ const stageUploading = "uploading"
 
 func viewOf(j state.Job, prog *uploader.Progress) jobView {
 	v := jobView{
-		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, SHA256: j.SHA256,
+		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, SplatID: j.SplatID, URL: j.ViewerURL,
 		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted,
 		AfterAction: j.AfterAction, AfterError: j.AfterError,
