@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -232,6 +233,9 @@ func (e ConfigErrors) Error() string {
 // checks that only the daemon needs (watch folders, state_dir).
 func loadConfig(path string, forRun bool) (*Config, error) {
 	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("config: %w\n(give one with -config FILE or $SPLATD_CONFIG; start from config.example.yaml, or run `splatd sim`, which writes a ready one)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -277,6 +278,22 @@ func TestExcludeAddsToDefaults(t *testing.T) {
 			if !strings.Contains(out, p) {
 				t.Errorf("%s: config check output lacks %q:\n%s", c.yaml, p, out)
 			}
+		}
+	}
+}
+
+// TestBandwidthErrorSaysUnits: a rate without a unit is answered about
+// units, under the key, without a doubled prefix.
+func TestBandwidthErrorSaysUnits(t *testing.T) {
+	for _, in := range []string{`"2"`, `"2 fast"`} {
+		cfg, err := parseConfig([]byte("upload: {bandwidth: " + in + "}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprint(cfg.validate(false))
+		if !strings.Contains(msg, "upload.bandwidth: ") || strings.Contains(msg, "bandwidth: bandwidth") ||
+			(in == `"2"` && (strings.Count(msg, `"2"`) != 1 || !strings.Contains(msg, "no unit"))) || strings.Contains(msg, "timetable entry is") {
+			t.Errorf("bandwidth %s: %s", in, msg)
 		}
 	}
 }

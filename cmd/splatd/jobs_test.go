@@ -109,3 +109,41 @@ func TestJobsWatch(t *testing.T) {
 		t.Errorf("the note that splatd is not running printed %d times: %q", n, errOut)
 	}
 }
+
+// TestCLINits: --config before the command is the command's -config; a
+// missing config hints at -config and config.example.yaml; demo -h names
+// -protocol; config check -h says what -probe checks.
+func TestCLINits(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfg, fmt.Sprintf("state_dir: %s\nwatch: [{path: %s}]\n", filepath.Join(dir, "state"), dir))
+	run := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		env := func(k string) string {
+			if k == "SPLATD_TOKEN" {
+				return "tok"
+			}
+			return ""
+		}
+		code := dispatch(context.Background(), &cli{stdout: &out, stderr: &errOut, getenv: env}, args)
+		return code, out.String(), errOut.String()
+	}
+	for _, args := range [][]string{{"--config", cfg, "config", "check"}, {"-config", cfg, "config", "check"}, {"--config=" + cfg, "config", "check"}} {
+		if code, out, errOut := run(args...); code != 0 || !strings.Contains(out, "state_dir: "+filepath.Join(dir, "state")) {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if code, _, errOut := run("--config"); code != exitUsage || !strings.Contains(errOut, "needs a FILE") {
+		t.Errorf("--config alone: exit %d, %q", code, errOut)
+	}
+	code, _, errOut := run("run", "-config", filepath.Join(dir, "missing.yaml"))
+	if code != exitUsage || !strings.Contains(errOut, "-config FILE") || !strings.Contains(errOut, "config.example.yaml") {
+		t.Errorf("run with a missing config: exit %d, %q", code, errOut)
+	}
+	if _, out, _ := run("demo", "-h"); !strings.Contains(out, "usage: splatd demo [-keep] [-dir DIR] [-protocol legacy|v1]") {
+		t.Errorf("demo -h:\n%s", out)
+	}
+	if _, out, _ := run("config", "-h"); !strings.Contains(out, "storage host") || !strings.Contains(out, "accepts the token") {
+		t.Errorf("config -h:\n%s", out)
+	}
+}
