@@ -243,6 +243,7 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 		Logger:         d.log.With().Str("component", "watcher").Logger(),
 		Known:          d.store.Known,
 		Observer:       d.m,
+		OnSettings:     d.settingsChanged,
 	})
 }
 
