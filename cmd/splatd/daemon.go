@@ -333,6 +333,7 @@ func (d *daemon) run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var workers errgroup.Group
+	logResume(d.store, d.log)
 	tier(&workers, "workers", func() error { return d.pool.Run(work) })
 	tier(&workers, "stats", func() error { d.statsLoop(work); return nil })
 	tier(&workers, "maintenance", func() error { d.maintain(work); return nil })

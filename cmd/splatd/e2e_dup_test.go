@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/uploader/apisim"
 )
@@ -139,4 +142,60 @@ func TestE2EFixedFolderSettingsRequeue(t *testing.T) {
 	if code := d.stop(); code != 0 {
 		t.Errorf("splatd exited %d", code)
 	}
+}
+
+// TestE2EResumeLogAfterKill: after kill -9 during a v1 upload with parts
+// stored, the restart logs "resuming N jobs" and the part the upload
+// resumes from.
+func TestE2EResumeLogAfterKill(t *testing.T) {
+	t.Parallel()
+	var simp atomic.Pointer[apisim.Server]
+	// Storage stalls once two parts are stored: the upload is mid-way when
+	// the daemon is killed.
+	stall := func(ctx context.Context, _ time.Duration) error {
+		if s := simp.Load(); s != nil && s.Stats().PartPuts >= 2 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	sim := newE2ESim(t, apisim.Options{StorageBandwidth: 1 << 40, Sleep: stall, PartSize: 1 << 20})
+	simp.Store(sim)
+	e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 1}\n"})
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeConfig(t, e.cfgPath, strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1))
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	big := filepath.Join(e.inbox, "big.ply")
+	size := writeBigPLY(t, big, 6<<20)
+	parts := float64((size + 1<<20 - 1) >> 20)
+	waitFor(t, "two parts stored and a third under way", func() bool {
+		jobs, _ := adminJobs(t, e.stateDir)
+		return sim.Stats().PartPuts >= 2 && len(jobs) == 1 && jobs[0].Stage == "uploading"
+	})
+	d.kill()
+
+	d2 := startDaemon(t, e.cfgPath)
+	l := d2.waitLogLine("resuming 1 jobs left unfinished by the last run")
+	if l["jobs"] != float64(1) {
+		t.Errorf("resume line: %v", l)
+	}
+	var part map[string]any
+	waitFor(t, "the job's resume line", func() bool {
+		for _, l := range d2.logLines() {
+			if m, _ := l["message"].(string); strings.Contains(m, "upload from part") {
+				part = l
+				return true
+			}
+		}
+		return false
+	})
+	from, _ := part["from_part"].(float64)
+	if stored, _ := part["parts_stored"].(float64); from < 3 || from != stored+1 || part["parts"] != parts || part["path"] != big {
+		t.Errorf("resume line of the job: %v; want from part 3 or later (after the stored ones) of %v", part, parts)
+	}
+	d2.kill()
 }
