@@ -37,7 +37,7 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 		stage:    fs.String("state", "", "only jobs in these stages, comma-separated ("+stageNames()+"); every such job, not only the recent ones"),
 		limit:    fs.Int("limit", 0, "at most N jobs, the most recently updated (0: no limit)"),
 		all:      fs.Bool("all", false, "every job (default: the live ones and the last "+fmt.Sprint(recentFinished)+" finished)"),
-		asJSON:   fs.Bool("json", false, "print JSON"),
+		asJSON:   fs.Bool("json", false, "print JSON, of every job (as -all) unless -limit says otherwise"),
 		watch:    fs.Bool("watch", false, "follow: print the list again every -interval until interrupted"),
 		interval: fs.Duration("interval", 2*time.Second, "with -watch, the time between two lists"),
 	}
@@ -108,7 +108,8 @@ func showJobs(ctx context.Context, c *cli, cfg *Config, o jobsOptions, quiet boo
 		fmt.Fprintf(c.stderr, "jobs: %v\n", err)
 		return exitFailure
 	}
-	shown, hidden := selectJobs(views, *o.stage != "" || *o.all, *o.limit)
+	// Scripts read -json: it keeps listing every job unless told otherwise.
+	shown, hidden := selectJobs(views, *o.stage != "" || *o.all || *o.asJSON, *o.limit)
 	if *o.asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
