@@ -162,10 +162,10 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, strin
 	}
 	info, err := splatfile.Check(f.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
-		return actWait, "incomplete (waits for the rest, up to incomplete_timeout): " + err.Error()
+		return actWait, "incomplete (waits for the rest, up to incomplete_timeout): " + splatfile.Reason(err)
 	}
 	if err != nil {
-		return actFail, "invalid, never uploaded: " + err.Error()
+		return actFail, "invalid, never uploaded: " + splatfile.Reason(err)
 	}
 	sum, err := hashFile(f.Path)
 	if err != nil {
