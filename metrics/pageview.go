@@ -204,21 +204,13 @@ func httpLink(u string) string {
 	return x.String()
 }
 
-// humanBytes is the script's bytes(): binary units, one decimal above B.
+// humanBytes is the script's bytes(): binary units, one decimal above B
+// (state.HumanSize, the program's one way to print a size).
 func humanBytes(n float64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	i := 0
 	if math.IsNaN(n) || n < 0 {
 		n = 0
 	}
-	for n >= 1024 && i < len(units)-1 {
-		n /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%.0f %s", n, units[i])
-	}
-	return fmt.Sprintf("%.1f %s", n, units[i])
+	return state.HumanSize(int64(n))
 }
 
 // timeCell is the script's when(): how long ago t was, in whole units.

@@ -128,23 +128,44 @@ type Readiness struct {
 
 // Job is the view of one job.
 type Job struct {
-	ID       uint64      `json:"id"`
-	Path     string      `json:"path"`
-	Stage    state.Stage `json:"stage"`
-	Attempts int         `json:"attempts"`
+	ID   uint64 `json:"id"`
+	Path string `json:"path"`
+	// Stage is the job's stage, or "uploading" (StageUploading) while its
+	// bytes go out; StoredStage is then the stage in the state (signed).
+	Stage       state.Stage `json:"stage"`
+	StoredStage state.Stage `json:"stored_stage,omitempty"`
+	Attempts    int         `json:"attempts"`
 	// Progress is set while the file is being uploaded.
-	Progress   *Progress `json:"progress,omitempty"`
-	LastError  string    `json:"last_error,omitempty"`
-	FailReason string    `json:"fail_reason,omitempty"`
+	Progress *Progress `json:"progress,omitempty"`
+	// DuplicateOf is the job that published the same content first: this
+	// job published nothing, its link is that job's splat.
+	DuplicateOf uint64 `json:"duplicate_of,omitempty"`
+	// Adopted: recorded as done from its receipt, not published by this
+	// daemon's state.
+	Adopted    bool   `json:"adopted,omitempty"`
+	LastError  string `json:"last_error,omitempty"`
+	FailReason string `json:"fail_reason,omitempty"`
 	// ViewerURL is the public viewer link of a published splat.
 	ViewerURL string    `json:"viewer_url,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// Progress is how much of a file's upload has been sent.
+// StageUploading is the stage a job shows while its upload runs.
+const StageUploading state.Stage = "uploading"
+
+// Progress is how much of a file's upload has been sent, the recent rate
+// and the time left at that rate (absent while unknown).
 type Progress struct {
-	Sent int64 `json:"sent"`
-	Size int64 `json:"size"`
+	Sent int64   `json:"sent"`
+	Size int64   `json:"size"`
+	Rate float64 `json:"rate_bytes_per_second"`
+	ETA  float64 `json:"eta_s,omitempty"`
+}
+
+// Uploading marks j as uploading with progress p.
+func (j *Job) Uploading(p Progress) {
+	j.StoredStage, j.Stage = j.Stage, StageUploading
+	j.Progress = &p
 }
 
 // JobFromState returns the view of j. It copies no field of j.Upload (the
@@ -152,14 +173,16 @@ type Progress struct {
 // lives in the workers, not in the store.
 func JobFromState(j state.Job) Job {
 	return Job{
-		ID:         j.ID,
-		Path:       j.Path,
-		Stage:      j.Stage,
-		Attempts:   j.Attempts,
-		LastError:  j.LastError,
-		FailReason: j.FailReason,
-		ViewerURL:  j.ViewerURL,
-		UpdatedAt:  j.UpdatedAt,
+		ID:          j.ID,
+		Path:        j.Path,
+		Stage:       j.Stage,
+		Attempts:    j.Attempts,
+		DuplicateOf: j.DuplicateOf,
+		Adopted:     j.Adopted,
+		LastError:   j.LastError,
+		FailReason:  j.FailReason,
+		ViewerURL:   j.ViewerURL,
+		UpdatedAt:   j.UpdatedAt,
 	}
 }
 

@@ -283,7 +283,7 @@ func TestAPIJobsBody(t *testing.T) {
 	if done.ID != 1 || done.ViewerURL != "https://viewer.example/view?id=h1" || done.Progress != nil || !done.UpdatedAt.Equal(t0.Add(-2*time.Minute)) {
 		t.Errorf("done job = %+v", done)
 	}
-	for _, key := range []string{`"id"`, `"path"`, `"stage"`, `"attempts"`, `"updated_at"`, `"progress":{"sent":10,"size":40}`, `"viewer_url"`} {
+	for _, key := range []string{`"id"`, `"path"`, `"stage"`, `"attempts"`, `"updated_at"`, `"progress":{"sent":10,"size":40,"rate_bytes_per_second":0}`, `"viewer_url"`} {
 		if !strings.Contains(r.body, key) {
 			t.Errorf("body lacks %s", key)
 		}

@@ -85,13 +85,7 @@ func (jf *jobFile) restat() (fs.FileInfo, error) {
 }
 
 // hash returns the sha256 of the descriptor's content, read from offset 0.
-func (jf *jobFile) hash(ctx context.Context) (string, error) {
-	h := sha256.New()
-	if err := copyCtx(ctx, h, io.NewSectionReader(jf.f, 0, 1<<62)); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func (jf *jobFile) hash(ctx context.Context) (string, error) { return trustfs.Hash(ctx, jf.f) }
 
 func copyCtx(ctx context.Context, w io.Writer, r io.Reader) error {
 	buf := make([]byte, 1<<20)

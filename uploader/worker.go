@@ -131,13 +131,6 @@ type PoolOptions struct {
 	workerHook func(point string, j state.Job) error
 }
 
-// Progress is the state of one running storage upload.
-type Progress struct {
-	Path string
-	Sent int64
-	Size int64
-}
-
 // Pool runs the workers that advance jobs. Each worker claims a job and
 // moves it one stage per step, committing each stage before the side effect
 // of the next, so a crash at any point resumes from the last commit.
@@ -148,7 +141,10 @@ type Pool struct {
 	wake   chan struct{}
 
 	progMu   sync.Mutex
-	progress map[uint64]Progress
+	progress map[uint64]*progressEntry // running uploads (progress.go)
+
+	runMu   sync.Mutex
+	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
 
 	resMu    sync.Mutex
 	reserved map[uint64]*api.Reservation // publish slots taken before the intent commit
@@ -187,7 +183,8 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
-		progress:    make(map[uint64]Progress),
+		progress:    make(map[uint64]*progressEntry),
+		running:     make(map[uint64]context.CancelCauseFunc),
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
@@ -387,27 +384,6 @@ func (p *Pool) Paused() error {
 	return p.authErr
 }
 
-// Progress returns the running uploads by job id.
-func (p *Pool) Progress() map[uint64]Progress {
-	p.progMu.Lock()
-	defer p.progMu.Unlock()
-	out := make(map[uint64]Progress, len(p.progress))
-	for k, v := range p.progress {
-		out[k] = v
-	}
-	return out
-}
-
-func (p *Pool) setProgress(id uint64, pr *Progress) {
-	p.progMu.Lock()
-	if pr == nil {
-		delete(p.progress, id)
-	} else {
-		p.progress[id] = *pr
-	}
-	p.progMu.Unlock()
-}
-
 // worker claims jobs and advances each as far as it can go without waiting
 // (depth first: a started job finishes before new ones start hashing).
 func (p *Pool) worker(ctx context.Context, n int) error {
@@ -524,14 +500,42 @@ func (p *Pool) idle(ctx context.Context) {
 
 var errWorkerPaused = errors.New("paused: the API refuses the token")
 
+// errAborted ends the step of a job an operator changed meanwhile (Abort):
+// its calls stop at once and their outcome is dropped.
+var errAborted = errors.New("worker: job changed by an operator")
+
+// Abort stops the step job id is running, if a worker holds it: its
+// storage upload (legacy PUT, v1 part PUTs) is cut at once and nothing is
+// committed. The daemon calls it after an operator canceled the job in the
+// store, so that no more bytes go out for it.
+func (p *Pool) Abort(id uint64) bool {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	cancel, ok := p.running[id]
+	if ok {
+		cancel(errAborted)
+	}
+	return ok
+}
+
 // runJob advances a claimed job until it is final, waits, or the pool stops.
 func (p *Pool) runJob(ctx context.Context, j state.Job) error {
+	jctx, cancel := context.WithCancelCause(ctx)
+	p.runMu.Lock()
+	p.running[j.ID] = cancel
+	p.runMu.Unlock()
+	defer func() {
+		p.runMu.Lock()
+		delete(p.running, j.ID)
+		p.runMu.Unlock()
+		cancel(nil)
+	}()
 	for {
-		next, err := p.advance(ctx, j)
+		next, err := p.advance(jctx, j)
 		if errors.Is(err, errDrained) {
 			return nil
 		}
-		if errors.Is(err, state.ErrStale) {
+		if errors.Is(err, state.ErrStale) || errors.Is(err, errAborted) {
 			// An operator changed the job meanwhile (splatd cancel): the
 			// step's outcome is dropped at this boundary and the job stays
 			// as the operator left it.
@@ -573,6 +577,9 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	next, err := p.step(ctx, j)
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
+	}
+	if errors.Is(context.Cause(ctx), errAborted) {
+		return j, errAborted // the operator's change stands; nothing to commit
 	}
 	if err == nil {
 		p.configCleared(from)

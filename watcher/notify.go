@@ -101,6 +101,9 @@ func (w *Watcher) handle(ev fsnotify.Event) {
 	name := filepath.Base(ev.Name)
 	if strings.HasSuffix(name, sidecarSuffix) {
 		w.tr.touchSidecar(ev.Name)
+		if w.onSettings != nil {
+			w.onSettings(ev.Name)
+		}
 		return
 	}
 	if !ev.Has(fsnotify.Create) && !r.wants(name) {

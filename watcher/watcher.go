@@ -134,8 +134,13 @@ type Options struct {
 	// already queued; such a file is not emitted, so a restart over 10,000
 	// processed files emits nothing. It is called from the watcher's
 	// goroutines (concurrently) and should be fast.
-	Known    func(path string, size int64, mtime time.Time) bool
-	Observer Observer
+	Known func(path string, size int64, mtime time.Time) bool
+	// OnSettings, if set, is called with the path of a per-file sidecar or
+	// a folder's settings file (*.splat.yaml) that a notify root saw
+	// created or written: jobs that failed on it may be tried again. It
+	// must not block.
+	OnSettings func(path string)
+	Observer   Observer
 }
 
 // Watcher finds finished files under its roots. Create it with New and
@@ -152,6 +157,7 @@ type Watcher struct {
 	reroot      chan []*root // new roots for Run to take between sessions
 	rescanEvery time.Duration
 	tr          *tracker
+	onSettings  func(path string) // Options.OnSettings; nil: none
 
 	started atomic.Bool
 	alive   atomic.Bool
@@ -187,6 +193,7 @@ func New(o Options) (*Watcher, error) {
 		inject:      make(chan error, 1),
 		reroot:      make(chan []*root, 1),
 		newNotify:   fsnotify.NewWatcher,
+		onSettings:  o.OnSettings,
 	}
 	if w.obs == nil {
 		w.obs = nopObserver{}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -35,15 +34,24 @@ type jobView struct {
 	Stage       string     `json:"stage"`
 	Attempts    int        `json:"attempts"`
 	Size        int64      `json:"size"`
+	ModTime     time.Time  `json:"mod_time,omitzero"`
 	SHA256      string     `json:"sha256,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	NextAttempt *time.Time `json:"next_attempt,omitempty"`
-	Sent        int64      `json:"sent,omitempty"` // bytes of a running upload
-	SplatID     string     `json:"splat_id,omitempty"`
-	URL         string     `json:"url,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	DuplicateOf uint64     `json:"duplicate_of,omitempty"`
+	// StoredStage is the stage in the state when Stage shows the work in
+	// progress instead ("uploading" for a signed job whose bytes are going
+	// out).
+	StoredStage string `json:"stored_stage,omitempty"`
+	// Sent, Rate and ETA describe a running upload: bytes sent, recent
+	// bytes per second, seconds left at that rate (absent: unknown).
+	Sent        int64   `json:"sent,omitempty"`
+	Rate        float64 `json:"rate_bytes_per_second,omitempty"`
+	ETA         float64 `json:"eta_s,omitempty"`
+	SplatID     string  `json:"splat_id,omitempty"`
+	URL         string  `json:"url,omitempty"`
+	Error       string  `json:"error,omitempty"`
+	DuplicateOf uint64  `json:"duplicate_of,omitempty"`
 	// Adopted: recorded as done from its receipt, not published by this
 	// state directory.
 	Adopted bool `json:"adopted,omitempty"`
@@ -54,10 +62,14 @@ type jobView struct {
 	AfterRetry  *time.Time `json:"after_retry,omitempty"`
 }
 
-func viewOf(j state.Job, sent int64) jobView {
+// stageUploading is the stage a job shows while its bytes go out: stored
+// as signed, it is doing the work of an upload.
+const stageUploading = "uploading"
+
+func viewOf(j state.Job, prog *uploader.Progress) jobView {
 	v := jobView{
-		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, SHA256: j.SHA256,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, Sent: sent, SplatID: j.SplatID, URL: j.ViewerURL,
+		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, SplatID: j.SplatID, URL: j.ViewerURL,
 		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted,
 		AfterAction: j.AfterAction, AfterError: j.AfterError,
 	}
@@ -68,6 +80,12 @@ func viewOf(j state.Job, sent int64) jobView {
 	if !j.Stage.Final() && !j.NextAttempt.IsZero() {
 		t := j.NextAttempt
 		v.NextAttempt = &t
+	}
+	if prog != nil && !j.Stage.Final() {
+		v.Stage, v.StoredStage = stageUploading, string(j.Stage)
+		v.Sent, v.Rate = prog.Sent, prog.Rate
+		v.ETA = prog.ETA.Round(time.Second).Seconds()
+		v.NextAttempt = nil
 	}
 	switch {
 	case j.FailReason != "":
@@ -181,16 +199,25 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// listViews lists the jobs in the given stages (comma-separated; empty:
+// all), "uploading" selecting the jobs whose upload is running.
 func listViews(src jobSource, stage string, progress map[uint64]uploader.Progress) ([]jobView, error) {
 	var f queue.Filter
-	if stage != "" {
-		for _, s := range strings.Split(stage, ",") {
-			st := state.Stage(strings.TrimSpace(s))
-			if !st.Valid() {
-				return nil, fmt.Errorf("unknown stage %q (stages: %s)", s, stageNames())
-			}
-			f.Stages = append(f.Stages, st)
+	var uploading, stored bool
+	for _, s := range strings.Split(stage, ",") {
+		switch s = strings.TrimSpace(s); {
+		case s == "":
+		case s == stageUploading:
+			uploading = true
+		case state.Stage(s).Valid():
+			stored = true
+			f.Stages = append(f.Stages, state.Stage(s))
+		default:
+			return nil, fmt.Errorf("unknown stage %q (stages: %s)", s, stageNames())
 		}
+	}
+	if uploading && !stored {
+		f.Stages = []state.Stage{state.Signed}
 	}
 	jobs, err := src.List(f)
 	if err != nil {
@@ -198,15 +225,27 @@ func listViews(src jobSource, stage string, progress map[uint64]uploader.Progres
 	}
 	views := make([]jobView, 0, len(jobs))
 	for _, j := range jobs {
-		views = append(views, viewOf(j, progress[j.ID].Sent))
+		var prog *uploader.Progress
+		if p, ok := progress[j.ID]; ok {
+			prog = &p
+		}
+		v := viewOf(j, prog)
+		if uploading && !stored && v.Stage != stageUploading {
+			continue
+		}
+		views = append(views, v)
 	}
 	return views, nil
 }
 
+// stageNames lists the stages a -state filter takes.
 func stageNames() string {
-	names := make([]string, len(state.Stages))
-	for i, s := range state.Stages {
-		names[i] = string(s)
+	names := make([]string, 0, len(state.Stages)+1)
+	for _, s := range state.Stages {
+		names = append(names, string(s))
+		if s == state.Signed {
+			names = append(names, stageUploading)
+		}
 	}
 	return strings.Join(names, ", ")
 }
@@ -306,101 +345,6 @@ func withOfflineStore(stateDir string, fn func(*queue.Store) error) error {
 	}
 	defer st.Close()
 	return fn(st)
-}
-
-func cmdJobs(ctx context.Context, c *cli, args []string) int {
-	fs := newFlags(c, "jobs")
-	cfgPath := configFlag(c, fs)
-	stage := fs.String("state", "", "only jobs in these stages, comma-separated ("+stageNames()+")")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, code, ok := parseOrExit(fs, args)
-	if !ok {
-		return code
-	}
-	if len(pos) > 0 {
-		return usageError(c, fs, "takes no arguments")
-	}
-	for _, s := range strings.Split(*stage, ",") {
-		if s = strings.TrimSpace(s); s != "" && !state.Stage(s).Valid() {
-			return usageError(c, fs, "unknown stage %q (stages: %s)", s, stageNames())
-		}
-	}
-	cfg, err := loadConfig(*cfgPath, false)
-	if err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return exitUsage
-	}
-	var views []jobView
-	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs?stage="+*stage)
-	if err == nil && live {
-		err = json.Unmarshal(body, &views)
-	}
-	if err == nil && !live {
-		err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
-			var err error
-			views, err = listViews(st, *stage, nil)
-			return err
-		})
-		if err == nil {
-			fmt.Fprintf(c.stderr, "(splatd is not running; read %s directly)\n", cfg.StateDir)
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(c.stderr, "jobs: %v\n", err)
-		return exitFailure
-	}
-	if *asJSON {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		if views == nil {
-			views = []jobView{}
-		}
-		_ = enc.Encode(views)
-		return exitOK
-	}
-	printJobs(c.stdout, views, time.Now())
-	return exitOK
-}
-
-func printJobs(w io.Writer, views []jobView, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTAGE\tATTEMPTS\tAGE\tPROGRESS\tFILE\tRESULT")
-	for _, v := range views {
-		prog := "-"
-		if v.Sent > 0 && v.Size > 0 {
-			prog = fmt.Sprintf("%d%%", v.Sent*100/v.Size)
-		}
-		result := v.URL
-		if v.Error != "" {
-			result = oneLine(v.Error)
-		}
-		if v.DuplicateOf != 0 {
-			result = fmt.Sprintf("duplicate of job %d", v.DuplicateOf)
-		}
-		if v.Adopted {
-			result = "adopted from its receipt: " + v.URL
-		}
-		if v.AfterError != "" {
-			result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))
-		}
-		if len(result) > 100 {
-			result = result[:97] + "..."
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), prog, v.File, result)
-	}
-	tw.Flush()
-}
-
-func age(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 func cmdRetry(ctx context.Context, c *cli, args []string) int {

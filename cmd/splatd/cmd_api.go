@@ -256,6 +256,7 @@ func describe(i splatfile.Info) string {
 func cmdPublish(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "publish")
 	cfgPath := configFlag(c, fs)
+	force := fs.Bool("force", false, "publish even when the daemon's state or the file's receipt shows the content already published (a new splat)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -267,8 +268,29 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 	if a == nil {
 		return code
 	}
+	var prior priorPublishes
+	if !*force {
+		var err error
+		if prior, err = loadPriorPublishes(ctx, a.cfg); err != nil {
+			fmt.Fprintf(c.stderr, "publish: cannot read the daemon's state (%v); -force publishes without looking\n", err)
+			return exitFailure
+		}
+	}
 	failed := 0
 	for _, path := range pos {
+		if !*force {
+			where, url, err := prior.find(path)
+			if err != nil {
+				failed++
+				fmt.Fprintf(c.stderr, "%s: failed: %s\n", path, err)
+				continue
+			}
+			if where != "" {
+				fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", path, url, where)
+				fmt.Fprintf(c.stdout, "%s\t%s\n", path, url)
+				continue
+			}
+		}
 		if err := publishOne(ctx, c, a, path); err != nil {
 			failed++
 			fmt.Fprintf(c.stderr, "%s: failed: %s\n", path, err)

@@ -119,7 +119,8 @@ COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _splatd; printf '%s\n' "${COMPREPLY[@]}"`
 	}{
 		{"splatd re", []string{"retry", "resolve", "republish", "reload"}},
 		{"splatd co", []string{"config", "completion"}},
-		{"splatd jobs -", []string{"-config", "-json", "-state", "-h"}},
+		{"splatd jobs -", []string{"-all", "-config", "-interval", "-json", "-limit", "-state", "-watch", "-h"}},
+		{"splatd jobs -state u", []string{"uploading", "uploaded"}},
 		{"splatd jobs -state p", []string{"publishing", "processing"}},
 		{"splatd jobs --state h", []string{"held"}},
 		{"splatd completion ", []string{"bash", "zsh", "fish"}},

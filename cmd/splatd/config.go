@@ -5,11 +5,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,16 +74,19 @@ type UploadConfig struct {
 
 // WatchConfig is one watched folder.
 type WatchConfig struct {
-	Path           string   `yaml:"path"`
-	Recursive      *bool    `yaml:"recursive"`
-	Include        []string `yaml:"include"`
-	Exclude        []string `yaml:"exclude"`
-	Mode           string   `yaml:"mode"`
-	PollInterval   Duration `yaml:"poll_interval"`
-	FollowSymlinks bool     `yaml:"follow_symlinks"`
-	MinSize        ByteSize `yaml:"min_size"` // 0: no bound
-	MaxSize        ByteSize `yaml:"max_size"` // 0: no bound
-	MinAge         Duration `yaml:"min_age"`  // by mtime; 0: off
+	Path      string   `yaml:"path"`
+	Recursive *bool    `yaml:"recursive"`
+	Include   []string `yaml:"include"`
+	Exclude   []string `yaml:"exclude"`
+	// ExcludeDefaults keeps the default excludes (defaultExclude) before
+	// Exclude's own patterns; false drops them. Default true.
+	ExcludeDefaults *bool    `yaml:"exclude_defaults"`
+	Mode            string   `yaml:"mode"`
+	PollInterval    Duration `yaml:"poll_interval"`
+	FollowSymlinks  bool     `yaml:"follow_symlinks"`
+	MinSize         ByteSize `yaml:"min_size"` // 0: no bound
+	MaxSize         ByteSize `yaml:"max_size"` // 0: no bound
+	MinAge          Duration `yaml:"min_age"`  // by mtime; 0: off
 	// Publish and After are laid over the global blocks, key by key, for
 	// this folder's files (config_folders.go).
 	Publish FolderPublish `yaml:"publish,omitempty"`
@@ -228,6 +233,9 @@ func (e ConfigErrors) Error() string {
 // checks that only the daemon needs (watch folders, state_dir).
 func loadConfig(path string, forRun bool) (*Config, error) {
 	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("config: %w\n(give one with -config FILE or $SPLATD_CONFIG; start from config.example.yaml, or run `splatd sim`, which writes a ready one)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -437,6 +445,22 @@ func (c *Config) validateWatch(forRun bool) ConfigErrors {
 	return errs
 }
 
+// effectiveExclude is the exclude list a watch entry acts on: the default
+// temporary names (unless exclude_defaults is false), then its own
+// patterns, each once. Never nil: the watcher reads nil as its defaults.
+func effectiveExclude(own []string, defaults *bool) []string {
+	out := []string{}
+	if defaults == nil || *defaults {
+		out = append(out, defaultExclude...)
+	}
+	for _, p := range own {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // validate checks the watch entry at key, makes its path absolute (keeping
 // it as given) and fills its defaults.
 func (w *WatchConfig) validate(key string) ConfigErrors {
@@ -456,8 +480,10 @@ func (w *WatchConfig) validate(key string) ConfigErrors {
 	if w.Include == nil {
 		w.Include = append([]string(nil), defaultInclude...)
 	}
-	if w.Exclude == nil {
-		w.Exclude = append([]string(nil), defaultExclude...)
+	w.Exclude = effectiveExclude(w.Exclude, w.ExcludeDefaults)
+	if w.ExcludeDefaults == nil {
+		t := true
+		w.ExcludeDefaults = &t
 	}
 	for _, p := range append(append([]string(nil), w.Include...), w.Exclude...) {
 		if _, err := filepath.Match(p, "x"); err != nil {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +244,56 @@ func TestProtocolNotes(t *testing.T) {
 		}
 		if errs := c.validate(false); len(errs) == 0 {
 			t.Errorf("%q passed validation", bad)
+		}
+	}
+}
+
+// TestExcludeAddsToDefaults: a folder's exclude adds to the default
+// temporary names; exclude_defaults: false drops them; config check prints
+// the effective list.
+func TestExcludeAddsToDefaults(t *testing.T) {
+	cases := []struct {
+		yaml string
+		want []string
+	}{
+		{"watch: [{path: /x}]", defaultExclude},
+		{`watch: [{path: /x, exclude: ["*.bak"]}]`, append(slices.Clone(defaultExclude), "*.bak")},
+		{`watch: [{path: /x, exclude: ["*.bak", "*.tmp"]}]`, append(slices.Clone(defaultExclude), "*.bak")},
+		{`watch: [{path: /x, exclude: ["*.bak"], exclude_defaults: false}]`, []string{"*.bak"}},
+		{`watch: [{path: /x, exclude_defaults: false}]`, []string{}},
+	}
+	for _, c := range cases {
+		cfg, err := parseConfig([]byte(c.yaml + "\nstate_dir: /tmp/s\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if errs := cfg.validate(false); len(errs) > 0 {
+			t.Fatalf("%s: %v", c.yaml, errs)
+		}
+		if got := cfg.Watch[0].Exclude; !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: effective exclude %q, want %q", c.yaml, got, c.want)
+		}
+		out := cfg.redacted(nil, nil)
+		for _, p := range c.want {
+			if !strings.Contains(out, p) {
+				t.Errorf("%s: config check output lacks %q:\n%s", c.yaml, p, out)
+			}
+		}
+	}
+}
+
+// TestBandwidthErrorSaysUnits: a rate without a unit is answered about
+// units, under the key, without a doubled prefix.
+func TestBandwidthErrorSaysUnits(t *testing.T) {
+	for _, in := range []string{`"2"`, `"2 fast"`} {
+		cfg, err := parseConfig([]byte("upload: {bandwidth: " + in + "}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := fmt.Sprint(cfg.validate(false))
+		if !strings.Contains(msg, "upload.bandwidth: ") || strings.Contains(msg, "bandwidth: bandwidth") ||
+			(in == `"2"` && (strings.Count(msg, `"2"`) != 1 || !strings.Contains(msg, "no unit"))) || strings.Contains(msg, "timetable entry is") {
+			t.Errorf("bandwidth %s: %s", in, msg)
 		}
 	}
 }

@@ -108,7 +108,9 @@ func (d *daemon) adminControl(w http.ResponseWriter, r *http.Request) {
 	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path)
 	switch op.name {
 	case "cancel":
-		log.Msg("job canceled by an operator")
+		// The store says canceled; a worker still running the job's step
+		// (an upload) is stopped now, so that no more bytes go out.
+		log.Bool("stopped_in_flight", d.pool.Abort(j.ID)).Msg("job canceled by an operator")
 		d.m.JobFinished("canceled", j.UpdatedAt.Sub(j.CreatedAt))
 		if _, err := d.actions.Load().Finish(r.Context(), j); err != nil {
 			d.log.Error().Uint64("job", j.ID).Err(err).Msg("after-action failed; will run again at next start")

@@ -78,7 +78,7 @@ type daemon struct {
 func cmdRun(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "run")
 	cfgPath := configFlag(c, fs)
-	dry := fs.Bool("dry-run", false, "watch, check and hash, and log what would be published (path, size, sha256, title); no API call, no state written; a summary on exit")
+	dry := fs.Bool("dry-run", false, "predict a run and exit: list each file with what the daemon would do (publish, adopt from its receipt, duplicate, already in the state, invalid, incomplete, skipped) and why; reads the state and receipts, no API call, nothing recorded")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -245,6 +245,7 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 		Logger:         d.log.With().Str("component", "watcher").Logger(),
 		Known:          d.store.Known,
 		Observer:       d.m,
+		OnSettings:     d.settingsChanged,
 	})
 }
 
@@ -334,6 +335,7 @@ func (d *daemon) run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var workers errgroup.Group
+	logResume(d.store, d.log)
 	tier(&workers, "workers", func() error { return d.pool.Run(work) })
 	tier(&workers, "stats", func() error { d.statsLoop(work); return nil })
 	tier(&workers, "maintenance", func() error { d.maintain(work); return nil })

@@ -2,113 +2,218 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// dryRun is `splatd run -dry-run`: the watcher finds finished files as the
-// daemon's would, each is checked and hashed and its publish parameters
-// resolved, and one line per file says what would happen. It never touches
-// the API (no token is read) and never opens the state: nothing is
-// recorded, so it judges every file as a fresh state would (files a daemon
-// has already published are listed too). It runs until SIGINT or SIGTERM
-// and prints a summary on stdout.
+// dryRun is `splatd run -dry-run`: a prediction of what a run would do
+// now. It lists the watch folders once, with the scan's rules, and judges
+// each file as the daemon would: against the state (read through the
+// running daemon's admin socket, else from the state file; a missing state
+// directory is a fresh one), against the receipt beside it (adopted, not
+// published), by content (a duplicate of a published job or of another
+// file here), by its check, and by its publish parameters (the folder's
+// publish block, its .splat.yaml files and the file's sidecar). It prints
+// one line per file and a summary on stdout and exits: 0, or 1 when the
+// folders or the state cannot be read. It never calls the API, reads no
+// token and records nothing (a state file is opened as `splatd jobs` opens
+// it while no daemon runs; a missing one is not made).
 func dryRun(ctx context.Context, c *cli, cfg *Config, log zerolog.Logger) int {
-	rescan := cfg.RescanInterval.D()
-	if rescan == 0 {
-		rescan = -1
-	}
-	w, err := watcher.New(watcher.Options{
-		Roots:          watchRoots(cfg),
-		Settle:         max(cfg.Settle.D(), time.Millisecond),
-		RescanInterval: rescan,
-		Logger:         log.With().Str("component", "watcher").Logger(),
-	})
+	log.Info().Strs("watch", watchPaths(cfg)).Str("protocol", cfg.API.Protocol).
+		Msg("dry run: predicting what a run would do now; no API call, nothing written")
+	files, err := watcher.List(watchRoots(cfg), time.Now())
 	if err != nil {
-		log.Error().Err(err).Msg("cannot start")
+		fmt.Fprintf(c.stderr, "dry run: %v\n", err)
 		return exitFailure
 	}
-	log.Info().Strs("watch", watchPaths(cfg)).Str("protocol", cfg.API.Protocol).
-		Msg("dry run: listing what would be published; no API call, no state written")
-	cands := make(chan watcher.Candidate, 64)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, cands) }()
+	known, from, err := dryRunState(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "dry run: state: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(c.stdout, "dry run: state %s\n\n", from)
+	p := newPredictor(cfg, known)
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTION\tSIZE\tFILE\tWHY")
+	for _, f := range files {
+		if ctx.Err() != nil {
+			break
+		}
+		action, why := p.judge(ctx, f)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(f.Size), f.Path, oneLine(why))
+	}
+	tw.Flush()
+	p.summary(c.stdout)
+	return exitOK
+}
 
-	var s dryRunSummary
-	seen := map[string]string{} // sha256 → first path
-	for {
-		select {
-		case <-ctx.Done():
-			<-done
-			s.print(c.stdout)
-			return exitOK
-		case err := <-done:
-			log.Error().Err(err).Msg("watcher stopped")
-			s.print(c.stdout)
-			return exitFailure
-		case cand := <-cands:
-			s.judge(cfg, log, cand, seen)
+// dryRunState returns the jobs of the state as the daemon sees them, and
+// where they were read.
+func dryRunState(ctx context.Context, cfg *Config) ([]jobView, string, error) {
+	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs")
+	if err != nil {
+		return nil, "", err
+	}
+	var views []jobView
+	if live {
+		return views, "read from the running daemon (" + cfg.StateDir + ")", json.Unmarshal(body, &views)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, queue.FileName)); errors.Is(err, os.ErrNotExist) {
+		return nil, cfg.StateDir + " holds none yet: judged as a fresh state", nil
+	}
+	err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
+		var err error
+		views, err = listViews(st, "", nil)
+		return err
+	})
+	return views, "read from " + cfg.StateDir + " (splatd is not running)", err
+}
+
+// The actions of a dry run's lines.
+const (
+	actPublish   = "publish"
+	actAdopt     = "adopt"
+	actDuplicate = "duplicate"
+	actKnown     = "known"
+	actWait      = "wait"
+	actFail      = "fail"
+	actSkip      = "skip"
+)
+
+// predictor judges files as the daemon's intake and workers would.
+type predictor struct {
+	cfg      *Config
+	svc      after.Service
+	defaults func(root string) state.PublishParams
+	byPath   map[string]jobView // the newest job of each path
+	bySHA    map[string]jobView // content the state published (or is publishing)
+	seen     map[string]string  // sha256 → the file of this run that would publish it
+	counts   map[string]int
+	bytes    int64 // of the files that would be published
+}
+
+func newPredictor(cfg *Config, known []jobView) *predictor {
+	p := &predictor{
+		cfg: cfg, svc: receiptService(cfg), defaults: publishDefaults(cfg),
+		byPath: map[string]jobView{}, bySHA: map[string]jobView{}, seen: map[string]string{}, counts: map[string]int{},
+	}
+	for _, j := range known {
+		if old, ok := p.byPath[j.File]; !ok || j.ID > old.ID {
+			p.byPath[j.File] = j
+		}
+		if j.SHA256 != "" && j.DuplicateOf == 0 && j.Stage != string(state.Failed) && j.Stage != string(state.Canceled) {
+			if _, ok := p.bySHA[j.SHA256]; !ok {
+				p.bySHA[j.SHA256] = j
+			}
 		}
 	}
+	return p
 }
 
-type dryRunSummary struct {
-	publish, duplicate, invalid, incomplete int
-	bytes                                   int64
+// judge returns what a run would do with f, and why.
+func (p *predictor) judge(ctx context.Context, f watcher.Listed) (string, string) {
+	action, why := p.decide(ctx, f)
+	p.counts[action]++
+	if action == actPublish {
+		p.bytes += f.Size
+	}
+	return action, why
 }
 
-// judge checks one finished file as a worker would before its upload.
-func (s *dryRunSummary) judge(cfg *Config, log zerolog.Logger, c watcher.Candidate, seen map[string]string) {
-	ev := func(e *zerolog.Event) *zerolog.Event { return e.Str("path", c.Path).Int64("size", c.Size) }
-	info, err := checkIn(c.Root, c.Path)
+func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, string) {
+	if f.Skip != "" {
+		return actSkip, f.Skip
+	}
+	if j, ok := p.byPath[f.Path]; ok {
+		// As the queue's enqueue: the same size and mtime, or a job that
+		// has not published yet (its worker notices a change itself).
+		same := j.Size == f.Size && (j.ModTime.IsZero() || j.ModTime.Equal(f.ModTime))
+		stored := state.Stage(j.Stage)
+		if j.StoredStage != "" {
+			stored = state.Stage(j.StoredStage)
+		}
+		if same || !stored.Final() && !stored.Published() {
+			return actKnown, knownWhy(j)
+		}
+	}
+	// A receipt that is no evidence (another service, older content) is
+	// ignored, as the daemon's intake does.
+	if ev, err := after.CheckIn(ctx, f.Root, f.Path, p.svc); err == nil && ev.Done {
+		p.seen[ev.SHA256] = f.Path
+		return actAdopt, fmt.Sprintf("its receipt says published (%s): recorded as done, not published again", ev.Receipt.Splat.URL)
+	}
+	info, err := checkIn(f.Root, f.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
-		s.incomplete++
-		ev(log.Warn()).Err(err).Msg("dry run: incomplete; the daemon would wait for the rest")
-		return
+		return actWait, "incomplete (waits for the rest, up to incomplete_timeout): " + splatfile.Reason(err)
 	}
 	if err != nil {
-		s.invalid++
-		ev(log.Warn()).Err(err).Msg("dry run: would fail, never uploaded")
-		return
+		return actFail, "invalid, never uploaded: " + splatfile.Reason(err)
 	}
-	sum, err := hashFile(c.Root, c.Path)
+	sum, err := hashFile(ctx, f.Root, f.Path)
 	if err != nil {
-		s.invalid++
-		ev(log.Warn()).Err(err).Msg("dry run: cannot read")
-		return
+		return actFail, "cannot read: " + err.Error()
 	}
-	if first, ok := seen[sum]; ok {
-		s.duplicate++
-		ev(log.Info()).Str("sha256", sum).Str("duplicate_of", first).Msg("dry run: same content as another file; would not be published again")
-		return
+	if j, ok := p.bySHA[sum]; ok {
+		return actDuplicate, fmt.Sprintf("same content as job %d (%s, %s): not published again", j.ID, j.File, j.Stage)
 	}
-	seen[sum] = c.Path
-	params, err := sidecar.Resolve(cfg.Publish.Params(), c.Path, c.Root, c.ModTime)
+	if first, ok := p.seen[sum]; ok {
+		return actDuplicate, "same content as " + first + ": published once"
+	}
+	p.seen[sum] = f.Path
+	params, err := sidecar.Resolve(p.defaults(f.Root), f.Path, f.Root, f.ModTime)
 	if err != nil {
-		s.invalid++
-		ev(log.Warn()).Err(err).Msg("dry run: would fail: publish parameters")
-		return
+		return actFail, "publish parameters: " + err.Error()
 	}
-	s.publish++
-	s.bytes += c.Size
-	ev(log.Info()).Str("sha256", sum).Str("title", params.Title).Str("kind", string(info.Kind)).
-		Str("format", params.Format).Bool("listed", params.Listed).Msg("dry run: would publish")
+	listed := "unlisted"
+	if params.Listed {
+		listed = "listed"
+	}
+	return actPublish, fmt.Sprintf("%s, title %q, format %s, %s, sha256 %.12s", info.Kind, params.Title, orDefault(params.Format), listed, sum)
 }
 
-func (s dryRunSummary) print(w io.Writer) {
-	fmt.Fprintf(w, "dry run: %d file(s) would be published (%d bytes), %d duplicate(s), %d invalid, %d incomplete; nothing was sent or recorded\n",
-		s.publish, s.bytes, s.duplicate, s.invalid, s.incomplete)
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
+}
+
+// knownWhy says what the state already holds for a file.
+func knownWhy(j jobView) string {
+	switch {
+	case j.Adopted:
+		return fmt.Sprintf("already recorded: job %d, adopted from its receipt (%s)", j.ID, j.URL)
+	case j.DuplicateOf != 0:
+		return fmt.Sprintf("already recorded: job %d, a duplicate of job %d", j.ID, j.DuplicateOf)
+	case j.Stage == string(state.Done):
+		return fmt.Sprintf("already published: job %d (%s)", j.ID, j.URL)
+	case state.Stage(j.Stage).Final():
+		return fmt.Sprintf("already recorded: job %d is %s (splatd retry %d publishes it)", j.ID, j.Stage, j.ID)
+	}
+	return fmt.Sprintf("in the queue: job %d is %s", j.ID, j.Stage)
+}
+
+func (p *predictor) summary(w io.Writer) {
+	fmt.Fprintf(w, "\ndry run: %d file(s) would be published (%s), %d adopted from their receipts, %d duplicate(s), %d already in the state, %d invalid, %d incomplete, %d skipped by the folder's rules; nothing was sent or recorded\n",
+		p.counts[actPublish], state.HumanSize(p.bytes), p.counts[actAdopt], p.counts[actDuplicate], p.counts[actKnown],
+		p.counts[actFail], p.counts[actWait], p.counts[actSkip])
 }
 
 // checkIn is splatfile.Check on a file opened through its watch folder
@@ -122,15 +227,11 @@ func checkIn(root, path string) (splatfile.Info, error) {
 	return splatfile.CheckFile(f, path)
 }
 
-func hashFile(root, path string) (string, error) {
+func hashFile(ctx context.Context, root, path string) (string, error) {
 	f, _, err := trustfs.OpenRegular(root, path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return trustfs.Hash(ctx, f)
 }

@@ -8,11 +8,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/uploader/after"
 )
 
-// TestDryRun: every finished file gets one line (would publish, duplicate,
-// invalid) with its sha256 and title; no token is needed, no API is called
-// (the base URL does not resolve) and the state directory is never made.
+// TestDryRun: `run -dry-run` predicts a run from the state and the
+// receipts: a file the state published is known, a file with a receipt
+// saying done is adopted, content the state published or another file
+// here has is a duplicate, a broken file fails, a folder's publish block
+// and its .splat.yaml give the title; it prints one line per file with
+// human sizes and a summary, exits 0 by itself, calls no API (the base
+// URL does not resolve) and writes nothing.
 func TestDryRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -20,40 +27,123 @@ func TestDryRun(t *testing.T) {
 	stateDir := filepath.Join(dir, "state")
 	writePLY(t, filepath.Join(inbox, "scan.ply"), 1000)
 	writePLY(t, filepath.Join(inbox, "copy.ply"), 1000)
+	writePLY(t, filepath.Join(inbox, "client", "hall.ply"), 1500)
+	if err := os.WriteFile(filepath.Join(inbox, "client", ".splat.yaml"), []byte("title: \"Hall {{.Stem}}\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(inbox, "broken.ply"), []byte("not a splat at all"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(dir, "config.yaml")
-	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid}\nwatch:\n  - path: %s\nsettle: 50ms\nstate_dir: %s\n"+
-		"publish: {title: \"T-{{.Stem}}\"}\nlog: {format: json}\nmetrics: {listen: \"\"}\n", inbox, stateDir))
+	writePLY(t, filepath.Join(inbox, ".hidden.ply"), 900) // excluded by name: not listed
+	// Published before by this state directory, and a copy of it.
+	old := filepath.Join(inbox, "old.ply")
+	writePLY(t, old, 1200)
+	writePLY(t, filepath.Join(inbox, "old-copy.ply"), 1200)
+	// Published by another state directory: its receipt says so.
+	receipted := filepath.Join(inbox, "receipted.ply")
+	writePLY(t, receipted, 1300)
+	const api = "https://api.invalid"
+	if err := after.WriteReceipt(after.ReceiptPath(receipted), after.Receipt{
+		File: receipted, Size: fileSize(t, receipted), SHA256: fileSHA256(t, receipted), Status: "done",
+		Splat: after.ReceiptSplat{ID: "77", URL: "https://viewer.example/view?id=r77"}, Protocol: "legacy", API: api,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := queue.Open(stateDir, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(old)
+	if _, err := st.AdoptBatch(context.Background(), []queue.Adoption{{Path: old, Root: inbox, Size: fi.Size(), ModTime: fi.ModTime(),
+		SHA256: fileSHA256(t, old), SplatID: "5", URL: "https://viewer.example/view?id=h5"}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout bytes.Buffer
-	stderr := &syncBuffer{}
-	c := &cli{stdout: &stdout, stderr: stderr, getenv: func(string) string { return "" }}
-	done := make(chan int, 1)
-	go func() { done <- dispatch(ctx, c, []string{"run", "-dry-run", "-config", cfgPath}) }()
-	waitFor(t, "a line for each of the three files", func() bool {
-		return strings.Count(stderr.String(), `"message":"dry run: `) >= 4 // the start line and three files
-	})
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Fatalf("exit %d; log:\n%s", code, stderr.String())
+	cfgPath := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: %s}\nwatch:\n  - path: %s\n    publish: {title: \"T-{{.Stem}}\"}\nsettle: 50ms\nstate_dir: %s\n"+
+		"log: {format: json}\nmetrics: {listen: \"\"}\n", api, inbox, stateDir))
+
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
-	log := stderr.String()
-	if !strings.Contains(log, `"title":"T-scan"`) && !strings.Contains(log, `"title":"T-copy"`) {
-		t.Errorf("no would-publish line with the title:\n%s", log)
+	out := stdout.String()
+	line := func(file string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, filepath.Join(inbox, file)+" ") {
+				return l
+			}
+		}
+		t.Errorf("no line for %s:\n%s", file, out)
+		return ""
 	}
-	for _, want := range []string{`"sha256":"`, "would publish", "same content as another file", "would fail"} {
-		if !strings.Contains(log, want) {
-			t.Errorf("log lacks %q:\n%s", want, log)
+	want := map[string][]string{
+		// Listed in name order: copy.ply comes first and publishes.
+		"copy.ply":        {"publish", `title "T-copy"`, "KiB"},
+		"scan.ply":        {"duplicate", "same content as " + filepath.Join(inbox, "copy.ply")},
+		"client/hall.ply": {"publish", `title "Hall hall"`},
+		"broken.ply":      {"fail", "invalid"},
+		"old.ply":         {"known", "job 1", "adopted"},
+		"old-copy.ply":    {"duplicate", "same content as job 1"},
+		"receipted.ply":   {"adopt", "r77"},
+	}
+	for f, words := range want {
+		l := line(f)
+		if !strings.HasPrefix(l, words[0]+" ") {
+			t.Errorf("%s: %q, want action %s", f, l, words[0])
+		}
+		for _, w := range words[1:] {
+			if !strings.Contains(l, w) {
+				t.Errorf("%s: %q lacks %q", f, l, w)
+			}
 		}
 	}
-	if want := "1 file(s) would be published"; !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), "1 duplicate(s), 1 invalid") {
-		t.Errorf("summary %q, want %q with 1 duplicate and 1 invalid", stdout.String(), want)
+	if strings.Contains(out, ".hidden.ply") {
+		t.Errorf("an excluded file is listed:\n%s", out)
+	}
+	if want := "2 file(s) would be published"; !strings.Contains(out, want) || !strings.Contains(out, "1 adopted from their receipts, 2 duplicate(s), 1 already in the state, 1 invalid") {
+		t.Errorf("summary: want %q and the other counts:\n%s", want, out)
+	}
+	st, err = queue.Open(stateDir, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if jobs, err := st.List(queue.Filter{}); err != nil || len(jobs) != 1 {
+		t.Errorf("the state after the dry run holds %d job(s) (%v), want the 1 it had", len(jobs), err)
+	}
+}
+
+// TestDryRunFreshState: without a state directory the dry run judges a
+// fresh state and makes none.
+func TestDryRunFreshState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	inbox := filepath.Join(dir, "inbox")
+	stateDir := filepath.Join(dir, "state")
+	writePLY(t, filepath.Join(inbox, "scan.ply"), 1000)
+	cfgPath := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n", inbox, stateDir))
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
+	}
+	if !strings.Contains(stdout.String(), "fresh state") || !strings.Contains(stdout.String(), "1 file(s) would be published") {
+		t.Errorf("stdout:\n%s", &stdout)
 	}
 	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
-		t.Errorf("the dry run touched the state directory: %v", err)
+		t.Errorf("the dry run made the state directory: %v", err)
 	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

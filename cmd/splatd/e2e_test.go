@@ -337,11 +337,11 @@ func TestE2ESigtermDuringLargeUpload(t *testing.T) {
 			return false
 		}
 		for _, j := range jobs {
-			if j.File == big && j.Stage == "signed" && j.Sent > 0 && j.Sent < size {
+			if j.File == big && j.Stage == "uploading" && j.Sent > 0 && j.Sent < size {
 				inflight = j
 				return true
 			}
-			if j.File == big && j.Stage != "queued" && j.Stage != "ready" && j.Stage != "signed" {
+			if j.File == big && j.Stage != "queued" && j.Stage != "ready" && j.Stage != "signed" && j.Stage != "uploading" {
 				t.Fatalf("job reached %s before the test saw its upload in flight", j.Stage)
 			}
 		}
@@ -875,7 +875,7 @@ func TestE2EShutdownStartsNoNewCalls(t *testing.T) {
 			return false
 		}
 		for _, j := range jobs {
-			if j.File == p && j.Stage == "signed" && j.Sent > 0 {
+			if j.File == p && j.Stage == "uploading" && j.Sent > 0 {
 				return true
 			}
 		}

@@ -200,3 +200,33 @@ func incompleteTimeout(cfg *Config) time.Duration {
 	}
 	return cfg.IncompleteTimeout.D()
 }
+
+// settingsChanged is the watcher's OnSettings: a sidecar or a folder's
+// .splat.yaml was written. The failed jobs whose reason names that file
+// (they failed on it, broken) are queued again, so that fixing the file
+// is enough; a job that failed for another reason stays failed. It runs
+// apart from the watcher's event loop.
+func (d *daemon) settingsChanged(path string) {
+	go func() {
+		jobs, err := d.store.List(queue.Filter{Stages: []state.Stage{state.Failed}})
+		if err != nil {
+			d.log.Warn().Err(err).Str("settings", path).Msg("cannot list failed jobs after a settings file changed")
+			return
+		}
+		n := 0
+		for _, j := range jobs {
+			if !strings.Contains(j.FailReason, path) && !strings.Contains(j.LastError, path) {
+				continue
+			}
+			if _, err := d.store.Retry(j.ID); err != nil {
+				d.log.Warn().Err(err).Uint64("job", j.ID).Msg("cannot queue a job again after its settings file changed")
+				continue
+			}
+			n++
+		}
+		if n > 0 {
+			d.log.Info().Str("settings", path).Int("jobs", n).Msg("settings file changed: the jobs that failed on it are queued again")
+			d.pool.Wake()
+		}
+	}()
+}

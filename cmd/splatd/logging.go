@@ -10,6 +10,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// Seconds and rates in log lines (took_s, retry_in_s, …) carry three
+// decimals: milliseconds, not the nine digits of a float64.
+func init() { zerolog.FloatingPointPrecision = 3 }
+
 // logOutput is the writer under the daemon's logger. It holds the level, so
 // that a reload can change it for every component's copy of the logger at
 // once (a zerolog.Logger is a value: each component holds its own), and

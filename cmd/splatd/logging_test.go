@@ -145,3 +145,14 @@ func TestLogDurationsAreSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLogSecondsHaveMilliseconds: a duration in seconds is logged with
+// three decimals, not nine.
+func TestLogSecondsHaveMilliseconds(t *testing.T) {
+	var b bytes.Buffer
+	log, _ := newLogger(LogConfig{Level: "info", Format: "json"}, &b, false)
+	log.Info().Float64("took_s", 0.123456789).Msg("x")
+	if !strings.Contains(b.String(), `"took_s":0.123,`) {
+		t.Errorf("log line %s", b.String())
+	}
+}

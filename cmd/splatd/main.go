@@ -62,11 +62,11 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "[-config FILE] [-dry-run]", "run the daemon: watch folders and publish every finished file once", cmdRun},
-		{"demo", "[-keep] [-dir DIR]", "simulator + daemon + sample files in a temporary folder", cmdDemo},
+		{"demo", "[-keep] [-dir DIR] [-protocol legacy|v1]", "simulator + daemon + sample files in a temporary folder, through either API protocol", cmdDemo},
 		{"sim", "[-listen ADDR] [-dir DIR]", "run the API simulator alone; prints its base URL, CA file and token", cmdSim},
-		{"publish", "[-config FILE] FILE...", "publish files once, in the foreground, with progress", cmdPublish},
+		{"publish", "[-config FILE] [-force] FILE...", "publish files once, in the foreground, with progress; content the daemon or a receipt shows published is not sent again unless -force", cmdPublish},
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
-		{"jobs", "[-config FILE] [-state STAGE] [-json]", "list the daemon's jobs (through its admin socket)", cmdJobs},
+		{"jobs", "[-config FILE] [-state STAGE] [-limit N] [-all] [-watch] [-json]", "list the live jobs and the last finished ones (with upload rate and ETA); -watch follows", cmdJobs},
 		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},
 		{"adopt", "[-config FILE] [-dry-run] DIR", "record files whose receipt says done as published (a new or lost state_dir): never published again", cmdAdopt},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
@@ -76,7 +76,7 @@ func commands() []command {
 		{"forget", "[-config FILE] ID|PATH", "drop a finished job, its path record and its content's dedupe record: the file is found again as new and may be published again", cmdControl("forget")},
 		{"reload", "[-config FILE]", "make the running daemon read its config again (as SIGHUP does) and print what was applied", cmdReload},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
-		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe tries the token", cmdConfig},
+		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe also asks the API whether it is reachable and accepts the token, and (legacy) reaches the storage host with TLS verified; nothing is uploaded", cmdConfig},
 		{"version", "", "print the version", cmdVersion},
 		{"completion", "bash|zsh|fish", "print a shell completion script", cmdCompletion},
 		{"man", "", "print the manual page (roff)", cmdMan},
@@ -91,6 +91,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func dispatch(ctx context.Context, c *cli, args []string) int {
+	args, c, ok := globalConfig(c, args)
+	if !ok {
+		fmt.Fprintln(c.stderr, "splatd: -config needs a FILE (splatd -config FILE COMMAND …)")
+		return exitUsage
+	}
 	if len(args) == 0 {
 		usage(c.stderr)
 		return exitUsage
@@ -121,6 +126,41 @@ func dispatch(ctx context.Context, c *cli, args []string) int {
 	return exitUsage
 }
 
+// globalConfig takes a -config FILE (or --config, -config=FILE) given
+// before the command, as in `splatd --config FILE jobs`: it becomes the
+// default of the command's own -config, as $SPLATD_CONFIG does. ok is false
+// when the flag has no value.
+func globalConfig(c *cli, args []string) ([]string, *cli, bool) {
+	if len(args) == 0 {
+		return args, c, true
+	}
+	var file string
+	switch a := args[0]; {
+	case a == "-config" || a == "--config":
+		if len(args) < 2 || args[1] == "" {
+			return nil, c, false
+		}
+		file, args = args[1], args[2:]
+	case strings.HasPrefix(a, "-config=") || strings.HasPrefix(a, "--config="):
+		_, file, _ = strings.Cut(a, "=")
+		if file == "" {
+			return nil, c, false
+		}
+		args = args[1:]
+	default:
+		return args, c, true
+	}
+	getenv := c.getenv
+	nc := *c
+	nc.getenv = func(k string) string {
+		if k == "SPLATD_CONFIG" {
+			return file
+		}
+		return getenv(k)
+	}
+	return args, &nc, true
+}
+
 // asksHelp reports whether args ask for a command's help (before any "--").
 func asksHelp(args []string) bool {
 	for _, a := range args {
@@ -149,7 +189,8 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", cmd.name, cmd.summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes -h. Commands that need the API or the state directory read")
-	fmt.Fprintln(w, "-config FILE, else $SPLATD_CONFIG, else /etc/splatd/config.yaml.")
+	fmt.Fprintln(w, "-config FILE (after the command, or before it: splatd -config FILE jobs), else")
+	fmt.Fprintln(w, "$SPLATD_CONFIG, else /etc/splatd/config.yaml; config.example.yaml is a start.")
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 failure, 2 usage error.")
 }
 
@@ -249,7 +290,7 @@ func cmdVersion(ctx context.Context, c *cli, args []string) int {
 func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "config")
 	cfgPath := configFlag(c, fs)
-	probe := fs.Bool("probe", false, "also ask the API whether it accepts the token (one signed-URL request; nothing is uploaded)")
+	probe := fs.Bool("probe", false, "also try the network: the API is reachable and accepts the token (legacy: one signed-URL request; v1: GET /v1/me), and under legacy the storage host answers with a verified TLS certificate; nothing is uploaded")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"sort"
@@ -71,7 +72,7 @@ func (d *daemon) reload() reloadResult {
 	nw, err := loadConfig(d.cfgPath, true)
 	if err != nil {
 		res.Errors = configErrorLines(err)
-		res.TookS = time.Since(start).Seconds()
+		res.TookS = math.Round(time.Since(start).Seconds()*1000) / 1000
 		d.log.Error().Str("config", d.cfgPath).Strs("errors", res.Errors).
 			Msg("config reload refused: the new config is invalid; the running one stays")
 		return res
@@ -80,7 +81,7 @@ func (d *daemon) reload() reloadResult {
 	res.sortChanges(changedKeys(old, nw))
 	eff := d.applyReload(&res, old, nw)
 	d.live.Store(eff)
-	res.TookS = time.Since(start).Seconds()
+	res.TookS = math.Round(time.Since(start).Seconds()*1000) / 1000
 	d.logReload(res, eff)
 	return res
 }

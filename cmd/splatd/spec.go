@@ -5,8 +5,6 @@ import (
 	"flag"
 	"io"
 	"strings"
-
-	"github.com/splatd/splatd/state"
 )
 
 // cmdSpec is a command as the completion scripts and the man page describe
@@ -125,10 +123,7 @@ func valueKind(placeholder string) (kind string, words []string) {
 	case "DIR":
 		return "dir", nil
 	case "STAGE":
-		for _, s := range state.Stages {
-			words = append(words, string(s))
-		}
-		return "words", words
+		return "words", strings.Split(stageNames(), ", ")
 	case "COMMAND":
 		for _, c := range commands() {
 			words = append(words, c.name)

@@ -61,8 +61,8 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 	out := metrics.JobList{Total: len(jobs)}
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
-		if p, ok := progress[j.ID]; ok {
-			view.Progress = &metrics.Progress{Sent: p.Sent, Size: p.Size}
+		if p, ok := progress[j.ID]; ok && !j.Stage.Final() {
+			view.Uploading(metrics.Progress{Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()})
 		}
 		out.Jobs = append(out.Jobs, view)
 	}

@@ -2,12 +2,9 @@ package after
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"time"
@@ -124,7 +121,7 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 		return ev, err
 	}
 	defer f.Close()
-	sum, err := hashOpen(ctx, f)
+	sum, err := trustfs.Hash(ctx, f)
 	if err != nil {
 		return ev, err
 	}
@@ -142,23 +139,4 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 	}
 	ev.Done, ev.SHA256, ev.Size, ev.ModTime = true, sum, fi.Size(), fi.ModTime()
 	return ev, nil
-}
-
-func hashOpen(ctx context.Context, f *os.File) (string, error) {
-	r := io.NewSectionReader(f, 0, 1<<62)
-	h := sha256.New()
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		n, err := r.Read(buf)
-		h.Write(buf[:n])
-		if err == io.EOF {
-			return hex.EncodeToString(h.Sum(nil)), nil
-		}
-		if err != nil {
-			return "", err
-		}
-	}
 }

@@ -157,5 +157,5 @@ func hashFileBytes(b []byte) (string, error) {
 	defer os.Remove(f.Name())
 	defer f.Close()
 	f.Write(b)
-	return hashOpen(context.Background(), f)
+	return trustfs.Hash(context.Background(), f)
 }

@@ -93,6 +93,15 @@ func ParseBandwidth(s string) (Schedule, error) {
 		}
 		return Schedule{rate: r}, nil
 	}
+	if !strings.Contains(s, ",") {
+		// "2 MiB/s": a rate written with a space, not a timetable.
+		joined := strings.Join(fields, "")
+		r, err := parseBandwidthRate(joined)
+		if err != nil {
+			return Schedule{}, fmt.Errorf("%q is neither one rate (e.g. 2MiB/s) nor a timetable of TIME,RATE entries: %w", strings.TrimSpace(s), err)
+		}
+		return Schedule{rate: r}, nil
+	}
 
 	entries := make([]bwEntry, 0, len(fields))
 	for _, tok := range fields {
@@ -166,8 +175,13 @@ func ParseBandwidth(s string) (Schedule, error) {
 	return sched, nil
 }
 
+// bwTokenError names the token an error is about, unless the error does
+// already (the caller names the key: "upload.bandwidth: ...").
 func bwTokenError(tok string, err error) error {
-	return fmt.Errorf("bandwidth: %q: %w", tok, err)
+	if strings.Contains(err.Error(), fmt.Sprintf("%q", tok)) {
+		return err
+	}
+	return fmt.Errorf("%q: %w", tok, err)
 }
 
 // parseBandwidthTime parses [DAY-]HH:MM and returns the day (-1 for none)

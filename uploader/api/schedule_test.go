@@ -46,6 +46,7 @@ func TestParseBandwidth(t *testing.T) {
 		{"2G", "2GiB/s", 2 * Gi},
 		{"1GB/s", "1GB/s", 1e9},
 		{"0.5GiB/s", "512MiB/s", 512 * Mi},
+		{"2 MiB/s", "2MiB/s", 2 * Mi}, // a rate with a space, not a timetable
 		// Timetables whose rate never changes collapse to a constant.
 		{"monday-8:00,1M", "Mon-08:00,1MiB/s", 1 * Mi},
 		{"08:00,1M 19:00,1024k", "08:00,1MiB/s 19:00,1MiB/s", 1 * Mi},
@@ -89,6 +90,7 @@ func TestParseBandwidthErrors(t *testing.T) {
 		{"10M:1M", "10M:1M", "rate pair"},
 		{"08:00", "08:00", "TIME,RATE"},
 		{"08:00,1M 20M", "20M", "cannot be mixed"},
+		{"2 fast", "2 fast", "neither one rate"},
 		{"08:00,1M 25:00,off", "25:00,off", "out of range"},
 		{"08:60,1M", "08:60,1M", "out of range"},
 		{"8:0,1M", "8:0,1M", "not HH:MM"},

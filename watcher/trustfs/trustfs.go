@@ -14,6 +14,9 @@
 package trustfs
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -346,4 +349,26 @@ func StatFollow(root, path string) (fs.FileInfo, error) {
 		return nil, &NotRegularError{Path: path, Kind: k}
 	}
 	return fi, nil
+}
+
+// Hash returns the hex sha256 of f's content, read from offset 0 (whatever
+// f's position), checking ctx between reads: the one file hash of splatd,
+// for a job's content, a receipt's evidence and the dry run alike.
+func Hash(ctx context.Context, f *os.File) (string, error) {
+	r := io.NewSectionReader(f, 0, 1<<62)
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		n, err := r.Read(buf)
+		h.Write(buf[:n])
+		if err == io.EOF {
+			return hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSelectJobs: by default every live job and the last recentFinished
+// finished ones; -state/-all every job; -limit the most recently updated.
+func TestSelectJobs(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var views []jobView
+	for i := 1; i <= 30; i++ {
+		stage := "done"
+		switch {
+		case i%10 == 0:
+			stage = "queued"
+		case i == 5:
+			stage = "held"
+		case i == 7:
+			stage = "canceled"
+		}
+		views = append(views, jobView{ID: uint64(i), Stage: stage, UpdatedAt: t0.Add(time.Duration(i) * time.Minute)})
+	}
+	ids := func(vs []jobView) []uint64 {
+		var out []uint64
+		for _, v := range vs {
+			out = append(out, v.ID)
+		}
+		return out
+	}
+	shown, hidden := selectJobs(views, false, 0)
+	want := []uint64{5, 10, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30}
+	if !slices.Equal(ids(shown), want) || hidden != 30-3-1-recentFinished {
+		t.Errorf("default: %v (hidden %d), want %v: live jobs, held, the last %d finished", ids(shown), hidden, want, recentFinished)
+	}
+	if shown, hidden := selectJobs(views, true, 0); len(shown) != 30 || hidden != 0 {
+		t.Errorf("every: %d jobs, hidden %d", len(shown), hidden)
+	}
+	if shown, _ := selectJobs(views, true, 3); !slices.Equal(ids(shown), []uint64{28, 29, 30}) {
+		t.Errorf("-limit 3: %v, want the 3 most recently updated", ids(shown))
+	}
+	if shown, _ := selectJobs(views, false, 2); !slices.Equal(ids(shown), []uint64{29, 30}) {
+		t.Errorf("default -limit 2: %v", ids(shown))
+	}
+}
+
+// TestJobsProgressText: an upload reads as bytes, rate and ETA in human
+// units; any other stage shows no percentage.
+func TestJobsProgressText(t *testing.T) {
+	v := jobView{Stage: stageUploading, Size: 3 << 30, Sent: 1 << 30, Rate: 24 << 20, ETA: 85}
+	if got, want := progressText(v), "33% 1.0 GiB/3.0 GiB 24.0 MiB/s ETA 1m25s"; got != want {
+		t.Errorf("progress = %q, want %q", got, want)
+	}
+	v.Rate, v.ETA = 0, 0
+	if got := progressText(v); !strings.HasSuffix(got, "ETA ?") {
+		t.Errorf("stalled progress = %q", got)
+	}
+	for _, st := range []string{"canceled", "failed", "signed"} {
+		if got := progressText(jobView{Stage: st, Size: 100, Sent: 49}); got != "-" {
+			t.Errorf("%s job progress = %q, want -", st, got)
+		}
+	}
+}
+
+// TestJobsWatch: -watch prints the list again and again until interrupted
+// (here from the state file: no daemon runs), and exits 0.
+func TestJobsWatch(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("state_dir: %s\nwatch: [{path: %s}]\n", filepath.Join(dir, "state"), dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- dispatch(ctx, &cli{stdout: out, stderr: errOut, getenv: func(string) string { return "" }},
+			[]string{"jobs", "-config", cfg, "-watch", "-interval", "10ms"})
+	}()
+	deadline := time.After(e2eWait)
+	for strings.Count(out.String(), "splatd jobs at") < 3 {
+		select {
+		case code := <-done:
+			t.Fatalf("jobs -watch ended by itself: exit %d, stdout %q, stderr %q", code, out, errOut)
+		case <-deadline:
+			t.Fatalf("jobs -watch printed %q", out)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("jobs -watch after interrupt: exit %d", code)
+	}
+	if n := strings.Count(out.String(), "ID  STAGE"); n < 3 {
+		t.Errorf("%d lists printed:\n%s", n, out)
+	}
+	if n := strings.Count(errOut.String(), "not running"); n != 1 {
+		t.Errorf("the note that splatd is not running printed %d times: %q", n, errOut)
+	}
+}
+
+// TestCLINits: --config before the command is the command's -config; a
+// missing config hints at -config and config.example.yaml; demo -h names
+// -protocol; config check -h says what -probe checks.
+func TestCLINits(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfg, fmt.Sprintf("state_dir: %s\nwatch: [{path: %s}]\n", filepath.Join(dir, "state"), dir))
+	run := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		env := func(k string) string {
+			if k == "SPLATD_TOKEN" {
+				return "tok"
+			}
+			return ""
+		}
+		code := dispatch(context.Background(), &cli{stdout: &out, stderr: &errOut, getenv: env}, args)
+		return code, out.String(), errOut.String()
+	}
+	for _, args := range [][]string{{"--config", cfg, "config", "check"}, {"-config", cfg, "config", "check"}, {"--config=" + cfg, "config", "check"}} {
+		if code, out, errOut := run(args...); code != 0 || !strings.Contains(out, "state_dir: "+filepath.Join(dir, "state")) {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if code, _, errOut := run("--config"); code != exitUsage || !strings.Contains(errOut, "needs a FILE") {
+		t.Errorf("--config alone: exit %d, %q", code, errOut)
+	}
+	code, _, errOut := run("run", "-config", filepath.Join(dir, "missing.yaml"))
+	if code != exitUsage || !strings.Contains(errOut, "-config FILE") || !strings.Contains(errOut, "config.example.yaml") {
+		t.Errorf("run with a missing config: exit %d, %q", code, errOut)
+	}
+	if _, out, _ := run("demo", "-h"); !strings.Contains(out, "usage: splatd demo [-keep] [-dir DIR] [-protocol legacy|v1]") {
+		t.Errorf("demo -h:\n%s", out)
+	}
+	if _, out, _ := run("config", "-h"); !strings.Contains(out, "storage host") || !strings.Contains(out, "accepts the token") {
+		t.Errorf("config -h:\n%s", out)
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+)
+
+// resumeLines is the most jobs logged one by one at start; the rest are
+// only counted.
+const resumeLines = 20
+
+// logResume says, before the workers start, which jobs a previous run
+// left unfinished (after a stop, a crash or kill -9): "resuming N jobs",
+// then one line per job past its content check, with the stage it resumes
+// at and, for a v1 upload, the part it resumes from.
+func logResume(st *queue.Store, log zerolog.Logger) {
+	var live []state.Stage
+	for _, s := range state.Stages {
+		if !s.Final() {
+			live = append(live, s)
+		}
+	}
+	jobs, err := st.List(queue.Filter{Stages: live})
+	if err != nil || len(jobs) == 0 {
+		return
+	}
+	byStage := zerolog.Dict()
+	counts := map[state.Stage]int{}
+	for _, j := range jobs {
+		counts[j.Stage]++
+	}
+	for _, s := range live {
+		if counts[s] > 0 {
+			byStage.Int(string(s), counts[s])
+		}
+	}
+	log.Info().Int("jobs", len(jobs)).Dict("stages", byStage).Msg(fmt.Sprintf("resuming %d jobs left unfinished by the last run", len(jobs)))
+	shown := 0
+	for _, j := range jobs {
+		if j.Stage == state.Queued {
+			continue
+		}
+		if shown++; shown > resumeLines {
+			break
+		}
+		ev := log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage))
+		if j.Stage != state.Signed {
+			ev.Msg(fmt.Sprintf("resuming job %d at stage %s", j.ID, j.Stage))
+			continue
+		}
+		if v := j.V1; v != nil && v.Parts > 0 {
+			stored, from := 0, 0
+			for i, e := range v.ETags {
+				if e != "" {
+					stored++
+				} else if from == 0 {
+					from = i + 1
+				}
+			}
+			if from == 0 {
+				from = min(len(v.ETags)+1, v.Parts)
+			}
+			ev.Int("from_part", from).Int("parts", v.Parts).Int("parts_stored", stored).
+				Msg(fmt.Sprintf("resuming job %d's upload from part %d of %d (%d stored)", j.ID, from, v.Parts, stored))
+			continue
+		}
+		ev.Msg(fmt.Sprintf("resuming job %d's upload from its start (a legacy upload is one PUT)", j.ID))
+	}
+}

@@ -1,0 +1,84 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+)
+
+// Listed is one file a single scan finds under a root, as the daemon's
+// scan would: Skip is empty for a candidate, else why it is not one.
+type Listed struct {
+	Candidate
+	Skip string
+}
+
+// List walks the roots once, with the rules of a scan (include/exclude,
+// recursive, nested roots, follow_symlinks, min/max size, min_age), and
+// returns every file whose name makes it a candidate, each with the reason
+// it would be skipped, if any. It watches nothing and waits for nothing
+// (a file still being written is listed as it is now): `splatd run
+// -dry-run` predicts a run with it.
+func List(cfgs []Root, now time.Time) ([]Listed, error) {
+	roots, err := buildRoots(cfgs)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{roots: roots}
+	var out []Listed
+	for _, r := range roots {
+		start := r.path + string(filepath.Separator) + "."
+		err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+			top := p == start
+			if top {
+				p = r.path
+			}
+			if err != nil {
+				if top {
+					return err
+				}
+				return nil
+			}
+			if d.IsDir() {
+				if !top && (!r.Recursive || r.skipsDir(d.Name()) || w.otherRoot(p, r)) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !r.wants(d.Name()) {
+				return nil
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			l := Listed{Candidate: Candidate{Path: p, Root: r.Path, Size: fi.Size(), ModTime: fi.ModTime()}}
+			if fi, ok := r.candidateInfo(p, fi); !ok {
+				l.Skip = "not a regular file (or a link the folder's follow_symlinks does not follow)"
+			} else {
+				l.Size, l.ModTime = fi.Size(), fi.ModTime()
+				l.Skip = r.bounds(l.Size, l.ModTime, now)
+			}
+			out = append(out, l)
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return out, fmt.Errorf("watcher: list %s: %w", r.path, err)
+		}
+	}
+	return out, nil
+}
+
+// bounds says why a settled file of this size and mtime is not yet (or
+// never) a candidate: the folder's size bounds or min_age; "" when it is.
+func (r *root) bounds(size int64, mtime, now time.Time) string {
+	if r.MinAge > 0 && now.Before(mtime.Add(r.MinAge)) {
+		return fmt.Sprintf("younger than the folder's min_age %s: looked at again once old enough", r.MinAge)
+	}
+	if size < r.MinSize || (r.MaxSize > 0 && size > r.MaxSize) {
+		return fmt.Sprintf("outside the folder's size bounds (min_size %d, max_size %d bytes)", r.MinSize, r.MaxSize)
+	}
+	return ""
+}
