@@ -136,9 +136,12 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if err != nil {
 		return nil, err
 	}
+	// The deferred close holds the daemon itself, not the named result:
+	// every `return nil, err` below sets d to nil before it runs.
+	opened := d
 	defer func() {
 		if err != nil {
-			d.closeAll()
+			opened.closeAll()
 		}
 	}()
 	// The pacer keeps each limit class's window in the state directory, so
@@ -178,8 +181,10 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}
 	}
-	d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger())
-	return d, err
+	if d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger()); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // newPool builds the worker pool with its after-actions.
