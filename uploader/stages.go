@@ -22,7 +22,7 @@ import (
 // policyOf is the one retry rule with the pool's patience.
 func policyOf(o PoolOptions) state.Policy {
 	return state.Policy{Backoff: o.Backoff, Settle: o.Settle, IncompleteTimeout: o.IncompleteTimeout,
-		RefusedGrace: o.RefusedGrace, ConfigBackoff: o.ConfigBackoff}
+		RefusedGrace: o.RefusedGrace, ConfigBackoff: o.ConfigBackoff, MaxServerWait: o.MaxServerWait}
 }
 
 // afterRecorder is the store method the after-action stage uses to record
@@ -215,7 +215,7 @@ func (p *Pool) afterFailed(ctx context.Context, j state.Job, err error) {
 	a.mu.Unlock()
 	// The one retry rule, with the after-actions' own patience: whatever it
 	// says, a final job's after-action is tried again, never given up.
-	d := state.Policy{Backoff: p.o.AfterBackoff}.Decide(ctx, err, n, p.o.Now())
+	d := state.Policy{Backoff: p.o.AfterBackoff, MaxServerWait: p.o.MaxServerWait}.Decide(ctx, err, n, p.o.Now())
 	if d.Action == state.Stop {
 		return
 	}

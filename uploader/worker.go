@@ -110,6 +110,9 @@ type PoolOptions struct {
 	// ConfigBackoff paces the pauses of a configuration error (TLS, DNS,
 	// refused). Zero: 5 s doubling to 5 min.
 	ConfigBackoff state.Backoff
+	// MaxServerWait caps a delay a server asks for (Retry-After, a 429's
+	// reset). Zero: state.DefaultMaxServerWait.
+	MaxServerWait time.Duration
 	// AfterBackoff paces the retries of a failed after-action (receipt,
 	// move, delete). Zero: 10 s doubling to 10 min.
 	AfterBackoff state.Backoff

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
@@ -323,6 +324,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 		PollTimeout:     a.cfg.Poll.Timeout.D(),
 		Progress:        bar.update,
 		Stage:           bar.stage,
+		Policy:          state.Policy{MaxServerWait: a.cfg.API.MaxServerWait.D()},
 	})
 	bar.done()
 	if err != nil {

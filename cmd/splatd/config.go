@@ -51,6 +51,9 @@ type APIConfig struct {
 	CAFile    string   `yaml:"ca_file"`
 	Timeout   Duration `yaml:"timeout"`
 	Protocol  string   `yaml:"protocol"` // legacy | v1
+	// MaxServerWait caps every delay the API or storage asks for
+	// (Retry-After, a 429's reset): state.Policy.MaxServerWait.
+	MaxServerWait Duration `yaml:"max_server_wait"`
 	// Token exists only so that an inline token is refused with a message
 	// that says where to put it, instead of "unknown key".
 	Token string `yaml:"token,omitempty"`
@@ -186,9 +189,10 @@ func defaultSettings() map[string]any {
 func defaultConfig() Config {
 	return Config{
 		API: APIConfig{
-			BaseURL:  "https://playcanvas.com",
-			Timeout:  Duration(60 * time.Second),
-			Protocol: protocolLegacy,
+			BaseURL:       "https://playcanvas.com",
+			Timeout:       Duration(60 * time.Second),
+			Protocol:      protocolLegacy,
+			MaxServerWait: Duration(state.DefaultMaxServerWait),
 		},
 		Upload:         UploadConfig{ParallelParts: 4, Bandwidth: "0"},
 		Settle:         Duration(5 * time.Second),
@@ -414,6 +418,9 @@ func (c *Config) validateAPI() ConfigErrors {
 	}
 	if c.API.Timeout.D() <= 0 {
 		errs.add("api.timeout", "must be positive")
+	}
+	if c.API.MaxServerWait.D() < time.Second {
+		errs.add("api.max_server_wait", "must be at least 1s (got %s)", c.API.MaxServerWait.D())
 	}
 	if c.API.CAFile != "" {
 		if _, err := os.Stat(c.API.CAFile); err != nil {

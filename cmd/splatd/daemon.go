@@ -208,6 +208,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
 		Grace:             shutdownGrace,
 		IncompleteTimeout: incompleteTimeout(cfg),
+		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
