@@ -289,6 +289,8 @@ func (d *daemon) ready() error {
 	}
 	if err := d.pool.StoreError(); err != nil {
 		why = append(why, fmt.Sprintf("the job store fails: %v", err))
+	} else if err := d.storeError(); err != nil {
+		why = append(why, fmt.Sprintf("the job store refuses writes: %v", err))
 	}
 	if err := d.pool.Paused(); err != nil {
 		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.client.Token().Origin(), err))
@@ -349,6 +351,7 @@ func (d *daemon) run(ctx context.Context) error {
 	cands := make(chan watcher.Candidate, 256)
 	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
+	tier(&intakes, "store probe", func() error { d.probeStore(intake); return nil })
 
 	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
 		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
@@ -419,7 +422,7 @@ func (d *daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 				// next rescan (at once when the store recovers), since they
 				// are not Known.
 				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried when the store works again")
-				d.intakeFailed(ctx)
+				d.intakeFailed(ctx, err)
 			}
 			for _, c := range batch {
 				d.watch.Forget(c.Path)
