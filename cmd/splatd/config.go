@@ -54,6 +54,10 @@ type APIConfig struct {
 	// MaxServerWait caps every delay the API or storage asks for
 	// (Retry-After, a 429's reset): state.Policy.MaxServerWait.
 	MaxServerWait Duration `yaml:"max_server_wait"`
+	// ViewerHosts are the hosts a viewer link may point to (host or
+	// host:port); none: api.base_url's host, and for the public service
+	// superspl.at too (viewer.go).
+	ViewerHosts []string `yaml:"viewer_hosts"`
 	// Token exists only so that an inline token is refused with a message
 	// that says where to put it, instead of "unknown key".
 	Token string `yaml:"token,omitempty"`
@@ -421,6 +425,11 @@ func (c *Config) validateAPI() ConfigErrors {
 	}
 	if c.API.MaxServerWait.D() < time.Second {
 		errs.add("api.max_server_wait", "must be at least 1s (got %s)", c.API.MaxServerWait.D())
+	}
+	for _, h := range c.API.ViewerHosts {
+		if h == "" || strings.ContainsAny(h, "/?#@ ") {
+			errs.add("api.viewer_hosts", "%q is not a host or host:port (no scheme, no path)", h)
+		}
 	}
 	if c.API.CAFile != "" {
 		if _, err := os.Stat(c.API.CAFile); err != nil {

@@ -59,6 +59,7 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 	out := metrics.JobList{Total: len(jobs)}
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
+		view.ViewerURL = v.d.cfg.trustedViewerURL(view.ViewerURL)
 		if p, ok := progress[j.ID]; ok {
 			view.Progress = &metrics.Progress{Sent: p.Sent, Size: p.Size}
 		}
