@@ -87,7 +87,7 @@ type WatchConfig struct {
 	PollInterval   Duration `yaml:"poll_interval"`
 	FollowSymlinks bool     `yaml:"follow_symlinks"`
 	MinSize        ByteSize `yaml:"min_size"` // 0: no bound
-	MaxSize        ByteSize `yaml:"max_size"` // 0: no bound
+	MaxSize        *ByteSize `yaml:"max_size"` // 0: no bound; absent: DefaultMaxSize
 	MinAge         Duration `yaml:"min_age"`  // by mtime; 0: off
 	// Publish and After are laid over the global blocks, key by key, for
 	// this folder's files (config_folders.go).
@@ -468,6 +468,13 @@ func (w *WatchConfig) validate(key string) ConfigErrors {
 	if w.Recursive == nil {
 		t := true
 		w.Recursive = &t
+	}
+	if w.MaxSize == nil {
+		m := DefaultMaxSize
+		if w.MinSize > m {
+			m = 0 // a folder of files above the default bound asked for them
+		}
+		w.MaxSize = &m
 	}
 	if w.Include == nil {
 		w.Include = append([]string(nil), defaultInclude...)

@@ -228,7 +228,7 @@ func watchRoots(cfg *Config) []watcher.Root {
 		roots[i] = watcher.Root{
 			Path: w.Path, Recursive: *w.Recursive, Include: w.Include, Exclude: w.Exclude,
 			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
-			MinSize: int64(w.MinSize), MaxSize: int64(w.MaxSize), MinAge: w.MinAge.D(),
+			MinSize: int64(w.MinSize), MaxSize: int64(*w.MaxSize), MinAge: w.MinAge.D(),
 		}
 	}
 	return roots
