@@ -79,16 +79,16 @@ type UploadConfig struct {
 
 // WatchConfig is one watched folder.
 type WatchConfig struct {
-	Path           string   `yaml:"path"`
-	Recursive      *bool    `yaml:"recursive"`
-	Include        []string `yaml:"include"`
-	Exclude        []string `yaml:"exclude"`
-	Mode           string   `yaml:"mode"`
-	PollInterval   Duration `yaml:"poll_interval"`
-	FollowSymlinks bool     `yaml:"follow_symlinks"`
-	MinSize        ByteSize `yaml:"min_size"` // 0: no bound
+	Path           string    `yaml:"path"`
+	Recursive      *bool     `yaml:"recursive"`
+	Include        []string  `yaml:"include"`
+	Exclude        []string  `yaml:"exclude"`
+	Mode           string    `yaml:"mode"`
+	PollInterval   Duration  `yaml:"poll_interval"`
+	FollowSymlinks bool      `yaml:"follow_symlinks"`
+	MinSize        ByteSize  `yaml:"min_size"` // 0: no bound
 	MaxSize        *ByteSize `yaml:"max_size"` // 0: no bound; absent: DefaultMaxSize
-	MinAge         Duration `yaml:"min_age"`  // by mtime; 0: off
+	MinAge         Duration  `yaml:"min_age"`  // by mtime; 0: off
 	// Publish and After are laid over the global blocks, key by key, for
 	// this folder's files (config_folders.go).
 	Publish FolderPublish `yaml:"publish,omitempty"`
