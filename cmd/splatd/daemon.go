@@ -178,6 +178,9 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 		}
 		d.metrics = metrics.NewServer(o)
 		if err := d.metrics.Listen(); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("metrics.listen: %w (another program holds %s; set metrics.listen to a free address, or \"\" to turn the listener off)", err, cfg.Metrics.Listen)
+			}
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}
 	}

@@ -65,7 +65,8 @@ func TestStartupBusyMetricsPort(t *testing.T) {
 	if code != exitFailure {
 		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitFailure, stderr)
 	}
-	if !strings.Contains(stderr, "metrics.listen") || !strings.Contains(stderr, addr) || !strings.Contains(stderr, "cannot start") {
+	if !strings.Contains(stderr, "metrics.listen") || !strings.Contains(stderr, addr) || !strings.Contains(stderr, "cannot start") ||
+		!strings.Contains(stderr, "another program holds") {
 		t.Fatalf("the error does not name metrics.listen and %s:\n%s", addr, stderr)
 	}
 	// The state was closed: a second start fails for the port again, not
