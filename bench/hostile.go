@@ -152,13 +152,17 @@ func (r *hostileRound) run(ctx context.Context) error {
 		return err
 	}
 	r.attacks++ // the webhook redirect: every final job sends an event
-	r.waitSettled(ctx, "folder attacks", time.Duration(r.e.count(60, 120))*time.Second)
-	// Last, the attacks on memory: until they are fixed they kill the
-	// daemon at every start, which would hide the others' outcomes.
-	if err := r.memoryAttacks(); err != nil {
+	wait := time.Duration(r.e.count(60, 120)) * time.Second
+	r.waitSettled(ctx, "file attacks", filepath.Join(r.inMove, "control.ply"), wait)
+	// The attacks that kill or wedge an unfixed daemon come last, one
+	// phase each, so that none hides another's outcome.
+	if err := r.memoryAttacks(ctx, wait/2); err != nil {
 		return err
 	}
-	r.waitSettled(ctx, "memory attacks", time.Duration(r.e.count(30, 60))*time.Second)
+	if err := r.fifoAttacks(); err != nil {
+		return err
+	}
+	r.waitSettled(ctx, "FIFO attacks", filepath.Join(r.inMove, "control2.ply"), wait/2)
 	r.stop()
 	r.hookMu.Lock()
 	defer r.hookMu.Unlock()
@@ -397,10 +401,9 @@ func (r *hostileRound) serverDelayAndSwap(ctx context.Context) error {
 	return nil
 }
 
-// folderAttacks mounts the attacks that need only the folder: a file and
-// a subfolder swapped for symlinks after discovery, a symlinked sidecar
-// moved across filesystems, a /dev/zero sidecar, a template bomb, FIFOs as
-// receipt and sidecar; and a control file that must still be published.
+// folderAttacks mounts the attacks on file access: a file and a subfolder
+// swapped for symlinks after discovery, a symlinked sidecar moved across
+// filesystems; and a control file that must still be published.
 func (r *hostileRound) folderAttacks(ctx context.Context) error {
 	swapFile := filepath.Join(r.inMove, "b1", "x.ply")
 	swapDir := filepath.Join(r.inDel, "sub")
@@ -414,10 +417,6 @@ func (r *hostileRound) folderAttacks(ctx context.Context) error {
 			return os.Symlink(filepath.Join(r.outside, "token"), filepath.Join(r.inMove, "leak.splat.yaml"))
 		},
 		func() error { return WriteSample(filepath.Join(r.inMove, "leak.ply"), "leak-"+randHex(8), 200) },
-		func() error { return syscall.Mkfifo(filepath.Join(r.inMove, "fifo1.ply.splat.json"), 0o644) },
-		func() error { return syscall.Mkfifo(filepath.Join(r.inMove, "fifo2.splat.yaml"), 0o644) },
-		func() error { return WriteSample(filepath.Join(r.inMove, "fifo1.ply"), "fifo1-"+randHex(8), 200) },
-		func() error { return WriteSample(filepath.Join(r.inMove, "fifo2.ply"), "fifo2-"+randHex(8), 200) },
 		func() error { return WriteSample(filepath.Join(r.inMove, "control.ply"), "control-"+randHex(8), 200) },
 	}
 	for _, s := range steps {
@@ -425,7 +424,7 @@ func (r *hostileRound) folderAttacks(ctx context.Context) error {
 			return err
 		}
 	}
-	r.attacks += 4 // file swap, folder swap, sidecar link, FIFOs
+	r.attacks += 3 // file swap, folder swap, sidecar link
 	// The swaps, once the daemon has the files as jobs.
 	if _, ok := r.waitJob(ctx, swapFile, 30*time.Second, func(jobView) bool { return true }); ok {
 		if err := os.Remove(swapFile); err != nil {
@@ -451,8 +450,51 @@ func (r *hostileRound) folderAttacks(ctx context.Context) error {
 }
 
 // memoryAttacks: a sidecar that is a link to /dev/zero, and a folder
-// .splat.yaml whose title template writes ten gigabytes.
-func (r *hostileRound) memoryAttacks() error {
+// .splat.yaml whose title template writes ten gigabytes. Once their jobs
+// are final (or the daemon stayed down), the files are taken away and a
+// dead daemon is started again by hand (not counted as a restart), so
+// that the FIFO phase has a daemon to attack.
+func (r *hostileRound) memoryAttacks(ctx context.Context, wait time.Duration) error {
+	if err := r.mountMemoryAttacks(); err != nil {
+		return err
+	}
+	r.waitSettled(ctx, "memory attacks", "", wait, filepath.Join(r.inMove, "zero.ply"), filepath.Join(r.inMove, "tmpl", "t.ply"))
+	for _, p := range []string{filepath.Join(r.inMove, "zero.splat.yaml"), filepath.Join(r.inMove, "zero.ply"), filepath.Join(r.inMove, "tmpl")} {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	if r.alive() {
+		return nil
+	}
+	r.e.note("%s: started again by hand after the memory attacks", r.proto)
+	if err := r.start(); err != nil {
+		return err
+	}
+	_, err := r.d.WaitReady(30 * time.Second)
+	return err
+}
+
+// fifoAttacks: FIFOs as a receipt and as a sidecar (a reader blocks on
+// them), with a control file that must still be published.
+func (r *hostileRound) fifoAttacks() error {
+	steps := []func() error{
+		func() error { return syscall.Mkfifo(filepath.Join(r.inMove, "fifo1.ply.splat.json"), 0o644) },
+		func() error { return syscall.Mkfifo(filepath.Join(r.inMove, "fifo2.splat.yaml"), 0o644) },
+		func() error { return WriteSample(filepath.Join(r.inMove, "fifo1.ply"), "fifo1-"+randHex(8), 200) },
+		func() error { return WriteSample(filepath.Join(r.inMove, "fifo2.ply"), "fifo2-"+randHex(8), 200) },
+		func() error { return WriteSample(filepath.Join(r.inMove, "control2.ply"), "control2-"+randHex(8), 200) },
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	r.attacks++
+	return nil
+}
+
+func (r *hostileRound) mountMemoryAttacks() error {
 	dir := filepath.Join(r.inMove, "tmpl")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -474,10 +516,10 @@ func (r *hostileRound) memoryAttacks() error {
 	return nil
 }
 
-// waitSettled waits until the control file is done and no job is left
-// running (restarting a dead daemon meanwhile), or the timeout.
-func (r *hostileRound) waitSettled(ctx context.Context, phase string, timeout time.Duration) {
-	control := filepath.Join(r.inMove, "control.ply")
+// waitSettled waits until the control file (if any) is done, every
+// expected file has a final job and no job is left running (restarting a
+// dead daemon meanwhile), or the timeout.
+func (r *hostileRound) waitSettled(ctx context.Context, phase, control string, timeout time.Duration, expect ...string) {
 	end := time.Now().Add(timeout)
 	var last []jobView
 	for time.Now().Before(end) && ctx.Err() == nil {
@@ -486,12 +528,7 @@ func (r *hostileRound) waitSettled(ctx context.Context, phase string, timeout ti
 			break // the start limit is spent: the service stays failed
 		}
 		last = r.jobs(ctx)
-		settled, controlDone := len(last) > 0, false
-		for _, j := range last {
-			settled = settled && finalStage(j.Stage)
-			controlDone = controlDone || (j.File == control && j.Stage == "done")
-		}
-		if settled && controlDone {
+		if settledOn(last, control, expect) {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -509,8 +546,29 @@ func (r *hostileRound) waitSettled(ctx context.Context, phase string, timeout ti
 			open = append(open, fmt.Sprintf("%s %s (%s)", filepath.Base(j.File), j.Stage, oneLineTrunc(j.Error, 80)))
 		}
 	}
-	r.e.problem("%s: %s: not settled within %s: control file done=%v; jobs still open: %s", r.proto, phase, timeout,
-		hasDone(last, control), strings.Join(open, "; "))
+	r.e.problem("%s: %s: not settled within %s: %d jobs, control file done=%v; jobs still open: %s", r.proto, phase, timeout,
+		len(last), control == "" || hasDone(last, control), strings.Join(open, "; "))
+}
+
+// settledOn reports whether jobs are all final, control (if any) is done
+// and every expected file has a job.
+func settledOn(jobs []jobView, control string, expect []string) bool {
+	if len(jobs) == 0 {
+		return false
+	}
+	have := map[string]bool{}
+	for _, j := range jobs {
+		if !finalStage(j.Stage) {
+			return false
+		}
+		have[j.File] = true
+	}
+	for _, p := range expect {
+		if !have[p] {
+			return false
+		}
+	}
+	return control == "" || hasDone(jobs, control)
 }
 
 func hasDone(jobs []jobView, path string) bool {
