@@ -123,9 +123,12 @@ func (r *hostileRound) run(ctx context.Context) error {
 	if err := r.setup(); err != nil {
 		return err
 	}
+	// A client that follows the redirect sends the hook's secret path to
+	// elsewhere as its Referer.
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
 		r.hookMu.Lock()
 		r.hookHits++
+		r.referers = append(r.referers, q.Header.Get("Referer"))
 		r.hookMu.Unlock()
 	}))
 	defer elsewhere.Close()
