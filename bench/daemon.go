@@ -133,11 +133,22 @@ type Daemon struct {
 // StartDaemon runs `BIN run -config CFG`, appending its log (stderr) to
 // logPath. The log is also scanned for the metrics address and error lines.
 func StartDaemon(bin, cfg, logPath string) (*Daemon, error) {
+	return startDaemonCmd(exec.Command(bin, "run", "-config", cfg), logPath)
+}
+
+// StartDaemonMemLimited is StartDaemon with the child's address space
+// bounded to limit bytes (ulimit -v): a daemon that reads without bound
+// dies of it, as under the unit's MemoryMax, instead of taking the host's
+// memory. Not for a -race binary (its shadow memory needs far more).
+func StartDaemonMemLimited(bin, cfg, logPath string, limit int64) (*Daemon, error) {
+	return startDaemonCmd(exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -v %d && exec "$0" run -config "$1"`, limit>>10), bin, cfg), logPath)
+}
+
+func startDaemonCmd(cmd *exec.Cmd, logPath string) (*Daemon, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run", "-config", cfg)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		logf.Close()

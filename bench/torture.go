@@ -42,7 +42,10 @@ type Result struct {
 	Skipped    string
 	Notes      []string // what happened (kills, faults, 429s...)
 	Problems   []string // further targets missed (the scenario's own checks)
-	Elapsed    time.Duration
+	// Summary, when set, is the scenario's own verdict line, printed as is
+	// after Line (hostile-folder's "attacks N, outside files read 0, ...").
+	Summary string
+	Elapsed time.Duration
 }
 
 // OK reports whether every target was met (a skipped scenario is not OK).
@@ -83,6 +86,7 @@ func scenarios() []scenario {
 		{"v1-sigkill", runV1Kill},
 		{"strict-sigkill", runStrictKill},
 		{"fleet", runFleet},
+		{"hostile-folder", runHostileFolder},
 	}
 }
 
@@ -340,14 +344,15 @@ func (e *tenv) jobsOf(ctx context.Context, stage string) ([]jobView, error) {
 }
 
 type jobView struct {
-	ID          uint64 `json:"id"`
-	File        string `json:"file"`
-	Stage       string `json:"stage"`
-	SHA256      string `json:"sha256"`
-	Error       string `json:"error"`
-	Adopted     bool   `json:"adopted"`
-	AfterAction string `json:"after_action"`
-	AfterError  string `json:"after_error"`
+	ID          uint64     `json:"id"`
+	File        string     `json:"file"`
+	Stage       string     `json:"stage"`
+	SHA256      string     `json:"sha256"`
+	Error       string     `json:"error"`
+	Adopted     bool       `json:"adopted"`
+	AfterAction string     `json:"after_action"`
+	AfterError  string     `json:"after_error"`
+	NextAttempt *time.Time `json:"next_attempt"`
 }
 
 // verdict stops the daemon and checks, file by file: the server published

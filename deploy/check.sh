@@ -122,6 +122,11 @@ else
 	echo "ok"
 fi
 
+# The resource bounds a hostile watch folder must not get past.
+for key in MemoryMax TasksMax; do
+	grep -q "^$key=" deploy/systemd/splatd.service || fail "splatd.service has no $key="
+done
+
 say "systemd: sysusers and tmpfiles snippets on a scratch root"
 # Relative paths would be read inside --root, hence $PWD.
 mkdir -p "$scratch/root/etc"

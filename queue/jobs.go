@@ -335,7 +335,13 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		j.Uncertain = false
 		j.TaskMessage = ""
 	default:
-		return j, fmt.Errorf("job %d is %s: only done, failed, held and canceled jobs can be retried", j.ID, j.Stage)
+		// A live job waiting for its next attempt (a server's Retry-After,
+		// a backoff): try it now, at the stage it is in.
+		if j.NextAttempt.After(now) {
+			j.NextAttempt = now
+			return j, s.write(tx, old, j)
+		}
+		return j, fmt.Errorf("job %d is %s and not waiting: it is being worked on", j.ID, j.Stage)
 	}
 	j.FailReason, j.LastError, j.LastStatus = "", "", 0
 	j.Finalized = false

@@ -469,3 +469,37 @@ func TestLockedAndSchema(t *testing.T) {
 		t.Errorf("state file mode: %v %v", fi.Mode(), err)
 	}
 }
+
+// TestRetryWaitingJob: a live job that a server's delay parked for later
+// (a retry scheduled far ahead) is tried now by `splatd retry ID`, at its
+// stage; a job due now (being worked on) is refused.
+func TestRetryWaitingJob(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	s := open(t, t.TempDir(), Options{Now: clk.Now})
+	mustEnqueue(t, s, cand("/w/a.ply", 10, 100), true)
+	now := clk.Now()
+	j := claim(t, s, now)
+	j = advance(t, s, j, state.Ready, now, func(j *state.Job) { j.SHA256 = "h" })
+	far := now.AddDate(10, 0, 0)
+	j.NextAttempt, j.Attempts, j.LastError = far, 1, "sign: HTTP 503"
+	j, err := s.Commit(j, state.Ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(j.ID)
+	if _, ok, _ := s.Claim(now); ok {
+		t.Fatal("a job parked ten years ahead was claimable now")
+	}
+	r, err := s.Retry(j.ID)
+	if err != nil || r.Stage != state.Ready || !r.NextAttempt.Equal(now) {
+		t.Fatalf("retry of a waiting job: %v, next %s, stage %s", err, r.NextAttempt, r.Stage)
+	}
+	got := claim(t, s, now)
+	if got.ID != j.ID {
+		t.Fatalf("claimed job %d, want %d", got.ID, j.ID)
+	}
+	if _, err := s.Retry(j.ID); err == nil {
+		t.Error("retry of a job due now (in flight) succeeded")
+	}
+}

@@ -167,6 +167,12 @@ type Policy struct {
 	// measured over the same step's consecutive failures, as the sum of
 	// the job backoff's shortest delays. Zero: 2 min.
 	RefusedGrace time.Duration
+	// MaxServerWait caps every delay a server asks for (Retry-After, a
+	// 429's reset): a server, or a hostile answer on its path, can
+	// lengthen a retry to this and no further; asked for more, the job
+	// tries again then and the server may ask again. Zero:
+	// DefaultMaxServerWait. It never shortens the backoff's own delay.
+	MaxServerWait time.Duration
 }
 
 // With returns a copy of p whose profile pr has backoff b (and its default
@@ -204,6 +210,12 @@ func (p Policy) PatienceOf(pr Profile) Patience {
 func (p Policy) Wait(pr Profile, attempt int) time.Duration {
 	return p.PatienceOf(pr).Backoff.Delay(attempt)
 }
+
+// DefaultMaxServerWait is Policy.MaxServerWait's zero value: twice the
+// backoff's own cap (5 min), so an outage window or an hourly quota costs
+// a job at most six extra requests an hour, and a job is never parked
+// further out than an operator would wait before looking.
+const DefaultMaxServerWait = 10 * time.Minute
 
 // DefaultIncompleteTimeout is Policy.IncompleteTimeout's zero value.
 const DefaultIncompleteTimeout = time.Hour
@@ -302,9 +314,18 @@ func (p Policy) decide(b Backoff, ctx context.Context, err error, attempt int, n
 	d := b.Delay(attempt)
 	var wh waitHint
 	if errors.As(err, &wh) {
-		d = max(d, wh.RetryWait(now))
+		d = max(d, p.serverWait(wh.RetryWait(now)))
 	}
 	return Decision{Action: Retry, Delay: d}
+}
+
+// serverWait caps a delay a server asked for at MaxServerWait.
+func (p Policy) serverWait(d time.Duration) time.Duration {
+	limit := p.MaxServerWait
+	if limit <= 0 {
+		limit = DefaultMaxServerWait
+	}
+	return min(d, limit)
 }
 
 // ConfigPause is the length of the n-th pause in a row for a WaitConfig

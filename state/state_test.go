@@ -388,3 +388,29 @@ func TestPolicyProfiles(t *testing.T) {
 		t.Errorf("webhook 404: %v, want fail", d.Action)
 	}
 }
+
+// TestPolicyCapsServerWait: a Retry-After or a reset years away (a hostile
+// or broken answer) delays a retry by MaxServerWait at most, and a short
+// one still lengthens the backoff.
+func TestPolicyCapsServerWait(t *testing.T) {
+	t.Parallel()
+	half := func() float64 { return 0.5 }
+	years := 315360000 * time.Second
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		p    Policy
+		wait time.Duration
+		want time.Duration
+	}{
+		{"default cap", Policy{}.With(ProfileJob, Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter, Rand: half}), years, DefaultMaxServerWait},
+		{"configured cap", Policy{MaxServerWait: 90 * time.Second}.With(ProfileJob, Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter, Rand: half}), years, 90 * time.Second},
+		{"under the cap", Policy{MaxServerWait: 90 * time.Second}.With(ProfileJob, Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter, Rand: half}), 40 * time.Second, 40 * time.Second},
+		{"cap below the backoff", Policy{MaxServerWait: time.Second}.With(ProfileJob, Backoff{Base: 4 * time.Second, Cap: time.Minute, Jitter: EqualJitter, Rand: half}), years, 3 * time.Second},
+	} {
+		d := tc.p.Decide(context.Background(), fakeWait{fakeStatus{503, false}, tc.wait}, 1, now)
+		if d.Action != Retry || d.Delay != tc.want {
+			t.Errorf("%s: %v after %s, want retry after %s", tc.name, d.Action, d.Delay, tc.want)
+		}
+	}
+}

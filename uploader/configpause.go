@@ -15,7 +15,7 @@ import (
 // policyOf is the one retry rule with the pool's patience.
 func policyOf(o PoolOptions) state.Policy {
 	return state.Policy{Patience: o.Patience, Rand: o.Rand, Settle: o.Settle, IncompleteTimeout: o.IncompleteTimeout,
-		RefusedGrace: o.RefusedGrace}
+		RefusedGrace: o.RefusedGrace, MaxServerWait: o.MaxServerWait}
 }
 
 // configObserver is the metrics hook of a configuration error

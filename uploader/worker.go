@@ -106,6 +106,9 @@ type PoolOptions struct {
 	// RefusedGrace is how long a host may refuse connections before that
 	// pauses the pool as a configuration error. Zero: 2 min.
 	RefusedGrace time.Duration
+	// MaxServerWait caps a delay a server asks for (Retry-After, a 429's
+	// reset). Zero: state.DefaultMaxServerWait.
+	MaxServerWait time.Duration
 	// OnStoreRecovered, when set, is called when the job store works again
 	// after failing (the daemon rescans the watch folders at once). It must
 	// not block.

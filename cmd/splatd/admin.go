@@ -133,6 +133,9 @@ func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, e
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		for i := range views {
+			views[i].URL = d.cfg.trustedViewerURL(views[i].URL)
+		}
 		writeJSON(w, views)
 	})
 	mux.HandleFunc("POST /v1/retry", func(w http.ResponseWriter, r *http.Request) {

@@ -87,7 +87,7 @@ func adoptDir(ctx context.Context, st *queue.Store, cfg *Config, dir string, dry
 		case !ev.Done:
 			rep.Skipped = append(rep.Skipped, skippedFile{File: file, Why: ev.Why})
 		default:
-			found = append(found, adoptionOf(ev, watchRootOf(cfg, file, abs)))
+			found = append(found, adoptionOf(cfg, ev, watchRootOf(cfg, file, abs)))
 		}
 		return nil
 	})

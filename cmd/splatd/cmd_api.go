@@ -333,6 +333,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 		PollTimeout:     a.cfg.Poll.Timeout.D(),
 		Progress:        bar.update,
 		Stage:           bar.stage,
+		Policy:          state.Policy{MaxServerWait: a.cfg.API.MaxServerWait.D()},
 	})
 	bar.done()
 	if err != nil {

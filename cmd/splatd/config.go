@@ -53,6 +53,13 @@ type APIConfig struct {
 	CAFile    string   `yaml:"ca_file"`
 	Timeout   Duration `yaml:"timeout"`
 	Protocol  string   `yaml:"protocol"` // legacy | v1
+	// MaxServerWait caps every delay the API or storage asks for
+	// (Retry-After, a 429's reset): state.Policy.MaxServerWait.
+	MaxServerWait Duration `yaml:"max_server_wait"`
+	// ViewerHosts are the hosts a viewer link may point to (host or
+	// host:port); none: api.base_url's host, and for the public service
+	// superspl.at too (viewer.go).
+	ViewerHosts []string `yaml:"viewer_hosts"`
 	// Token exists only so that an inline token is refused with a message
 	// that says where to put it, instead of "unknown key".
 	Token string `yaml:"token,omitempty"`
@@ -80,13 +87,13 @@ type WatchConfig struct {
 	Exclude   []string `yaml:"exclude"`
 	// ExcludeDefaults keeps the default excludes (defaultExclude) before
 	// Exclude's own patterns; false drops them. Default true.
-	ExcludeDefaults *bool    `yaml:"exclude_defaults"`
-	Mode            string   `yaml:"mode"`
-	PollInterval    Duration `yaml:"poll_interval"`
-	FollowSymlinks  bool     `yaml:"follow_symlinks"`
-	MinSize         ByteSize `yaml:"min_size"` // 0: no bound
-	MaxSize         ByteSize `yaml:"max_size"` // 0: no bound
-	MinAge          Duration `yaml:"min_age"`  // by mtime; 0: off
+	ExcludeDefaults *bool     `yaml:"exclude_defaults"`
+	Mode            string    `yaml:"mode"`
+	PollInterval    Duration  `yaml:"poll_interval"`
+	FollowSymlinks  bool      `yaml:"follow_symlinks"`
+	MinSize         ByteSize  `yaml:"min_size"` // 0: no bound
+	MaxSize         *ByteSize `yaml:"max_size"` // 0: no bound; absent: DefaultMaxSize
+	MinAge          Duration  `yaml:"min_age"`  // by mtime; 0: off
 	// Publish and After are laid over the global blocks, key by key, for
 	// this folder's files (config_folders.go).
 	Publish FolderPublish `yaml:"publish,omitempty"`
@@ -191,9 +198,10 @@ func defaultSettings() map[string]any {
 func defaultConfig() Config {
 	return Config{
 		API: APIConfig{
-			BaseURL:  "https://playcanvas.com",
-			Timeout:  Duration(60 * time.Second),
-			Protocol: protocolLegacy,
+			BaseURL:       "https://playcanvas.com",
+			Timeout:       Duration(60 * time.Second),
+			Protocol:      protocolLegacy,
+			MaxServerWait: Duration(state.DefaultMaxServerWait),
 		},
 		Upload:         UploadConfig{ParallelParts: 4, Bandwidth: "0"},
 		Settle:         Duration(5 * time.Second),
@@ -423,6 +431,14 @@ func (c *Config) validateAPI() ConfigErrors {
 	if c.API.Timeout.D() <= 0 {
 		errs.add("api.timeout", "must be positive")
 	}
+	if c.API.MaxServerWait.D() < time.Second {
+		errs.add("api.max_server_wait", "must be at least 1s (got %s)", c.API.MaxServerWait.D())
+	}
+	for _, h := range c.API.ViewerHosts {
+		if h == "" || strings.ContainsAny(h, "/?#@ ") {
+			errs.add("api.viewer_hosts", "%q is not a host or host:port (no scheme, no path)", h)
+		}
+	}
 	if c.API.CAFile != "" {
 		if _, err := os.Stat(c.API.CAFile); err != nil {
 			errs.add("api.ca_file", "%v", err)
@@ -476,6 +492,13 @@ func (w *WatchConfig) validate(key string) ConfigErrors {
 	if w.Recursive == nil {
 		t := true
 		w.Recursive = &t
+	}
+	if w.MaxSize == nil {
+		m := DefaultMaxSize
+		if w.MinSize > m {
+			m = 0 // a folder of files above the default bound asked for them
+		}
+		w.MaxSize = &m
 	}
 	if w.Include == nil {
 		w.Include = append([]string(nil), defaultInclude...)

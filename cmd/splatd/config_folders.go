@@ -68,6 +68,16 @@ func (u WebhookURL) MarshalYAML() (any, error) {
 // YAML, in the program's one unit rule (state.ParseSize).
 type ByteSize int64
 
+// DefaultMaxSize is a watch entry's max_size when it has none: a file
+// larger than this is skipped (one log line), not hashed or uploaded.
+// 32 GiB keeps the largest captures studios publish (4 GB scans, the 20 GiB
+// some folders allow) with room to spare, about 140 million splats as PLY,
+// past what a viewer opens; and it bounds what one file a folder writer
+// makes costs the daemon: a sparse file of a terabyte costs nothing to
+// make but would cost hours of hashing and upload. `max_size: 0` removes
+// the bound.
+const DefaultMaxSize = ByteSize(32 << 30)
+
 // UnmarshalYAML parses a size; a negative one is an error.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
@@ -161,7 +171,7 @@ func (c *Config) validateFolders() ConfigErrors {
 	for i := range c.Watch {
 		w := &c.Watch[i]
 		key := fmt.Sprintf("watch[%d]", i)
-		if w.MaxSize > 0 && w.MinSize > w.MaxSize {
+		if w.MaxSize != nil && *w.MaxSize > 0 && w.MinSize > *w.MaxSize {
 			bad(key+".max_size", "must be at least min_size (%s), or 0 for no bound", w.MinSize)
 		}
 		if w.MinAge < 0 {

@@ -130,7 +130,7 @@ after:
 		t.Fatal(errs)
 	}
 	a, b := cfg.Watch[0], cfg.Watch[1]
-	if b.MinSize != 1<<10 || b.MaxSize != 20<<30 || b.MinAge.D() != time.Minute || a.MinSize != 0 || a.MaxSize != 0 {
+	if b.MinSize != 1<<10 || *b.MaxSize != 20<<30 || b.MinAge.D() != time.Minute || a.MinSize != 0 || *a.MaxSize != DefaultMaxSize {
 		t.Errorf("filters: a %+v, b %+v", a, b)
 	}
 
@@ -221,7 +221,7 @@ func TestExampleShowsFolderAndNotifyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := cfg.Watch[0]; w.MinSize != 0 || w.MaxSize != 0 || w.MinAge != 0 {
+	if w := cfg.Watch[0]; w.MinSize != 0 || *w.MaxSize != DefaultMaxSize || w.MinAge != 0 {
 		t.Errorf("example watch entry filters = %+v, want the defaults (off)", w)
 	}
 	b, err := os.ReadFile("../../config.example.yaml")
@@ -232,5 +232,25 @@ func TestExampleShowsFolderAndNotifyKeys(t *testing.T) {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("config.example.yaml does not document %q", key)
 		}
+	}
+}
+
+// TestMaxSizeDefault: a watch entry without max_size skips files above
+// DefaultMaxSize; `max_size: 0` still removes the bound, and a min_size
+// above the default bound asks for no bound.
+func TestMaxSizeDefault(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg, err := parseConfig([]byte("watch:\n  - path: " + filepath.Join(dir, "a") +
+		"\n  - path: " + filepath.Join(dir, "b") + "\n    max_size: 0\n  - path: " + filepath.Join(dir, "c") + "\n    min_size: 40GiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cfg.validate(true); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	roots := watchRoots(cfg)
+	if got := []int64{roots[0].MaxSize, roots[1].MaxSize, roots[2].MaxSize}; got[0] != 32<<30 || got[1] != 0 || got[2] != 0 {
+		t.Errorf("max sizes %v, want [32GiB 0 0]", got)
 	}
 }

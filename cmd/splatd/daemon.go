@@ -136,9 +136,12 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if err != nil {
 		return nil, err
 	}
+	// The deferred close holds the daemon itself, not the named result:
+	// every `return nil, err` below sets d to nil before it runs.
+	opened := d
 	defer func() {
 		if err != nil {
-			d.closeAll()
+			opened.closeAll()
 		}
 	}()
 	// The pacer keeps each limit class's window in the state directory, so
@@ -176,11 +179,16 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 		}
 		d.metrics = metrics.NewServer(o)
 		if err := d.metrics.Listen(); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("metrics.listen: %w (another program holds %s; set metrics.listen to a free address, or \"\" to turn the listener off)", err, cfg.Metrics.Listen)
+			}
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}
 	}
-	d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger())
-	return d, err
+	if d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger()); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // newPool builds the worker pool with its after-actions.
@@ -205,6 +213,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
 		Grace:             shutdownGrace,
 		IncompleteTimeout: incompleteTimeout(cfg),
+		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
@@ -224,7 +233,7 @@ func watchRoots(cfg *Config) []watcher.Root {
 		roots[i] = watcher.Root{
 			Path: w.Path, Recursive: *w.Recursive, Include: w.Include, Exclude: w.Exclude,
 			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
-			MinSize: int64(w.MinSize), MaxSize: int64(w.MaxSize), MinAge: w.MinAge.D(),
+			MinSize: int64(w.MinSize), MaxSize: int64(*w.MaxSize), MinAge: w.MinAge.D(),
 		}
 	}
 	return roots
@@ -286,6 +295,8 @@ func (d *daemon) ready() error {
 	}
 	if err := d.pool.StoreError(); err != nil {
 		why = append(why, fmt.Sprintf("the job store fails: %v", err))
+	} else if err := d.storeError(); err != nil {
+		why = append(why, fmt.Sprintf("the job store refuses writes: %v", err))
 	}
 	if err := d.pool.Paused(); err != nil {
 		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.client.Token().Origin(), err))
@@ -347,6 +358,7 @@ func (d *daemon) run(ctx context.Context) error {
 	cands := make(chan watcher.Candidate, 256)
 	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
+	tier(&intakes, "store probe", func() error { d.probeStore(intake); return nil })
 
 	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
 		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
@@ -417,7 +429,7 @@ func (d *daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 				// next rescan (at once when the store recovers), since they
 				// are not Known.
 				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried when the store works again")
-				d.intakeFailed(ctx)
+				d.intakeFailed(ctx, err)
 			}
 			for _, c := range batch {
 				d.watch.Forget(c.Path)

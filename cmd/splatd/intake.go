@@ -23,9 +23,22 @@ type intake struct {
 	loggedDirs map[string]bool // folders whose unknown receipts were logged once
 	recovering bool            // a goroutine waits for the store to work again
 	failures   int             // intake failures since the last good enqueue: the probe's backoff
+	storeErr   error           // the last store write that failed, nil once one succeeds: /readyz
+
+	// ping writes to the store (queue.Store.Ping; tests replace it), every
+	// probeEvery while the daemon runs, so that a store refusing writes is
+	// seen on an idle daemon too.
+	ping       func() error
+	probeEvery time.Duration
 }
 
-func newIntake() *intake { return &intake{loggedDirs: make(map[string]bool)} }
+// storeProbeEvery is how often the daemon writes to its store to learn
+// that it still accepts writes (one small bbolt transaction).
+const storeProbeEvery = 30 * time.Second
+
+func newIntake() *intake {
+	return &intake{loggedDirs: make(map[string]bool), probeEvery: storeProbeEvery}
+}
 
 // receiptService is the protocol and service this daemon publishes to, as
 // written into receipts and required of the receipts it adopts.
@@ -56,7 +69,7 @@ func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 				Msg("the receipt beside the file is not evidence that it is published; it is queued as usual")
 			rest = append(rest, c)
 		default:
-			adopt = append(adopt, adoptionOf(ev, c.Root))
+			adopt = append(adopt, adoptionOf(d.cfg, ev, c.Root))
 		}
 	}
 	if len(adopt) == 0 {
@@ -68,7 +81,7 @@ func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 		// them over again at its next rescan.
 		if ctx.Err() == nil {
 			d.log.Error().Err(err).Int("files", len(adopt)).Msg("cannot record files proven published by their receipts; tried again at the next rescan")
-			d.intakeFailed(ctx)
+			d.intakeFailed(ctx, err)
 		}
 		for _, a := range adopt {
 			d.watch.Forget(a.Path)
@@ -115,11 +128,14 @@ func countReceipts(dir string) int {
 	return n
 }
 
-func adoptionOf(ev after.Evidence, root string) queue.Adoption {
+// adoptionOf is the adopted job of a receipt's evidence. The receipt's
+// viewer link is kept only if it points to the API's viewer host: the
+// receipt is the folder writer's text.
+func adoptionOf(cfg *Config, ev after.Evidence, root string) queue.Adoption {
 	r := ev.Receipt
 	return queue.Adoption{
 		Path: ev.File, Root: root, Size: ev.Size, ModTime: ev.ModTime, SHA256: ev.SHA256,
-		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: r.Splat.URL, Title: r.Title, Format: r.Format,
+		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: cfg.trustedViewerURL(r.Splat.URL), Title: r.Title, Format: r.Format,
 		PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt, Receipt: after.ReceiptPath(ev.File),
 	}
 }
@@ -129,8 +145,9 @@ func adoptionOf(ev after.Evidence, root string) queue.Adoption {
 // full rescan hands them over at once instead of at the next periodic
 // rescan. The pool reports its own recovery (storeRecovered); this covers
 // an idle pool, whose store is only written to by the intake.
-func (d *daemon) intakeFailed(ctx context.Context) {
+func (d *daemon) intakeFailed(ctx context.Context, err error) {
 	d.intake.mu.Lock()
+	d.intake.storeErr = err
 	if d.intake.recovering {
 		d.intake.mu.Unlock()
 		return
@@ -150,10 +167,14 @@ func (d *daemon) intakeFailed(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			if err := d.store.Ping(); err == nil {
+			err := d.pingStore()
+			if err == nil {
 				d.storeRecovered()
 				return
 			}
+			d.intake.mu.Lock()
+			d.intake.storeErr = err
+			d.intake.mu.Unlock()
 		}
 	}()
 }
@@ -162,7 +183,42 @@ func (d *daemon) intakeFailed(ctx context.Context) {
 func (d *daemon) intakeOK() {
 	d.intake.mu.Lock()
 	d.intake.failures = 0
+	d.intake.storeErr = nil
 	d.intake.mu.Unlock()
+}
+
+func (d *daemon) pingStore() error {
+	if d.intake.ping != nil {
+		return d.intake.ping()
+	}
+	return d.store.Ping()
+}
+
+// probeStore writes to the store every probeEvery until ctx ends: a store
+// that refuses writes makes the daemon not ready (storeError) even when no
+// file arrives and no job runs, until a write succeeds again.
+func (d *daemon) probeStore(ctx context.Context) {
+	t := time.NewTicker(d.intake.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := d.pingStore(); err != nil && ctx.Err() == nil {
+			d.log.Error().Err(err).Msg("the job store refuses writes; not ready until it accepts one")
+			d.intakeFailed(ctx, err)
+		}
+	}
+}
+
+// storeError is the intake's or the probe's last failed store write while
+// no write has succeeded since (for /readyz).
+func (d *daemon) storeError() error {
+	d.intake.mu.Lock()
+	defer d.intake.mu.Unlock()
+	return d.intake.storeErr
 }
 
 // storeRecovered rescans the watch folders at once: files found while the
@@ -170,6 +226,7 @@ func (d *daemon) intakeOK() {
 func (d *daemon) storeRecovered() {
 	d.intake.mu.Lock()
 	d.intake.recovering = false
+	d.intake.storeErr = nil
 	d.intake.mu.Unlock()
 	if d.watch != nil {
 		d.log.Info().Msg("the state store works again: rescanning the watch folders now")

@@ -67,7 +67,7 @@ func commands() []command {
 		{"publish", "[-config FILE] [-force] FILE...", "publish files once, in the foreground, with progress; content the daemon or a receipt shows published is not sent again unless -force", cmdPublish},
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
 		{"jobs", "[-config FILE] [-state STAGE] [-limit N] [-all] [-watch] [-json]", "list the live jobs and the last finished ones (with upload rate and ETA); -watch follows", cmdJobs},
-		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, or all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},
+		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, try a job waiting for a retry now, or re-queue all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},
 		{"adopt", "[-config FILE] [-dry-run] DIR", "record files whose receipt says done as published (a new or lost state_dir): never published again", cmdAdopt},
 		{"resolve", "[-config FILE] ID SPLAT_ID", "close a held job with the splat its lost publish answer created (no new publish)", cmdResolve},
 		{"splats", "[-config FILE] [-limit N] [-all] [-json]", "list the account's own splats (v1 API), newest first", cmdSplats},

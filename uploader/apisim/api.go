@@ -99,7 +99,7 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, rt apiRoute, param
 		// reported but not charged, and the 401 wins over a 429.
 		q = s.limiter.take(now, bucketKey{"", class}, 0, false, false)
 	}
-	fail := authorized && q.ok && known && r.Method == rt.method && s.roll(f.ErrorRate[rt.name])
+	fail := authorized && q.ok && known && r.Method == rt.method && (s.takeError(rt.name) || s.roll(f.ErrorRate[rt.name]))
 	if fail {
 		s.stats.Faults++
 	}
@@ -109,6 +109,9 @@ func (s *Server) gate(w http.ResponseWriter, r *http.Request, rt apiRoute, param
 	h.Set("X-RateLimit-Limit", strconv.Itoa(q.limit))
 	h.Set("X-RateLimit-Remaining", strconv.Itoa(q.remaining))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(q.reset.Unix(), 10))
+	if fail && f.ErrorRetryAfter != "" {
+		h.Set("Retry-After", f.ErrorRetryAfter)
+	}
 
 	switch {
 	case !authorized:

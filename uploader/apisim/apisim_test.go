@@ -866,3 +866,24 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestCountedErrorsWithRetryAfter: Faults.Errors fails exactly the next N
+// requests of a route, with ErrorStatus and the ErrorRetryAfter header.
+func TestCountedErrorsWithRetryAfter(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, Options{})
+	c := newClient(t, s)
+	s.SetFaults(Faults{Errors: map[string]int{RouteSignedURL: 2}, ErrorStatus: 503, ErrorRetryAfter: "315360000"})
+	for i := range 2 {
+		r := c.do("POST", "/api/upload/signed-url", map[string]string{"fileName": "a.ply"})
+		if r.code != 503 || r.header.Get("Retry-After") != "315360000" {
+			t.Fatalf("request %d: %d, Retry-After %q", i, r.code, r.header.Get("Retry-After"))
+		}
+	}
+	if u, _ := c.signedURL("a.ply"); u == "" {
+		t.Fatal("no URL after the counted errors")
+	}
+	if n := s.Faults().Errors[RouteSignedURL]; n != 0 {
+		t.Errorf("%d errors left", n)
+	}
+}

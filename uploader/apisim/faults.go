@@ -17,6 +17,13 @@ type Faults struct {
 	ErrorRate map[string]float64
 	// ErrorStatus is the status of ErrorRate answers. Default 500.
 	ErrorStatus int
+	// Errors fails the next N requests of a route (Route* name) as
+	// ErrorRate does, each decrementing it.
+	Errors map[string]int
+	// ErrorRetryAfter, when set, is sent as the Retry-After header of the
+	// ErrorRate and Errors answers (a server asking for a delay, even an
+	// absurd one such as 315360000).
+	ErrorRetryAfter string
 
 	// StorageErrorRate is the probability that a storage PUT is answered
 	// 503 SlowDown (S3-style XML body) after reading up to 64 MiB of its
@@ -114,6 +121,7 @@ func (f Faults) partErrorStatus() int {
 
 func (f Faults) clone() Faults {
 	f.ErrorRate = maps.Clone(f.ErrorRate)
+	f.Errors = maps.Clone(f.Errors)
 	f.Neighbour = maps.Clone(f.Neighbour)
 	return f
 }
@@ -150,6 +158,15 @@ func (s *Server) Consume(token string, class Class, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limiter.consume(s.now(), bucketKey{token, class}, n)
+}
+
+// takeError draws a route's counted error (Faults.Errors). Callers hold s.mu.
+func (s *Server) takeError(route string) bool {
+	if s.faults.Errors[route] > 0 {
+		s.faults.Errors[route]--
+		return true
+	}
+	return false
 }
 
 // roll draws a fault with probability p. Callers hold s.mu.

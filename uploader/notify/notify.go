@@ -87,7 +87,8 @@ type Options struct {
 	// nil, or a Command without Argv, runs nothing.
 	Exec func(root string) Command
 	// Environ is the environment commands start from, before SPLATD_TOKEN
-	// is removed and the SPLATD_ event variables are added. Nil: os.Environ.
+	// and every variable that names a credential (NamesCredential) are
+	// removed and the SPLATD_ event variables are added. Nil: os.Environ.
 	Environ func() []string
 	// OutputLimit caps the bytes of a command's output that are logged.
 	// Zero: DefaultOutputLimit.
@@ -152,6 +153,13 @@ func New(o Options) (*Notifier, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: DefaultPostTimeout}
 	}
+	// No redirect is followed: a 3xx is a failed delivery with its status.
+	// Following one would send the event, the custom headers and (as
+	// Referer) the secret URL path to whatever host the answer names,
+	// over plain http too.
+	c := *o.Client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.Client = &c
 	if o.Environ == nil {
 		o.Environ = os.Environ
 	}
@@ -324,7 +332,14 @@ type answerError struct {
 	retryAfter time.Duration
 }
 
-func (e *answerError) Error() string     { return "answered " + e.status }
+func (e *answerError) Error() string {
+	if e.code >= 300 && e.code < 400 {
+		// Not followed (New): sending the event, the custom headers and
+		// the secret URL path (as Referer) wherever an answer points.
+		return "answered " + e.status + " (redirects are not followed)"
+	}
+	return "answered " + e.status
+}
 func (e *answerError) HTTPStatus() int   { return e.code }
 func (e *answerError) FromStorage() bool { return false }
 
@@ -345,6 +360,7 @@ func (n *Notifier) postOnce(d delivery) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "splatd")
 	req.Header.Set("X-Splatd-Event", d.ev.Event)
+	req.Header.Del("Referer")
 	resp, err := n.o.Client.Do(req)
 	if err != nil {
 		// The error text names the URL; keep only the host.
@@ -414,11 +430,43 @@ func (n *Notifier) environ(ev Event) []string {
 	}
 	var env []string
 	for _, kv := range n.o.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !skip[k] {
+		if k, _, _ := strings.Cut(kv, "="); !skip[k] && !NamesCredential(k) {
 			env = append(env, kv)
 		}
 	}
 	return append(env, set...)
+}
+
+// credentialWords are the name parts (split at "_", any case) that mark a
+// variable as a credential; credentialParts mark it wherever they appear
+// in the name (GITHUB_TOKEN, MYSQLPASSWORD, AWS_SECRET_ACCESS_KEY).
+var (
+	credentialWords = map[string]bool{
+		"KEY": true, "KEYS": true, "APIKEY": true, "AUTH": true, "PASS": true,
+		"PASSPHRASE": true, "COOKIE": true, "SESSION": true, "BEARER": true,
+	}
+	credentialParts = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE"}
+)
+
+// NamesCredential reports whether the environment variable name names a
+// credential, which an after.exec command never inherits:
+// CREDENTIALS_DIRECTORY (systemd's, where the API token lies), any name
+// holding TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or PRIVATE, and any
+// name with a part (split at "_") KEY, KEYS, APIKEY, AUTH, PASS,
+// PASSPHRASE, COOKIE, SESSION or BEARER (AWS_ACCESS_KEY_ID, SSH_AUTH_SOCK).
+func NamesCredential(name string) bool {
+	up := strings.ToUpper(name)
+	for _, p := range credentialParts {
+		if strings.Contains(up, p) {
+			return true
+		}
+	}
+	for _, w := range strings.Split(up, "_") {
+		if credentialWords[w] {
+			return true
+		}
+	}
+	return false
 }
 
 // capped keeps the first limit bytes written to it and counts the rest; it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -392,5 +393,79 @@ func TestNewRefusesNonHTTPWebhook(t *testing.T) {
 	t.Parallel()
 	if _, err := New(Options{Webhook: "ftp://example.com/x"}); err == nil {
 		t.Error("ftp webhook accepted")
+	}
+}
+
+// TestWebhookFollowsNoRedirect: a 3xx is a failed delivery with its status,
+// tried again like a transient answer; the host it points to (here a
+// second server) never sees the event, its headers or a Referer.
+func TestWebhookFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
+	elsewhere := &receiver{codes: []int{200}}
+	other := httptest.NewServer(elsewhere)
+	defer other.Close()
+	for _, code := range []int{301, 302, 307, 308} {
+		var mu sync.Mutex
+		var hits int
+		var referers []string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			hits++
+			referers = append(referers, r.Header.Get("Referer"))
+			mu.Unlock()
+			http.Redirect(w, r, other.URL+"/stolen", code)
+		}))
+		n, obs, logs := newTest(t, Options{Webhook: srv.URL + "/hook/SECRET-path", Headers: http.Header{"X-Receiver-Auth": {"hdr-secret"}}})
+		n.Finished("", receiptOf(state.Done))
+		drain(t, n)
+		srv.Close()
+		mu.Lock()
+		if tries := state.DefaultPatience[state.ProfileWebhook].Tries; hits != tries || obs.count(KindWebhook) != 1 {
+			t.Errorf("%d: %d tries, %d errors; want %d tries, 1 error", code, hits, obs.count(KindWebhook), state.DefaultPatience[state.ProfileWebhook].Tries)
+		}
+		for _, r := range referers {
+			if r != "" {
+				t.Errorf("%d: Referer %q sent", code, r)
+			}
+		}
+		mu.Unlock()
+		if !strings.Contains(logs.String(), fmt.Sprint(code)) {
+			t.Errorf("%d: the failure does not name the status:\n%s", code, logs.String())
+		}
+	}
+	if got := elsewhere.got(); len(got) != 0 {
+		t.Errorf("the redirect target got %d requests (first headers %v)", len(got), got[0].header)
+	}
+}
+
+// TestExecEnvironmentHasNoCredentials: CREDENTIALS_DIRECTORY and every
+// variable whose name names a credential are left out of an after.exec
+// command's environment; ordinary ones are kept.
+func TestExecEnvironmentHasNoCredentials(t *testing.T) {
+	t.Parallel()
+	n, _, _ := newTest(t, Options{Environ: func() []string {
+		return []string{
+			"PATH=/usr/bin", "HOME=/var/lib/splatd", "LANG=C.UTF-8", "PWD=/", "KEEP=me", "KEYBOARD_LAYOUT=us", "PASSAGE=1",
+			"CREDENTIALS_DIRECTORY=/run/credentials/splatd.service", "SPLATD_TOKEN=x", "GITHUB_TOKEN=x",
+			"AWS_SECRET_ACCESS_KEY=x", "AWS_ACCESS_KEY_ID=x", "DB_PASSWORD=x", "MYSQL_PWD_PASSWD=x", "SSH_AUTH_SOCK=x",
+			"api_key=x", "STRIPE_APIKEY=x", "TLS_PRIVATE_PEM=x", "HOOK_SECRET=x", "PGPASS=x", "SESSION_COOKIE=x",
+		}
+	}})
+	env := n.environ(Event{Event: "done", Receipt: receiptOf(state.Done)})
+	got := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		got[k] = true
+	}
+	for _, k := range []string{"PATH", "HOME", "LANG", "PWD", "KEEP", "KEYBOARD_LAYOUT", "PASSAGE", "SPLATD_EVENT", "SPLATD_FILE", "SPLATD_JOB"} {
+		if !got[k] {
+			t.Errorf("%s was dropped", k)
+		}
+	}
+	for _, k := range []string{"CREDENTIALS_DIRECTORY", "SPLATD_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID",
+		"DB_PASSWORD", "MYSQL_PWD_PASSWD", "SSH_AUTH_SOCK", "api_key", "STRIPE_APIKEY", "TLS_PRIVATE_PEM", "HOOK_SECRET", "SESSION_COOKIE"} {
+		if got[k] {
+			t.Errorf("%s reached the command", k)
+		}
 	}
 }

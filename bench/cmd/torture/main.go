@@ -62,6 +62,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	failed := 0
 	for _, r := range results {
 		fmt.Fprintln(stdout, r.Line())
+		if r.Summary != "" {
+			fmt.Fprintln(stdout, r.Summary)
+		}
 		if *verbose || !r.OK() {
 			for _, n := range r.Notes {
 				fmt.Fprintf(stdout, "    %s\n", n)
