@@ -24,34 +24,41 @@
 // one request goes at a time, and its answer tells the window.
 //
 // The share factor is expect, the requests the token's other clients are
-// expected to spend per window. What an answer's count shows beyond our own
-// requests is theirs (a lower bound); a 429 shows the window spent, so all
-// of it that is not ours is theirs. At a window's end what they spent becomes
-// expect, unless we did not look at the window as late as they have been
-// seen spending: then they may have spent more than we saw, and expect only
-// grows. The first time others show up in a window, they are expected to
-// spend as much again. The reserve is what expect leaves them to spend, and
-// at least one slot while anyone else is around.
-//
+// expected to spend per window; the reserve is what it leaves them to spend
+// in the current one (the first time they show up, as much again as they
+// have spent), and at least one slot while anyone else is around, so that a
+// neighbour spending it between our count and our request does not turn it
+// into our 429. What an answer's count shows beyond our own requests is
+// theirs (a lower bound); a 429 shows the window spent, so all of it that is
+// not ours is theirs. At a window's end what they spent becomes expect if we
+// looked at the window about as late as they were first seen in the last
+// window they spent in (within a second: Reset is whole seconds); when they
+// did not show, expect halves instead of vanishing (their first requests may
+// have landed just after our last look), so a daemon whose peers have
+// finished gets whole windows back within a few. If we stopped looking
+// earlier than that, they may have spent more than we saw, and expect only
+// grows: a neighbour that spends late in each window keeps its share.
+
 // A 429 is the caller's error to retry through the one retry rule
 // (state.Policy); the pacer only learns from it: the window is spent until
 // its Reset, and a Retry-After that ends more than a second beyond Reset
 // holds the class until then. There is no backoff of the pacer's own.
 //
-// Per class:
+// Per class (the fields of class):
 //
 //	field      changed by                                   why
 //	limit      the class's first answer (X-RateLimit-Limit)  names the class; routes with one limit share it
-//	remaining  answers of the window: the least Remaining    the server's count; answers arrive out of order
-//	reset      an answer naming a later window              which window the count belongs to (server epoch s)
+//	remaining  each answer of the window: the least one      the server's count; answers arrive out of order
+//	reset      an answer naming a later window               which window the count belongs to (server epoch s)
 //	resetAt    that answer: now + (Reset − Date) + jitter    when the window renews here; zero: unknown, probe it
-//	hold       a 429's Retry-After beyond Reset             the server asked for more than the window
-//	inFlight   +1 at admission, −1 at the answer            ours, not yet in any count
-//	own        +1 per counted answer of the window          tells our use from the others'
-//	others     limit − remaining − own − inFlight, rising    the others' use of the window so far
-//	expect     the window's end: others (see above)         the share factor: the others' use per window
-//	late, look each sighting of others / each answer        whether we looked late enough to see the others
-//	stale      set when loaded; an answer clears it          the file may be behind the server: confirm first
+//	hold       a 429's Retry-After ending beyond Reset       the server asked for more than the window
+//	inFlight   +1 at admission, −1 at the answer             ours, not yet in any count
+//	own        +1 per counted answer of the window           tells our use from the others'
+//	others     limit − remaining − own − inFlight, if more   the others' use of the window so far
+//	expect     the window's end (see above)                  the share factor: the others' use per window
+//	late       the first sighting of others in a window      how late in a window they show up
+//	look       each counted answer                           how late in this window we looked
+//	stale      set when loaded; any answer clears it         the file may be behind: one at a time until confirmed
 //
 // A route's class, once learned, is kept in the state file, so it is known
 // from the first request after a restart. A route whose class is unknown
@@ -188,7 +195,7 @@ type class struct {
 	own       int
 	others    int
 	expect    int
-	late      time.Duration // least lead before Reset at which others were seen spending
+	late      time.Duration // lead before Reset at which others were first seen, in the last window with others
 	look      time.Duration // lead before Reset of our latest counted answer; never: none
 	stale     bool
 }
@@ -379,14 +386,11 @@ func (c *class) blocked(now time.Time) time.Duration {
 // a neighbour that spends it between our count and our request does not turn
 // it into our 429.
 func (c *class) reserve() int {
-	if c.expect == 0 && c.others == 0 {
-		return 0
-	}
 	e := c.expect
 	if e == 0 {
 		e = 2 * c.others
 	}
-	return max(e-c.others, 1)
+	return max(e-c.others, min(1, e))
 }
 
 // roll ends a window's accounting; see the package doc for expect.
@@ -395,9 +399,6 @@ func (c *class) roll() {
 		c.expect = max(c.others, c.expect/2)
 	} else {
 		c.expect = max(c.expect, c.others)
-	}
-	if c.expect == 0 {
-		c.late = 0
 	}
 	c.own, c.others, c.look = 0, 0, never
 }
@@ -503,10 +504,10 @@ func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
 			// the file did not show is the last process's own requests.
 			c.own += f - c.others
 		} else if f > c.others {
-			c.others = f
-			if c.late == 0 || h.resetIn < c.late {
+			if c.others == 0 {
 				c.late = h.resetIn
 			}
+			c.others = f
 		}
 	}
 	c.stale = false
