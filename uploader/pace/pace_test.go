@@ -519,6 +519,21 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 	}
 }
 
+// TestPacer429HasNoBackoffOfItsOwn: consecutive 429s with the same
+// Retry-After hold the class for that long each time, never longer: the
+// caller's retry rule (state.Policy) is the only backoff.
+func TestPacer429HasNoBackoffOfItsOwn(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, Options{Jitter: -1})
+	for range 3 {
+		resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, clk.Now(), "30")
+		resp.Header.Del("X-RateLimit-Remaining")
+		mustWait(t, p, routePublish)(resp)
+		mustHoldFor(t, clk, p, routePublish, 30*time.Second, "hold after a 429 with Retry-After 30")
+	}
+}
+
 func TestPacerCapsFarReset(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()

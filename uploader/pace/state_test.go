@@ -328,3 +328,71 @@ func BenchmarkPacerFigures(b *testing.B) {
 		b.ReportMetric(float64(r429), "restart_429s")
 	}
 }
+
+// TestPacerStatePollKnownAfterRestart: a route's class, once learned, is
+// known from the first request after a restart. The batch's last publishes
+// spent the strict window; the restarted daemon's first poll (a normal-class
+// read route) goes at once, in its own class only (not as a probe that could
+// be in the strict one), and a publish still waits for the strict Reset.
+func TestPacerStatePollKnownAfterRestart(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	a := newTestPacer(t, clk, Options{StateFile: path})
+	t0 := clk.Now()
+	mustWait(t, a, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, "")) // spent: written at once
+
+	b := newTestPacer(t, clk, Options{StateFile: path})
+	poll := mustWait(t, b, routeGet)
+	if n, strict := clk.askedCount(), b.classes[10]; n != 0 || len(b.probes) != 0 || strict.inFlight != 0 {
+		t.Fatalf("the restarted daemon's first poll: %d waits, %d probes, %d in flight in the strict class; want 0, 0, 0",
+			n, len(b.probes), strict.inFlight)
+	}
+	poll(windowResp(200, 240, 230, t0.Add(time.Minute), t0, ""))
+	held := waitAsync(context.Background(), b, routePublish)
+	clk.awaitParked(t, 1)
+	mustNotReturn(t, held)
+	if got := clk.Now().Add(clk.lastAsked()); got.Before(t0.Add(time.Minute)) {
+		t.Fatalf("a publish after the restart would leave at %v, before the strict Reset", got.Sub(t0))
+	}
+	clk.AdvanceToNext()
+	receive(t, held).release(nil)
+}
+
+// TestPacerRunWritesBehind: ordinary changes reach the file through Run (no
+// goroutine of the constructor's), and Run writes once more when its context
+// ends.
+func TestPacerRunWritesBehind(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	p := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: -1})
+	t0 := clk.Now()
+	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	if _, err := os.Stat(path); err == nil {
+		t.Fatal("an ordinary change was written without Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	mustWait(t, p, routeGet)(windowResp(200, 240, 238, t0.Add(time.Minute), t0, ""))
+	guard := time.Now().Add(10 * time.Second) // a hang guard only: Run writes at once (interval -1)
+	for {
+		if data, err := os.ReadFile(path); err == nil && json.Valid(data) && readState(t, path).Routes[routeGet] == 240 {
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatal("Run did not write the state behind")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mustWait(t, p, routeCheckpoints)(windowResp(200, 240, 237, t0.Add(time.Minute), t0, ""))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if f := readState(t, path); f.Routes[routeCheckpoints] != 240 || f.Classes[0].Remaining != 237 {
+		t.Errorf("state after Run ended = %+v, want the last answer in it", f)
+	}
+}
