@@ -236,7 +236,7 @@ func New(o Options) *Pacer {
 		p.obs = nopObserver{}
 	}
 	if o.StateFile != "" {
-		p.store = newStore(o.StateFile, o.PersistInterval, p.log)
+		p.store = newStore(o.StateFile, o.PersistInterval)
 		p.load()
 	}
 	return p
@@ -262,9 +262,11 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		if t != nil {
 			// A request that spends a window's last slot leaves only once
 			// the file says so (state.go).
-			snap := p.snapshot(now)
+			urgent := p.urgent(now)
 			p.mu.Unlock()
-			p.write(snap)
+			if urgent {
+				_ = p.save(true) // a failure is logged
+			}
 			p.recordWait(start)
 			var once sync.Once
 			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
@@ -425,7 +427,7 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	now := p.now()
 	p.mu.Lock()
 	p.settle(t, resp, now)
-	snap := p.snapshot(now)
+	urgent := p.urgent(now)
 	for stop := range p.parked {
 		(*stop)()
 		delete(p.parked, stop)
@@ -433,7 +435,9 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
-	p.write(snap)
+	if urgent {
+		_ = p.save(true) // a failure is logged
+	}
 }
 
 func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {

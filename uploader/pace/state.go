@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 )
 
 // State across restarts: per class the current window (limit, remaining,
@@ -54,98 +53,100 @@ type savedClass struct {
 	Late      time.Duration `json:"late,omitempty"`
 }
 
-// store writes the state file. seq, spent and held are guarded by Pacer.mu;
-// the file by fileMu, never taken with Pacer.mu held.
+// store writes the state file: under mu, which is taken before Pacer.mu and
+// never while it is held, so each write takes the state as it is then.
 type store struct {
 	path     string
 	interval time.Duration
-	log      zerolog.Logger
 	kick     chan struct{} // a change for Run to write behind
-
-	seq   uint64
-	spent map[int]int64     // limit → Reset of the window the last urgent snapshot shows spent
-	held  map[int]time.Time // limit → the hold it shows
-
-	fileMu  sync.Mutex
-	written uint64 // seq on disk
-	failing bool
+	mu       sync.Mutex
+	failing  bool              // under mu: the last write failed (logged once)
+	spent    map[int]int64     // under Pacer.mu: limit → Reset of the window the file shows spent
+	held     map[int]time.Time // under Pacer.mu: limit → the hold the file shows
 }
 
-type snapshot struct {
-	seq     uint64
-	file    stateFile
-	durable bool // shows a spent window or a hold: fsync
-}
-
-func newStore(path string, interval time.Duration, log zerolog.Logger) *store {
+func newStore(path string, interval time.Duration) *store {
 	if interval == 0 {
 		interval = DefaultPersistInterval
 	}
-	return &store{path: path, interval: max(interval, 0), log: log, kick: make(chan struct{}, 1)}
+	return &store{path: path, interval: max(interval, 0), kick: make(chan struct{}, 1)}
 }
 
-// snapshot returns what must be on disk before the caller goes on (a window
-// newly spent, a new hold), else asks Run to write behind and returns nil.
-func (p *Pacer) snapshot(now time.Time) *snapshot {
+// urgent says a window newly spent or a new hold must be on disk before the
+// caller goes on; else it asks Run to write behind. Called with p.mu held.
+func (p *Pacer) urgent(now time.Time) bool {
 	st := p.store
 	if st == nil {
-		return nil
+		return false
 	}
 	for _, c := range p.classes {
-		if c.current(now) && c.remaining-c.inFlight <= 0 && st.spent[c.limit] != c.reset ||
-			c.hold.After(now) && c.hold.After(st.held[c.limit]) {
-			return p.snapshotAll(now, true)
+		spent := c.current(now) && c.remaining-c.inFlight <= 0 && st.spent[c.limit] != c.reset
+		if spent || c.hold.After(now) && c.hold.After(st.held[c.limit]) {
+			return true
 		}
 	}
 	select {
 	case st.kick <- struct{}{}:
 	default:
 	}
-	return nil
+	return false
 }
 
-// snapshotAll takes the whole state.
-func (p *Pacer) snapshotAll(now time.Time, durable bool) *snapshot {
+// save writes the whole state now; fsynced when durable or when it shows a
+// spent window or a hold (a power cut must not bring back an emptier file).
+func (p *Pacer) save(durable bool) error {
 	st := p.store
-	st.seq++
-	s := &snapshot{seq: st.seq, durable: durable, file: stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}}
-	if durable {
-		st.spent, st.held = map[int]int64{}, map[int]time.Time{}
-	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p.mu.Lock()
+	now := p.now()
+	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}
+	spent, held := map[int]int64{}, map[int]time.Time{}
 	for _, c := range p.classes {
 		sc := savedClass{Limit: c.limit, Own: c.own + c.inFlight, Others: c.others, Expect: c.expect, Late: c.late}
 		if c.current(now) {
 			sc.Remaining, sc.Reset, sc.ResetAt = max(c.remaining-c.inFlight, 0), c.reset, c.resetAt
-			if durable && sc.Remaining == 0 {
-				st.spent[c.limit] = c.reset
+			if sc.Remaining == 0 {
+				spent[c.limit] = c.reset
 			}
 		}
 		if c.hold.After(now) {
-			sc.HoldUntil = c.hold
-			if durable {
-				st.held[c.limit] = c.hold
-			}
+			sc.HoldUntil, held[c.limit] = c.hold, c.hold
 		}
-		s.file.Classes = append(s.file.Classes, sc)
+		f.Classes = append(f.Classes, sc)
 	}
 	for name, c := range p.routes {
 		if c.limit > 0 {
-			s.file.Routes[name] = c.limit
+			f.Routes[name] = c.limit
 		}
 	}
 	for name := range p.reads {
-		s.file.Reads = append(s.file.Reads, name)
+		f.Reads = append(f.Reads, name)
 	}
-	return s
+	p.mu.Unlock()
+	err := st.writeFile(f, durable || len(spent)+len(held) > 0)
+	p.mu.Lock()
+	st.spent, st.held = spent, held
+	if err != nil {
+		st.spent, st.held = nil, nil // nothing of it is on disk: the next change is urgent again
+	}
+	p.mu.Unlock()
+	switch {
+	case err != nil && !st.failing:
+		p.log.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
+	case err == nil && st.failing:
+		p.log.Info().Str("path", st.path).Msg("rate-limit state saved again")
+	}
+	st.failing = err != nil
+	return err
 }
 
 // Run writes the state behind, off the requests' path, at most once per
-// PersistInterval, until ctx ends; then it writes the state once more and
-// returns that write's error. Without a state file it only waits for ctx.
-// The daemon runs it for as long as requests may be made.
+// PersistInterval, until ctx ends; then it writes the state once more
+// (fsynced) and returns that write's error. Without a state file it only
+// waits for ctx. The daemon runs it for as long as requests may be made.
 func (p *Pacer) Run(ctx context.Context) error {
-	st := p.store
-	if st == nil {
+	if p.store == nil {
 		<-ctx.Done()
 		return nil
 	}
@@ -153,16 +154,13 @@ func (p *Pacer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return p.Flush()
-		case <-st.kick:
+		case <-p.store.kick:
 		}
-		p.mu.Lock()
-		s := p.snapshotAll(p.now(), false)
-		p.mu.Unlock()
-		p.write(s)
+		_ = p.save(false) // a failure is logged; the next change writes again
 		select {
 		case <-ctx.Done():
 			return p.Flush()
-		case <-time.After(st.interval):
+		case <-time.After(p.store.interval):
 		}
 	}
 }
@@ -172,60 +170,27 @@ func (p *Pacer) Flush() error {
 	if p.store == nil {
 		return nil
 	}
-	p.mu.Lock()
-	s := p.snapshotAll(p.now(), true)
-	p.mu.Unlock()
-	p.write(s)
-	p.store.fileMu.Lock()
-	defer p.store.fileMu.Unlock()
-	if p.store.written < s.seq {
-		return fmt.Errorf("pace: cannot save the rate-limit state to %s", p.store.path)
+	if err := p.save(true); err != nil {
+		return fmt.Errorf("pace: saving the rate-limit state: %w", err)
 	}
 	return nil
 }
 
-// write writes s (nil: nothing) unless a later snapshot is on disk already.
-func (p *Pacer) write(s *snapshot) {
-	if s == nil {
-		return
-	}
-	st := p.store
-	st.fileMu.Lock()
-	defer st.fileMu.Unlock()
-	if s.seq <= st.written {
-		return
-	}
-	if err := st.writeFile(s); err != nil {
-		if !st.failing {
-			st.log.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
-		}
-		st.failing = true
-		p.mu.Lock()
-		st.spent, st.held = nil, nil // nothing of it is on disk: the next change is urgent again
-		p.mu.Unlock()
-		return
-	}
-	if st.failing {
-		st.log.Info().Str("path", st.path).Msg("rate-limit state saved again")
-	}
-	st.failing, st.written = false, s.seq
-}
-
-func (st *store) writeFile(s *snapshot) error {
-	data, err := json.Marshal(s.file)
+func (st *store) writeFile(f stateFile, durable bool) error {
+	data, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
 	tmp := st.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil && s.durable {
-		err = f.Sync()
+	_, err = w.Write(data)
+	if err == nil && durable {
+		err = w.Sync()
 	}
-	if cerr := f.Close(); err == nil {
+	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -235,7 +200,7 @@ func (st *store) writeFile(s *snapshot) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	if s.durable { // the rename must reach the disk too
+	if durable { // the rename must reach the disk too
 		d, err := os.Open(filepath.Dir(st.path))
 		if err != nil {
 			return err

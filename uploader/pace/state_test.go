@@ -157,7 +157,7 @@ func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
 // BenchmarkPacerRelease measures the hot path, one Wait and its release, on
 // a class with plenty left, the fake clock 100 ms further at each request (a
 // busy normal class is 4 per second): without a state file, with one
-// (written behind at most every 500 ms), and writing at every release.
+// written behind by Run at most every 500 ms, and by Run at every release.
 func BenchmarkPacerRelease(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
@@ -175,8 +175,10 @@ func BenchmarkPacerRelease(b *testing.B) {
 				o.StateFile = filepath.Join(b.TempDir(), "pacer.json")
 			}
 			p := New(o)
-			b.Cleanup(func() { _ = p.Flush() })
-			ctx := context.Background()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			b.Cleanup(func() { cancel(); <-done })
 			// A fixed-window server with room for every request of a
 			// window: 600 at 100 ms apart.
 			const limit = 1000
@@ -194,10 +196,6 @@ func BenchmarkPacerRelease(b *testing.B) {
 				}
 				left--
 				rel(windowResp(200, limit, left, reset, now, ""))
-			}
-			if p.store != nil {
-				_ = p.Flush()
-				b.ReportMetric(float64(p.store.written)/float64(b.N), "writes/op")
 			}
 		})
 	}
@@ -282,12 +280,8 @@ func BenchmarkPacerStateWrite(b *testing.B) {
 			name = "durable"
 		}
 		b.Run(name, func(b *testing.B) {
-			p.mu.Lock()
-			s := p.snapshotAll(clk.Now(), true)
-			p.mu.Unlock()
-			s.durable = durable
 			for b.Loop() {
-				if err := p.store.writeFile(s); err != nil {
+				if err := p.save(durable); err != nil {
 					b.Fatal(err)
 				}
 			}
