@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
-
 )
 
 // State across restarts: per class the current window (limit, remaining,
