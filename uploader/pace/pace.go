@@ -161,14 +161,8 @@ var NotSent = &http.Response{}
 // Pacer paces the API requests of one token; safe for concurrent use. Give
 // every client using the token the same Pacer.
 type Pacer struct {
-	now     func() time.Time
-	timer   func(time.Duration) (<-chan time.Time, func() bool)
-	rand    func() float64
-	jitter  time.Duration
-	maxWait time.Duration
-	log     zerolog.Logger
-	obs     Observer
-	store   *store // nil without a state file
+	o     Options // with the defaults filled in
+	store *store  // nil without a state file
 
 	mu      sync.Mutex
 	classes map[int]*class     // by limit
@@ -210,31 +204,30 @@ type ticket struct {
 // New returns a Pacer; with a StateFile it starts from the saved windows (a
 // missing file is a first start, an unreadable one is logged and ignored).
 func New(o Options) *Pacer {
-	p := &Pacer{now: o.Now, timer: o.Timer, rand: o.Rand, jitter: o.Jitter, maxWait: o.MaxWait,
-		log: o.Logger, obs: o.Observer, classes: map[int]*class{}, routes: map[string]*class{},
-		probes: map[string]*ticket{}, reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]struct{}{}}
-	if p.now == nil {
-		p.now = time.Now
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	if p.timer == nil {
-		p.timer = func(d time.Duration) (<-chan time.Time, func() bool) {
+	if o.Timer == nil {
+		o.Timer = func(d time.Duration) (<-chan time.Time, func() bool) {
 			t := time.NewTimer(d)
 			return t.C, t.Stop
 		}
 	}
-	if p.rand == nil {
-		p.rand = rand.Float64
+	if o.Rand == nil {
+		o.Rand = rand.Float64
 	}
-	if p.jitter == 0 {
-		p.jitter = DefaultJitter
+	if o.Jitter == 0 {
+		o.Jitter = DefaultJitter
 	}
-	p.jitter = max(p.jitter, 0)
-	if p.maxWait <= 0 {
-		p.maxWait = DefaultMaxWait
+	o.Jitter = max(o.Jitter, 0)
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
 	}
-	if p.obs == nil {
-		p.obs = nopObserver{}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
 	}
+	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]*ticket{},
+		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]struct{}{}}
 	if o.StateFile != "" {
 		p.store = newStore(o.StateFile, o.PersistInterval)
 		p.load()
@@ -253,7 +246,7 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 			p.recordWait(start)
 			return nil, err
 		}
-		now := p.now()
+		now := p.o.Now()
 		p.mu.Lock()
 		if read {
 			p.reads[route] = true
@@ -271,13 +264,13 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 			var once sync.Once
 			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
 		}
-		c, stop := p.timer(max(d, time.Millisecond))
+		c, stop := p.o.Timer(max(d, time.Millisecond))
 		p.parked[&stop] = struct{}{}
 		ch := p.changed
 		p.mu.Unlock()
 		if start.IsZero() {
 			start = now
-			p.log.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")
+			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")
 		}
 		select {
 		case <-ctx.Done():
@@ -293,8 +286,8 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 
 func (p *Pacer) recordWait(start time.Time) {
 	if !start.IsZero() {
-		if d := p.now().Sub(start); d > 0 {
-			p.obs.RateLimitWait(d)
+		if d := p.o.Now().Sub(start); d > 0 {
+			p.o.Observer.RateLimitWait(d)
 		}
 	}
 }
@@ -313,13 +306,13 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 	switch {
 	case c.limit == 0:
 	case !c.current(now) && c.inFlight > 0:
-		return nil, p.maxWait, "window unknown: its probe is out"
+		return nil, p.o.MaxWait, "window unknown: its probe is out"
 	case !c.current(now):
 		c.resetAt = time.Time{}
 	case c.remaining-c.inFlight-c.reserve() <= 0:
 		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && (c.stale || c.remaining-c.inFlight <= max(carefulSlots, c.limit/4)):
-		return nil, p.maxWait, "the window's last slots: waiting for the count in flight"
+		return nil, p.o.MaxWait, "the window's last slots: waiting for the count in flight"
 	}
 	c.inFlight++
 	return t, 0, ""
@@ -330,7 +323,7 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 // in each current one, or a known route could spend the same last slot.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	if p.probes[route] != nil {
-		return nil, p.maxWait, "the route's first request is out: its answer names the class"
+		return nil, p.o.MaxWait, "the route's first request is out: its answer names the class"
 	}
 	var in []*class
 	var wait time.Duration
@@ -415,16 +408,16 @@ func (p *Pacer) classOf(limit int) *class {
 }
 
 func (p *Pacer) jitterDur() time.Duration {
-	r := p.rand()
+	r := p.o.Rand()
 	if r < 0 || r >= 1 {
 		r = 0
 	}
-	return time.Duration(r * float64(p.jitter))
+	return time.Duration(r * float64(p.o.Jitter))
 }
 
 // release folds one answer into the state and wakes the parked callers.
 func (p *Pacer) release(t *ticket, resp *http.Response) {
-	now := p.now()
+	now := p.o.Now()
 	p.mu.Lock()
 	p.settle(t, resp, now)
 	urgent := p.urgent(now)
@@ -468,7 +461,7 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	switch {
 	case h.limit > 0:
 		if nc := p.classOf(h.limit); c != nc {
-			p.log.Debug().Str("route", t.route).Str("class", ClassName(h.limit)).Int("limit", h.limit).Msg("pacer learned rate-limit class")
+			p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(h.limit)).Int("limit", h.limit).Msg("pacer learned rate-limit class")
 			c = nc
 			p.routes[t.route] = c
 		}
@@ -479,7 +472,7 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	limited := resp.StatusCode == http.StatusTooManyRequests
 	if c.limit > 0 && h.hasRemaining {
 		p.observe(c, h, !limited, now)
-		p.obs.RateLimit(ClassName(c.limit), h.remaining)
+		p.o.Observer.RateLimit(ClassName(c.limit), h.remaining)
 	}
 	if limited {
 		p.limited(t.route, c, h, now)
@@ -523,10 +516,10 @@ func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
 	if h.hasReset {
 		in = h.resetIn
 	}
-	if in > p.maxWait {
-		p.log.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.maxWait.Seconds()).
+	if in > p.o.MaxWait {
+		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.o.MaxWait.Seconds()).
 			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
-		in = p.maxWait
+		in = p.o.MaxWait
 	}
 	c.remaining, c.reset, c.resetAt = h.remaining, h.resetRaw, time.Time{}
 	if in > 0 { // else the window has renewed by the server's clock: probe the next
@@ -546,14 +539,14 @@ func (p *Pacer) limited(route string, c *class, h headers, now time.Time) {
 		until := now.Add(h.retryAfter)
 		if !c.current(now) || until.After(c.resetAt.Add(time.Second)) {
 			until = until.Add(p.jitterDur())
-			if limit := now.Add(p.maxWait + p.jitterDur()); until.After(limit) {
-				p.log.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit hold capped")
+			if limit := now.Add(p.o.MaxWait + p.jitterDur()); until.After(limit) {
+				p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit hold capped")
 				until = limit
 			}
 			c.hold = later(c.hold, until)
 		}
 	}
-	ev := p.log.Warn().Str("route", route).Str("class", ClassName(c.limit))
+	ev := p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit))
 	if d := c.blocked(now); d > 0 {
 		ev = ev.Float64("hold_s", d.Seconds())
 	}
@@ -592,7 +585,7 @@ type ClassState struct {
 func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
+	now := p.o.Now()
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
 		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: c.inFlight,

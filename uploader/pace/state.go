@@ -98,7 +98,7 @@ func (p *Pacer) save(durable bool) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	p.mu.Lock()
-	now := p.now()
+	now := p.o.Now()
 	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}
 	spent, held := map[int]int64{}, map[int]time.Time{}
 	for _, c := range p.classes {
@@ -132,9 +132,9 @@ func (p *Pacer) save(durable bool) error {
 	p.mu.Unlock()
 	switch {
 	case err != nil && !st.failing:
-		p.log.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
+		p.o.Logger.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
 	case err == nil && st.failing:
-		p.log.Info().Str("path", st.path).Msg("rate-limit state saved again")
+		p.o.Logger.Info().Str("path", st.path).Msg("rate-limit state saved again")
 	}
 	st.failing = err != nil
 	return err
@@ -224,11 +224,11 @@ func (p *Pacer) load() {
 		err = fmt.Errorf("version %d, want %d", f.Version, fileVersion)
 	}
 	if err != nil {
-		p.log.Warn().Err(err).Str("path", p.store.path).Msg("ignoring the saved rate-limit state; the first requests will probe")
+		p.o.Logger.Warn().Err(err).Str("path", p.store.path).Msg("ignoring the saved rate-limit state; the first requests will probe")
 		return
 	}
-	now := p.now()
-	ceiling := now.Add(p.maxWait + p.jitter)
+	now := p.o.Now()
+	ceiling := now.Add(p.o.MaxWait + p.o.Jitter)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range f.Classes {
@@ -255,7 +255,7 @@ func (p *Pacer) load() {
 	for _, name := range f.Reads {
 		p.reads[name] = true
 	}
-	p.log.Debug().Str("path", p.store.path).Int("classes", len(f.Classes)).Int("routes", len(f.Routes)).Msg("loaded the saved rate-limit state")
+	p.o.Logger.Debug().Str("path", p.store.path).Int("classes", len(f.Classes)).Int("routes", len(f.Routes)).Msg("loaded the saved rate-limit state")
 }
 
 func earlier(a, b time.Time) time.Time {
