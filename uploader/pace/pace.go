@@ -533,7 +533,12 @@ func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
 func (p *Pacer) limited(route string, c *class, h headers, now time.Time) {
 	if c.current(now) {
 		c.remaining = 0
-		c.others = max(c.others, c.limit-c.own-c.inFlight)
+		if f := c.limit - c.own - c.inFlight; f > c.others {
+			if c.others == 0 {
+				c.late = c.resetAt.Sub(now)
+			}
+			c.others = f
+		}
 	}
 	if h.retryAfter > 0 {
 		until := now.Add(h.retryAfter)
