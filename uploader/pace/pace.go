@@ -37,7 +37,8 @@
 // have landed just after our last look), so a daemon whose peers have
 // finished gets whole windows back within a few. If we stopped looking
 // earlier than that, they may have spent more than we saw, and expect only
-// grows: a neighbour that spends late in each window keeps its share.
+// grows: a neighbour that spends late in each window keeps its share (for
+// ten windows without a sighting; then it halves all the same).
 
 // A 429 is the caller's error to retry through the one retry rule
 // (state.Policy); the pacer only learns from it: the window is spent until
@@ -58,6 +59,7 @@
 //	expect     the window's end (see above)                  the share factor: the others' use per window
 //	late       the first sighting of others in a window      how late in a window they show up
 //	look       each counted answer                           how late in this window we looked
+//	quiet      +1 per window without others, 0 with          after 10, a late neighbour unseen is forgotten too
 //	stale      set when loaded; any answer clears it         the file may be behind: one at a time until confirmed
 //
 // A route's class, once learned, is kept in the state file, so it is known
@@ -118,7 +120,10 @@ const (
 	// lookSlack: Reset is whole seconds, so leads before it compare to a
 	// second.
 	lookSlack = time.Second
-	never     = time.Duration(1<<63 - 1)
+	// quietWindows: others not seen for this many windows in a row are
+	// forgotten by halves even if we never looked as late as they spent.
+	quietWindows = 10
+	never        = time.Duration(1<<63 - 1)
 )
 
 // Observer receives the pacer's metrics; uploader/api's Observer is one.
@@ -191,6 +196,7 @@ type class struct {
 	expect    int
 	late      time.Duration // lead before Reset at which others were first seen, in the last window with others
 	look      time.Duration // lead before Reset of our latest counted answer; never: none
+	quiet     int           // windows in a row in which no others were seen
 	stale     bool
 }
 
@@ -390,7 +396,11 @@ func (c *class) reserve() int {
 
 // roll ends a window's accounting; see the package doc for expect.
 func (c *class) roll() {
-	if c.look <= c.late+lookSlack {
+	c.quiet++
+	if c.others > 0 {
+		c.quiet = 0
+	}
+	if c.look <= c.late+lookSlack || c.quiet > quietWindows {
 		c.expect = max(c.others, c.expect/2)
 	} else {
 		c.expect = max(c.expect, c.others)
