@@ -24,22 +24,30 @@
 // one request goes at a time, and its answer tells the window.
 //
 // The share factor is expect, the requests the token's other clients are
-// expected to spend per window; the reserve is what it leaves them to spend
-// in the current one (the first time they show up, as much again as they
-// have spent), and at least one slot while anyone else is around, so that a
-// neighbour spending it between our count and our request does not turn it
-// into our 429. What an answer's count shows beyond our own requests is
-// theirs (a lower bound); a 429 shows the window spent, so all of it that is
-// not ours is theirs. At a window's end what they spent becomes expect if we
-// looked at the window about as late as they were first seen in the last
-// window they spent in (within a second: Reset is whole seconds); when they
-// did not show, expect halves instead of vanishing (their first requests may
-// have landed just after our last look), so a daemon whose peers have
-// finished gets whole windows back within a few. If we stopped looking
-// earlier than that, they may have spent more than we saw, and expect only
-// grows: a neighbour that spends late in each window keeps its share (for
-// ten windows without a sighting; then it halves all the same).
-
+// expected to spend per window. What an answer's count shows beyond our own
+// requests is theirs (a lower bound); a 429 shows the window spent, so all of
+// it that is not ours is theirs. The reserve is the larger of what expect
+// leaves them to spend in this window (the first time they show up, as much
+// again as they have spent), one slot while anyone else is around (a
+// neighbour spending it between our count and our request would turn it into
+// our 429), and peers: the most requests of theirs seen counted between two
+// answers of ours, which is what may be in flight towards the server while
+// we decide (a fleet's daemons each send one request at a time in a strict
+// window, all of them on counts a round trip old).
+//
+// At a window's end what the others spent becomes expect if we looked at the
+// window as late as they were first seen in the last window they spent in
+// (within the jitter: clients meet a Reset that far apart); when they did
+// not show, expect halves instead of vanishing (their first requests may
+// have landed just after our look), so a daemon whose peers have finished
+// gets whole windows back within a few. If we stopped looking earlier, they
+// may have spent more than we saw, and expect only grows: a neighbour that
+// spends late in each window keeps its share, for ten windows without a
+// sighting (then it halves all the same). expect never exceeds limit − 2, so
+// that we look at every window at least once after our first request: a
+// daemon left only its first request per window could never see its peers
+// go.
+//
 // A 429 is the caller's error to retry through the one retry rule
 // (state.Policy); the pacer only learns from it: the window is spent until
 // its Reset, and a Retry-After that ends more than a second beyond Reset
@@ -57,6 +65,7 @@
 //	own        +1 per counted answer of the window           tells our use from the others'
 //	others     limit − remaining − own − inFlight, if more   the others' use of the window so far
 //	expect     the window's end (see above)                  the share factor: the others' use per window
+//	peers      the others' use between two answers of ours   what may be in flight while we decide; 0 after a window without others
 //	late       the first sighting of others in a window      how late in a window they show up
 //	look       each counted answer                           how late in this window we looked
 //	quiet      +1 per window without others, 0 with          after 10, a late neighbour unseen is forgotten too
@@ -117,9 +126,6 @@ const (
 	assumedWindow = time.Minute
 	// carefulSlots: a window's last slots, at least, go one at a time.
 	carefulSlots = 10
-	// lookSlack: Reset is whole seconds, so leads before it compare to a
-	// second.
-	lookSlack = time.Second
 	// quietWindows: others not seen for this many windows in a row are
 	// forgotten by halves even if we never looked as late as they spent.
 	quietWindows = 10
@@ -197,6 +203,7 @@ type class struct {
 	late      time.Duration // lead before Reset at which others were first seen, in the last window with others
 	look      time.Duration // lead before Reset of our latest counted answer; never: none
 	quiet     int           // windows in a row in which no others were seen
+	peers     int           // the most others' requests counted between two answers of ours
 	stale     bool
 }
 
@@ -381,30 +388,32 @@ func (c *class) blocked(now time.Time) time.Duration {
 	return 0
 }
 
-// reserve is what the window keeps for the token's other clients: what
-// expect says they will still spend in it (the first time they show up, as
-// much again as they have), and at least one slot once they are around, so
-// a neighbour that spends it between our count and our request does not turn
-// it into our 429.
+// reserve is what the window keeps for the token's other clients (see the
+// package doc).
 func (c *class) reserve() int {
 	e := c.expect
 	if e == 0 {
 		e = 2 * c.others
 	}
-	return max(e-c.others, min(1, e))
+	return max(e-c.others, min(1, e), c.peers)
 }
 
-// roll ends a window's accounting; see the package doc for expect.
-func (c *class) roll() {
+// roll ends a window's accounting: expect and peers for the next one (see
+// the package doc).
+func (c *class) roll(slack time.Duration) {
 	c.quiet++
 	if c.others > 0 {
 		c.quiet = 0
 	}
-	if c.look <= c.late+lookSlack || c.quiet > quietWindows {
+	if c.look <= c.late+slack || c.quiet > quietWindows {
 		c.expect = max(c.others, c.expect/2)
 	} else {
 		c.expect = max(c.expect, c.others)
 	}
+	if c.others == 0 {
+		c.peers = 0
+	}
+	c.expect = min(c.expect, c.limit-2)
 	c.own, c.others, c.look = 0, 0, never
 }
 
@@ -499,13 +508,17 @@ func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
 	same := h.hasReset && h.resetRaw == c.reset
 	if h.hasReset {
 		if !same {
-			c.roll()
+			c.roll(p.o.Jitter) // the token's clients meet a Reset within the jitter
 		}
+		looked := c.look != never
 		if counted {
 			c.own++
 			c.look = h.resetIn
 		}
 		f := c.limit - h.remaining - c.own - c.inFlight
+		if looked && f > c.others {
+			c.peers = max(c.peers, f-c.others)
+		}
 		if counted && c.stale && f > c.others {
 			// The first answer to a window saved before a restart: what
 			// the file did not show is the last process's own requests.

@@ -1103,24 +1103,24 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 func TestPacerShareMemory(t *testing.T) {
 	t.Parallel()
 	c := &class{limit: 10, look: 50 * time.Second, others: 5, late: 5 * time.Second}
-	c.roll() // we stopped looking 50 s before Reset; they showed 5 s before it
+	c.roll(0) // we stopped looking 50 s before Reset; they showed 5 s before it
 	if c.expect != 5 {
 		t.Fatalf("expect after a window with others = %d, want 5", c.expect)
 	}
 	for w := 1; w <= 10; w++ {
 		c.look = 50 * time.Second
-		c.roll()
+		c.roll(0)
 		if c.expect != 5 {
 			t.Fatalf("quiet window %d, looked early: expect %d, want 5 kept", w, c.expect)
 		}
 	}
 	c.look = 50 * time.Second
-	c.roll()
+	c.roll(0)
 	if c.expect != 2 {
 		t.Errorf("the 11th quiet window: expect %d, want 2 (halved)", c.expect)
 	}
 	c.late, c.look, c.expect, c.quiet = 9*time.Second, 9*time.Second, 4, 0
-	c.roll() // we looked as late as they first showed, and none came
+	c.roll(0) // we looked as late as they first showed, and none came
 	if c.expect != 2 {
 		t.Errorf("a window seen late enough without others: expect %d, want 2 (halved)", c.expect)
 	}
