@@ -624,10 +624,10 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(time.Minute), t0, ""))
 	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
 	if p.routes[routeSigned] != p.routes[routePublish] {
-		t.Error("routes with the same limit should share a bucket")
+		t.Error("routes with the same limit should share a class")
 	}
 	if p.routes[routeGet] == p.routes[routePublish] {
-		t.Error("routes with different limits should not share a bucket")
+		t.Error("routes with different limits should not share a class")
 	}
 	if b := p.routes[routePublish]; b.remaining != 8 {
 		t.Errorf("shared remaining = %d, want 8", b.remaining)
