@@ -12,8 +12,10 @@
 //
 // The package map under uploader:
 //   - api: the HTTP clients of both protocols, wire types, typed errors,
-//     redaction, the token source, the rate-limit pacer, the bandwidth
-//     limiter and the streaming PUTs. It knows nothing of jobs.
+//     redaction, the token source, the bandwidth limiter and the streaming
+//     PUTs. It knows nothing of jobs.
+//   - pace: the rate-limit pacer the client waits on (one window per limit
+//     class, kept across restarts).
 //   - after: after-actions (keep, delete, move) and receipts.
 //   - sidecar: a file's publish parameters (config, title template, sidecar).
 //   - splatfile: the local content check of PLY and SOG files.

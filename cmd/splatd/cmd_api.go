@@ -55,7 +55,7 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 // client's own (one-shot commands keep no pacer state). Its storage PUTs
 // share one bandwidth limiter built from upload.bandwidth: one per daemon
 // (the daemon has one client) and per `splatd publish`.
-func newClient(cfg *Config, token *api.Token, pacer *api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+func newClient(cfg *Config, token *api.Token, pacer api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := rootCAs(cfg)
 	if err != nil {
 		return nil, err

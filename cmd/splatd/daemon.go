@@ -25,6 +25,7 @@ import (
 	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/notify"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -45,7 +46,7 @@ type daemon struct {
 
 	store   *queue.Store
 	client  *api.Client
-	pacer   *api.Pacer
+	pacer   *pace.Pacer
 	pool    *uploader.Pool
 	watch   *watcher.Watcher
 	reg     *prometheus.Registry
@@ -147,7 +148,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	// The pacer keeps each limit class's window in the state directory, so
 	// a restarted daemon waits for a spent window's reset instead of
 	// drawing a 429 (the lock on the state file makes it this daemon's).
-	d.pacer = api.NewPacer(api.PacerOptions{
+	d.pacer = pace.New(pace.Options{
 		StateFile: filepath.Join(cfg.StateDir, pacerStateFile),
 		Observer:  d.m,
 		Logger:    log.With().Str("component", "pacer").Logger(),
@@ -340,6 +341,13 @@ func (d *daemon) run(ctx context.Context) error {
 	tier(&listeners, "admin socket", func() error { return d.admin.run(serve) })
 	tier(&listeners, "reload", func() error { d.reloadOnHUP(serve); return nil })
 
+	// Pacer: writes its windows behind while requests may be made, and
+	// once more when the workers are done (its own Run, stopped after them).
+	pacing, stopPacing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPacing()
+	paced := make(chan error, 1)
+	go func() { paced <- d.pacer.Run(pacing) }()
+
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
 	// and the watchdog; maintenance keeps the state file bounded.
@@ -383,7 +391,8 @@ func (d *daemon) run(ctx context.Context) error {
 	// 2. Workers: finish or abandon the calls in flight, then the loops.
 	stopWork()
 	_ = workers.Wait()
-	if err := d.pacer.Flush(); err != nil {
+	stopPacing()
+	if err := <-paced; err != nil {
 		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
 	}
 	// 3. Listeners.

@@ -20,6 +20,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/state"
+
+	"github.com/splatd/splatd/uploader/pace"
 )
 
 // Client limits and defaults.
@@ -45,7 +47,7 @@ type ClientOptions struct {
 	RootCAs     *x509.CertPool // nil = system roots (cmd adds api.ca_file to the system pool)
 	Timeout     time.Duration  // per API call; the storage PUT uses it as an idle/progress timeout instead
 	UserAgent   string
-	Pacer       *Pacer   // shared by all goroutines using the token; nil = NewPacer(PacerOptions{})
+	Pacer       Pacer    // shared by all goroutines using the token; nil = a pace.Pacer of its own, without state
 	Observer    Observer // metrics hooks; nil = no-op
 	Logger      zerolog.Logger
 	// Limiter, when set, limits the aggregate rate of every storage PUT
@@ -59,6 +61,24 @@ type ClientOptions struct {
 	ClientVersion string
 }
 
+// Pacer admits the client's API requests within the token's rate limits;
+// *pace.Pacer is the one the daemon shares among its clients. Wait blocks
+// until route (read: it only reads) may send and returns the function to
+// call with the answer: nil when none came, pace.NotSent when the slot was
+// not used.
+type Pacer interface {
+	Wait(ctx context.Context, route string, read bool) (release func(*http.Response), err error)
+}
+
+var _ Pacer = (*pace.Pacer)(nil)
+
+// readRoutes are the routes that only read (GET): the pacer does not hold
+// their first request on a spent class that holds no known read route.
+var readRoutes = map[string]bool{
+	RouteGetSplat: true, RouteCheckpoints: true,
+	RouteV1Me: true, RouteV1Splats: true, RouteV1GetSplat: true, RouteV1GetUpload: true,
+}
+
 // Client is the concrete client of the splat publishing API. It is safe for
 // concurrent use. Each method makes one attempt; retrying is the caller's
 // decision (see the package doc).
@@ -70,7 +90,7 @@ type Client struct {
 	timeout   time.Duration
 	api       *http.Client // API calls: bearer header, same-origin redirects only
 	storage   *http.Client // signed-URL PUTs: no bearer, no redirects, no overall timeout
-	pacer     *Pacer
+	pacer     Pacer
 	limiter   *Limiter // nil: storage PUTs are not limited
 	obs       Observer
 	log       zerolog.Logger
@@ -114,7 +134,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		c.obs = NopObserver{}
 	}
 	if c.pacer == nil {
-		c.pacer = NewPacer(PacerOptions{Logger: c.log, Observer: c.obs})
+		c.pacer = pace.New(pace.Options{Logger: c.log, Observer: c.obs})
 	}
 
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -266,7 +286,7 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	release, ok := reserved(ctx, route)
 	if !ok {
 		var err error
-		release, err = c.pacer.Wait(ctx, route)
+		release, err = c.pacer.Wait(ctx, route, readRoutes[route])
 		if err != nil {
 			return 0, nil, fmt.Errorf("%s: waiting for rate limit: %w", route, err)
 		}
@@ -339,10 +359,10 @@ func (c *Client) checkResponse(route string, resp *http.Response, extra []string
 	e.Message = state.ScrubText(e.Message, c.secrets(extra)...)
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
-		e.Reset = parseReset(resp.Header)
-		e.RetryAfter = parseRetryAfter(resp.Header, c.now())
+		e.Reset = pace.ParseReset(resp.Header)
+		e.RetryAfter = pace.ParseRetryAfter(resp.Header, c.now())
 	case http.StatusServiceUnavailable:
-		e.RetryAfter = parseRetryAfter(resp.Header, c.now())
+		e.RetryAfter = pace.ParseRetryAfter(resp.Header, c.now())
 	}
 	return e
 }

@@ -3,9 +3,9 @@
 // storage PUT, publish, get-splat, checkpoints) and the SuperSplat API v1
 // (docs/api-v1.md: me, splats, upload sessions, part URLs, part PUTs, complete)
 // — with the wire types and their tolerant decoding, the typed errors those
-// calls return, the token source, the rate-limit pacer shared by every
-// goroutine that uses one token, and the bandwidth limiter shared by every
-// upload stream.
+// calls return, the token source, and the bandwidth limiter shared by every
+// upload stream. Each API call first waits on the rate-limit pacer shared by
+// every goroutine that uses one token (the Pacer interface; package pace).
 //
 // The client makes exactly one attempt per call and returns its error
 // (*APIError for any non-2xx answer, *ProtocolError for a 2xx answer it

@@ -188,51 +188,6 @@ func excerpt(s string, n int) string {
 	return string(r[:n]) + "…"
 }
 
-// parseReset parses X-RateLimit-Reset (UTC epoch seconds); zero if absent
-// or malformed.
-func parseReset(h http.Header) time.Time {
-	v := strings.TrimSpace(h.Get("X-RateLimit-Reset"))
-	if v == "" {
-		return time.Time{}
-	}
-	n, err := strconv.ParseFloat(v, 64)
-	if err != nil || n <= 0 {
-		return time.Time{}
-	}
-	if n > 1e11 { // some servers send milliseconds
-		return time.UnixMilli(int64(n)).UTC()
-	}
-	return time.Unix(int64(n), 0).UTC()
-}
-
-// parseRetryAfter parses Retry-After as delay-seconds or an HTTP-date. A date
-// is measured against the response's Date header when present (both are the
-// server's clock, so skew cancels), else against now.
-func parseRetryAfter(h http.Header, now time.Time) time.Duration {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseFloat(v, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		return time.Duration(n * float64(time.Second))
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return 0
-	}
-	ref := now
-	if d, err := http.ParseTime(h.Get("Date")); err == nil {
-		ref = d
-	}
-	if d := t.Sub(ref); d > 0 {
-		return d
-	}
-	return 0
-}
-
 // wrapNetErr wraps a transport error for route: *url.Error's URL is
 // scrubbed in place (so errors.As callers see the scrubbed URL too) and the
 // text is scrubbed of secrets.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"sync"
+
+	"github.com/splatd/splatd/uploader/pace"
 )
 
 // Reservation is a rate-limit slot taken ahead of the call that will use
@@ -20,7 +22,7 @@ type Reservation struct {
 // admission. Pass it to the call with WithReservation; Cancel gives it back
 // unused (a no-op once used).
 func (c *Client) Reserve(ctx context.Context, route string) (*Reservation, error) {
-	release, err := c.pacer.Wait(ctx, route)
+	release, err := c.pacer.Wait(ctx, route, readRoutes[route])
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +34,7 @@ func (r *Reservation) Cancel() {
 	if r == nil {
 		return
 	}
-	r.once.Do(func() { r.release(notSent) })
+	r.once.Do(func() { r.release(pace.NotSent) })
 }
 
 // take hands the slot to the call that uses it; false if already used or

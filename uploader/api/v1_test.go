@@ -21,7 +21,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/pace"
 )
 
 // --- the contract's request schemas, closed, as an independent server
@@ -817,7 +819,7 @@ func TestV1RoutesArePaced(t *testing.T) {
 
 	waits := make(chan time.Duration, 16)
 	obs := &rateObserver{}
-	pacer := NewPacer(PacerOptions{
+	pacer := pace.New(pace.Options{
 		Jitter:   -1,
 		Observer: obs,
 		// The hold is observed, never slept: the channel never fires, and

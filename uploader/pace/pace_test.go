@@ -1,4 +1,4 @@
-package api
+package pace
 
 import (
 	"bytes"
@@ -16,6 +16,16 @@ import (
 
 	"github.com/rs/zerolog"
 )
+
+// The client's route names (uploader/api), and which of them only read.
+const (
+	routeSigned      = "signed_url"
+	routePublish     = "publish"
+	routeGet         = "get_splat"
+	routeCheckpoints = "checkpoints"
+)
+
+func isRead(route string) bool { return route == routeGet || route == routeCheckpoints }
 
 // fakeClock is a manual clock: Timer registers a timer that fires when the
 // test advances time past it, and its stop removes it. The pacer stops the
@@ -187,7 +197,7 @@ func (b *syncBuffer) String() string {
 
 // recorder is an Observer that keeps what the pacer reports.
 type recorder struct {
-	NopObserver
+	nopObserver
 	mu        sync.Mutex
 	remaining map[string]int
 	waited    time.Duration
@@ -208,13 +218,13 @@ func (r *recorder) RateLimitWait(d time.Duration) {
 	r.waited += d
 }
 
-func newTestPacer(t *testing.T, clk *fakeClock, o PacerOptions) *Pacer {
+func newTestPacer(t *testing.T, clk *fakeClock, o Options) *Pacer {
 	t.Helper()
 	o.Now, o.Timer = clk.Now, clk.Timer
 	if o.Rand == nil {
 		o.Rand = func() float64 { return 0.5 }
 	}
-	p := NewPacer(o)
+	p := New(o)
 	if o.StateFile != "" {
 		// A write behind may still be under way: let it end before the
 		// test's directory goes.
@@ -252,7 +262,7 @@ type waitResult struct {
 func waitAsync(ctx context.Context, p *Pacer, route string) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
-		rel, err := p.Wait(ctx, route)
+		rel, err := p.Wait(ctx, route, isRead(route))
 		ch <- waitResult{rel, err}
 	}()
 	return ch
@@ -280,7 +290,7 @@ func mustNotReturn(t *testing.T, ch <-chan waitResult) {
 
 func mustWait(t *testing.T, p *Pacer, route string) func(*http.Response) {
 	t.Helper()
-	rel, err := p.Wait(context.Background(), route)
+	rel, err := p.Wait(context.Background(), route, isRead(route))
 	if err != nil {
 		t.Fatalf("Wait(%s): %v", route, err)
 	}
@@ -303,8 +313,8 @@ func mustHoldFor(t *testing.T, clk *fakeClock, p *Pacer, route string, want time
 func TestPacerClassNames(t *testing.T) {
 	t.Parallel()
 	for limit, want := range map[int]string{5: "strict", 10: "strict", 120: "normal", 240: "normal", 60: "limit_60", 1000: "limit_1000"} {
-		if got := PacerClass(limit); got != want {
-			t.Errorf("PacerClass(%d) = %q, want %q", limit, got, want)
+		if got := ClassName(limit); got != want {
+			t.Errorf("ClassName(%d) = %q, want %q", limit, got, want)
 		}
 	}
 }
@@ -312,26 +322,22 @@ func TestPacerClassNames(t *testing.T) {
 func TestPacerProbeHoldsOthersUntilHeaders(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
+	p := newTestPacer(t, clk, Options{})
 	ctx := context.Background()
 
-	probe := mustWait(t, p, RoutePublish)
-	second := waitAsync(ctx, p, RoutePublish)
+	probe := mustWait(t, p, routePublish)
+	second := waitAsync(ctx, p, routePublish)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, second)
 
 	now := clk.Now()
 	probe(windowResp(201, 10, 9, now.Add(60*time.Second), now, ""))
-	// A strict window's opener lets other clients' first requests land
-	// (a fifth of the default jitter) before its second.
-	clk.awaitParked(t, 1)
-	clk.Advance(200 * time.Millisecond)
 	r := receive(t, second)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	r.release(windowResp(200, 10, 8, now.Add(60*time.Second), now, ""))
-	if got := p.routes[RoutePublish].bucket.class; got != "strict" {
+	if got := ClassName(p.routes[routePublish].limit); got != "strict" {
 		t.Errorf("class = %q, want strict", got)
 	}
 }
@@ -339,16 +345,16 @@ func TestPacerProbeHoldsOthersUntilHeaders(t *testing.T) {
 func TestPacerNetworkErrorPassesProbeOn(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
-	probe := mustWait(t, p, RouteGetSplat)
-	next := waitAsync(context.Background(), p, RouteGetSplat)
+	p := newTestPacer(t, clk, Options{})
+	probe := mustWait(t, p, routeGet)
+	next := waitAsync(context.Background(), p, routeGet)
 	clk.awaitParked(t, 1)
 	probe(nil) // no response: the class is still unknown
 	r := receive(t, next)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if !p.routes[RouteGetSplat].probing {
+	if p.probes[routeGet] == nil {
 		t.Error("the next request should be the new probe")
 	}
 	r.release(nil)
@@ -361,23 +367,23 @@ func TestPacerNetworkErrorPassesProbeOn(t *testing.T) {
 func TestPacerUsesTheBudget(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
 
 	const limit = 240
-	mustWait(t, p, RouteCheckpoints)(windowResp(200, limit, limit-1, reset, t0, ""))
+	mustWait(t, p, routeCheckpoints)(windowResp(200, limit, limit-1, reset, t0, ""))
 	// 239 left: down to the last quarter (60), they leave without waiting,
 	// even before any answers.
 	var rels []func(*http.Response)
 	for range limit - 1 - limit/4 {
-		rels = append(rels, mustWait(t, p, RouteCheckpoints))
+		rels = append(rels, mustWait(t, p, routeCheckpoints))
 	}
 	if n := clk.askedCount(); n != 0 {
 		t.Fatalf("the pacer waited %d times with budget left", n)
 	}
 	// The last quarter waits for the answers in flight: not for Reset.
-	next := waitAsync(context.Background(), p, RouteCheckpoints)
+	next := waitAsync(context.Background(), p, routeCheckpoints)
 	clk.awaitParked(t, 1)
 	for i, rel := range rels {
 		mustNotReturn(t, next)
@@ -387,40 +393,37 @@ func TestPacerUsesTheBudget(t *testing.T) {
 	for left := limit / 4; left > 0; left-- {
 		rel(windowResp(200, limit, left-1, reset, t0, ""))
 		if left > 1 {
-			rel = mustWait(t, p, RouteCheckpoints)
+			rel = mustWait(t, p, routeCheckpoints)
 		}
 	}
 	if clk.Now() != t0 {
 		t.Fatalf("the window's last quarter took %v of fake time, want none (no one else spends it)", clk.Now().Sub(t0))
 	}
-	mustHoldFor(t, clk, p, RouteCheckpoints, 60*time.Second, "wait with none left (until Reset)")
+	mustHoldFor(t, clk, p, routeCheckpoints, 60*time.Second, "wait with none left (until Reset)")
 }
 
 func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	rec := &recorder{}
-	p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Observer: rec}) // Rand 0.5 → 500 ms jitter
+	p := newTestPacer(t, clk, Options{Jitter: time.Second, Observer: rec}) // Rand 0.5 → 500 ms jitter
 	t0 := clk.Now()
 	// We spend the window ourselves (a window someone else spent would
-	// make the pacer share the next one). Its opener's second request
-	// waits a moment for other clients' first ones (200 ms: a fifth of the
-	// jitter).
-	mustWait(t, p, RouteSignedURL)(windowResp(200, 5, 4, t0.Add(30*time.Second), t0, ""))
-	clk.Advance(200 * time.Millisecond)
+	// make the pacer share the next one).
+	mustWait(t, p, routeSigned)(windowResp(200, 5, 4, t0.Add(30*time.Second), t0, ""))
 	for left := range []int{3, 2, 1, 0} {
-		mustWait(t, p, RouteSignedURL)(windowResp(200, 5, 3-left, t0.Add(30*time.Second), t0, ""))
+		mustWait(t, p, routeSigned)(windowResp(200, 5, 3-left, t0.Add(30*time.Second), t0, ""))
 	}
 	if got := rec.remaining["strict"]; got != 0 {
 		t.Errorf("observer remaining = %d, want 0", got)
 	}
 
-	held := waitAsync(context.Background(), p, RouteSignedURL)
+	held := waitAsync(context.Background(), p, routeSigned)
 	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 29*time.Second+900*time.Millisecond; got != want { // 200 ms gone; a fifth of the 0.5 s jitter at a window change
+	if got, want := clk.lastAsked(), 30*time.Second+500*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want %v (reset + jitter)", got, want)
 	}
-	clk.Advance(29*time.Second + 800*time.Millisecond) // not yet: the jitter is still running
+	clk.Advance(30*time.Second + 400*time.Millisecond) // not yet: the jitter is still running
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, held)
 
@@ -428,20 +431,12 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	first := receive(t, held)
 	// The window has renewed but is unknown: this request is its probe and
 	// the next one waits for the probe's headers.
-	third := waitAsync(context.Background(), p, RouteSignedURL)
+	third := waitAsync(context.Background(), p, routeSigned)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, third)
 	now := clk.Now()
 	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, ""))
-	// The probe's headers make the window known, with budget left: the
-	// third request lets other clients' first requests land (a fifth of
-	// the jitter; the fake round trip is 0), then leaves.
-	clk.awaitParked(t, 1)
-	if got := clk.lastAsked(); got != 200*time.Millisecond {
-		t.Fatalf("second request of the window waits %v, want 200ms", got)
-	}
-	mustNotReturn(t, third)
-	clk.Advance(200 * time.Millisecond)
+	// The probe's headers make the window known, with budget left.
 	receive(t, third).release(nil)
 
 	rec.mu.Lock()
@@ -461,22 +456,25 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 		want       time.Duration
 	}{
 		{"retry-after later than reset", 10 * time.Second, "45", 45*time.Second + 500*time.Millisecond},
-		// Back at Reset with the fifth of the jitter every window change
-		// has, like the token's other clients (holdLocked).
-		{"reset later than retry-after", 20 * time.Second, "5", 20*time.Second + 100*time.Millisecond},
+		// Back at Reset with the jitter every window change has, like the
+		// token's other clients.
+		{"reset later than retry-after", 20 * time.Second, "5", 20*time.Second + 500*time.Millisecond},
 		// Retry-After is whole seconds: a server rounding its Reset up
 		// (here 10 s to 11) does not make us come back a second late.
-		{"retry-after is the reset rounded up", 10 * time.Second, "11", 10*time.Second + 100*time.Millisecond},
+		{"retry-after is the reset rounded up", 10 * time.Second, "11", 10*time.Second + 500*time.Millisecond},
 		{"retry-after as HTTP date", 0, httpDate(40 * time.Second), 40*time.Second + 500*time.Millisecond},
-		{"neither: short fallback", 0, "", pacer429Fallback + 500*time.Millisecond},
-		{"huge retry-after is capped", 0, "86400", DefaultPacerMaxWait + 500*time.Millisecond},
+		// Nothing known: no hold, and no backoff of the pacer's own (the
+		// caller's retry rule times the retry); the window is unknown, so
+		// the next request goes at once as its probe.
+		{"neither: no hold", 0, "", 0},
+		{"huge retry-after is capped", 0, "86400", DefaultMaxWait + 500*time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
 			var logs syncBuffer
-			p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Logger: zerolog.New(&logs)})
+			p := newTestPacer(t, clk, Options{Jitter: time.Second, Logger: zerolog.New(&logs)})
 			t0 := clk.Now()
 			var reset time.Time
 			if tc.resetIn > 0 {
@@ -492,12 +490,19 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 				return r
 			}
 			// Both routes learn the same class first.
-			mustWait(t, p, RouteSignedURL)(resp(200, 9, ""))
-			mustWait(t, p, RoutePublish)(resp(200, 8, ""))
-			mustWait(t, p, RouteSignedURL)(resp(http.StatusTooManyRequests, 0, tc.retryAfter))
+			mustWait(t, p, routeSigned)(resp(200, 9, ""))
+			mustWait(t, p, routePublish)(resp(200, 8, ""))
+			mustWait(t, p, routeSigned)(resp(http.StatusTooManyRequests, 0, tc.retryAfter))
 
+			if tc.want == 0 {
+				mustWait(t, p, routePublish)(nil)
+				if n := clk.askedCount(); n != 0 || !logs.contains([]byte("429")) {
+					t.Errorf("after a 429 naming no wait: %d waits (want 0), logged %q", n, logs.String())
+				}
+				return
+			}
 			// The other route of the class is held too.
-			held := waitAsync(context.Background(), p, RoutePublish)
+			held := waitAsync(context.Background(), p, routePublish)
 			clk.awaitParked(t, 1)
 			if got := clk.lastAsked(); got != tc.want {
 				t.Fatalf("hold = %v, want %v", got, tc.want)
@@ -514,22 +519,37 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 	}
 }
 
+// TestPacer429HasNoBackoffOfItsOwn: consecutive 429s with the same
+// Retry-After hold the class for that long each time, never longer: the
+// caller's retry rule (state.Policy) is the only backoff.
+func TestPacer429HasNoBackoffOfItsOwn(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, Options{Jitter: -1})
+	for range 3 {
+		resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, clk.Now(), "30")
+		resp.Header.Del("X-RateLimit-Remaining")
+		mustWait(t, p, routePublish)(resp)
+		mustHoldFor(t, clk, p, routePublish, 30*time.Second, "hold after a 429 with Retry-After 30")
+	}
+}
+
 func TestPacerCapsFarReset(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	var logs syncBuffer
-	p := newTestPacer(t, clk, PacerOptions{Jitter: time.Second, Logger: zerolog.New(&logs)})
+	p := newTestPacer(t, clk, Options{Jitter: time.Second, Logger: zerolog.New(&logs)})
 	t0 := clk.Now()
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
-	held := waitAsync(context.Background(), p, RoutePublish)
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
+	held := waitAsync(context.Background(), p, routePublish)
 	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), DefaultPacerMaxWait+100*time.Millisecond; got != want {
+	if got, want := clk.lastAsked(), DefaultMaxWait+500*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want the cap %v", got, want)
 	}
 	if !logs.contains([]byte("capping")) {
 		t.Errorf("capped wait not logged: %s", logs.String())
 	}
-	clk.Advance(DefaultPacerMaxWait + 500*time.Millisecond)
+	clk.Advance(DefaultMaxWait + 500*time.Millisecond)
 	receive(t, held).release(nil)
 }
 
@@ -538,10 +558,10 @@ func TestPacerClockSkew(t *testing.T) {
 	t.Run("server clock an hour behind", func(t *testing.T) {
 		t.Parallel()
 		clk := newFakeClock()
-		p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+		p := newTestPacer(t, clk, Options{Jitter: -1})
 		server := clk.Now().Add(-time.Hour)
-		mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, server.Add(30*time.Second), server, ""))
-		held := waitAsync(context.Background(), p, RoutePublish)
+		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(30*time.Second), server, ""))
+		held := waitAsync(context.Background(), p, routePublish)
 		clk.awaitParked(t, 1)
 		if got := clk.lastAsked(); got != 30*time.Second {
 			t.Fatalf("wait = %v, want 30s measured on the server's clock", got)
@@ -552,18 +572,18 @@ func TestPacerClockSkew(t *testing.T) {
 	t.Run("reset already past by the server's clock", func(t *testing.T) {
 		t.Parallel()
 		clk := newFakeClock()
-		p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+		p := newTestPacer(t, clk, Options{Jitter: -1})
 		server := clk.Now().Add(10 * time.Second)
-		mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, server.Add(-5*time.Second), server, ""))
+		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(-5*time.Second), server, ""))
 		// Renewed window: the next request goes at once, as its probe.
-		mustWait(t, p, RoutePublish)(nil)
+		mustWait(t, p, routePublish)(nil)
 	})
 	t.Run("no Date header: local clock", func(t *testing.T) {
 		t.Parallel()
 		clk := newFakeClock()
-		p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
-		mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, ""))
-		held := waitAsync(context.Background(), p, RoutePublish)
+		p := newTestPacer(t, clk, Options{Jitter: -1})
+		mustWait(t, p, routePublish)(windowResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, ""))
+		held := waitAsync(context.Background(), p, routePublish)
 		clk.awaitParked(t, 1)
 		if got := clk.lastAsked(); got != 20*time.Second {
 			t.Fatalf("wait = %v, want 20s", got)
@@ -576,12 +596,12 @@ func TestPacerClockSkew(t *testing.T) {
 func TestPacerContextCancel(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
+	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	held := waitAsync(ctx, p, RoutePublish)
+	held := waitAsync(ctx, p, routePublish)
 	clk.awaitParked(t, 1)
 	cancel()
 	r := receive(t, held)
@@ -590,7 +610,7 @@ func TestPacerContextCancel(t *testing.T) {
 	}
 	clk.awaitParked(t, 0)
 
-	if _, err := p.Wait(ctx, RouteGetSplat); !errors.Is(err, context.Canceled) {
+	if _, err := p.Wait(ctx, routeGet, isRead(routeGet)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait with a done context = %v", err)
 	}
 }
@@ -598,23 +618,23 @@ func TestPacerContextCancel(t *testing.T) {
 func TestPacerRoutesShareClassByLimit(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
+	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
-	mustWait(t, p, RouteSignedURL)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 8, t0.Add(time.Minute), t0, ""))
-	mustWait(t, p, RouteGetSplat)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
-	if p.routes[RouteSignedURL].bucket != p.routes[RoutePublish].bucket {
-		t.Error("routes with the same limit should share a bucket")
+	mustWait(t, p, routeSigned)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	if p.routes[routeSigned] != p.routes[routePublish] {
+		t.Error("routes with the same limit should share a class")
 	}
-	if p.routes[RouteGetSplat].bucket == p.routes[RoutePublish].bucket {
-		t.Error("routes with different limits should not share a bucket")
+	if p.routes[routeGet] == p.routes[routePublish] {
+		t.Error("routes with different limits should not share a class")
 	}
-	if b := p.routes[RoutePublish].bucket; b.remaining != 8 {
+	if b := p.routes[routePublish]; b.remaining != 8 {
 		t.Errorf("shared remaining = %d, want 8", b.remaining)
 	}
 	// An older response from the same window cannot raise Remaining.
-	mustWait(t, p, RouteSignedURL)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
-	if b := p.routes[RoutePublish].bucket; b.remaining != 8 {
+	mustWait(t, p, routeSigned)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	if b := p.routes[routePublish]; b.remaining != 8 {
 		t.Errorf("remaining after a stale response = %d, want 8", b.remaining)
 	}
 }
@@ -622,11 +642,11 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 func TestPacerRouteWithoutHeadersIsNotHeld(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
-	mustWait(t, p, RouteGetSplat)(&http.Response{StatusCode: 200, Header: http.Header{}})
+	p := newTestPacer(t, clk, Options{})
+	mustWait(t, p, routeGet)(&http.Response{StatusCode: 200, Header: http.Header{}})
 	var rels []func(*http.Response)
 	for range 5 {
-		rels = append(rels, mustWait(t, p, RouteGetSplat)) // would block if paced
+		rels = append(rels, mustWait(t, p, routeGet)) // would block if paced
 	}
 	for _, r := range rels {
 		r(nil)
@@ -776,8 +796,8 @@ func publishFiles(tb testing.TB, p *Pacer, srv *simServer, workers, files int) f
 	var next atomic.Int32
 	return func(int) {
 		for next.Add(1) <= int32(files) {
-			for _, route := range []string{RouteSignedURL, RoutePublish} {
-				rel, err := p.Wait(context.Background(), route)
+			for _, route := range []string{routeSigned, routePublish} {
+				rel, err := p.Wait(context.Background(), route, isRead(route))
 				if err != nil {
 					tb.Error(err)
 					return
@@ -802,7 +822,7 @@ func seededRand(seed uint64) func() float64 {
 // at its start.
 func pacingRun(tb testing.TB, files, workers, limit int, window time.Duration, seed uint64) (*simServer, float64) {
 	clk := newFakeClock()
-	p := NewPacer(PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(seed)})
+	p := New(Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(seed)})
 	srv := newSimServer(clk, limit, window)
 	drive(tb, clk, workers, publishFiles(tb, p, srv, workers, files))
 	need := 2 * files
@@ -816,17 +836,17 @@ func pacingRun(tb testing.TB, files, workers, limit int, window time.Duration, s
 func TestPacerConcurrentWorkersEarnNo429(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{Rand: seededRand(1)})
+	p := newTestPacer(t, clk, Options{Rand: seededRand(1)})
 	srv := newSimServer(clk, 10, time.Minute)
 
 	const workers, each = 8, 5
 	drive(t, clk, workers, func(w int) {
 		for i := range each {
-			route := RouteSignedURL
+			route := routeSigned
 			if (w+i)%2 == 1 {
-				route = RoutePublish
+				route = routePublish
 			}
-			rel, err := p.Wait(context.Background(), route)
+			rel, err := p.Wait(context.Background(), route, isRead(route))
 			if err != nil {
 				t.Error(err)
 				return
@@ -875,7 +895,7 @@ func TestPacerBatchAtTheLimit(t *testing.T) {
 // gives, from the window before ours until horizon windows have passed.
 func neighbourRun(tb testing.TB, files int, at func(start time.Time) []time.Time, horizon int) (*simServer, *Pacer) {
 	clk := newFakeClock()
-	p := NewPacer(PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(7)})
+	p := New(Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(7)})
 	srv := newSimServer(clk, 10, time.Minute)
 	work := publishFiles(tb, p, srv, 2, files)
 	drive(tb, clk, 3, func(i int) {
@@ -955,33 +975,33 @@ func TestPacerSharesWithANeighbour(t *testing.T) {
 func TestPacerNeighbourSeenFromTheFirstAnswer(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
 	// Alone: 3 of ours out, answers in any order, no one else.
-	mustWait(t, p, RoutePublish)(windowResp(200, 100, 99, reset, t0, ""))
-	a, b := mustWait(t, p, RoutePublish), mustWait(t, p, RoutePublish)
+	mustWait(t, p, routePublish)(windowResp(200, 100, 99, reset, t0, ""))
+	a, b := mustWait(t, p, routePublish), mustWait(t, p, routePublish)
 	b(windowResp(200, 100, 97, reset, t0, ""))
 	a(windowResp(200, 100, 98, reset, t0, ""))
-	bk := p.routes[RoutePublish].bucket
-	if bk.own != 3 || bk.foreign != 0 {
-		t.Fatalf("alone: own %d foreign %d, want 3 and 0", bk.own, bk.foreign)
+	bk := p.routes[routePublish]
+	if bk.own != 3 || bk.others != 0 {
+		t.Fatalf("alone: own %d others %d, want 3 and 0", bk.own, bk.others)
 	}
 	// Two more went to someone else before our next answer.
-	mustWait(t, p, RoutePublish)(windowResp(200, 100, 94, reset, t0, ""))
-	if bk.own != 4 || bk.foreign != 2 {
-		t.Fatalf("shared: own %d foreign %d, want 4 and 2", bk.own, bk.foreign)
+	mustWait(t, p, routePublish)(windowResp(200, 100, 94, reset, t0, ""))
+	if bk.own != 4 || bk.others != 2 {
+		t.Fatalf("shared: own %d others %d, want 4 and 2", bk.own, bk.others)
 	}
 	// Now we share: 94 left, the neighbour expected to spend as much again
-	// as it has (2), two clients so 50 of the window are ours and we have
-	// had 4: 46 more, at once (many are left), then none until Reset.
-	for range 46 {
-		mustWait(t, p, RoutePublish)(nil)
+	// as it has (2 more): 92 more are ours, at once (our count includes
+	// everyone's but a round trip's), then none until Reset.
+	for range 92 {
+		mustWait(t, p, routePublish)(nil)
 	}
 	if n := clk.askedCount(); n != 0 {
 		t.Fatalf("the pacer waited %d times within our share", n)
 	}
-	mustHoldFor(t, clk, p, RoutePublish, 60*time.Second, "wait after our share (until Reset)")
+	mustHoldFor(t, clk, p, routePublish, 60*time.Second, "wait after our share (until Reset)")
 }
 
 // TestPacerClassProbeHoldsASlotInKnownWindows: the first request of a new
@@ -990,13 +1010,13 @@ func TestPacerNeighbourSeenFromTheFirstAnswer(t *testing.T) {
 func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
+	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
-	mustWait(t, p, RouteSignedURL)(windowResp(200, 10, 1, reset, t0, "")) // one left in this window
+	mustWait(t, p, routeSigned)(windowResp(200, 10, 1, reset, t0, "")) // one left in this window
 
-	probe := mustWait(t, p, RoutePublish) // new route: a class probe
-	held := waitAsync(context.Background(), p, RouteSignedURL)
+	probe := mustWait(t, p, routePublish) // new route: a class probe
+	held := waitAsync(context.Background(), p, routeSigned)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, held) // the last slot is the probe's
 
@@ -1016,51 +1036,47 @@ func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
+	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
-	mustWait(t, p, RoutePublish)(windowResp(200, 10, 0, reset, t0, "")) // strict, spent
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, reset, t0, "")) // strict, spent
 
-	poll := receive(t, waitAsync(context.Background(), p, RouteGetSplat))
-	if b := p.routes[RoutePublish].bucket; b.inFlight != 0 {
+	poll := receive(t, waitAsync(context.Background(), p, routeGet))
+	if b := p.routes[routePublish]; b.inFlight != 0 {
 		t.Errorf("the read probe was counted in the strict window (in flight %d)", b.inFlight)
 	}
 	poll.release(windowResp(200, 240, 239, reset, t0, ""))
-	if got := p.routes[RouteGetSplat].bucket.class; got != "normal" {
+	if got := ClassName(p.routes[routeGet].limit); got != "normal" {
 		t.Fatalf("get_splat class = %q, want normal", got)
 	}
-	mustHoldFor(t, clk, p, RouteSignedURL, 60*time.Second+500*time.Millisecond/5,
+	mustHoldFor(t, clk, p, routeSigned, 60*time.Second+500*time.Millisecond/5,
 		"a write route's first request while the strict window is spent (until Reset)")
 
 	// A second pacer where a read route is known to be strict: the first
 	// request of another read route waits for the strict window too.
 	clk2 := newFakeClock()
-	q := newTestPacer(t, clk2, PacerOptions{})
+	q := newTestPacer(t, clk2, Options{})
 	t1 := clk2.Now()
-	mustWait(t, q, RouteCheckpoints)(windowResp(200, 10, 0, t1.Add(60*time.Second), t1, ""))
-	mustHoldFor(t, clk2, q, RouteGetSplat, 60*time.Second+500*time.Millisecond/5,
+	mustWait(t, q, routeCheckpoints)(windowResp(200, 10, 0, t1.Add(60*time.Second), t1, ""))
+	mustHoldFor(t, clk2, q, routeGet, 60*time.Second+500*time.Millisecond/5,
 		"a read route's first request while a class holding a read route is spent (until Reset)")
 }
 
-// TestReservationCancelledCostsNothing: a slot reserved and given back
-// unused (the file changed, a shutdown) does not count against the window.
-func TestReservationCancelledCostsNothing(t *testing.T) {
+// TestPacerNotSentCostsNothing: a slot admitted and given back unused (a
+// reservation cancelled: the file changed, a shutdown) does not count
+// against the window.
+func TestPacerNotSentCostsNothing(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{})
-	c := &Client{pacer: p}
+	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
-	mustWait(t, p, RoutePublish)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
 	for range 2 {
-		r, err := c.Reserve(context.Background(), RoutePublish)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Cancel()
+		mustWait(t, p, routePublish)(NotSent)
 	}
-	b := p.routes[RoutePublish].bucket
+	b := p.routes[routePublish]
 	if b.remaining != 239 || b.inFlight != 0 || b.own != 1 {
-		t.Errorf("after 2 unused reservations: remaining %d, in flight %d, own %d; want 239, 0 and 1", b.remaining, b.inFlight, b.own)
+		t.Errorf("after 2 unused slots: remaining %d, in flight %d, own %d; want 239, 0 and 1", b.remaining, b.inFlight, b.own)
 	}
 }
 
@@ -1070,13 +1086,42 @@ func TestReservationCancelledCostsNothing(t *testing.T) {
 func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
+	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
 	clk.Advance(100 * time.Millisecond) // an answer early in second t0
-	mustWait(t, p, RoutePublish)(windowResp(200, 100, 99, t0.Add(10*time.Second), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 100, 99, t0.Add(10*time.Second), t0, ""))
 	clk.Advance(10*time.Second + 800*time.Millisecond) // the next window, late in second t0+10
-	mustWait(t, p, RoutePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), ""))
+	mustWait(t, p, routePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), ""))
 	// Reset t0+20 is 9.1 s away from now (t0+10.9), plus the first
 	// answer's 0.1 s lag: 9.2 s, not the 10 s that now - Date would say.
-	mustHoldFor(t, clk, p, RoutePublish, 9200*time.Millisecond, "wait for Reset")
+	mustHoldFor(t, clk, p, routePublish, 9200*time.Millisecond, "wait for Reset")
+}
+
+// TestPacerShareMemory: the others' expected use per window follows what
+// they spent when we looked as late as they first showed; when we did not,
+// it is kept, for ten quiet windows, and then halves.
+func TestPacerShareMemory(t *testing.T) {
+	t.Parallel()
+	c := &class{limit: 10, look: 50 * time.Second, others: 5, late: 5 * time.Second}
+	c.roll(0) // we stopped looking 50 s before Reset; they showed 5 s before it
+	if c.expect != 5 {
+		t.Fatalf("expect after a window with others = %d, want 5", c.expect)
+	}
+	for w := 1; w <= 10; w++ {
+		c.look = 50 * time.Second
+		c.roll(0)
+		if c.expect != 5 {
+			t.Fatalf("quiet window %d, looked early: expect %d, want 5 kept", w, c.expect)
+		}
+	}
+	c.look = 50 * time.Second
+	c.roll(0)
+	if c.expect != 2 {
+		t.Errorf("the 11th quiet window: expect %d, want 2 (halved)", c.expect)
+	}
+	c.late, c.look, c.expect, c.quiet = 9*time.Second, 9*time.Second, 4, 0
+	c.roll(0) // we looked as late as they first showed, and none came
+	if c.expect != 2 {
+		t.Errorf("a window seen late enough without others: expect %d, want 2 (halved)", c.expect)
+	}
 }

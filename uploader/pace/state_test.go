@@ -1,4 +1,4 @@
-package api
+package pace
 
 import (
 	"context"
@@ -13,13 +13,13 @@ import (
 	"github.com/rs/zerolog"
 )
 
-func readState(t *testing.T, path string) pacerFile {
+func readState(t *testing.T, path string) stateFile {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f pacerFile
+	var f stateFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
@@ -34,24 +34,23 @@ func TestPacerStateWaitsOutASpentWindowAfterRestart(t *testing.T) {
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
-	a := newTestPacer(t, clk, PacerOptions{StateFile: path})
-	mustWait(t, a, RouteSignedURL)(srv.handle())
-	clk.Advance(time.Second) // past the opener's wait for others' first requests
+	a := newTestPacer(t, clk, Options{StateFile: path})
+	mustWait(t, a, routeSigned)(srv.handle())
 	for range 3 {
-		mustWait(t, a, RouteSignedURL)(srv.handle())
+		mustWait(t, a, routeSigned)(srv.handle())
 	}
-	mustWait(t, a, RoutePublish) // a class probe: it may be of the same class, and takes the last slot
+	mustWait(t, a, routePublish) // a class probe: it may be of the same class, and takes the last slot
 	f := readState(t, path)
-	if len(f.Classes) != 1 || f.Classes[0].Remaining != 0 || f.Routes[RouteSignedURL] != 5 {
+	if len(f.Classes) != 1 || f.Classes[0].Remaining != 0 || f.Routes[routeSigned] != 5 {
 		t.Fatalf("state before the last request leaves = %+v, want the window spent", f)
 	}
 	srv.handle() // the last request reaches the server; the process is killed before the answer
 
-	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
-	if rt := b.routes[RouteSignedURL]; rt == nil || rt.bucket == nil || rt.bucket.limit != 5 {
+	b := newTestPacer(t, clk, Options{StateFile: path})
+	if rt := b.routes[routeSigned]; rt == nil || rt.limit != 5 {
 		t.Fatal("the route's class was not loaded")
 	}
-	held := waitAsync(context.Background(), b, RouteSignedURL)
+	held := waitAsync(context.Background(), b, routeSigned)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, held)
 	reset := epoch.Add(10 * time.Second)
@@ -74,28 +73,27 @@ func TestPacerStateStaleRemainingIsConfirmedFirst(t *testing.T) {
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
-	a := newTestPacer(t, clk, PacerOptions{StateFile: path, PersistInterval: time.Hour})
-	// Three requests, written after the first only.
-	mustWait(t, a, RouteSignedURL)(srv.handle())
-	clk.Advance(time.Second) // past the opener's wait for others' first requests
-	for range 2 {
-		mustWait(t, a, RouteSignedURL)(srv.handle())
+	a := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: time.Hour})
+	// Three requests, written (behind, as Run would) after the first only.
+	mustWait(t, a, routeSigned)(srv.handle())
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	a.mu.Lock()
-	a.persist.waitIdleLocked()
-	a.mu.Unlock()
+	for range 2 {
+		mustWait(t, a, routeSigned)(srv.handle())
+	}
 	if got := readState(t, path).Classes[0].Remaining; got != 4 {
 		t.Fatalf("file remaining = %d, want 4 (behind by two)", got)
 	}
 
-	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
-	first := mustWait(t, b, RouteSignedURL)
-	second := waitAsync(context.Background(), b, RouteSignedURL)
+	b := newTestPacer(t, clk, Options{StateFile: path})
+	first := mustWait(t, b, routeSigned)
+	second := waitAsync(context.Background(), b, routeSigned)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, second) // one at a time until the window is confirmed
 	first(srv.handle())      // the server has 1 left
 	receive(t, second).release(srv.handle())
-	third := waitAsync(context.Background(), b, RouteSignedURL)
+	third := waitAsync(context.Background(), b, routeSigned)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, third)
 	clk.AdvanceToNext()
@@ -110,16 +108,16 @@ func TestPacerStateKeepsA429Hold(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
-	a := newTestPacer(t, clk, PacerOptions{StateFile: path, PersistInterval: time.Hour})
+	a := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: time.Hour})
 	t0 := clk.Now()
 	resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, t0, "30")
 	resp.Header.Del("X-RateLimit-Remaining") // no window, only the hold
-	mustWait(t, a, RoutePublish)(resp)
+	mustWait(t, a, routePublish)(resp)
 
-	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
-	held := waitAsync(context.Background(), b, RoutePublish)
+	b := newTestPacer(t, clk, Options{StateFile: path})
+	held := waitAsync(context.Background(), b, routePublish)
 	clk.awaitParked(t, 1)
-	if got, want := clk.lastAsked(), 30*time.Second+500*time.Millisecond; got != want {
+	if got, want := clk.lastAsked(), 30*time.Second+DefaultJitter/2; got != want {
 		t.Fatalf("hold after the restart = %v, want %v", got, want)
 	}
 	clk.AdvanceToNext()
@@ -133,15 +131,15 @@ func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
 	clk := newFakeClock()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pacer.json")
-	a := newTestPacer(t, clk, PacerOptions{StateFile: path})
+	a := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
-	mustWait(t, a, RoutePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
+	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
 	clk.Advance(time.Minute + time.Second)
 
-	b := newTestPacer(t, clk, PacerOptions{StateFile: path})
-	mustWait(t, b, RoutePublish)(nil) // at once: the window is over
-	if bk := b.routes[RoutePublish].bucket; bk.known || bk.limit != 10 {
-		t.Errorf("loaded bucket known=%v limit=%d, want an unknown window of limit 10", bk.known, bk.limit)
+	b := newTestPacer(t, clk, Options{StateFile: path})
+	mustWait(t, b, routePublish)(nil) // at once: the window is over
+	if bk := b.routes[routePublish]; !bk.resetAt.IsZero() || bk.limit != 10 {
+		t.Errorf("loaded class reset at %v, limit %d; want an unknown window of limit 10", bk.resetAt, bk.limit)
 	}
 
 	bad := filepath.Join(dir, "bad.json")
@@ -149,8 +147,8 @@ func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	c := newTestPacer(t, clk, PacerOptions{StateFile: bad, Logger: zerolog.New(&logs)})
-	mustWait(t, c, RoutePublish)(nil)
+	c := newTestPacer(t, clk, Options{StateFile: bad, Logger: zerolog.New(&logs)})
+	mustWait(t, c, routePublish)(nil)
 	if !logs.contains([]byte("ignoring the saved rate-limit state")) {
 		t.Errorf("an unreadable state file was not logged: %s", logs.String())
 	}
@@ -159,7 +157,7 @@ func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
 // BenchmarkPacerRelease measures the hot path, one Wait and its release, on
 // a class with plenty left, the fake clock 100 ms further at each request (a
 // busy normal class is 4 per second): without a state file, with one
-// (written behind at most every 500 ms), and writing at every release.
+// written behind by Run at most every 500 ms, and by Run at every release.
 func BenchmarkPacerRelease(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
@@ -172,13 +170,15 @@ func BenchmarkPacerRelease(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			clk := newFakeClock()
-			o := PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: func() float64 { return 0.5 }, PersistInterval: bc.interval}
+			o := Options{Now: clk.Now, Timer: clk.Timer, Rand: func() float64 { return 0.5 }, PersistInterval: bc.interval}
 			if bc.file {
 				o.StateFile = filepath.Join(b.TempDir(), "pacer.json")
 			}
-			p := NewPacer(o)
-			b.Cleanup(func() { _ = p.Flush() })
-			ctx := context.Background()
+			p := New(o)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			b.Cleanup(func() { cancel(); <-done })
 			// A fixed-window server with room for every request of a
 			// window: 600 at 100 ms apart.
 			const limit = 1000
@@ -186,7 +186,7 @@ func BenchmarkPacerRelease(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				clk.Advance(100 * time.Millisecond)
-				rel, err := p.Wait(ctx, RouteGetSplat)
+				rel, err := p.Wait(ctx, routeGet, isRead(routeGet))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -196,10 +196,6 @@ func BenchmarkPacerRelease(b *testing.B) {
 				}
 				left--
 				rel(windowResp(200, limit, left, reset, now, ""))
-			}
-			if p.persist != nil {
-				_ = p.Flush()
-				b.ReportMetric(float64(p.persist.written)/float64(b.N), "writes/op")
 			}
 		})
 	}
@@ -214,14 +210,13 @@ func restartRun(tb testing.TB, k int, interval time.Duration) (beforeReset, r429
 	clk := newFakeClock()
 	path := filepath.Join(tb.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
-	o := PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(uint64(k)), StateFile: path, PersistInterval: interval}
-	a := NewPacer(o)
+	o := Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(uint64(k)), StateFile: path, PersistInterval: interval}
+	a := New(o)
 	tb.Cleanup(func() { _ = a.Flush() }) // let a write behind end before the directory goes
 	for i := range k {
 		if i == 1 {
-			clk.Advance(time.Second) // past the opener's wait for others' first requests
 		}
-		rel, err := a.Wait(context.Background(), RouteSignedURL)
+		rel, err := a.Wait(context.Background(), routeSigned, isRead(routeSigned))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -231,7 +226,7 @@ func restartRun(tb testing.TB, k int, interval time.Duration) (beforeReset, r429
 		}
 	}
 	first := len(srv.sentAt)
-	b := NewPacer(o)
+	b := New(o)
 	tb.Cleanup(func() { _ = b.Flush() })
 	drive(tb, clk, 2, publishFiles(tb, b, srv, 2, 3))
 	reset := epoch.Add(10 * time.Second)
@@ -267,17 +262,17 @@ func TestPacerStateRestartAtEveryPoint(t *testing.T) {
 // directory's fsync), as done for a spent window or a 429 hold.
 func BenchmarkPacerStateWrite(b *testing.B) {
 	clk := newFakeClock()
-	p := NewPacer(PacerOptions{Now: clk.Now, Timer: clk.Timer, StateFile: filepath.Join(b.TempDir(), "pacer.json")})
+	p := New(Options{Now: clk.Now, Timer: clk.Timer, StateFile: filepath.Join(b.TempDir(), "pacer.json")})
 	t0 := clk.Now()
 	mustWaitB := func(route string, resp *http.Response) {
-		rel, err := p.Wait(context.Background(), route)
+		rel, err := p.Wait(context.Background(), route, isRead(route))
 		if err != nil {
 			b.Fatal(err)
 		}
 		rel(resp)
 	}
-	mustWaitB(RoutePublish, windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
-	mustWaitB(RouteGetSplat, windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWaitB(routePublish, windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWaitB(routeGet, windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
 	_ = p.Flush()
 	for _, durable := range []bool{false, true} {
 		name := "behind"
@@ -285,12 +280,8 @@ func BenchmarkPacerStateWrite(b *testing.B) {
 			name = "durable"
 		}
 		b.Run(name, func(b *testing.B) {
-			p.mu.Lock()
-			s := p.snapshotLocked(clk.Now(), true, true)
-			p.mu.Unlock()
-			s.durable = durable
 			for b.Loop() {
-				if err := p.persist.writeFile(s); err != nil {
+				if err := p.save(durable); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -329,5 +320,73 @@ func BenchmarkPacerFigures(b *testing.B) {
 		}
 		b.ReportMetric(float64(spent), "restart_sent_before_reset")
 		b.ReportMetric(float64(r429), "restart_429s")
+	}
+}
+
+// TestPacerStatePollKnownAfterRestart: a route's class, once learned, is
+// known from the first request after a restart. The batch's last publishes
+// spent the strict window; the restarted daemon's first poll (a normal-class
+// read route) goes at once, in its own class only (not as a probe that could
+// be in the strict one), and a publish still waits for the strict Reset.
+func TestPacerStatePollKnownAfterRestart(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	a := newTestPacer(t, clk, Options{StateFile: path})
+	t0 := clk.Now()
+	mustWait(t, a, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, "")) // spent: written at once
+
+	b := newTestPacer(t, clk, Options{StateFile: path})
+	poll := mustWait(t, b, routeGet)
+	if n, strict := clk.askedCount(), b.classes[10]; n != 0 || len(b.probes) != 0 || strict.inFlight != 0 {
+		t.Fatalf("the restarted daemon's first poll: %d waits, %d probes, %d in flight in the strict class; want 0, 0, 0",
+			n, len(b.probes), strict.inFlight)
+	}
+	poll(windowResp(200, 240, 230, t0.Add(time.Minute), t0, ""))
+	held := waitAsync(context.Background(), b, routePublish)
+	clk.awaitParked(t, 1)
+	mustNotReturn(t, held)
+	if got := clk.Now().Add(clk.lastAsked()); got.Before(t0.Add(time.Minute)) {
+		t.Fatalf("a publish after the restart would leave at %v, before the strict Reset", got.Sub(t0))
+	}
+	clk.AdvanceToNext()
+	receive(t, held).release(nil)
+}
+
+// TestPacerRunWritesBehind: ordinary changes reach the file through Run (no
+// goroutine of the constructor's), and Run writes once more when its context
+// ends.
+func TestPacerRunWritesBehind(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	p := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: -1})
+	t0 := clk.Now()
+	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	if _, err := os.Stat(path); err == nil {
+		t.Fatal("an ordinary change was written without Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	mustWait(t, p, routeGet)(windowResp(200, 240, 238, t0.Add(time.Minute), t0, ""))
+	guard := time.Now().Add(10 * time.Second) // a hang guard only: Run writes at once (interval -1)
+	for {
+		if data, err := os.ReadFile(path); err == nil && json.Valid(data) && readState(t, path).Routes[routeGet] == 240 {
+			break
+		}
+		if time.Now().After(guard) {
+			t.Fatal("Run did not write the state behind")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mustWait(t, p, routeCheckpoints)(windowResp(200, 240, 237, t0.Add(time.Minute), t0, ""))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if f := readState(t, path); f.Routes[routeCheckpoints] != 240 || f.Classes[0].Remaining != 237 {
+		t.Errorf("state after Run ended = %+v, want the last answer in it", f)
 	}
 }

