@@ -157,4 +157,3 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 	j.Parked = fmt.Sprintf("another daemon is uploading this content's session (%d of %d parts stored)", have, v.Parts)
 	return j, true
 }
-
