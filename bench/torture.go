@@ -83,6 +83,7 @@ func scenarios() []scenario {
 		{"v1-sigkill", runV1Kill},
 		{"strict-sigkill", runStrictKill},
 		{"fleet", runFleet},
+		{"fleet-5", runFleet5},
 	}
 }
 
