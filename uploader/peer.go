@@ -45,6 +45,29 @@ type PeerOutcome struct {
 // on. Any other error means none will come (the file is gone).
 var ErrNoPeerReceipt = errors.New("no receipt from another daemon for this content")
 
+// v1Exists records that the session was completed (by us before a crash,
+// or by a peer): the splat exists and nothing is uploaded again. The splat
+// id is taken from the session when it names it, else from the receipt of
+// the peer that completed it (v1AwaitReceipt), else the complete is
+// replayed (200, same body), once.
+func (p *Pool) v1Exists(j state.Job, s api.UploadSession, to state.Stage) (state.Job, error) {
+	v1Sync(&j, s)
+	if s.SplatID == "" {
+		// A peer's session: its receipt names the splat, at no API cost.
+		if next, parked, err := p.v1AwaitReceipt(j, to); parked || err != nil {
+			return next, err
+		}
+	}
+	next, err := p.v1Move(j, to, "")
+	if err != nil {
+		return j, err
+	}
+	next.SplatID = s.SplatID
+	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Str("status", string(s.Status)).
+		Str("splat", s.SplatID).Msg("upload session already completed: not uploading again")
+	return next, nil
+}
+
 // v1Waiting continues the wait for a peer's receipt of a job that began it
 // (before any API call). ok is false when the job is not waiting.
 func (p *Pool) v1Waiting(j state.Job) (state.Job, bool, error) {
