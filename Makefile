@@ -6,7 +6,7 @@ BIN     := bin/splatd
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test test-s3 vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-systemd clean
+.PHONY: all build test test-s3 vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-kube test-systemd clean
 
 all: build
 
@@ -75,6 +75,11 @@ image: build
 # The image under podman against the simulator on loopback (deploy/test/image.sh).
 test-image: image
 	bash deploy/test/image.sh
+
+# deploy/kubernetes' sidecar and fleet manifests under `podman kube play`
+# against the simulator on loopback (deploy/test/kube.sh).
+test-kube: image
+	bash deploy/test/kube.sh
 
 # The unit under a real systemd booted with systemd-nspawn, installed as the
 # README says (deploy/test/systemd.sh; root only; the first run on a machine

@@ -20,23 +20,59 @@ import (
 // the strict class, 5 per 10 s window, as in the pacing figures; the other
 // routes stay in the normal class at the real account's 240 (per window).
 const (
-	fleetDaemons = 3
-	fleetLimit   = 5
-	fleetWindow  = 10 * time.Second
+	fleetLimit  = 5
+	fleetWindow = 10 * time.Second
 )
 
-// runFleet: three daemons, each with its own state directory and config,
+// A fleet scenario's size and targets.
+type fleetSpec struct {
+	daemons, files, quickFiles int
+	max429                     int
+}
+
+// The fleets of the figures: 3 daemons on 30 files, 5 on 60.
+var (
+	fleet3 = fleetSpec{daemons: 3, files: 30, quickFiles: 10, max429: 3}
+	fleet5 = fleetSpec{daemons: 5, files: 60, quickFiles: 10, max429: 5}
+)
+
+// The targets every fleet shares: completes per file (a peer takes the
+// splat from the owner's receipt, not from a replayed complete), the body
+// bytes storage read over the files' size, the time over the limit's
+// minimum.
+const (
+	fleetMaxCompletesPerFile = 1.1
+	fleetMaxBytesRatio       = 1.1
+	fleetMaxTimeRatio        = 1.3
+)
+
+func runFleet(ctx context.Context, e *tenv) error { return runFleetOf(ctx, e, fleet3) }
+
+// runFleet5 is the five-daemon figure of the full run. The quick run (make
+// test) leaves it out: five more daemons built with -race on a test
+// machine, and the three-daemon fleet already runs the same code paths.
+func runFleet5(ctx context.Context, e *tenv) error {
+	if e.o.Quick {
+		return &skipError{reason: "the full run's figure only (fleet covers the quick run)"}
+	}
+	return runFleetOf(ctx, e, fleet5)
+}
+
+// runFleetOf: N daemons, each with its own state directory and config,
 // one token, one shared folder that already holds the files (most of them
-// multi-part) when they all start at once: api.protocol v1, where the
-// content-derived Idempotency-Key makes every daemon reach the same upload
-// session. Targets: every file published once; at most 3 responses 429 in
-// all; from the first complete to the last file's receipt within 1.3× the
-// minimum the limit allows for one complete per file, (ceil(files/5) - 1)
-// windows (a note in the quick run, whose few windows make the ratio
-// noise); the body bytes storage read across the fleet at most 1.25× the
-// files' total size; every daemon's job for every file done, and no error
-// logged by any daemon (a file a peer finished is no error).
-func runFleet(ctx context.Context, e *tenv) error {
+// multi-part) when they all start at once: api.protocol v1 on the strict
+// simulator (a session names no splat), where the content-derived
+// Idempotency-Key makes every daemon reach the same upload session. Each
+// daemon takes the backlog in its own rendezvous order. Targets: every file
+// published once; at most spec.max429 responses 429 in all; at most 1.1
+// completes (new and replayed) per file; from the first complete to the
+// last file's receipt within 1.3× the minimum the limit allows for one
+// complete per file, (ceil(files/5) - 1) windows (a note in the quick run,
+// whose few windows make the ratio noise); the body bytes storage read
+// across the fleet at most 1.1× the files' total size; every daemon's job
+// for every file done, and no error logged by any daemon (a file a peer
+// finished is no error).
+func runFleetOf(ctx context.Context, e *tenv, spec fleetSpec) error {
 	rl := &requestLog{routes: map[string]bool{apisim.RouteV1Complete: true}}
 	so := apisim.Options{Window: fleetWindow, PartSize: v1PartSizeTorture,
 		Limits:  map[apisim.Class]int{apisim.ClassStrict: fleetLimit, apisim.ClassNormal: apisim.DefaultNormalLimit, apisim.ClassAssets: apisim.DefaultAssetsLimit},
@@ -45,7 +81,7 @@ func runFleet(ctx context.Context, e *tenv) error {
 	if err := e.setup(so, DaemonConfig{Protocol: "v1", ParallelParts: 4}); err != nil {
 		return err
 	}
-	files := e.count(10, 30)
+	files := e.count(spec.quickFiles, spec.files)
 	for i := range files {
 		if err := e.writeFile(i, v1Splats(i)); err != nil {
 			return err
@@ -62,7 +98,7 @@ func runFleet(ctx context.Context, e *tenv) error {
 	// Daemon 1 is the scenario's own (e.cfg, e.d); the peers share its inbox.
 	cfgs := []string{e.cfgPath}
 	states := []string{e.cfg.StateDir}
-	for i := 2; i <= fleetDaemons; i++ {
+	for i := 2; i <= spec.daemons; i++ {
 		c := DaemonConfig{Sim: e.sim, Dir: filepath.Join(e.dir, fmt.Sprintf("peer-%d", i)), Inbox: e.cfg.Inbox, Protocol: "v1", ParallelParts: 4}
 		p, err := c.Write()
 		if err != nil {
@@ -121,15 +157,21 @@ func runFleet(ctx context.Context, e *tenv) error {
 	received, _, _ := sessionTotals(st)
 	sent := received + st.UploadBytes
 	bytesRatio := float64(sent) / float64(total)
-	e.note("%d daemons, one token, one folder of %d files (%.1f MB): %d sessions, %d creates + %d replays, %d completes + %d replays, %d splats; %d 429s (target <= 3)",
-		fleetDaemons, files, float64(total)/1e6, len(e.sim.Sessions()), st.Creates, st.CreateReplays, st.Completes, st.CompleteReplays, st.V1Splats, st.RateLimited)
-	e.note("storage read %.1f MB across the fleet: %.3f x the files' size (target <= 1.25); %d part PUTs of a part already held",
-		float64(sent)/1e6, bytesRatio, partsResent(st))
-	if st.RateLimited > 3 {
-		e.problem("%d responses 429 across the fleet (target <= 3)", st.RateLimited)
+	perFile := float64(st.Completes+st.CompleteReplays) / float64(files)
+	e.note("%d daemons, one token, one folder of %d files (%.1f MB): %d sessions, %d creates + %d replays, %d completes + %d replays, %d splats",
+		spec.daemons, files, float64(total)/1e6, len(e.sim.Sessions()), st.Creates, st.CreateReplays, st.Completes, st.CompleteReplays, st.V1Splats)
+	e.note("fleet figure: 429s %d (target <= %d)", st.RateLimited, spec.max429)
+	e.note("fleet figure: completes per file %.3f (target <= %.1f)", perFile, fleetMaxCompletesPerFile)
+	e.note("fleet figure: bytes to storage %.3f x the files' size, %.1f MB (target <= %.1f); %d part PUTs of a part already held",
+		bytesRatio, float64(sent)/1e6, fleetMaxBytesRatio, partsResent(st))
+	if st.RateLimited > spec.max429 {
+		e.problem("%d responses 429 across the fleet (target <= %d)", st.RateLimited, spec.max429)
 	}
-	if bytesRatio > 1.25 {
-		e.problem("storage read %.3f x the files' size across the fleet (target <= 1.25)", bytesRatio)
+	if perFile > fleetMaxCompletesPerFile {
+		e.problem("%.3f completes per file across the fleet (target <= %.1f)", perFile, fleetMaxCompletesPerFile)
+	}
+	if bytesRatio > fleetMaxBytesRatio {
+		e.problem("storage read %.3f x the files' size across the fleet (target <= %.1f)", bytesRatio, fleetMaxBytesRatio)
 	}
 	if first.IsZero() {
 		e.problem("no complete was made")
@@ -138,10 +180,10 @@ func runFleet(ctx context.Context, e *tenv) error {
 	e.note("completes per window (answered@start s), as the simulator opens them: %v (full: %d each)", perWindow, fleetLimit)
 	took := finished.Sub(first)
 	ratio := took.Seconds() / minimum.Seconds()
-	e.note("first complete to last receipt %s: %.3f x the limit's minimum %s = (ceil(%d/%d)-1) x %s (target <= 1.3)",
-		took.Round(100*time.Millisecond), ratio, minimum, files, fleetLimit, fleetWindow)
-	if ratio > 1.3 && !e.o.Quick {
-		e.problem("the fleet took %.3f x the limit's minimum (target <= 1.3)", ratio)
+	e.note("fleet figure: time %.3f x the limit's minimum: first complete to last receipt %s, minimum %s = (ceil(%d/%d)-1) x %s (target <= %.1f)",
+		ratio, took.Round(100*time.Millisecond), minimum, files, fleetLimit, fleetWindow, fleetMaxTimeRatio)
+	if ratio > fleetMaxTimeRatio && !e.o.Quick {
+		e.problem("the fleet took %.3f x the limit's minimum (target <= %.1f)", ratio, fleetMaxTimeRatio)
 	}
 	return nil
 }

@@ -87,6 +87,7 @@ func scenarios() []scenario {
 		{"strict-sigkill", runStrictKill},
 		{"fleet", runFleet},
 		{"hostile-folder", runHostileFolder},
+		{"fleet-5", runFleet5},
 	}
 }
 

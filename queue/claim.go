@@ -3,6 +3,8 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -10,20 +12,33 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// Claim hands out the runnable job with the earliest NextAttempt not after
-// now that no other caller holds, and marks it held until Release. ok is
-// false when nothing is due. It is safe for many goroutines: the claimed set
-// is guarded by a mutex and, as only one process can open the store, needs
-// no persistence (a restart frees every claim, which is the recovery).
+// claimWindow is how many of the earliest due jobs Claim ranks: enough to
+// spread a fleet's first picks over a folder's backlog, few enough that a
+// claim costs a bounded number of reads however long the backlog is.
+const claimWindow = 128
+
+// Claim hands out a runnable job due not after now that no other caller
+// holds, and marks it held until Release. ok is false when nothing is due.
+// A job that has begun (any stage but queued, or queued again after an
+// attempt) goes first, the earliest due first. Otherwise, with
+// Options.Identity set, the queued job with the lowest rendezvous rank
+// among the first claimWindow due ones: each daemon of a fleet sharing a
+// folder takes the backlog in its own order, so they start on different
+// files and meet only at the end. It is safe for many goroutines: the
+// claimed set is guarded by a mutex and, as only one process can open the
+// store, needs no persistence (a restart frees every claim, which is the
+// recovery).
 func (s *Store) Claim(now time.Time) (job state.Job, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var best uint64
 	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketDue).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		seen := 0
+		for k, _ := c.First(); k != nil && seen < claimWindow; k, _ = c.Next() {
 			at, id := splitTimeKey(k)
 			if at.After(now) {
-				return nil
+				break
 			}
 			if _, held := s.claimed[id]; held {
 				continue
@@ -32,13 +47,36 @@ func (s *Store) Claim(now time.Time) (job state.Job, ok bool, err error) {
 			if err != nil {
 				return err
 			}
-			job, ok = j, true
-			s.claimed[id] = struct{}{}
-			return nil
+			seen++
+			if s.o.Identity == "" || j.Stage != state.Queued || j.Attempts > 0 {
+				job, ok = j, true
+				return nil
+			}
+			if r := rendezvous(j, s.o.Identity); !ok || r < best {
+				job, ok, best = j, true, r
+			}
 		}
 		return nil
 	})
+	if ok {
+		s.claimed[job.ID] = struct{}{}
+	}
 	return job, ok, err
+}
+
+// rendezvous is a queued job's rank for a daemon: a hash of the file's key
+// (its path under its watch folder, and its size: what every daemon of a
+// fleet sees the same before hashing) and the daemon's identity.
+func rendezvous(j state.Job, identity string) uint64 {
+	key := j.Path
+	if j.Root != "" {
+		if rel, err := filepath.Rel(j.Root, j.Path); err == nil {
+			key = filepath.ToSlash(rel)
+		}
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d\x00%s", key, j.Size, identity)
+	return h.Sum64()
 }
 
 // NextDue returns when the earliest unclaimed runnable job is due; ok is

@@ -118,6 +118,11 @@ type Options struct {
 	// NoSync skips fsync on commit. Only for benchmarks and tests that do
 	// not crash: without fsync a power loss can lose committed stages.
 	NoSync bool
+	// Identity is this daemon's name in a fleet (daemons sharing one
+	// folder): the claim order of queued jobs is a rendezvous hash of each
+	// file's key and Identity (see Claim), so that daemons with different
+	// identities start on different files. Empty: the plain due order.
+	Identity string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives open, recovery and prune lines; the caller scopes it

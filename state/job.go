@@ -166,6 +166,11 @@ type Job struct {
 	PublishedAt *time.Time `json:"published_at,omitempty"`
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
 
+	// Parked says why a job waits on another daemon of a fleet (a peer
+	// uploading its content's session, or a peer's receipt): it holds no
+	// worker and is looked at again at NextAttempt. "" when not parked.
+	Parked string `json:"parked,omitempty"`
+
 	LastError  string `json:"last_error,omitempty"`
 	LastStatus int    `json:"last_status,omitempty"` // HTTP status of the last error, 0 if none
 	FailReason string `json:"fail_reason,omitempty"`
@@ -249,6 +254,16 @@ type Session struct {
 	PeerSince time.Time `json:"peer_since,omitzero"`
 	PeerParts int       `json:"peer_parts,omitempty"`
 	PeerPolls int       `json:"peer_polls,omitempty"`
+
+	// ReceiptSince is when the job found its session completed by a peer
+	// without the splat's id, and began waiting for the peer's receipt;
+	// zero when not waiting. NoReceipt records that the wait ended without
+	// one (the complete is then replayed, once). FromPeer marks an outcome
+	// taken from a peer's receipt: it is done without any API call and its
+	// after-action is the peer's.
+	ReceiptSince time.Time `json:"receipt_since,omitzero"`
+	NoReceipt    bool      `json:"no_receipt,omitempty"`
+	FromPeer     bool      `json:"from_peer,omitempty"`
 
 	// Verify makes the next step read the session before completing: a
 	// complete was refused (400, 409), so the server's parts are checked

@@ -67,7 +67,8 @@ func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 		delete(a.running, j.ID)
 		a.mu.Unlock()
 	}()
-	if p.o.Finish != nil {
+	// A job done from a peer's receipt: the peer ran the after-action.
+	if p.o.Finish != nil && !fromPeer(j) {
 		if err := p.o.Finish(ctx, j); err != nil {
 			p.afterFailed(ctx, j, err)
 			return

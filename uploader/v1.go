@@ -95,6 +95,10 @@ func (p *Pool) stepV1(ctx context.Context, j state.Job) (state.Job, error) {
 		s.ETags = slices.Clone(s.ETags)
 		j.V1 = &s
 	}
+	j.Parked = "" // each step says again why the job waits, if it does
+	if next, ok, err := p.v1Waiting(j); ok {
+		return next, err
+	}
 	switch j.Stage {
 	case state.Queued:
 		return p.stepCheck(ctx, j)
@@ -291,22 +295,6 @@ func v1Sync(j *state.Job, s api.UploadSession) []int {
 	return missing
 }
 
-// v1Exists records that the session was completed (by us before a crash,
-// or by a peer): the splat exists and nothing is uploaded again. The splat
-// id is taken from the session when it names it, else the complete is
-// replayed (200, same body).
-func (p *Pool) v1Exists(j state.Job, s api.UploadSession, to state.Stage) (state.Job, error) {
-	v1Sync(&j, s)
-	next, err := p.v1Move(j, to, "")
-	if err != nil {
-		return j, err
-	}
-	next.SplatID = s.SplatID
-	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Str("status", string(s.Status)).
-		Str("splat", s.SplatID).Msg("upload session already completed: not uploading again")
-	return next, nil
-}
-
 // v1Parts: signed → uploaded. It reads the session, then sends the parts
 // the server lacks, up to ParallelParts at a time, committing each ETag.
 func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
@@ -346,31 +334,6 @@ func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
 		}
 		return next, err
 	}
-}
-
-// v1WatchPeer paces a job whose session another daemon created: while
-// that session's parts keep growing (or for PeerWait after they last grew)
-// the job only reads it again later; then it takes the session over and
-// sends the missing parts itself. wait is false when it is time to send.
-func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wait bool) {
-	now := p.o.Now()
-	v := j.V1
-	have := v.Stored()
-	if v.PeerSince.IsZero() || have > v.PeerParts {
-		v.PeerSince, v.PeerParts, v.PeerPolls = now, have, 0
-	}
-	left := v.PeerSince.Add(p.o.PeerWait).Sub(now)
-	if left <= 0 {
-		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
-			Float64("idle_s", now.Sub(v.PeerSince).Seconds()).Msg("another daemon's upload session made no progress: sending the missing parts")
-		v.Owned = true
-		return j, false
-	}
-	v.PeerPolls++
-	d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
-	j.NextAttempt = now.Add(min(d, left))
-	j.LastError, j.LastStatus = fmt.Sprintf("another daemon is uploading this content (%d of %d parts stored); watching its session", have, v.Parts), 0
-	return j, true
 }
 
 // signedPart is a part URL and the local time it was signed.
@@ -764,12 +727,20 @@ func (p *Pool) v1Processing(j state.Job, splatID, editURL string) (state.Job, er
 	if editURL != "" {
 		j.V1.EditURL = editURL
 	}
+	if j.V1.FromPeer {
+		return p.v1PeerDone(j, splatID)
+	}
 	return p.published(j, p.o.Now(), splatID)
 }
 
 // v1Poll: processing → done | failed, or processing again later.
 func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
+	if j.V1.FromPeer {
+		// The peer's receipt says done: no poll.
+		j.TaskStatus = string(api.SplatCompleted)
+		return p.polled(j, now, api.OutcomeDone, string(api.SplatCompleted), j.CompletedAt, nil)
+	}
 	if j, timedOut := p.pollTimedOut(j, now); timedOut {
 		return j, nil
 	}

@@ -368,13 +368,25 @@ func TestV1InvalidFileNeverCreates(t *testing.T) {
 
 // TestV1SessionFoundCompleted: a daemon with its own state finds the
 // content's session already completed (by another daemon): it uploads
-// nothing and takes the splat, from the session or from a replayed complete.
+// nothing and takes the splat from the session when it names it (the
+// generous simulator variant, turned on to check that splatd uses the id
+// when a deployment adds it), else from the peer's receipt with no API call
+// and no after-action of its own, else, when no receipt comes within
+// PeerWait (the job parked meanwhile), from one replayed complete.
 func TestV1SessionFoundCompleted(t *testing.T) {
 	t.Parallel()
-	for _, omit := range []bool{false, true} {
-		t.Run(map[bool]string{false: "splatId in session", true: "complete replayed"}[omit], func(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		sessionID, receipt    bool
+		replays, polls, parks int
+	}{
+		{name: "splatId in session", sessionID: true, polls: 1},
+		{name: "peer receipt", receipt: true},
+		{name: "no receipt: complete replayed", replays: 1, polls: 1, parks: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newV1Env(t, apisim.Options{OmitSessionSplatID: omit})
+			e := newV1Env(t, apisim.Options{SessionSplatID: tc.sessionID})
 			path := e.writeParts("done.ply", 4)
 			e.enqueue(path)
 			if err := e.run(e.v1Options(1)); err != nil {
@@ -386,22 +398,56 @@ func TestV1SessionFoundCompleted(t *testing.T) {
 			e.store = nil
 			e.reopen()
 			e.enqueue(path)
-			if err := e.run(e.v1Options(1)); err != nil {
+			o := e.v1Options(1)
+			o.PeerWait = 50 * time.Millisecond
+			var finishes, parks atomic.Int32
+			o.Finish = func(context.Context, state.Job) error { finishes.Add(1); return nil }
+			o.workerHook = func(point string, j state.Job) error {
+				if strings.HasPrefix(point, "commit:") && j.Parked != "" {
+					parks.Add(1)
+				}
+				return nil
+			}
+			o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+				if !tc.receipt || j.SHA256 != first.SHA256 {
+					return PeerOutcome{}, ErrNoPeerReceipt
+				}
+				return PeerOutcome{SplatID: first.SplatID, ViewerURL: first.ViewerURL, CompletedAt: first.CompletedAt, Receipt: "r"}, nil
+			}
+			if err := e.run(o); err != nil {
 				t.Fatal(err)
 			}
 			j := e.job(path)
-			if j.Stage != state.Done || j.SplatID != first.SplatID || j.V1.Owned {
-				t.Errorf("second daemon: %s splat %s owned %v, want done with %s", j.Stage, j.SplatID, j.V1.Owned, first.SplatID)
+			if j.Stage != state.Done || j.SplatID != first.SplatID || j.V1.Owned || j.Parked != "" {
+				t.Errorf("second daemon: %s splat %s owned %v parked %q, want done with %s", j.Stage, j.SplatID, j.V1.Owned, j.Parked, first.SplatID)
 			}
 			after := e.sim.Stats()
 			if after.PartBytes != before.PartBytes || after.PartURLs != before.PartURLs || after.V1Splats != 1 {
 				t.Errorf("second daemon sent %d bytes, signed %d URLs; %d splats", after.PartBytes-before.PartBytes, after.PartURLs-before.PartURLs, after.V1Splats)
 			}
-			if replays := after.CompleteReplays - before.CompleteReplays; (replays == 1) != omit {
-				t.Errorf("%d complete replays", replays)
+			if replays := after.CompleteReplays - before.CompleteReplays; replays != tc.replays {
+				t.Errorf("%d complete replays, want %d", replays, tc.replays)
+			}
+			if polls := sumStatuses(after.Requests[apisim.RouteV1GetSplat]) - sumStatuses(before.Requests[apisim.RouteV1GetSplat]); polls != tc.polls {
+				t.Errorf("%d splat polls, want %d", polls, tc.polls)
+			}
+			if got := int(parks.Load()); (got > 0) != (tc.parks > 0) {
+				t.Errorf("parked %d times, want parking %v", got, tc.parks > 0)
+			}
+			if fin := finishes.Load(); (fin == 0) != tc.receipt {
+				t.Errorf("%d after-actions (a peer's receipt: the peer's own)", fin)
 			}
 		})
 	}
+}
+
+// sumStatuses adds up a route's answers over their statuses.
+func sumStatuses(m map[int]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
 }
 
 // TestV1RetryOfDoneJobRepublishes: `splatd retry` of a done job is a new
@@ -478,6 +524,91 @@ func TestV1PeerStalledSessionTakenOver(t *testing.T) {
 	}
 	if ss.PartsResent != 0 || ss.BytesReceived != size {
 		t.Errorf("storage received %d bytes for a %d-byte file (%d parts resent)", ss.BytesReceived, size, ss.PartsResent)
+	}
+}
+
+// TestV1ParkedJobHoldsNoWorker: a job whose session another daemon is
+// uploading is parked (its reason stored) and the only worker publishes
+// another file meanwhile; when the peer completes the session, the parked
+// job takes the outcome without sending a byte.
+func TestV1ParkedJobHoldsNoWorker(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("peer.ply", 3)
+	size := fileSize(t, path)
+	key := "splatd-" + workerFileSHA(t, path) + "-g0-s1"
+	ctx := context.Background()
+	s, created, err := e.client.CreateUpload(ctx, key, api.CreateUploadRequest{SourceFormat: api.SourceFormatPLY, ContentLength: size, Title: "peer"})
+	if err != nil || !created {
+		t.Fatalf("peer create: %v (created %v)", err, created)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The peer sends parts from..to and, with the last, completes.
+	peerSends := func(from, to int) error {
+		nums := []int{}
+		for n := from; n <= to; n++ {
+			nums = append(nums, n)
+		}
+		urls, err := e.client.PartURLs(ctx, s.ID, nums)
+		if err != nil {
+			return err
+		}
+		for _, u := range urls.URLs {
+			off, n := partRange(size, s.PartSize, u.PartNumber)
+			if _, err := e.client.PutPart(ctx, u.URL, io.NewSectionReader(f, off, n), n, nil); err != nil {
+				return err
+			}
+		}
+		if to < 3 {
+			return nil
+		}
+		got, err := e.client.GetUpload(ctx, s.ID)
+		if err != nil {
+			return err
+		}
+		var parts []api.CompletedPart
+		for _, p := range got.UploadedParts {
+			parts = append(parts, api.CompletedPart{PartNumber: p.PartNumber, ETag: p.ETag})
+		}
+		_, _, err = e.client.CompleteUpload(ctx, s.ID, parts)
+		return err
+	}
+	if err := peerSends(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	other := e.writeParts("other.ply", 2)
+	e.enqueue(path, other)
+	o := e.v1Options(1) // PeerWait an hour: the job never takes the session over
+	var parked, otherDone atomic.Bool
+	peerErr := make(chan error, 1)
+	o.workerHook = func(point string, j state.Job) error {
+		switch {
+		case !strings.HasPrefix(point, "commit:"):
+		case j.Path == path:
+			parked.Store(j.Parked != "")
+		case j.Stage == state.Done && parked.Load() && !otherDone.Swap(true):
+			go func() { peerErr <- peerSends(2, 3) }()
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	if !otherDone.Load() {
+		t.Fatal("the other file was not published while the peer's job was parked")
+	}
+	if err := <-peerErr; err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(path, other)
+	j := e.job(path)
+	_, ss := e.session(key)
+	if j.Stage != state.Done || j.V1.Owned || j.Parked != "" || ss.PartsResent != 0 || ss.BytesReceived != size {
+		t.Errorf("peer's job %s owned %v parked %q; storage received %d of %d bytes", j.Stage, j.V1.Owned, j.Parked, ss.BytesReceived, size)
 	}
 }
 

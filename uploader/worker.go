@@ -100,6 +100,13 @@ type PoolOptions struct {
 	// watches that session's parts without progress before it sends the
 	// missing ones itself. Zero: 2 min.
 	PeerWait time.Duration
+	// PeerReceipt reads the receipt another daemon of a fleet wrote for
+	// j's file: its outcome when the receipt proves j's content published
+	// through this protocol and service, ErrNoPeerReceipt while there is
+	// none, another error when none can come. Nil: no receipts in this
+	// fleet, and a peer's completed session is learned by replaying
+	// complete. A job waits PeerWait at most for a receipt (peer.go).
+	PeerReceipt func(j state.Job) (PeerOutcome, error)
 	// IncompleteTimeout fails a file still incomplete this long after it
 	// last changed (incomplete_timeout). Zero: 1 h; negative: never.
 	IncompleteTimeout time.Duration

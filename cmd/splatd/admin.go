@@ -55,6 +55,9 @@ type jobView struct {
 	// Adopted: recorded as done from its receipt, not published by this
 	// state directory.
 	Adopted bool `json:"adopted,omitempty"`
+	// Parked: why the job waits on another daemon of a fleet, holding no
+	// worker (next_attempt says when it is looked at again).
+	Parked string `json:"parked,omitempty"`
 	// AfterAction and AfterError: the after-action (receipt, move, delete)
 	// of a final job keeps failing; AfterRetry is its next attempt.
 	AfterAction string     `json:"after_action,omitempty"`
@@ -70,7 +73,7 @@ func viewOf(j state.Job, prog *uploader.Progress) jobView {
 	v := jobView{
 		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, SplatID: j.SplatID, URL: j.ViewerURL,
-		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted,
+		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted, Parked: j.Parked,
 		AfterAction: j.AfterAction, AfterError: j.AfterError,
 	}
 	if j.AfterError != "" && !j.AfterRetry.IsZero() {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
@@ -40,10 +41,34 @@ type Config struct {
 	Metrics        MetricsConfig `yaml:"metrics"`
 	Status         StatusConfig  `yaml:"status"`
 	Log            LogConfig     `yaml:"log"`
+	Fleet          FleetConfig   `yaml:"fleet"`
 
 	// IncompleteTimeout fails a file still incomplete this long after it
 	// last changed; 0 waits for ever.
 	IncompleteTimeout Duration `yaml:"incomplete_timeout"`
+}
+
+// FleetConfig names this daemon among daemons sharing one folder.
+type FleetConfig struct {
+	// ID is this daemon's identity in the claim order (a rendezvous hash
+	// of each file's key and the identity). Empty: the host name and the
+	// absolute state_dir, distinct for every daemon that has its own
+	// state. Set it when that pair is not stable, e.g. a pod whose host
+	// name changes at every restart.
+	ID string `yaml:"id"`
+}
+
+// fleetIdentity is the daemon's identity in the claim order.
+func fleetIdentity(c *Config) string {
+	if c.Fleet.ID != "" {
+		return c.Fleet.ID
+	}
+	host, _ := os.Hostname()
+	dir, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		dir = c.StateDir
+	}
+	return host + ":" + dir
 }
 
 // APIConfig says where the API is and how to authenticate to it.
@@ -546,6 +571,9 @@ func (c *Config) validateDaemon(forRun bool) ConfigErrors {
 	}
 	if c.Workers < 1 || c.Workers > 64 {
 		errs.add("workers", "must be between 1 and 64 (got %d)", c.Workers)
+	}
+	if len(c.Fleet.ID) > 200 || strings.ContainsFunc(c.Fleet.ID, unicode.IsControl) {
+		errs.add("fleet.id", "must be at most 200 characters, none of them control characters")
 	}
 	return errs
 }

@@ -297,3 +297,19 @@ func TestBandwidthErrorSaysUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetIdentity: fleet.id when set, else the host name and the
+// absolute state_dir (distinct for daemons with their own state).
+func TestFleetIdentity(t *testing.T) {
+	t.Parallel()
+	host, _ := os.Hostname()
+	a := &Config{StateDir: "/var/lib/splatd-a"}
+	b := &Config{StateDir: "/var/lib/splatd-b"}
+	if got := fleetIdentity(a); got != host+":/var/lib/splatd-a" || got == fleetIdentity(b) {
+		t.Errorf("default identities %q, %q", got, fleetIdentity(b))
+	}
+	a.Fleet.ID = "rig-1"
+	if got := fleetIdentity(a); got != "rig-1" {
+		t.Errorf("fleet.id: identity %q", got)
+	}
+}

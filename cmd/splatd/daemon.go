@@ -130,7 +130,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if err != nil {
 		return nil, err
 	}
-	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger()})
+	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger(), Identity: fleetIdentity(cfg)})
 	if errors.Is(err, queue.ErrLocked) {
 		return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
 	}
@@ -216,6 +216,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		IncompleteTimeout: incompleteTimeout(cfg),
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
+		PeerReceipt:       peerReceipt(cfg),
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.onTransition != nil {

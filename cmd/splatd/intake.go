@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // intake is the daemon's state around the watcher → queue hand-over:
@@ -286,4 +289,37 @@ func (d *daemon) settingsChanged(path string) {
 			d.pool.Wake()
 		}
 	}()
+}
+
+// peerReceipt is the pool's PeerReceipt: the outcome a fleet peer's
+// receipt gives for j's content (after.PeerEvidence), ErrNoPeerReceipt
+// while there is none that proves it, the stat error when the file is gone
+// (a peer moved or deleted it: no receipt will come here). Nil when this
+// daemon writes no receipts: its fleet is taken to write none either.
+func peerReceipt(cfg *Config) func(j state.Job) (uploader.PeerOutcome, error) {
+	if !cfg.After.Receipt {
+		return nil
+	}
+	svc := receiptService(cfg)
+	return func(j state.Job) (uploader.PeerOutcome, error) {
+		if _, err := trustfs.Lstat(j.Root, j.Path); err != nil {
+			return uploader.PeerOutcome{}, err
+		}
+		r, why, err := after.PeerEvidence(j.Root, j.Path, j.SHA256, j.Size, svc)
+		switch {
+		case errors.Is(err, after.ErrNoReceipt):
+			return uploader.PeerOutcome{}, uploader.ErrNoPeerReceipt
+		case err != nil:
+			// A receipt being replaced: the peer's own is still to come.
+			return uploader.PeerOutcome{}, fmt.Errorf("%w (%v)", uploader.ErrNoPeerReceipt, err)
+		case why != "":
+			// One of older content, or another service's.
+			return uploader.PeerOutcome{}, fmt.Errorf("%w (%s)", uploader.ErrNoPeerReceipt, why)
+		}
+		return uploader.PeerOutcome{
+			SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, ViewerURL: cfg.trustedViewerURL(cmp.Or(r.Splat.ViewerURL, r.Splat.URL)),
+			EditURL: r.Splat.EditURL, PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt,
+			Receipt: after.ReceiptPath(j.Path),
+		}, nil
+	}
 }

@@ -201,6 +201,9 @@ func resultText(v jobView) string {
 	if v.Adopted {
 		result = "adopted from its receipt: " + v.URL
 	}
+	if v.Parked != "" {
+		result = "PARKED: " + v.Parked
+	}
 	if v.AfterError != "" {
 		result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))
 	}

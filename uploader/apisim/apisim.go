@@ -38,6 +38,39 @@
 // storage Authorization headers seen) let tests assert what the client
 // really did.
 //
+// # The least generous reading
+//
+// The simulator promises no more than the contract. Where the official v1
+// schema or the legacy spec is silent, it takes the reading that costs the
+// client most, so that a figure measured on it holds on the real service:
+//
+//   - An upload session has exactly the schema's fields: id, status,
+//     contentLength, partSize, uploadedParts, expiresAt. No splatId (a
+//     client that finds a completed session learns the splat from a peer's
+//     receipt or by replaying complete), no sourceFormat, no createdAt.
+//     Options.SessionSplatID is the generous variant.
+//   - An uploaded part has partNumber and etag, not its size (the schema
+//     makes it optional). Options.SessionPartSizes is the generous variant.
+//   - A Splat has the schema's fields and no editUrl: only complete's
+//     answer names the editor link.
+//   - complete answers 201 once and 200 with the same body after; a session
+//     is not completed twice; a concurrent complete waits for the first.
+//   - Session and URL lifetimes, not documented, are finite (expiresAt
+//     24h, part URLs 15m by default) and enforced; an expired session is
+//     gone (404) with its parts.
+//   - Part sizes, not documented at create: every part but the last must be
+//     exactly partSize, the total must be contentLength, and a part whose
+//     ETag is not storage's is refused at complete (400).
+//   - Kept on purpose, and stated here because the v1 contract does not
+//     promise them: every answer carries the legacy spec's X-RateLimit-*
+//     headers and a 429 its Retry-After (the same service and token publish
+//     them under the legacy API, and the v1 contract tells clients to honour
+//     them when present); v1 routes are in the normal class unless
+//     Options.Classes puts them elsewhere (the benchmarks put complete, the
+//     call that makes a splat, in the strict class).
+//
+// A generous variant is an option that only a test which says why turns on.
+//
 // It is used by the test suites, the benchmarks, `splatd sim` and
 // `splatd demo`; production code paths never import it.
 package apisim
@@ -226,10 +259,16 @@ type Options struct {
 	// completed (its expiresAt); after it the session is gone (404) and
 	// its parts are discarded. Default 24h.
 	SessionExpiry time.Duration
-	// OmitSessionSplatID leaves splatId out of processing or completed
-	// sessions, which the contract allows: the client must then replay
-	// complete to learn it.
-	OmitSessionSplatID bool
+	// SessionSplatID is a generous variant: processing or completed
+	// sessions carry the splat's splatId, which the official schema's
+	// UploadSession does not have. Off, the client must learn the id some
+	// other way (a peer's receipt, or a replayed complete). Only a test
+	// that says why turns it on.
+	SessionSplatID bool
+	// SessionPartSizes is a generous variant: each of a session's
+	// uploadedParts carries its size, which the schema makes optional.
+	// Only a test that says why turns it on.
+	SessionPartSizes bool
 	// PartStore, if set, replaces the built-in v1 part store (the part
 	// PUTs of the simulator's storage listener), e.g. with a real S3
 	// server's multipart API. Part faults, the bandwidth cap and the

@@ -191,7 +191,8 @@ func (s *Server) handleV1GetSplat(w http.ResponseWriter, r *http.Request, id str
 	return writeJSON(w, http.StatusOK, sp.v1JSON(s.now(), s.o))
 }
 
-// v1JSON renders a splat as docs/api-v1.md's Splat.
+// v1JSON renders a splat as docs/api-v1.md's Splat: its fields only (no
+// editUrl, which only complete's answer has).
 func (sp *splat) v1JSON(now time.Time, o Options) map[string]any {
 	status, _, done := sp.state(now, o)
 	var format, completedAt any
@@ -221,7 +222,6 @@ func (sp *splat) v1JSON(now time.Time, o Options) map[string]any {
 		"format":      format,
 		"size":        size,
 		"viewerUrl":   o.ViewerURL + "/scene/" + sp.hash,
-		"editUrl":     editURL(o, sp.hash),
 		"createdAt":   isoTime(sp.createdAt),
 		"updatedAt":   isoTime(updated),
 		"completedAt": completedAt,
@@ -382,23 +382,26 @@ func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, code int, 
 	now := s.now()
 	uploaded := make([]map[string]any, 0, len(parts))
 	for _, p := range parts {
-		uploaded = append(uploaded, map[string]any{"partNumber": p.Number, "etag": p.ETag, "size": p.Size})
+		item := map[string]any{"partNumber": p.Number, "etag": p.ETag}
+		if s.o.SessionPartSizes {
+			item["size"] = p.Size
+		}
+		uploaded = append(uploaded, item)
 	}
 	var contentLength any
 	if u.req.ContentLength >= 0 {
 		contentLength = u.req.ContentLength
 	}
+	// Only the fields the schema's UploadSession names.
 	m := map[string]any{
 		"id":            u.id,
 		"status":        u.status(now),
-		"sourceFormat":  u.req.SourceFormat,
 		"contentLength": contentLength,
 		"partSize":      u.partSize,
 		"uploadedParts": uploaded,
-		"createdAt":     isoTime(u.createdAt),
 		"expiresAt":     isoTime(u.expiresAt),
 	}
-	if u.splat != nil && !s.o.OmitSessionSplatID {
+	if u.splat != nil && s.o.SessionSplatID {
 		m["splatId"] = u.splat.hash
 	}
 	return writeJSON(w, code, m)

@@ -1,0 +1,35 @@
+package after
+
+import "fmt"
+
+// PeerEvidence reads the receipt another daemon of a fleet wrote for file
+// (through the watch folder root, as every receipt is read)
+// and checks it as adoption does, against what this daemon hashed: done
+// (or a duplicate of a done job) with a splat id, the same sha256 and size,
+// the same protocol and service. It returns the receipt and "" when it is
+// evidence, else why not; err is ErrNoReceipt when there is none, or a
+// read error.
+func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
+	r, err := readReceiptIn(root, file)
+	if err != nil {
+		return r, "", err
+	}
+	if svc.Protocol == "" {
+		svc.Protocol = "legacy"
+	}
+	switch {
+	case r.Status != "done" && r.Status != "duplicate":
+		return r, fmt.Sprintf("the receipt says %q, not done", r.Status), nil
+	case r.SHA256 != sha256:
+		return r, "the receipt is for other content (its sha256 differs)", nil
+	case r.Size != size:
+		return r, fmt.Sprintf("the receipt says size %d, the file was hashed at %d", r.Size, size), nil
+	case r.Protocol != svc.Protocol:
+		return r, fmt.Sprintf("published through protocol %q, this daemon uses %s", r.Protocol, svc.Protocol), nil
+	case r.API != "" && svc.API != "" && r.API != svc.API:
+		return r, fmt.Sprintf("published to %s, this daemon publishes to %s", r.API, svc.API), nil
+	case r.Splat.ID == "":
+		return r, "the receipt names no splat", nil
+	}
+	return r, "", nil
+}

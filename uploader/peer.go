@@ -1,0 +1,182 @@
+package uploader
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
+)
+
+// A fleet is several daemons, each with its own state, on one shared
+// folder and one token. Their Idempotency-Keys are derived from the
+// content, so the daemons that reach one file reach one upload session; the
+// queue's claim order (a rendezvous hash per daemon) makes that rare until
+// the end of a backlog. A job that meets a peer's session is parked: it
+// holds no worker while it waits, says why in Job.Parked, and is looked at
+// again at its NextAttempt:
+//
+//   - while the peer's session is uploading (v1WatchPeer), until its parts
+//     stop growing for PeerWait, when the job takes the session over;
+//   - once the session is completed by the peer, which the official schema
+//     does not name the splat of (v1AwaitReceipt): the peer's receipt in the
+//     shared folder names it, checked like an adoption (done, the same
+//     sha256 and size, the same protocol and service), at no API cost.
+//     Only when no receipt comes within PeerWait of the first sighting, or
+//     none can (the file is gone), is complete replayed to learn the id,
+//     once. PeerWait is the patience already given to a peer whose upload
+//     makes no progress: the owner writes its receipt as soon as its poll
+//     sees the processing end, so a receipt later than that means a peer
+//     that died between its complete and its receipt, or a processing
+//     slower than the wait, and the replay then costs what it cost before.
+
+// PeerOutcome is the outcome of a job's content that another daemon of the
+// fleet reached, as its receipt says.
+type PeerOutcome struct {
+	SplatID, SplatHash, ViewerURL, EditURL string
+	PublishedAt, CompletedAt               *time.Time
+	// Receipt is the receipt's path, named in the job's message.
+	Receipt string
+}
+
+// ErrNoPeerReceipt is PoolOptions.PeerReceipt's answer while the job's file
+// has no receipt that proves its content published (yet): the job waits
+// on. Any other error means none will come (the file is gone).
+var ErrNoPeerReceipt = errors.New("no receipt from another daemon for this content")
+
+// v1Exists records that the session was completed (by us before a crash,
+// or by a peer): the splat exists and nothing is uploaded again. The splat
+// id is taken from the session when it names it, else from the receipt of
+// the peer that completed it (v1AwaitReceipt), else the complete is
+// replayed (200, same body), once.
+func (p *Pool) v1Exists(j state.Job, s api.UploadSession, to state.Stage) (state.Job, error) {
+	v1Sync(&j, s)
+	if s.SplatID == "" {
+		// A peer's session: its receipt names the splat, at no API cost.
+		if next, parked, err := p.v1AwaitReceipt(j, to); parked || err != nil {
+			return next, err
+		}
+	}
+	next, err := p.v1Move(j, to, "")
+	if err != nil {
+		return j, err
+	}
+	next.SplatID = s.SplatID
+	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Str("status", string(s.Status)).
+		Str("splat", s.SplatID).Msg("upload session already completed: not uploading again")
+	return next, nil
+}
+
+// v1Waiting continues the wait for a peer's receipt of a job that began it
+// (before any API call). ok is false when the job is not waiting.
+func (p *Pool) v1Waiting(j state.Job) (state.Job, bool, error) {
+	if j.V1 == nil || j.V1.ReceiptSince.IsZero() || j.SplatID != "" || (j.Stage != state.Signed && j.Stage != state.Uploaded) {
+		return j, false, nil
+	}
+	to := state.Uploaded
+	if j.Stage == state.Uploaded {
+		to = state.Publishing
+	}
+	next, parked, err := p.v1AwaitReceipt(j, to)
+	if parked || err != nil {
+		return next, true, err
+	}
+	// No receipt within the bound: on to a replayed complete.
+	next, err = p.v1Move(next, to, "")
+	return next, true, err
+}
+
+// v1AwaitReceipt looks for the receipt of the peer that completed j's
+// session. With one, j moves to stage `to` with the peer's outcome
+// (parked is true: the caller is done). Without one yet, j is parked until
+// its next look. parked is false when the complete must be replayed: j's
+// own session (a crash between complete and its commit), no receipts in
+// this fleet, or no receipt within the bound.
+func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, parked bool, err error) {
+	v := j.V1
+	if p.o.PeerReceipt == nil || v.Owned || v.NoReceipt {
+		return j, false, nil
+	}
+	now := p.o.Now()
+	if v.ReceiptSince.IsZero() {
+		v.ReceiptSince, v.PeerPolls = now, 0
+	}
+	out, err := p.o.PeerReceipt(j)
+	left := v.ReceiptSince.Add(p.o.PeerWait).Sub(now)
+	switch {
+	case err == nil:
+		next, err := p.v1Move(j, to, "")
+		if err != nil {
+			return j, true, err
+		}
+		next.SplatID, next.SplatHash, next.ViewerURL = out.SplatID, out.SplatHash, out.ViewerURL
+		next.PublishedAt, next.CompletedAt = out.PublishedAt, out.CompletedAt
+		next.TaskMessage = "published by another daemon of the fleet: taken from its receipt " + out.Receipt
+		next.V1.EditURL, next.V1.FromPeer, next.V1.ReceiptSince = out.EditURL, true, time.Time{}
+		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", v.ID).Str("splat", out.SplatID).
+			Msg("another daemon completed this content's session: its receipt names the splat")
+		return next, true, nil
+	case errors.Is(err, ErrNoPeerReceipt) && left > 0:
+		v.PeerPolls++
+		d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
+		j.NextAttempt = now.Add(min(d, left))
+		j.LastError, j.LastStatus = "", 0
+		j.Parked = "another daemon completed this content's upload session; waiting for its receipt"
+		return j, true, nil
+	}
+	why := "none came within " + p.o.PeerWait.String()
+	if !errors.Is(err, ErrNoPeerReceipt) {
+		why = err.Error()
+	}
+	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", v.ID).Str("why", why).
+		Msg("no receipt from the daemon that completed this content's session: replaying complete for the splat's id")
+	v.NoReceipt, v.ReceiptSince = true, time.Time{}
+	return j, false, nil
+}
+
+// v1PeerDone moves a job whose outcome a peer's receipt gave to processing,
+// due now: its poll is answered by the receipt (no API call).
+func (p *Pool) v1PeerDone(j state.Job, splatID string) (state.Job, error) {
+	now := p.o.Now()
+	pub, done := j.PublishedAt, j.CompletedAt
+	next, err := p.published(j, now, splatID)
+	if err != nil {
+		return j, err
+	}
+	next.NextAttempt = now
+	if pub != nil {
+		next.PublishedAt = pub
+	}
+	next.CompletedAt = done
+	return next, nil
+}
+
+// fromPeer reports a job whose outcome, and after-action, are a peer's.
+func fromPeer(j state.Job) bool { return j.V1 != nil && j.V1.FromPeer }
+
+// v1WatchPeer paces a job whose session another daemon created: while
+// that session's parts keep growing (or for PeerWait after they last grew)
+// the job only reads it again later; then it takes the session over and
+// sends the missing parts itself. wait is false when it is time to send.
+func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wait bool) {
+	now := p.o.Now()
+	v := j.V1
+	have := v.Stored()
+	if v.PeerSince.IsZero() || have > v.PeerParts {
+		v.PeerSince, v.PeerParts, v.PeerPolls = now, have, 0
+	}
+	left := v.PeerSince.Add(p.o.PeerWait).Sub(now)
+	if left <= 0 {
+		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
+			Float64("idle_s", now.Sub(v.PeerSince).Seconds()).Msg("another daemon's upload session made no progress: sending the missing parts")
+		v.Owned = true
+		return j, false
+	}
+	v.PeerPolls++
+	d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
+	j.NextAttempt = now.Add(min(d, left))
+	j.LastError, j.LastStatus = "", 0
+	j.Parked = fmt.Sprintf("another daemon is uploading this content's session (%d of %d parts stored)", have, v.Parts)
+	return j, true
+}
