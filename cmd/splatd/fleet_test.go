@@ -33,7 +33,7 @@ func TestPeerReceipt(t *testing.T) {
 	}
 	done := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	r := after.Receipt{Size: 10, SHA256: "abc", Status: "done", Protocol: "v1", API: "https://api.example",
-		Splat: after.ReceiptSplat{ID: "s1", ViewerURL: "https://view/s1", EditURL: "https://edit/s1"}, CompletedAt: &done}
+		Splat: after.ReceiptSplat{ID: "s1", ViewerURL: "https://api.example/scene/s1", EditURL: "https://edit/s1"}, CompletedAt: &done}
 	r.SHA256 = "old"
 	if err := after.WriteReceipt(after.ReceiptPath(file), r); err != nil {
 		t.Fatal(err)
@@ -46,8 +46,17 @@ func TestPeerReceipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := read(j)
-	if err != nil || out.SplatID != "s1" || out.ViewerURL != "https://view/s1" || out.EditURL != "https://edit/s1" || !out.CompletedAt.Equal(done) {
+	if err != nil || out.SplatID != "s1" || out.ViewerURL != "https://api.example/scene/s1" || out.EditURL != "https://edit/s1" || !out.CompletedAt.Equal(done) {
 		t.Fatalf("peer's outcome %+v, %v", out, err)
+	}
+	// A link to another host than the API's viewer is not taken (a folder
+	// writer chooses a receipt's contents).
+	r.Splat.ViewerURL = "https://evil.example/scene/s1"
+	if err := after.WriteReceipt(after.ReceiptPath(file), r); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := read(j); err != nil || out.ViewerURL != "" {
+		t.Fatalf("a receipt's foreign viewer link: %+v, %v; want the outcome without the link", out, err)
 	}
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)

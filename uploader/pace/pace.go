@@ -271,7 +271,7 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 			urgent := p.urgent(now)
 			p.mu.Unlock()
 			if urgent {
-				_ = p.save(true) // a failure is logged
+				_ = p.save() // a failure is logged
 			}
 			p.recordWait(start)
 			var once sync.Once
@@ -448,7 +448,7 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
 	if urgent {
-		_ = p.save(true) // a failure is logged
+		_ = p.save() // a failure is logged
 	}
 }
 

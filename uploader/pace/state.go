@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // State across restarts: per class the current window (limit, remaining,
@@ -91,9 +92,9 @@ func (p *Pacer) urgent(now time.Time) bool {
 	return false
 }
 
-// save writes the whole state now; fsynced when durable or when it shows a
-// spent window or a hold (a power cut must not bring back an emptier file).
-func (p *Pacer) save(durable bool) error {
+// save writes the whole state now, always fsynced (a power cut must not
+// bring back an emptier file).
+func (p *Pacer) save() error {
 	st := p.store
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -123,7 +124,7 @@ func (p *Pacer) save(durable bool) error {
 		f.Reads = append(f.Reads, name)
 	}
 	p.mu.Unlock()
-	err := st.writeFile(f, durable || len(spent)+len(held) > 0)
+	err := st.writeFile(f)
 	p.mu.Lock()
 	st.spent, st.held = spent, held
 	if err != nil {
@@ -155,7 +156,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 			return p.Flush()
 		case <-p.store.kick:
 		}
-		_ = p.save(false) // a failure is logged; the next change writes again
+		_ = p.save() // a failure is logged; the next change writes again
 		select {
 		case <-ctx.Done():
 			return p.Flush()
@@ -169,45 +170,21 @@ func (p *Pacer) Flush() error {
 	if p.store == nil {
 		return nil
 	}
-	if err := p.save(true); err != nil {
+	if err := p.save(); err != nil {
 		return fmt.Errorf("pace: saving the rate-limit state: %w", err)
 	}
 	return nil
 }
 
-func (st *store) writeFile(f stateFile, durable bool) error {
+// writeFile replaces the state file atomically (trustfs.WriteAtomic: a
+// temp file fsynced, then renamed, the folder fsynced), so that a crash
+// leaves the old state or the new one, never half of either.
+func (st *store) writeFile(f stateFile) error {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	tmp := st.path + ".tmp"
-	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	if err == nil && durable {
-		err = w.Sync()
-	}
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, st.path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if durable { // the rename must reach the disk too
-		d, err := os.Open(filepath.Dir(st.path))
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		return d.Sync()
-	}
-	return nil
+	return trustfs.WriteAtomic("", st.path, data, 0o600)
 }
 
 // load starts the pacer from the state file, if there is one.

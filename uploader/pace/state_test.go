@@ -274,18 +274,10 @@ func BenchmarkPacerStateWrite(b *testing.B) {
 	mustWaitB(routePublish, windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
 	mustWaitB(routeGet, windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
 	_ = p.Flush()
-	for _, durable := range []bool{false, true} {
-		name := "behind"
-		if durable {
-			name = "durable"
+	for b.Loop() {
+		if err := p.save(); err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-				if err := p.save(durable); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
 	}
 }
 
