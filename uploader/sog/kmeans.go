@@ -19,11 +19,11 @@ import (
 // from its own seed, so the result does not depend on scheduling.
 
 const (
-	leafK        = 32  // a node with at most this many entries is a leaf
-	maxBranch    = 64  // cells an inner node splits into
-	sampleFactor = 64  // an inner node trains on at most this many points a cell
-	innerIters   = 8   // Lloyd iterations of an inner node (on its sample)
-	leafIters    = 10  // Lloyd iterations of a leaf (splat-transform runs 10)
+	leafK        = 32 // a node with at most this many entries is a leaf
+	maxBranch    = 64 // cells an inner node splits into
+	sampleFactor = 64 // an inner node trains on at most this many points a cell
+	innerIters   = 8  // Lloyd iterations of an inner node (on its sample)
+	leafIters    = 10 // Lloyd iterations of a leaf (splat-transform runs 10)
 	parallelMin  = 1 << 14
 )
 

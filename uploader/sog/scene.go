@@ -37,7 +37,11 @@ func WriteScene(w io.Writer, n, bands int, seed uint64) error {
 		return math.Sqrt(-2*math.Log(1-u)) * math.Cos(2*math.Pi*v)
 	}
 	const clumps = 48
-	type clump struct{ centre, dc [3]float64; radius float64; sh []float64 }
+	type clump struct {
+		centre, dc [3]float64
+		radius     float64
+		sh         []float64
+	}
 	cl := make([]clump, clumps)
 	for c := range cl {
 		for a := 0; a < 3; a++ {
