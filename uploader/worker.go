@@ -62,6 +62,9 @@ type PoolOptions struct {
 	// template); sidecar.Resolve applies them to each file when it becomes
 	// ready.
 	Publish state.PublishParams
+	// EncodeDir holds the encodings that publish.encode makes before
+	// upload (encode.go); "" refuses a job that asks for one.
+	EncodeDir string
 	// Defaults, when set, returns the publish defaults of a watch root
 	// (Job.Root: its folder's own publish block over the global one); nil,
 	// or a root it does not know, falls back to Publish.
@@ -751,6 +754,7 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 		result = "duplicate"
 	}
 	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
+	dropEncoded(j)
 	p.finalize(ctx, j)
 }
 

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -151,6 +150,8 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 	}
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
 	j.SHA256, j.Kind = "", ""
+	dropEncoded(j)
+	j.Encoded = nil
 	j.Upload = state.Upload{}
 	j.Protocol, j.V1 = "", nil // a v1 session of the old content is abandoned
 	j.NextAttempt = now.Add(p.o.Settle)
@@ -198,6 +199,16 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
+	checked := j
+	checked.SHA256, checked.Kind, checked.Params = sum, string(info.Kind), params
+	enc, changed, err := p.encodeForUpload(ctx, checked)
+	if err != nil {
+		return j, err
+	}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
+	}
+	j.Encoded = enc
 	now := p.o.Now()
 	if err := j.Move(state.Ready, now); err != nil {
 		return j, err
@@ -238,7 +249,7 @@ func workerHash(ctx context.Context, path string) (string, fs.FileInfo, error) {
 
 // stepSign: ready → signed.
 func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
-	up, err := p.o.Client.SignedURL(ctx, filepath.Base(j.Path))
+	up, err := p.o.Client.SignedURL(ctx, uploadName(j))
 	if err != nil {
 		return j, err
 	}
@@ -262,7 +273,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
 		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
 	}
-	f, changed, err := openHashed(j)
+	f, changed, err := openUpload(j)
 	if err != nil {
 		return j, err
 	}
@@ -270,11 +281,12 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 		return p.workerChanged(j, changed, "file changed before upload; hashing again")
 	}
 	defer f.Close()
-	pr := &Progress{Path: j.Path, Size: j.Size}
+	size := j.UploadSize()
+	pr := &Progress{Path: j.Path, Size: size}
 	p.setProgress(j.ID, pr)
 	defer p.setProgress(j.ID, nil)
-	err = p.o.Client.Put(ctx, j.Upload.URL, io.LimitReader(f, j.Size), j.Size, func(sent int64) {
-		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: j.Size})
+	err = p.o.Client.Put(ctx, j.Upload.URL, io.LimitReader(f, size), size, func(sent int64) {
+		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: size})
 	})
 	if err != nil {
 		return j, err // storage refusing the URL: the retry rule re-signs

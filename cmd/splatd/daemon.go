@@ -193,6 +193,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Protocol:      cfg.API.Protocol,
 		ParallelParts: cfg.Upload.ParallelParts,
 		Publish:       cfg.Publish.Params(),
+		EncodeDir:     filepath.Join(cfg.StateDir, "encoded"),
 		Defaults:      publishDefaults(cfg),
 		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{

@@ -7,12 +7,16 @@ package sog
 
 import (
 	"archive/zip"
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"image"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -76,13 +80,14 @@ func textureSize(n int) (w, h int) {
 }
 
 // Encode writes s as a bundled SOG to w. The output depends on s alone.
-func Encode(w io.Writer, s *Splats) error {
+// Canceling ctx stops the palette search and returns ctx's error.
+func Encode(ctx context.Context, w io.Writer, s *Splats) error {
 	if s.N < 1 || s.N > MaxSplats {
-		return fmt.Errorf("sog: %d splats: a SOG holds 1 to %d", s.N, MaxSplats)
+		return &FormatError{fmt.Errorf("sog: %d splats: a SOG holds 1 to %d", s.N, MaxSplats)}
 	}
 	for i, v := range s.Pos {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return fmt.Errorf("sog: splat %d has a non-finite position", i/3)
+			return &FormatError{fmt.Errorf("sog: splat %d has a non-finite position", i/3)}
 		}
 	}
 	order := mortonOrder(s.Pos, s.N)
@@ -97,7 +102,7 @@ func Encode(w io.Writer, s *Splats) error {
 		shDone.Add(1)
 		go func() {
 			defer shDone.Done()
-			meta.SHN = encodeSHN(s, order, tw, th, imgs)
+			meta.SHN = encodeSHN(ctx, s, order, tw, th, imgs)
 		}()
 	}
 	meta.Means = encodeMeans(s, order, tw, th, imgs)
@@ -107,6 +112,9 @@ func Encode(w io.Writer, s *Splats) error {
 	meta.SH0 = encodeSH0(s, order, tw, th, imgs)
 	shDone.Wait()
 	files, err := imgs.wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	if err != nil {
 		return err
 	}
@@ -316,9 +324,9 @@ func concat(cols ...[]float32) []float32 {
 // encodeSHN builds the SH palette, codes its coefficients through one
 // codebook, and stores the palette (64 entries a row, one pixel per
 // coefficient, the channels in R, G, B) and each splat's 16-bit entry.
-func encodeSHN(s *Splats, order []uint32, tw, th int, imgs *imageSet) *SHNRef {
+func encodeSHN(ctx context.Context, s *Splats, order []uint32, tw, th int, imgs *imageSet) *SHNRef {
 	rest, coeffs := RestCount(s.Bands), shCoeffs[s.Bands]
-	cent, labels := kmeansPalette(s.Rest, s.N, rest, paletteSize(s.N))
+	cent, labels := kmeansPalette(ctx, s.Rest, s.N, rest, paletteSize(s.N))
 	count := len(cent) / rest
 	cb, codes := quantize1D(cent) // row-major: entry i, value j at i*rest+j
 	rows := (count + 63) / 64
@@ -340,4 +348,82 @@ func encodeSHN(s *Splats, order []uint32, tw, th int, imgs *imageSet) *SHNRef {
 	imgs.add("shN_centroids.webp", pal)
 	imgs.add("shN_labels.webp", lab)
 	return &SHNRef{Count: count, Bands: s.Bands, Codebook: cb, Files: []string{"shN_centroids.webp", "shN_labels.webp"}}
+}
+
+// FormatError is a source the encoder cannot take: not a 3DGS PLY it
+// reads, or splats it cannot encode. Other errors are I/O or cancellation.
+type FormatError struct{ Err error }
+
+func (e *FormatError) Error() string { return e.Err.Error() }
+func (e *FormatError) Unwrap() error { return e.Err }
+
+// Result describes one transcoding.
+type Result struct {
+	Splats int
+	Bands  int
+}
+
+// Transcode reads a 3DGS PLY from r and writes it to w as a bundled SOG.
+func Transcode(ctx context.Context, r io.Reader, w io.Writer) (Result, error) {
+	s, err := ReadPLY(ctxReader{ctx, r})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, ctx.Err()
+		}
+		return Result{}, &FormatError{err}
+	}
+	if err := Encode(ctx, w, s); err != nil {
+		return Result{}, err
+	}
+	return Result{Splats: s.N, Bands: s.Bands}, nil
+}
+
+// TranscodeFile encodes the PLY at src as a SOG at dst, through a
+// temporary file beside dst that is renamed into place once complete (dst
+// never holds a partial SOG).
+func TranscodeFile(ctx context.Context, src, dst string) (Result, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return Result{}, err
+	}
+	defer in.Close()
+	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.Remove(out.Name()) // a no-op once renamed
+	bw := bufio.NewWriterSize(out, 1<<20)
+	res, err := Transcode(ctx, in, bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = out.Chmod(0o644) // CreateTemp's 0600 is for the work in progress
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(out.Name(), dst)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// ctxReader stops a read once its context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

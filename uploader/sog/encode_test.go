@@ -2,6 +2,7 @@ package sog
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func scene(t *testing.T, n, bands int, seed uint64) (*Splats, []byte) {
 func encode(t *testing.T, s *Splats) []byte {
 	t.Helper()
 	var out bytes.Buffer
-	if err := Encode(&out, s); err != nil {
+	if err := Encode(context.Background(), &out, s); err != nil {
 		t.Fatal(err)
 	}
 	return out.Bytes()
@@ -107,7 +108,7 @@ func TestPaletteBeatsRandom(t *testing.T) {
 	s, _ := scene(t, 20000, 3, 3)
 	d := RestCount(3)
 	k := 1024
-	cent, labels := kmeansPalette(s.Rest, s.N, d, k)
+	cent, labels := kmeansPalette(context.Background(), s.Rest, s.N, d, k)
 	if len(cent)/d > k || len(cent)/d < k/2 {
 		t.Fatalf("%d entries for k=%d", len(cent)/d, k)
 	}

@@ -1,6 +1,7 @@
 package sog
 
 import (
+	"context"
 	"runtime"
 	"sync"
 )
@@ -45,8 +46,8 @@ func paletteSize(n int) int {
 
 // kmeansPalette clusters the n rows of pts (d floats each) into at most k
 // entries; it returns the entries (row-major) and each row's entry.
-func kmeansPalette(pts []float32, n, d, k int) (centroids []float32, labels []uint32) {
-	km := &kmeans{pts: pts, d: d, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
+func kmeansPalette(ctx context.Context, pts []float32, n, d, k int) (centroids []float32, labels []uint32) {
+	km := &kmeans{ctx: ctx, pts: pts, d: d, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	members := make([]uint32, n)
 	for i := range members {
 		members[i] = uint32(i)
@@ -63,6 +64,7 @@ func kmeansPalette(pts []float32, n, d, k int) (centroids []float32, labels []ui
 }
 
 type kmeans struct {
+	ctx context.Context // once done, nodes end early (the result is discarded)
 	pts []float32
 	d   int
 	sem chan struct{} // bounds the goroutines of top-level cells
@@ -89,8 +91,8 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 		}
 		return cs
 	}
-	if k <= leafK {
-		return km.leaf(members, k, seed)
+	if k <= leafK || km.ctx.Err() != nil {
+		return km.leaf(members, min(k, leafK), seed)
 	}
 	branch := min(maxBranch, (k+leafK-1)/leafK)
 	r := rng(seed)

@@ -1,0 +1,125 @@
+package uploader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/sog"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// The file a job uploads: its own, or, when its publish parameters say
+// encode: sog, a SOG encoded locally from its PLY (on a slow uplink a
+// fraction of the bytes). The encoding is made once the job's file is
+// checked and hashed, kept under PoolOptions.EncodeDir by the source's
+// sha256 until the job is final, and recorded in state.Job.Encoded; every
+// other record of the job (its sha256, size, dedupe) stays the source's.
+// Everything of it lives here; the pipeline calls encodeForUpload after the
+// hash, openUpload for the bytes to send and uploadName for their name.
+
+// encodeForUpload returns the encoding j asks for, made or found again, or
+// nil when j uploads its own file (no encode asked, or the file is not a
+// plain PLY: a SOG is already one, and a compressed PLY is uploaded as the
+// producer made it). changed is the file's new stat when it changed while
+// it was encoded.
+func (p *Pool) encodeForUpload(ctx context.Context, j state.Job) (enc *state.Encoded, changed fs.FileInfo, err error) {
+	if j.Params.Encode == "" || j.Kind != string(splatfile.KindPLY) {
+		return nil, nil, nil
+	}
+	if j.Params.Encode != "sog" {
+		return nil, nil, &workerFileError{fmt.Errorf("publish.encode %q: the only encoding is sog", j.Params.Encode)}
+	}
+	if p.o.EncodeDir == "" {
+		return nil, nil, &workerFileError{errors.New("publish.encode: sog needs a state directory to encode into")}
+	}
+	path := filepath.Join(p.o.EncodeDir, j.SHA256+".sog")
+	if e := j.Encoded; e != nil && e.Path == path {
+		if fi, err := os.Stat(path); err == nil && fi.Size() == e.Size {
+			return e, nil, nil // made before a retry or restart
+		}
+	}
+	if err := os.MkdirAll(p.o.EncodeDir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	if _, err := sog.TranscodeFile(ctx, j.Path, path); err != nil {
+		if errors.As(err, new(*sog.FormatError)) {
+			return nil, nil, &workerFileError{fmt.Errorf("encode as sog: %w", err)}
+		}
+		return nil, nil, err // canceled, or the state dir's trouble: retried
+	}
+	// The source must still be the content hashed, else the SOG is not.
+	if fi, err := workerStat(j.Path); err != nil || !workerSame(fi, j) {
+		os.Remove(path)
+		return nil, fi, err
+	}
+	sum, size, err := fileSHA256(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &state.Encoded{Encoding: "sog", Path: path, Size: size, SHA256: sum}, nil, nil
+}
+
+// openUpload opens the bytes j uploads, when j's file is still the one
+// hashed: the file itself, or its encoding. A lost encoding (state_dir
+// cleaned, or the job final once before and published again) reports the
+// file as changed, so that the job is checked and encoded again.
+func openUpload(j state.Job) (f *os.File, changed fs.FileInfo, err error) {
+	f, changed, err = openHashed(j)
+	if err != nil || changed != nil || j.Encoded == nil {
+		return f, changed, err
+	}
+	fi, err := f.Stat()
+	f.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	enc, err := os.Open(j.Encoded.Path)
+	if err == nil {
+		if st, serr := enc.Stat(); serr == nil && st.Size() == j.Encoded.Size {
+			return enc, nil, nil
+		}
+		enc.Close()
+	}
+	return nil, fi, nil
+}
+
+// uploadName is the file name an upload is signed for: the encoding's
+// extension when there is one.
+func uploadName(j state.Job) string {
+	name := filepath.Base(j.Path)
+	if j.Encoded != nil {
+		name = strings.TrimSuffix(name, filepath.Ext(name)) + "." + j.Encoded.Encoding
+	}
+	return name
+}
+
+// dropEncoded removes a final job's encoding: it is made again if the job
+// is ever sent again.
+func dropEncoded(j state.Job) {
+	if j.Encoded != nil {
+		os.Remove(j.Encoded.Path)
+	}
+}
+
+func fileSHA256(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
