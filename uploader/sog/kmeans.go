@@ -19,12 +19,17 @@ import (
 // are independent work for every core, and each node's random choices come
 // from its own seed, so the result does not depend on scheduling.
 
+// The tree's shape, chosen by measurement on a 1 M-splat scene with three
+// SH bands (64k entries): CPU time fell from 18 s (leaves of 32 with 10
+// iterations, 64-way splits trained 8 rounds on 64 points a cell) to 7.4 s
+// for a palette error 1.3 % higher. Leaves start from k-means++ seeds, so
+// a few rounds settle them.
 const (
-	leafK        = 32 // a node with at most this many entries is a leaf
-	maxBranch    = 64 // cells an inner node splits into
-	sampleFactor = 64 // an inner node trains on at most this many points a cell
-	innerIters   = 8  // Lloyd iterations of an inner node (on its sample)
-	leafIters    = 10 // Lloyd iterations of a leaf (splat-transform runs 10)
+	leafK        = 16 // a node with at most this many entries is a leaf
+	maxBranch    = 16 // cells an inner node splits into
+	sampleFactor = 32 // an inner node trains on at most this many points a cell
+	innerIters   = 4  // Lloyd iterations of an inner node (on its sample)
+	leafIters    = 4  // Lloyd iterations of a leaf
 	parallelMin  = 1 << 14
 )
 
