@@ -133,3 +133,21 @@ func TestPaletteBeatsRandom(t *testing.T) {
 	}
 	t.Logf("palette SSE %.3f, random %.3f", ours, base)
 }
+
+// FuzzReadPLY: any input either reads or fails with an error; a read
+// scene has the count its columns hold.
+func FuzzReadPLY(f *testing.F) {
+	var b bytes.Buffer
+	WriteScene(&b, 3, 1, 1)
+	f.Add(b.Bytes())
+	f.Add([]byte("ply\nformat binary_little_endian 1.0\nelement vertex 100000000\nproperty float x\nend_header\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ReadPLY(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if len(s.Pos) != 3*s.N || len(s.Opacity) != s.N || len(s.Rest) != s.N*RestCount(s.Bands) {
+			t.Fatalf("%d splats with columns %d, %d, %d", s.N, len(s.Pos), len(s.Opacity), len(s.Rest))
+		}
+	})
+}

@@ -99,17 +99,17 @@ func ReadPLY(r io.Reader) (*Splats, error) {
 			return nil, fmt.Errorf("ply: splat %d of %d: %w", i, s.N, unexpected(err))
 		}
 		get := func(c int) float32 { return cols[c].typ.get(rec[cols[c].offset:]) }
-		s.Pos[3*i], s.Pos[3*i+1], s.Pos[3*i+2] = get(0), get(1), get(2)
+		s.Pos = append(s.Pos, get(0), get(1), get(2))
 		for k := 0; k < 3; k++ {
-			s.DC[k][i] = get(3 + k)
-			s.Scale[k][i] = get(7 + k)
+			s.DC[k] = append(s.DC[k], get(3+k))
+			s.Scale[k] = append(s.Scale[k], get(7+k))
 		}
-		s.Opacity[i] = get(6)
+		s.Opacity = append(s.Opacity, get(6))
 		for k := 0; k < 4; k++ {
-			s.Rot[k][i] = get(10 + k)
+			s.Rot[k] = append(s.Rot[k], get(10+k))
 		}
 		for k := 0; k < rest; k++ {
-			s.Rest[i*rest+k] = get(14 + k)
+			s.Rest = append(s.Rest, get(14+k))
 		}
 	}
 	return s, nil
@@ -153,13 +153,15 @@ func newSplats(lay *plyLayout) (*Splats, []plyColumn, error) {
 		}
 		cols[i] = c
 	}
-	n := lay.count
-	s := &Splats{N: n, Bands: bands, Pos: make([]float32, 3*n), Opacity: make([]float32, n), Rest: make([]float32, n*rest)}
+	// The columns grow as records arrive, so that a header that promises
+	// more splats than the file holds costs no more than the file.
+	n := min(lay.count, 1<<16)
+	s := &Splats{N: lay.count, Bands: bands, Pos: make([]float32, 0, 3*n), Opacity: make([]float32, 0, n), Rest: make([]float32, 0, n*rest)}
 	for k := 0; k < 3; k++ {
-		s.Scale[k], s.DC[k] = make([]float32, n), make([]float32, n)
+		s.Scale[k], s.DC[k] = make([]float32, 0, n), make([]float32, 0, n)
 	}
 	for k := 0; k < 4; k++ {
-		s.Rot[k] = make([]float32, n)
+		s.Rot[k] = make([]float32, 0, n)
 	}
 	return s, cols, nil
 }
