@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/splatd/splatd/uploader/apisim"
 	"github.com/splatd/splatd/uploader/sog"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
@@ -63,5 +67,42 @@ func TestEncodeCommand(t *testing.T) {
 	}
 	if code, _ := runInProcess(t, "encode", "-to", "spz", in, out); code != exitUsage {
 		t.Errorf("-to spz: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestE2EPublishEncodeLegacy: `splatd publish` under the legacy protocol
+// with publish.encode sog uploads the SOG encoded from the PLY, signed as
+// <stem>.sog, and leaves no temporary file behind.
+func TestE2EPublishEncodeLegacy(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{extra: "publish: {encode: sog}\n"})
+	p := filepath.Join(e.dir, "hall.ply")
+	var b bytes.Buffer
+	if err := sog.WriteScene(&b, 600, 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, p); code != 0 {
+		t.Fatalf("publish: exit %d, %s", code, errOut)
+	}
+	want := filepath.Join(t.TempDir(), "want.sog")
+	if _, err := sog.TranscodeFile(context.Background(), p, want); err != nil {
+		t.Fatal(err)
+	}
+	wb, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(wb)
+	sum := hex.EncodeToString(h[:])
+	sp := sim.Splats()
+	if len(sp) != 1 || sp[0].ObjectSHA256 != sum || !strings.HasSuffix(sp[0].Key, ".sog") {
+		t.Fatalf("server's splats %+v, want one of the SOG (sha256 %s)", sp, sum)
+	}
+	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "splatd-encode-*", "hall.sog")); len(left) != 0 {
+		t.Errorf("temporary encodings left: %v", left)
 	}
 }
