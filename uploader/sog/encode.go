@@ -365,7 +365,12 @@ type Result struct {
 
 // Transcode reads a 3DGS PLY from r and writes it to w as a bundled SOG.
 func Transcode(ctx context.Context, r io.Reader, w io.Writer) (Result, error) {
-	s, err := ReadPLY(ctxReader{ctx, r})
+	return transcode(ctx, r, 0, w)
+}
+
+// transcode is Transcode of a source of size bytes (0: unknown).
+func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer) (Result, error) {
+	s, err := readPLY(ctxReader{ctx, r}, size)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -387,13 +392,17 @@ func TranscodeFile(ctx context.Context, src, dst string) (Result, error) {
 		return Result{}, err
 	}
 	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return Result{}, err
+	}
 	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.Remove(out.Name()) // a no-op once renamed
 	bw := bufio.NewWriterSize(out, 1<<20)
-	res, err := Transcode(ctx, in, bw)
+	res, err := transcode(ctx, in, fi.Size(), bw)
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -73,13 +73,20 @@ type plyLayout struct {
 	stride int
 	cols   map[string]plyColumn
 	skip   int64 // bytes of elements before "vertex"
+	header int64 // bytes of the header
 }
 
 // ReadPLY reads a binary little-endian 3DGS PLY from r, one record at a
 // time: memory is the columns it returns (about 4 bytes a value), never the
 // file. It needs x y z, f_dc_0..2, opacity, scale_0..2 and rot_0..3, and
 // takes 0, 9, 24 or 45 f_rest_* values.
-func ReadPLY(r io.Reader) (*Splats, error) {
+func ReadPLY(r io.Reader) (*Splats, error) { return readPLY(r, 0) }
+
+// readPLY is ReadPLY of a source of size bytes (0: unknown). When the
+// size holds every record the header promises, the columns are made at
+// their full size at once; otherwise they grow as records arrive, so that
+// a header promising more than the file holds costs no more than the file.
+func readPLY(r io.Reader, size int64) (*Splats, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	lay, err := readHeader(br)
 	if err != nil {
@@ -88,7 +95,7 @@ func ReadPLY(r io.Reader) (*Splats, error) {
 	if _, err := io.CopyN(io.Discard, br, lay.skip); err != nil {
 		return nil, fmt.Errorf("ply: elements before vertex: %w", err)
 	}
-	s, cols, err := newSplats(lay)
+	s, cols, err := newSplats(lay, size > 0 && lay.header+lay.skip+int64(lay.count)*int64(lay.stride) <= size)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +131,7 @@ func unexpected(err error) error {
 
 // newSplats allocates the columns for lay and resolves the properties the
 // encoder reads, in the order ReadPLY indexes them.
-func newSplats(lay *plyLayout) (*Splats, []plyColumn, error) {
+func newSplats(lay *plyLayout, whole bool) (*Splats, []plyColumn, error) {
 	names := []string{"x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
 		"scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"}
 	rest := 0
@@ -153,9 +160,10 @@ func newSplats(lay *plyLayout) (*Splats, []plyColumn, error) {
 		}
 		cols[i] = c
 	}
-	// The columns grow as records arrive, so that a header that promises
-	// more splats than the file holds costs no more than the file.
 	n := min(lay.count, 1<<16)
+	if whole {
+		n = lay.count
+	}
 	s := &Splats{N: lay.count, Bands: bands, Pos: make([]float32, 0, 3*n), Opacity: make([]float32, 0, n), Rest: make([]float32, 0, n*rest)}
 	for k := 0; k < 3; k++ {
 		s.Scale[k], s.DC[k] = make([]float32, 0, n), make([]float32, 0, n)
@@ -236,6 +244,7 @@ func readHeader(br *bufio.Reader) (*plyLayout, error) {
 			if lay == nil {
 				return nil, errors.New("ply: no vertex element")
 			}
+			lay.header = int64(read)
 			return lay, nil
 		}
 	}
