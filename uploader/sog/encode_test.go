@@ -2,6 +2,7 @@ package sog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"context"
 	"math"
 	"strings"
@@ -150,4 +151,28 @@ func FuzzReadPLY(f *testing.F) {
 			t.Fatalf("%d splats with columns %d, %d, %d", s.N, len(s.Pos), len(s.Opacity), len(s.Rest))
 		}
 	})
+}
+
+// TestReadPLYDoubles: properties of other types than float are read too
+// (here double, and an extra uchar property that is skipped).
+func TestReadPLYDoubles(t *testing.T) {
+	t.Parallel()
+	names := []string{"x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"}
+	var b bytes.Buffer
+	b.WriteString("ply\nformat binary_little_endian 1.0\nelement vertex 1\nproperty uchar red\n")
+	for _, n := range names {
+		b.WriteString("property double " + n + "\n")
+	}
+	b.WriteString("end_header\n")
+	b.WriteByte(7)
+	for i := range names {
+		binary.Write(&b, binary.LittleEndian, float64(i)+0.5)
+	}
+	s, err := ReadPLY(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.N != 1 || s.Bands != 0 || s.Pos[2] != 2.5 || s.DC[0][0] != 3.5 || s.Opacity[0] != 6.5 || s.Scale[2][0] != 9.5 || s.Rot[3][0] != 13.5 {
+		t.Fatalf("read %+v", s)
+	}
 }

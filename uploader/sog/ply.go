@@ -39,25 +39,26 @@ func RestCount(bands int) int { return [...]int{0, 9, 24, 45}[bands] }
 type plyType struct {
 	size int
 	get  func([]byte) float32
+	f32  bool // a little-endian float32, decoded inline on the fast path
 }
 
 var plyTypes = map[string]plyType{
-	"float":   {4, func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }},
-	"float32": {4, func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }},
-	"double":  {8, func(b []byte) float32 { return float32(math.Float64frombits(binary.LittleEndian.Uint64(b))) }},
-	"float64": {8, func(b []byte) float32 { return float32(math.Float64frombits(binary.LittleEndian.Uint64(b))) }},
-	"uchar":   {1, func(b []byte) float32 { return float32(b[0]) }},
-	"uint8":   {1, func(b []byte) float32 { return float32(b[0]) }},
-	"char":    {1, func(b []byte) float32 { return float32(int8(b[0])) }},
-	"int8":    {1, func(b []byte) float32 { return float32(int8(b[0])) }},
-	"ushort":  {2, func(b []byte) float32 { return float32(binary.LittleEndian.Uint16(b)) }},
-	"uint16":  {2, func(b []byte) float32 { return float32(binary.LittleEndian.Uint16(b)) }},
-	"short":   {2, func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) }},
-	"int16":   {2, func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) }},
-	"uint":    {4, func(b []byte) float32 { return float32(binary.LittleEndian.Uint32(b)) }},
-	"uint32":  {4, func(b []byte) float32 { return float32(binary.LittleEndian.Uint32(b)) }},
-	"int":     {4, func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) }},
-	"int32":   {4, func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) }},
+	"float":   {4, func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }, true},
+	"float32": {4, func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }, true},
+	"double":  {8, func(b []byte) float32 { return float32(math.Float64frombits(binary.LittleEndian.Uint64(b))) }, false},
+	"float64": {8, func(b []byte) float32 { return float32(math.Float64frombits(binary.LittleEndian.Uint64(b))) }, false},
+	"uchar":   {1, func(b []byte) float32 { return float32(b[0]) }, false},
+	"uint8":   {1, func(b []byte) float32 { return float32(b[0]) }, false},
+	"char":    {1, func(b []byte) float32 { return float32(int8(b[0])) }, false},
+	"int8":    {1, func(b []byte) float32 { return float32(int8(b[0])) }, false},
+	"ushort":  {2, func(b []byte) float32 { return float32(binary.LittleEndian.Uint16(b)) }, false},
+	"uint16":  {2, func(b []byte) float32 { return float32(binary.LittleEndian.Uint16(b)) }, false},
+	"short":   {2, func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) }, false},
+	"int16":   {2, func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) }, false},
+	"uint":    {4, func(b []byte) float32 { return float32(binary.LittleEndian.Uint32(b)) }, false},
+	"uint32":  {4, func(b []byte) float32 { return float32(binary.LittleEndian.Uint32(b)) }, false},
+	"int":     {4, func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) }, false},
+	"int32":   {4, func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) }, false},
 }
 
 type plyColumn struct {
@@ -101,11 +102,21 @@ func readPLY(r io.Reader, size int64) (*Splats, error) {
 	}
 	rec := make([]byte, lay.stride)
 	rest := RestCount(s.Bands)
+	offs := make([]int, len(cols))
+	allF32 := true
+	for i, c := range cols {
+		offs[i], allF32 = c.offset, allF32 && c.typ.f32
+	}
 	for i := 0; i < s.N; i++ {
 		if _, err := io.ReadFull(br, rec); err != nil {
 			return nil, fmt.Errorf("ply: splat %d of %d: %w", i, s.N, unexpected(err))
 		}
-		get := func(c int) float32 { return cols[c].typ.get(rec[cols[c].offset:]) }
+		get := func(c int) float32 {
+			if allF32 { // the 3DGS trainers' layout: no call per value
+				return math.Float32frombits(binary.LittleEndian.Uint32(rec[offs[c]:]))
+			}
+			return cols[c].typ.get(rec[offs[c]:])
+		}
 		s.Pos = append(s.Pos, get(0), get(1), get(2))
 		for k := 0; k < 3; k++ {
 			s.DC[k] = append(s.DC[k], get(3+k))
