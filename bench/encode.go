@@ -131,7 +131,7 @@ func EncodeFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	os.Remove(filepath.Join(dir, "ours-1m.sog"))
 	figs = append(figs,
 		Figure{Name: "encode_1m_sh3_seconds", Value: round(r.wall.Seconds(), 1), Unit: "s", Note: "splatd encode -to sog, 1,000,000 splats, SH bands 3, one run"},
-		Figure{Name: "encode_1m_sh3_cpu_seconds", Value: round(r.cpu.Seconds(), 1), Unit: "s", Note: "its user+system CPU: on 2 idle cores the wall time is about 0.6 of it"},
+		Figure{Name: "encode_1m_sh3_cpu_seconds", Value: round(r.cpu.Seconds(), 1), Unit: "s", Note: "its user+system CPU time (less sensitive than wall time to other load on the machine)"},
 		Figure{Name: "encode_1m_sh3_peak_rss", Value: round(r.rssMiB, 0), Unit: "MiB", Note: "the encode process's peak RSS (the PLY is 237 MiB)"})
 	pub, err := slowUplinkFigures(ctx, o, large)
 	return append(figs, pub...), err

@@ -90,27 +90,31 @@ func Encode(ctx context.Context, w io.Writer, s *Splats) error {
 			return &FormatError{fmt.Errorf("sog: splat %d has a non-finite position", i/3)}
 		}
 	}
-	order := mortonOrder(s.Pos, s.N)
-	tw, th := textureSize(s.N)
-	imgs := newImageSet()
-	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: s.N}
-
 	// The SH palette is the long pole: it starts first and the images of
 	// the other attributes are made and encoded while it runs.
 	var shDone sync.WaitGroup
+	var pal []float32
+	var palLabels []uint32
 	if s.Bands > 0 {
 		shDone.Add(1)
 		go func() {
 			defer shDone.Done()
-			meta.SHN = encodeSHN(ctx, s, order, tw, th, imgs)
+			pal, palLabels = kmeansPalette(ctx, s.Rest, s.N, RestCount(s.Bands), paletteSize(s.N))
 		}()
 	}
+	order := mortonOrder(s.Pos, s.N)
+	tw, th := textureSize(s.N)
+	imgs := newImageSet()
+	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: s.N}
 	meta.Means = encodeMeans(s, order, tw, th, imgs)
 	imgs.add("quats.webp", encodeQuats(s, order, tw, th))
 	meta.Quats = Files{Files: []string{"quats.webp"}}
 	meta.Scales = encodeScales(s, order, tw, th, imgs)
 	meta.SH0 = encodeSH0(s, order, tw, th, imgs)
 	shDone.Wait()
+	if s.Bands > 0 {
+		meta.SHN = encodeSHN(s, pal, palLabels, order, tw, th, imgs)
+	}
 	files, err := imgs.wait()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -321,12 +325,11 @@ func concat(cols ...[]float32) []float32 {
 	return out
 }
 
-// encodeSHN builds the SH palette, codes its coefficients through one
-// codebook, and stores the palette (64 entries a row, one pixel per
-// coefficient, the channels in R, G, B) and each splat's 16-bit entry.
-func encodeSHN(ctx context.Context, s *Splats, order []uint32, tw, th int, imgs *imageSet) *SHNRef {
+// encodeSHN codes the SH palette's coefficients through one codebook,
+// and stores the palette (64 entries a row, one pixel per coefficient, the
+// channels in R, G, B) and each splat's 16-bit entry.
+func encodeSHN(s *Splats, cent []float32, labels []uint32, order []uint32, tw, th int, imgs *imageSet) *SHNRef {
 	rest, coeffs := RestCount(s.Bands), shCoeffs[s.Bands]
-	cent, labels := kmeansPalette(ctx, s.Rest, s.N, rest, paletteSize(s.N))
 	count := len(cent) / rest
 	cb, codes := quantize1D(cent) // row-major: entry i, value j at i*rest+j
 	rows := (count + 63) / 64

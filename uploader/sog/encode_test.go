@@ -2,9 +2,10 @@ package sog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -174,5 +175,23 @@ func TestReadPLYDoubles(t *testing.T) {
 	}
 	if s.N != 1 || s.Bands != 0 || s.Pos[2] != 2.5 || s.DC[0][0] != 3.5 || s.Opacity[0] != 6.5 || s.Scale[2][0] != 9.5 || s.Rot[3][0] != 13.5 {
 		t.Fatalf("read %+v", s)
+	}
+}
+
+func TestSortFloats(t *testing.T) {
+	t.Parallel()
+	r := rng(3)
+	v := make([]float32, 5000)
+	for i := range v {
+		v[i] = float32((r.unit() - 0.5) * math.Pow(10, float64(int(r.next()%12))-6))
+	}
+	v[0], v[1] = 0, float32(math.Copysign(0, -1))
+	want := slices.Clone(v)
+	slices.Sort(want)
+	sortFloats(v)
+	for i := range v {
+		if v[i] != want[i] {
+			t.Fatalf("index %d: %g, want %g", i, v[i], want[i])
+		}
 	}
 }

@@ -39,7 +39,7 @@ func quantize1D(values []float32) (codebook []float32, labels []uint8) {
 			finite = append(finite, v)
 		}
 	}
-	slices.Sort(finite)
+	sortFloats(finite)
 	lo, hi := 0, 0
 	if negInf {
 		lo = 1
@@ -209,4 +209,49 @@ func partitionDP(h, k int, cost func(a, b int) float64) [][]int32 {
 		prev, cur = cur, prev
 	}
 	return splits
+}
+
+// sortFloats sorts finite floats ascending by a radix sort of their bits
+// (three 11-bit passes): the codebooks sort millions of values, where a
+// comparison sort was a tenth of the encoder's time.
+func sortFloats(v []float32) {
+	if len(v) < 1024 {
+		slices.Sort(v)
+		return
+	}
+	keys := make([]uint32, len(v))
+	for i, f := range v {
+		u := math.Float32bits(f)
+		if u&0x80000000 != 0 {
+			u = ^u
+		} else {
+			u |= 0x80000000
+		}
+		keys[i] = u
+	}
+	tmp := make([]uint32, len(v))
+	var counts [2048]int
+	for shift := 0; shift < 33; shift += 11 {
+		counts = [2048]int{}
+		for _, k := range keys {
+			counts[k>>shift&2047]++
+		}
+		sum := 0
+		for d := range counts {
+			counts[d], sum = sum, sum+counts[d]
+		}
+		for _, k := range keys {
+			tmp[counts[k>>shift&2047]] = k
+			counts[k>>shift&2047]++
+		}
+		keys, tmp = tmp, keys
+	}
+	for i, u := range keys {
+		if u&0x80000000 != 0 {
+			u &^= 0x80000000
+		} else {
+			u = ^u
+		}
+		v[i] = math.Float32frombits(u)
+	}
 }
