@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	"github.com/splatd/splatd/state"
@@ -50,7 +51,16 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job) (enc *state.Enc
 	if err := os.MkdirAll(p.o.EncodeDir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	if _, err := sog.TranscodeFile(ctx, j.Path, path); err != nil {
+	// One encoding at a time: each holds its whole scene in memory (about
+	// 1.5× the PLY) and keeps both cores busy on its own.
+	select {
+	case p.encodeSlot <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	_, err = TranscodeBounded(ctx, j.Path, path, j.Size)
+	<-p.encodeSlot
+	if err != nil {
 		if errors.As(err, new(*sog.FormatError)) {
 			return nil, nil, &workerFileError{fmt.Errorf("encode as sog: %w", err)}
 		}
@@ -122,4 +132,19 @@ func fileSHA256(path string) (string, int64, error) {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// TranscodeBounded encodes the PLY at src as a SOG at dst with the garbage collector held
+// near the encoding's live memory (about 1.5× the PLY's size) rather than
+// letting the heap double first, and returns the memory to the system
+// afterwards, so that the daemon does not keep an encoding's peak. A lower
+// limit already set (GOMEMLIMIT) is kept.
+func TranscodeBounded(ctx context.Context, src, dst string, size int64) (sog.Result, error) {
+	old := debug.SetMemoryLimit(-1)
+	if limit := 2*size + 64<<20; limit < old {
+		debug.SetMemoryLimit(limit)
+		defer debug.SetMemoryLimit(old)
+	}
+	defer debug.FreeOSMemory()
+	return sog.TranscodeFile(ctx, src, dst)
 }

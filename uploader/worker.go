@@ -160,6 +160,8 @@ type Pool struct {
 	progMu   sync.Mutex
 	progress map[uint64]Progress
 
+	encodeSlot chan struct{} // one publish.encode at a time (encode.go)
+
 	resMu    sync.Mutex
 	reserved map[uint64]*api.Reservation // publish slots taken before the intent commit
 
@@ -196,6 +198,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
+		encodeSlot:  make(chan struct{}, 1),
 		progress:    make(map[uint64]Progress),
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/splatd/splatd/uploader/sog"
+	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
@@ -34,7 +34,7 @@ func cmdEncode(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	start := time.Now()
-	res, err := sog.TranscodeFile(ctx, in, out)
+	res, err := uploader.TranscodeBounded(ctx, in, out, st.Size())
 	if err != nil {
 		fmt.Fprintf(c.stderr, "splatd encode: %s: %s\n", in, oneLine(err.Error()))
 		return exitFailure
@@ -66,7 +66,12 @@ func encodeForPublish(ctx context.Context, c *cli, path, encode string, kind spl
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)) + ".sog"
 	out := filepath.Join(dir, name)
 	fmt.Fprintf(c.stderr, "%s: encoding as SOG (publish.encode)\n", filepath.Base(path))
-	if _, err := sog.TranscodeFile(ctx, path, out); err != nil {
+	fi, err := os.Stat(path)
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	if _, err := uploader.TranscodeBounded(ctx, path, out, fi.Size()); err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("encode as sog: %s", oneLine(err.Error()))
 	}
