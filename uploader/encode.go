@@ -21,8 +21,8 @@ import (
 // The file a job uploads: its own, or, when its publish parameters say
 // encode: sog, a SOG encoded locally from its PLY (on a slow uplink a
 // fraction of the bytes). The encoding is made once the job's file is
-// checked and hashed, kept under PoolOptions.EncodeDir by the source's
-// sha256 until the job is final, and recorded in state.Job.Encoded; every
+// checked and hashed, kept under PoolOptions.EncodeDir (named by the
+// source's sha256 and the job) until the job is final, and recorded in state.Job.Encoded; every
 // other record of the job (its sha256, size, dedupe) stays the source's.
 // Everything of it lives here; the pipeline calls encodeForUpload after the
 // hash, openUpload for the bytes to send and uploadName for their name.
@@ -42,7 +42,9 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job) (enc *state.Enc
 	if p.o.EncodeDir == "" {
 		return nil, nil, &workerFileError{errors.New("publish.encode: sog needs a state directory to encode into")}
 	}
-	path := filepath.Join(p.o.EncodeDir, j.SHA256+".sog")
+	// Named by job as well as content: a twin job of the same content,
+	// found a duplicate and finished, removes its own encoding only.
+	path := filepath.Join(p.o.EncodeDir, fmt.Sprintf("%s-%d.sog", j.SHA256, j.ID))
 	if e := j.Encoded; e != nil && e.Path == path {
 		if fi, err := os.Stat(path); err == nil && fi.Size() == e.Size {
 			return e, nil, nil // made before a retry or restart
