@@ -150,3 +150,14 @@ func TranscodeBounded(ctx context.Context, src, dst string, size int64) (sog.Res
 	defer debug.FreeOSMemory()
 	return sog.TranscodeFile(ctx, src, dst)
 }
+
+// uploadContent names the content a job uploads, for its v1
+// Idempotency-Key: the source's sha256, with the encoding when there is
+// one, so that daemons of a fleet that differ in publish.encode never meet
+// in one session with bytes of different lengths.
+func uploadContent(j state.Job) string {
+	if j.Encoded != nil {
+		return j.SHA256 + "-" + j.Encoded.Encoding
+	}
+	return j.SHA256
+}

@@ -60,8 +60,8 @@ func TestPublishEncodeSOG(t *testing.T) {
 		if len(sp) != 1 || sp[0].ObjectSHA256 != j.Encoded.SHA256 || sp[0].Size != j.Encoded.Size || workerFileSHA(t, again) != j.Encoded.SHA256 {
 			t.Fatalf("%q: server's splats %+v, want one of the SOG %+v", protocol, sp, j.Encoded)
 		}
-		if protocol == ProtocolV1 && sp[0].Format != "sog" {
-			t.Errorf("v1 sourceFormat %q, want sog", sp[0].Format)
+		if protocol == ProtocolV1 && (sp[0].Format != "sog" || j.V1.Key != "splatd-"+j.SHA256+"-sog-g0-s1") {
+			t.Errorf("v1 sourceFormat %q, key %s: want sog and the source's sha256 with the encoding", sp[0].Format, j.V1.Key)
 		}
 		if left, _ := os.ReadDir(o.EncodeDir); len(left) != 0 {
 			t.Errorf("%q: %d files left in the encode dir", protocol, len(left))

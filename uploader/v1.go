@@ -159,7 +159,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	if j.V1 != nil {
 		attempt = max(1, j.V1.Attempt)
 	}
-	key := v1Key(j.SHA256, j.Generation, attempt)
+	key := v1Key(uploadContent(j), j.Generation, attempt)
 	if j.V1 != nil && j.V1.Key == key && j.V1.ID != "" {
 		// The session is known (a complete found parts missing, or storage
 		// refused a part URL): take it up again; the parts step reads it.
@@ -250,7 +250,7 @@ func (p *Pool) v1Lost(j state.Job, why string) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	next.V1 = &state.Session{Attempt: attempt, Key: v1Key(j.SHA256, j.Generation, attempt)}
+	next.V1 = &state.Session{Attempt: attempt, Key: v1Key(uploadContent(j), j.Generation, attempt)}
 	next.SplatID = ""
 	return next, nil
 }
