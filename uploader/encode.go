@@ -60,6 +60,12 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job) (enc *state.Enc
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
+	// Holding the only slot, any partial encoding here is a crash's.
+	if stale, _ := filepath.Glob(filepath.Join(p.o.EncodeDir, ".*.tmp")); len(stale) > 0 {
+		for _, s := range stale {
+			os.Remove(s)
+		}
+	}
 	_, err = TranscodeBounded(ctx, j.Path, path, j.Size)
 	<-p.encodeSlot
 	if err != nil {

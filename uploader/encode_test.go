@@ -29,7 +29,7 @@ func (e *workerEnv) writeScene(name string, n int) string {
 // TestPublishEncodeSOG: with publish.encode sog, under either protocol, the
 // server receives the SOG encoded from the PLY (v1 sourceFormat sog), the
 // job keeps the source's sha256 and records the upload's, and the encoding
-// is removed once the job is final.
+// is removed once the job is final (as is a crash's partial encoding).
 func TestPublishEncodeSOG(t *testing.T) {
 	t.Parallel()
 	for _, protocol := range []string{"", ProtocolV1} {
@@ -40,6 +40,13 @@ func TestPublishEncodeSOG(t *testing.T) {
 		o.Protocol = protocol
 		o.Publish.Encode = "sog"
 		o.EncodeDir = filepath.Join(e.stateDir, "encoded")
+		// A partial encoding left by a crash is removed by the next one.
+		if err := os.MkdirAll(o.EncodeDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(o.EncodeDir, ".x.sog.1.tmp"), []byte("PK"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if err := e.run(o); err != nil {
 			t.Fatal(err)
 		}

@@ -757,12 +757,14 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 		result = "duplicate"
 	}
 	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
-	dropEncoded(j)
 	p.finalize(ctx, j)
 }
 
 // finalize runs the after-action stage of a final job (stages.go).
-func (p *Pool) finalize(ctx context.Context, j state.Job) { p.runFinish(ctx, j) }
+func (p *Pool) finalize(ctx context.Context, j state.Job) {
+	dropEncoded(j)
+	p.runFinish(ctx, j)
+}
 
 // finishPending runs the Finish hook of jobs that became final before a
 // crash interrupted it.
