@@ -46,6 +46,8 @@ type DaemonConfig struct {
 	// ParallelParts is upload.parallel_parts (v1); 0 leaves it out
 	// (default 4).
 	ParallelParts int
+	// Encode is publish.encode; default off.
+	Encode string
 }
 
 // Write fills the defaults and writes the token file and config.yaml,
@@ -78,6 +80,9 @@ func (c *DaemonConfig) Write() (string, error) {
 	if c.After == "" {
 		c.After = "{receipt: true}"
 	}
+	if c.Encode == "" {
+		c.Encode = "off"
+	}
 	for _, d := range []string{c.Dir, c.Inbox, c.StateDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return "", err
@@ -107,12 +112,13 @@ state_dir: %s
 workers: %d
 publish:
   on_uncertain: %s
+  encode: %s
 poll: {interval: %s, max_interval: %s, timeout: 10m}
 after: %s
 metrics: {listen: "127.0.0.1:0"}
 log: {level: %s, format: json}
 %s`, c.Sim.URL(), protocol, token, c.Sim.CAFile(), c.Inbox, c.Settle, c.Rescan, c.StateDir, c.Workers,
-		c.OnUncertain, c.Poll, 4*c.Poll, c.After, c.LogLevel, upload)
+		c.OnUncertain, c.Encode, c.Poll, 4*c.Poll, c.After, c.LogLevel, upload)
 	path := filepath.Join(c.Dir, "config.yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }

@@ -143,6 +143,11 @@ type Job struct {
 
 	Upload Upload        `json:"upload,omitzero"`
 	Params PublishParams `json:"params,omitzero"`
+	// Encoded is the file uploaded in place of the original when
+	// publish.encode asked for one (nil: the original is uploaded). Path,
+	// Size, ModTime and SHA256 above stay the original's: dedupe and the
+	// change checks are by the source.
+	Encoded *Encoded `json:"encoded,omitempty"`
 
 	// Protocol is the API the job is published through once it left
 	// Ready: "v1" (ProtocolV1) or "" for the legacy API. It is recorded,
@@ -200,6 +205,31 @@ type Upload struct {
 	IssuedAt time.Time `json:"issued_at,omitzero"`
 }
 
+// Encoded is a local encoding of a job's file, made before upload.
+type Encoded struct {
+	Encoding string `json:"encoding"` // "sog"
+	Path     string `json:"path"`     // under state_dir
+	Size     int64  `json:"size"`
+	SHA256   string `json:"sha256"`
+}
+
+// UploadSize is the size of the bytes a job uploads: its encoding's, or
+// the file's own.
+func (j Job) UploadSize() int64 {
+	if j.Encoded != nil {
+		return j.Encoded.Size
+	}
+	return j.Size
+}
+
+// UploadKind is the content kind a job uploads (splatfile kinds).
+func (j Job) UploadKind() string {
+	if j.Encoded != nil {
+		return j.Encoded.Encoding
+	}
+	return j.Kind
+}
+
 // PublishParams are the publish call's parameters, resolved (config,
 // sidecar, title template) once when the job becomes Ready so that a
 // restarted daemon publishes with exactly the same values.
@@ -209,6 +239,9 @@ type PublishParams struct {
 	Listed      bool           `json:"listed,omitempty"`
 	Format      string         `json:"format,omitempty"`
 	Settings    map[string]any `json:"settings,omitempty"`
+	// Encode names a local encoding to upload in place of the file
+	// ("sog"); "" uploads the file as it is. Not sent to the API.
+	Encode string `json:"encode,omitempty"`
 }
 
 // ProtocolV1 is Job.Protocol of a job published through the SuperSplat

@@ -32,10 +32,16 @@ import (
 // watched file itself (an encoded temp file, a bundled folder) plugs in at
 // openJob and must give a *jobFile the same way.
 
-// jobFile is a job's content, open.
+// jobFile is the content a job uploads, open: its own file, or the
+// encoding made of it (publish.encode) in the state directory.
 type jobFile struct {
 	f  *os.File
 	fi fs.FileInfo // fstat when opened (or last checked)
+	// want and size are what the upload must read: the job's sha256 and
+	// size, or its encoding's.
+	want    string
+	size    int64
+	encoded bool
 }
 
 // errContentChanged: the bytes read for the upload do not hash to the
@@ -55,7 +61,16 @@ func (p *Pool) openJob(j state.Job) (*jobFile, error) {
 	if err != nil {
 		return nil, fileError(err)
 	}
-	return &jobFile{f: f, fi: fi}, nil
+	return &jobFile{f: f, fi: fi, want: j.SHA256, size: j.Size}, nil
+}
+
+// same reports whether fi (a restat of jf) is still what jf was opened
+// for: the job's file as hashed, or its encoding at its recorded size.
+func (jf *jobFile) same(fi fs.FileInfo, j state.Job) bool {
+	if jf.encoded {
+		return fi.Size() == jf.size
+	}
+	return fileSame(fi, j)
 }
 
 // fileError wraps what retrying cannot fix (gone, not regular, out of the
@@ -248,7 +263,25 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 		jf.Close()
 		return nil, cur, nil
 	}
-	return jf, nil, nil
+	if j.Encoded == nil {
+		return jf, nil, nil
+	}
+	// The file is still the one hashed, so its encoding is still its
+	// content's: that is what is sent (read from one descriptor, its own
+	// sha256 checked as it streams). A lost encoding (state_dir cleaned)
+	// reports the file as changed, so that the job is checked and encoded
+	// again.
+	jf.Close()
+	enc, err := os.Open(j.Encoded.Path)
+	if err != nil {
+		return nil, fi, nil
+	}
+	efi, err := enc.Stat()
+	if err != nil || !efi.Mode().IsRegular() || efi.Size() != j.Encoded.Size {
+		enc.Close()
+		return nil, fi, nil
+	}
+	return &jobFile{f: enc, fi: efi, want: j.Encoded.SHA256, size: j.Encoded.Size, encoded: true}, nil, nil
 }
 
 // checkName stats j's path through its watch folder and requires a
@@ -288,7 +321,7 @@ func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Jo
 	defer jf.Close()
 	hctx, stopHash := context.WithCancel(ctx)
 	defer stopHash()
-	sum, want := make(chan error, 1), j.SHA256
+	sum, want := make(chan error, 1), jf.want
 	go func() {
 		got, err := jf.hash(hctx)
 		if err == nil && got != want {
@@ -315,7 +348,7 @@ func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Jo
 	if err != nil {
 		return j, err
 	}
-	if !fileSame(fi, j) {
+	if !jf.same(fi, j) {
 		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
 	}
 	return p.v1Move(j, state.Uploaded, "")

@@ -155,7 +155,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	if j.SHA256 == "" {
 		return j, fmt.Errorf("job %d: ready without sha256", j.ID)
 	}
-	format, err := v1SourceFormat(j.Kind)
+	format, err := v1SourceFormat(j.UploadKind())
 	if err != nil {
 		return j, err
 	}
@@ -163,7 +163,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	if j.V1 != nil {
 		attempt = max(1, j.V1.Attempt)
 	}
-	key := v1Key(j.SHA256, j.Generation, attempt)
+	key := v1Key(uploadContent(j), j.Generation, attempt)
 	if j.V1 != nil && j.V1.Key == key && j.V1.ID != "" {
 		// The session is known (a complete found parts missing, or storage
 		// refused a part URL): take it up again; the parts step reads it.
@@ -191,7 +191,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	s, created, err := p.o.Client.CreateUpload(ctx, key, api.CreateUploadRequest{
 		SourceFormat:  format,
-		ContentLength: j.Size,
+		ContentLength: j.UploadSize(),
 		Title:         j.Params.Title,
 		Description:   j.Params.Description,
 	})
@@ -206,7 +206,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	v := next.V1
 	v.ID, v.PartSize = s.ID, s.PartSize
-	v.Parts = partCount(j.Size, s.PartSize)
+	v.Parts = partCount(j.UploadSize(), s.PartSize)
 	v.ETags = make([]string, v.Parts)
 	// 201: ours. 200 to our first create under this key: a peer's. 200
 	// after an earlier create of ours whose answer never came: most likely
@@ -254,7 +254,7 @@ func (p *Pool) v1Lost(j state.Job, why string) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	next.V1 = &state.Session{Attempt: attempt, Key: v1Key(j.SHA256, j.Generation, attempt)}
+	next.V1 = &state.Session{Attempt: attempt, Key: v1Key(uploadContent(j), j.Generation, attempt)}
 	next.SplatID = ""
 	return next, nil
 }
@@ -273,14 +273,14 @@ var (
 func v1Sync(j *state.Job, s api.UploadSession) []int {
 	v := j.V1
 	if s.PartSize > 0 && s.PartSize != v.PartSize {
-		v.PartSize, v.Parts, v.ETags = s.PartSize, partCount(j.Size, s.PartSize), nil
+		v.PartSize, v.Parts, v.ETags = s.PartSize, partCount(j.UploadSize(), s.PartSize), nil
 	}
 	if len(v.ETags) != v.Parts {
 		v.ETags = make([]string, v.Parts)
 	}
 	server := make(map[int]string, len(s.UploadedParts))
 	for _, up := range s.UploadedParts {
-		if _, n := partRange(j.Size, v.PartSize, up.PartNumber); up.PartNumber > v.Parts || (up.HasSize && up.Size != n) {
+		if _, n := partRange(j.UploadSize(), v.PartSize, up.PartNumber); up.PartNumber > v.Parts || (up.HasSize && up.Size != n) {
 			continue // not a part of this file as we cut it: ours is sent
 		}
 		server[up.PartNumber] = up.ETag
@@ -487,7 +487,7 @@ func (s *partSender) startParts(now time.Time) {
 
 // put starts part n's PUT; its result comes back on results.
 func (s *partSender) put(n int, u signedPart) {
-	off, size := partRange(s.j.Size, s.j.V1.PartSize, n)
+	off, size := partRange(s.j.UploadSize(), s.j.V1.PartSize, n)
 	ctx, client, f, prog, results := s.puts, s.p.o.Client, s.f, s.prog, s.results
 	go func() {
 		etag, err := client.PutPart(ctx, u.url.URL, io.NewSectionReader(f, off, size), size, func(sent int64) { prog.set(n, sent) })
@@ -513,7 +513,7 @@ func (s *partSender) finished(r partResult) error {
 		s.failed(r)
 		return nil
 	}
-	_, size := partRange(s.j.Size, s.j.V1.PartSize, r.n)
+	_, size := partRange(s.j.UploadSize(), s.j.V1.PartSize, r.n)
 	s.prog.done(r.n, size)
 	s.j.V1.ETags[r.n-1] = r.etag
 	s.j.Attempts, s.j.LastError, s.j.LastStatus = 0, "", 0
@@ -591,10 +591,10 @@ type partProgress struct {
 }
 
 func newPartProgress(p *Pool, j state.Job) *partProgress {
-	pp := &partProgress{p: p, id: j.ID, path: j.Path, size: j.Size, inflight: make(map[int]int64)}
+	pp := &partProgress{p: p, id: j.ID, path: j.Path, size: j.UploadSize(), inflight: make(map[int]int64)}
 	for n, e := range j.V1.ETags {
 		if e != "" {
-			_, l := partRange(j.Size, j.V1.PartSize, n+1)
+			_, l := partRange(j.UploadSize(), j.V1.PartSize, n+1)
 			pp.base += l
 		}
 	}

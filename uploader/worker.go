@@ -62,6 +62,9 @@ type PoolOptions struct {
 	// template); sidecar.Resolve applies them to each file when it becomes
 	// ready.
 	Publish state.PublishParams
+	// EncodeDir holds the encodings that publish.encode makes before
+	// upload (encode.go); "" refuses a job that asks for one.
+	EncodeDir string
 	// Defaults, when set, returns the publish defaults of a watch root
 	// (Job.Root: its folder's own publish block over the global one); nil,
 	// or a root it does not know, falls back to Publish.
@@ -156,6 +159,8 @@ type Pool struct {
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
 
+	encodeSlot chan struct{} // one publish.encode at a time (encode.go)
+
 	resMu    sync.Mutex
 	reserved map[uint64]*api.Reservation // publish slots taken before the intent commit
 
@@ -193,6 +198,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
+		encodeSlot:  make(chan struct{}, 1),
 		progress:    make(map[uint64]*progressEntry),
 		running:     make(map[uint64]context.CancelCauseFunc),
 		reserved:    make(map[uint64]*api.Reservation),
@@ -745,8 +751,12 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 	p.finalize(ctx, j)
 }
 
-// finalize runs the after-action stage of a final job (afterstage.go).
-func (p *Pool) finalize(ctx context.Context, j state.Job) { p.runFinish(ctx, j) }
+// finalize runs the after-action stage of a final job (afterstage.go),
+// after removing its encoding (made again if the job is ever sent again).
+func (p *Pool) finalize(ctx context.Context, j state.Job) {
+	dropEncoded(j)
+	p.runFinish(ctx, j)
+}
 
 // finishPending runs the Finish hook of jobs that became final before a
 // crash interrupted it.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -112,6 +111,8 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
 	j.Dev, j.Ino = 0, 0
 	j.SHA256, j.Kind = "", ""
+	dropEncoded(j)
+	j.Encoded = nil
 	j.Upload = state.Upload{}
 	j.Protocol, j.V1 = "", nil // a v1 session of the old content is abandoned
 	j.NextAttempt = now.Add(p.o.Settle)
@@ -171,6 +172,16 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
+	checked := j
+	checked.SHA256, checked.Kind, checked.Params = sum, string(info.Kind), params
+	enc, changed, err := p.encodeForUpload(ctx, checked, jf)
+	if err != nil {
+		return j, err
+	}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
+	}
+	j.Encoded = enc
 	now := p.o.Now()
 	if err := j.Move(state.Ready, now); err != nil {
 		return j, err
@@ -188,7 +199,7 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // stepSign: ready → signed.
 func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
-	up, err := p.o.Client.SignedURL(ctx, filepath.Base(j.Path))
+	up, err := p.o.Client.SignedURL(ctx, uploadName(j))
 	if err != nil {
 		return j, err
 	}
@@ -220,12 +231,13 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 		return p.workerChanged(j, changed, "file changed before upload; hashing again")
 	}
 	defer jf.Close()
-	pr := &Progress{Path: j.Path, Size: j.Size}
+	size := jf.size
+	pr := &Progress{Path: j.Path, Size: size}
 	p.setProgress(j.ID, pr)
 	defer p.setProgress(j.ID, nil)
-	body := newVerifyReader(jf.f, j.Size, j.SHA256)
-	err = p.o.Client.Put(ctx, j.Upload.URL, body, j.Size, func(sent int64) {
-		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: j.Size})
+	body := newVerifyReader(jf.f, size, jf.want)
+	err = p.o.Client.Put(ctx, j.Upload.URL, body, size, func(sent int64) {
+		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: size})
 	})
 	if body.mismatch || (j.Size == 0 && j.SHA256 != emptySHA256) {
 		// The PUT never got the last bytes; what storage holds is not
@@ -246,7 +258,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	if !fileSame(fi, j) {
+	if !jf.same(fi, j) {
 		return p.workerChanged(j, fi, "file changed during upload; uploading again")
 	}
 	now = p.o.Now()

@@ -309,7 +309,8 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if a.cfg.API.Protocol == protocolV1 {
 		return publishV1(ctx, c, a, path)
 	}
-	if _, err := splatfile.Check(path); err != nil {
+	info, err := splatfile.Check(path)
+	if err != nil {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
 	}
 	fi, err := os.Stat(path)
@@ -326,8 +327,13 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return err
 	}
+	upload, cleanup, err := encodeForPublish(ctx, c, path, req.Encode, info.Kind)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	bar := newProgress(c.stderr, filepath.Base(path))
-	sp, err := uploader.PublishFile(ctx, a.client, path, req, uploader.OneShotOptions{
+	sp, err := uploader.PublishFile(ctx, a.client, upload, req, uploader.OneShotOptions{
 		PollInterval:    a.cfg.Poll.Interval.D(),
 		PollMaxInterval: a.cfg.Poll.MaxInterval.D(),
 		PollTimeout:     a.cfg.Poll.Timeout.D(),

@@ -136,12 +136,16 @@ type PublishConfig struct {
 	Format      string         `yaml:"format"`
 	OnUncertain string         `yaml:"on_uncertain"`
 	Settings    map[string]any `yaml:"settings"`
+	// Encode "sog" uploads a SOG encoded locally from each PLY in place of
+	// the PLY (far fewer bytes on a slow uplink); "off" (the default)
+	// uploads every file as it is.
+	Encode string `yaml:"encode"`
 }
 
 // Params are the configured publish parameters, the defaults that
 // sidecar.Resolve renders for each file (Title is the template).
 func (p PublishConfig) Params() state.PublishParams {
-	return state.PublishParams{Title: p.Title, Description: p.Description, Listed: p.Listed, Format: p.Format, Settings: p.Settings}
+	return state.PublishParams{Title: p.Title, Description: p.Description, Listed: p.Listed, Format: p.Format, Settings: p.Settings, Encode: sidecar.EncodeValue(p.Encode)}
 }
 
 // PollConfig paces the polling of a published splat until processing ends.
@@ -237,6 +241,7 @@ func defaultConfig() Config {
 			Title:       "{{.Stem}}",
 			Format:      "sog",
 			OnUncertain: "republish",
+			Encode:      "off",
 			Settings:    defaultSettings(),
 		},
 		Poll: PollConfig{
@@ -593,6 +598,9 @@ func (c *Config) validatePublish() ConfigErrors {
 	case "republish", "hold":
 	default:
 		errs.add("publish.on_uncertain", "must be republish or hold (got %q)", c.Publish.OnUncertain)
+	}
+	if !sidecar.ValidEncode(c.Publish.Encode) {
+		errs.add("publish.encode", "must be sog or off (got %q)", c.Publish.Encode)
 	}
 	return errs
 }

@@ -23,6 +23,7 @@ type FolderPublish struct {
 	Listed      *bool          `yaml:"listed,omitempty"`
 	Format      *string        `yaml:"format,omitempty"`
 	Settings    map[string]any `yaml:"settings,omitempty"`
+	Encode      *string        `yaml:"encode,omitempty"`
 }
 
 // FolderAfter is a watch entry's own after block, laid over the global one
@@ -117,6 +118,9 @@ func (c *Config) publishFor(w WatchConfig) state.PublishParams {
 	if w.Publish.Format != nil {
 		p.Format = *w.Publish.Format
 	}
+	if w.Publish.Encode != nil {
+		p.Encode = sidecar.EncodeValue(*w.Publish.Encode)
+	}
 	return p
 }
 
@@ -186,6 +190,9 @@ func (c *Config) validateFolders() ConfigErrors {
 		}
 		if p.Format != nil && *p.Format != "sog" && *p.Format != "compressed.ply" {
 			bad(key+".publish.format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", *p.Format)
+		}
+		if p.Encode != nil && !sidecar.ValidEncode(*p.Encode) {
+			bad(key+".publish.encode", "must be sog or off (got %q)", *p.Encode)
 		}
 
 		a := &w.After

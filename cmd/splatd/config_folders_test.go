@@ -18,6 +18,7 @@ func TestFolderConfigProblems(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct{ name, yaml, want string }{
 		{"folder format", "publish: {format: ply}", "watch[1].publish.format: must be sog or compressed.ply"},
+		{"folder encode", "publish: {encode: webp}", "watch[1].publish.encode: must be sog or off"},
 		{"folder title field", "publish: {title: \"{{.Stemm}}\"}", "watch[1].publish.title: template: title:1:2: executing"},
 		{"folder title syntax", "publish: {title: \"{{.Stem\"}", "watch[1].publish.title: bad template"},
 		{"folder unknown publish key", "publish: {on_uncertain: hold}", "watch[1].publish.on_uncertain: unknown key"},
@@ -110,6 +111,7 @@ watch:
     publish:
       title: "Client B: {{.Stem}}"
       listed: true
+      encode: sog
       settings: {camera: {fov: 40}}
     after:
       on_success: move
@@ -135,11 +137,11 @@ after:
 	}
 
 	pa, pb := cfg.publishFor(a), cfg.publishFor(b)
-	if pa.Title != "{{.Stem}}" || pa.Listed || pa.Description != "global" || pa.Format != "sog" {
+	if pa.Title != "{{.Stem}}" || pa.Listed || pa.Description != "global" || pa.Format != "sog" || pa.Encode != "" {
 		t.Errorf("entry a publish = %+v", pa)
 	}
 	camB := pb.Settings["camera"].(map[string]any)
-	if pb.Title != "Client B: {{.Stem}}" || !pb.Listed || pb.Description != "global" || pb.Format != "sog" ||
+	if pb.Title != "Client B: {{.Stem}}" || !pb.Listed || pb.Description != "global" || pb.Format != "sog" || pb.Encode != "sog" ||
 		camB["fov"] != 40 || camB["target"] == nil || pb.Settings["background"] == nil {
 		t.Errorf("entry b publish = %+v", pb)
 	}

@@ -96,12 +96,12 @@ func TestEmptyConfigIsDefaults(t *testing.T) {
 
 func TestAllProblemsReportedAtOnce(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig([]byte("workers: 0\npublish: {format: x}\nlog: {level: loud}\n"))
+	cfg, err := parseConfig([]byte("workers: 0\npublish: {format: x, encode: zip}\nlog: {level: loud}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	errs := cfg.validate(true)
-	for _, key := range []string{"workers:", "publish.format:", "log.level:", "watch:"} {
+	for _, key := range []string{"workers:", "publish.format:", "publish.encode:", "log.level:", "watch:"} {
 		if !strings.Contains(errs.Error(), key) {
 			t.Errorf("errors %q do not mention %s", errs.Error(), key)
 		}

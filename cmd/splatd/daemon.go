@@ -203,6 +203,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Protocol:       cfg.API.Protocol,
 		ParallelParts:  cfg.Upload.ParallelParts,
 		Publish:        cfg.Publish.Params(),
+		EncodeDir:      filepath.Join(cfg.StateDir, "encoded"),
 		Defaults:       publishDefaults(cfg),
 		FollowSymlinks: followSymlinks(cfg),
 		OnUncertain:    cfg.Publish.OnUncertain,

@@ -76,6 +76,7 @@ func commands() []command {
 		{"forget", "[-config FILE] ID|PATH", "drop a finished job, its path record and its content's dedupe record: the file is found again as new and may be published again", cmdControl("forget")},
 		{"reload", "[-config FILE]", "make the running daemon read its config again (as SIGHUP does) and print what was applied", cmdReload},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
+		{"encode", "[-to FORMAT] FILE OUT", "encode a 3DGS PLY (FILE) as a SOG (OUT), as publish.encode does before upload", cmdEncode},
 		{"config", "check [-config FILE] [-probe]", "print the effective config (token redacted) or its errors; -probe also asks the API whether it is reachable and accepts the token, and (legacy) reaches the storage host with TLS verified; nothing is uploaded", cmdConfig},
 		{"version", "", "print the version", cmdVersion},
 		{"completion", "bash|zsh|fish", "print a shell completion script", cmdCompletion},

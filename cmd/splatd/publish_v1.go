@@ -54,7 +54,7 @@ func publishV1(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	pool, err := uploader.NewPool(uploader.PoolOptions{
 		Store: store, Client: a.client, Workers: 1,
 		Protocol: uploader.ProtocolV1, ParallelParts: a.cfg.Upload.ParallelParts,
-		Publish: defaults,
+		Publish: defaults, EncodeDir: filepath.Join(a.cfg.StateDir, "encoded"),
 		Poll: uploader.PollOptions{
 			Interval: a.cfg.Poll.Interval.D(), MaxInterval: a.cfg.Poll.MaxInterval.D(), Timeout: a.cfg.Poll.Timeout.D(),
 		},

@@ -81,6 +81,17 @@ type Receipt struct {
 	// is not evidence for this daemon (see Evidence).
 	Protocol string `json:"protocol"` // legacy | v1
 	API      string `json:"api,omitempty"`
+	// Uploaded describes the bytes sent when they were an encoding of the
+	// file (publish.encode) rather than the file; Size and SHA256 above
+	// stay the source's, which dedupe and adoption go by.
+	Uploaded *ReceiptUpload `json:"uploaded,omitempty"`
+}
+
+// ReceiptUpload is the file uploaded in place of the source.
+type ReceiptUpload struct {
+	Encoding string `json:"encoding"` // sog
+	Size     int64  `json:"size"`
+	SHA256   string `json:"sha256"`
 }
 
 // ReceiptSplat identifies the published splat; empty when none was made.
@@ -248,7 +259,10 @@ func (a *Runner) receipt(j state.Job) Receipt {
 	}
 	if j.Protocol == state.ProtocolV1 {
 		// v1 has no output-format choice: the receipt names what was sent.
-		r.Format = map[string]string{"ply": "ply", "compressed-ply": "ply", "sog": "sog"}[j.Kind]
+		r.Format = map[string]string{"ply": "ply", "compressed-ply": "ply", "sog": "sog"}[j.UploadKind()]
+	}
+	if e := j.Encoded; e != nil {
+		r.Uploaded = &ReceiptUpload{Encoding: e.Encoding, Size: e.Size, SHA256: e.SHA256}
 	}
 	switch j.Stage {
 	case state.Done:

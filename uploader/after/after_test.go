@@ -65,6 +65,33 @@ func TestAfterKeepWritesReceipt(t *testing.T) {
 	}
 }
 
+// TestReceiptRecordsEncodedUpload: a job that uploaded a SOG encoded from
+// its PLY keeps the source's sha256 and size in the receipt and names the
+// uploaded encoding, size and sha256; v1's format is what was sent.
+func TestReceiptRecordsEncodedUpload(t *testing.T) {
+	t.Parallel()
+	j := afterTestJob(t, t.TempDir(), "scan.ply", state.Done)
+	j.Kind, j.Protocol = "ply", state.ProtocolV1
+	j.Encoded = &state.Encoded{Encoding: "sog", Path: "/var/lib/splatd/encoded/abc.sog", Size: 3, SHA256: "def"}
+	if _, err := New(Options{Receipt: true}).Finish(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	r := readReceipt(t, ReceiptPath(j.Path))
+	if r.SHA256 != "abc" || r.Size != 4 || r.Format != "sog" || r.Uploaded == nil ||
+		*r.Uploaded != (ReceiptUpload{Encoding: "sog", Size: 3, SHA256: "def"}) {
+		t.Errorf("receipt = %+v (uploaded %+v)", r, r.Uploaded)
+	}
+	j.Encoded = nil
+	j.Path = filepath.Join(filepath.Dir(j.Path), "plain.ply")
+	os.WriteFile(j.Path, []byte("ply\n"), 0o644)
+	if _, err := New(Options{Receipt: true}).Finish(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	if r := readReceipt(t, ReceiptPath(j.Path)); r.Uploaded != nil || r.Format != "ply" {
+		t.Errorf("receipt of an unencoded upload: %+v", r)
+	}
+}
+
 func TestAfterMoveKeepsRelativePathAndNeverOverwrites(t *testing.T) {
 	t.Parallel()
 	root, done := t.TempDir(), t.TempDir()

@@ -8,7 +8,7 @@ import (
 )
 
 // FolderName is the file of folder settings: the keys of a sidecar
-// (title, description, listed, format, settings), applied to every file in
+// (title, description, listed, format, settings, encode), applied to every file in
 // its folder and below, up to the watch root. Its title is a template, like
 // publish.title. Its leading dot keeps it from ever being a candidate.
 const FolderName = ".splat.yaml"

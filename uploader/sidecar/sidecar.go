@@ -35,6 +35,9 @@ type Overrides struct {
 	Listed      *bool          `yaml:"listed"`
 	Format      *string        `yaml:"format"`
 	Settings    map[string]any `yaml:"settings"`
+	// Encode is "sog" to upload a SOG encoded locally from a PLY, or "off"
+	// to upload the file as it is.
+	Encode *string `yaml:"encode"`
 }
 
 // Path is where the sidecar of a splat file lives.
@@ -73,7 +76,7 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 		if f.o.Title != nil {
 			t.Title, titleFrom = *f.o.Title, f.path
 		}
-		t = apply(t, Overrides{Description: f.o.Description, Listed: f.o.Listed, Format: f.o.Format, Settings: f.o.Settings})
+		t = apply(t, Overrides{Description: f.o.Description, Listed: f.o.Listed, Format: f.o.Format, Settings: f.o.Settings, Encode: f.o.Encode})
 	}
 	title := data.Stem
 	if t.Title != "" {
@@ -92,6 +95,7 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 		Listed:      t.Listed,
 		Format:      t.Format,
 		Settings:    t.Settings,
+		Encode:      t.Encode,
 	}
 
 	sc, err := read(root, Path(path), "sidecar "+filepath.Base(Path(path)))
@@ -119,6 +123,9 @@ func apply(p state.PublishParams, o Overrides) state.PublishParams {
 	}
 	if o.Format != nil {
 		p.Format = *o.Format
+	}
+	if o.Encode != nil {
+		p.Encode = EncodeValue(*o.Encode)
 	}
 	if o.Settings != nil {
 		if p.Settings == nil {
@@ -157,7 +164,7 @@ func read(root, path, name string) (Overrides, error) {
 	}
 	top := doc.Content[0]
 	if top.Kind != yaml.MappingNode {
-		return sc, fmt.Errorf("%s: want keys (title, description, listed, format, settings) (line %d)", name, top.Line)
+		return sc, fmt.Errorf("%s: want keys (title, description, listed, format, settings, encode) (line %d)", name, top.Line)
 	}
 	var problems []string
 	bad := func(key string, line int, format string, a ...any) {
@@ -177,16 +184,21 @@ func read(root, path, name string) (Overrides, error) {
 			target = &sc.Format
 		case "settings":
 			target = &sc.Settings
+		case "encode":
+			target = &sc.Encode
 		default:
-			bad(k.Value, k.Line, "unknown key (known: title, description, listed, format, settings)")
+			bad(k.Value, k.Line, "unknown key (known: title, description, listed, format, settings, encode)")
 			continue
 		}
 		if err := v.Decode(target); err != nil {
-			bad(k.Value, v.Line, "want %s", map[string]string{"title": "text", "description": "text", "listed": "true or false", "format": "sog or compressed.ply", "settings": "a mapping"}[k.Value])
+			bad(k.Value, v.Line, "want %s", map[string]string{"title": "text", "description": "text", "listed": "true or false", "format": "sog or compressed.ply", "settings": "a mapping", "encode": "sog or off"}[k.Value])
 		}
 	}
 	if sc.Format != nil && *sc.Format != "sog" && *sc.Format != "compressed.ply" {
 		problems = append(problems, fmt.Sprintf("format: must be sog or compressed.ply (got %q)", *sc.Format))
+	}
+	if sc.Encode != nil && !ValidEncode(*sc.Encode) {
+		problems = append(problems, fmt.Sprintf("encode: must be sog or off (got %q)", *sc.Encode))
 	}
 	if sc.Title != nil && strings.TrimSpace(*sc.Title) == "" {
 		problems = append(problems, "title: must not be empty")
@@ -195,6 +207,19 @@ func read(root, path, name string) (Overrides, error) {
 		return sc, fmt.Errorf("%s: %s", name, strings.Join(problems, "; "))
 	}
 	return sc, nil
+}
+
+// ValidEncode reports whether v is a value of the encode key: "sog", or
+// "off" (or empty) for none.
+func ValidEncode(v string) bool { return v == "sog" || v == "off" || v == "" }
+
+// EncodeValue is the PublishParams.Encode of an encode key's value: "off"
+// is "".
+func EncodeValue(v string) string {
+	if v == "off" {
+		return ""
+	}
+	return v
 }
 
 // MergeSettings merges src into dst: nested maps key by key, anything else

@@ -47,8 +47,9 @@ func TestResolveTemplateAndSidecar(t *testing.T) {
 		{"format: ply\n", "format: must be sog or compressed.ply"},
 		{"titel: x\n", "titel: unknown key"},
 		{"title: \"\"\n", "title: must not be empty"},
+		{"encode: webp\n", "encode: must be sog or off"},
 		{"listed: maybe\nsettings: 3\n", "listed: want true or false (line 1); settings: want a mapping (line 2)"},
-		{"titel: oops\nformat: ply\n", "titel: unknown key (known: title, description, listed, format, settings) (line 1); format: must be sog"},
+		{"titel: oops\nformat: ply\n", "titel: unknown key (known: title, description, listed, format, settings, encode) (line 1); format: must be sog"},
 	} {
 		if err := os.WriteFile(Path(p), []byte(bad.body), 0o644); err != nil {
 			t.Fatal(err)
@@ -57,5 +58,39 @@ func TestResolveTemplateAndSidecar(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "hall.splat.yaml") {
 			t.Errorf("sidecar %q: err = %v, want %q naming the sidecar", bad.body, err, bad.want)
 		}
+	}
+}
+
+// TestResolveEncode: publish.encode is laid over by the folder settings and
+// then by the file's sidecar, where "off" turns it off.
+func TestResolveEncode(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	p := filepath.Join(root, "site", "hall.ply")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	resolve := func(def string) string {
+		t.Helper()
+		r, err := Resolve(state.PublishParams{Encode: def}, p, root, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Encode
+	}
+	if got := resolve(""); got != "" {
+		t.Fatalf("default: encode %q, want off", got)
+	}
+	if err := os.WriteFile(filepath.Join(root, FolderName), []byte("encode: sog\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := resolve(""); got != "sog" {
+		t.Fatalf("folder encode: sog: got %q", got)
+	}
+	if err := os.WriteFile(Path(p), []byte("encode: off\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := resolve("sog"); got != "" {
+		t.Fatalf("sidecar encode: off: got %q", got)
 	}
 }

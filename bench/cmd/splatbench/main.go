@@ -3,7 +3,8 @@
 // peak memory and throughput against curl (legacy and v1), the bytes a v1
 // resume sends again, pacing under a strict rate limit, restart time with
 // 10,000 finished jobs, the watcher's and the queue's own benchmarks, and
-// what an idle daemon costs with a long history. It runs the real binary against the in-process
+// what an idle daemon costs with a long history, and the SOG encoder's
+// speed, memory and effect on a slow uplink. It runs the real binary against the in-process
 // simulator on loopback.
 package main
 
@@ -28,8 +29,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	bin := fs.String("splatd", "bin/splatd", "the splatd binary")
 	reps := fs.Int("reps", 3, "repetitions of the upload and restart figures (medians are printed)")
-	only := fs.String("only", "", "comma-separated groups to run (default all: upload,v1,pacing,restart,watcher,queue,history)")
-	limit := fs.Duration("timeout", 25*time.Minute, "stop after this long")
+	only := fs.String("only", "", "comma-separated groups to run (default all: upload,v1,pacing,restart,watcher,queue,history,encode)")
+	limit := fs.Duration("timeout", 40*time.Minute, "stop after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -60,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		{"watcher", func() ([]bench.Figure, error) { return bench.GoBenchFigures(ctx, o, 3, "./watcher/") }},
 		{"queue", func() ([]bench.Figure, error) { return bench.GoBenchFigures(ctx, o, 3, "./queue/") }},
 		{"history", func() ([]bench.Figure, error) { return bench.HistoryFigures(ctx, o) }},
+		{"encode", func() ([]bench.Figure, error) { return bench.EncodeFigures(ctx, o) }},
 	}
 	start := time.Now()
 	missed, failed := 0, 0

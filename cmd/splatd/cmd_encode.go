@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// cmdEncode converts a 3DGS PLY to a bundled SOG locally: what
+// publish.encode does before an upload, by hand.
+func cmdEncode(ctx context.Context, c *cli, args []string) int {
+	fs := newFlags(c, "encode")
+	to := fs.String("to", "sog", "output format (sog: SOG version 2, bundled)")
+	pos, code, ok := parseOrExit(fs, args)
+	if !ok {
+		return code
+	}
+	if *to != "sog" {
+		return usageError(c, fs, "-to %q: the only format is sog", *to)
+	}
+	if len(pos) != 2 {
+		return usageError(c, fs, "name the PLY to read and the SOG to write")
+	}
+	in, out := pos[0], pos[1]
+	st, err := os.Stat(in)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "splatd encode: %v\n", err)
+		return exitFailure
+	}
+	start := time.Now()
+	res, err := uploader.TranscodeBounded(ctx, in, out, st.Size())
+	if err != nil {
+		fmt.Fprintf(c.stderr, "splatd encode: %s: %s\n", in, oneLine(err.Error()))
+		return exitFailure
+	}
+	ost, err := os.Stat(out)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "splatd encode: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(c.stdout, "%s: %d splats, SH bands %d, %s -> %s: %s (%.1fx smaller) in %s\n",
+		in, res.Splats, res.Bands, state.HumanSize(st.Size()), out, state.HumanSize(ost.Size()),
+		float64(st.Size())/float64(max(1, ost.Size())), time.Since(start).Round(time.Millisecond))
+	return exitOK
+}
+
+// encodeForPublish is publish.encode for the legacy one-shot `splatd
+// publish`: a plain PLY is encoded to <stem>.sog in a temporary folder and
+// that is the file to upload (cleanup removes it); anything else is
+// uploaded as it is. (Under v1 the pool does this, as the daemon does.)
+func encodeForPublish(ctx context.Context, c *cli, path, encode string, kind splatfile.Kind) (string, func(), error) {
+	if encode != "sog" || kind != splatfile.KindPLY {
+		return path, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "splatd-encode-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)) + ".sog"
+	out := filepath.Join(dir, name)
+	fmt.Fprintf(c.stderr, "%s: encoding as SOG (publish.encode)\n", filepath.Base(path))
+	fi, err := os.Stat(path)
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	if _, err := uploader.TranscodeBounded(ctx, path, out, fi.Size()); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("encode as sog: %s", oneLine(err.Error()))
+	}
+	return out, cleanup, nil
+}

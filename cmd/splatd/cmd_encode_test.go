@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/sog"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// TestEncodeCommand: `splatd encode -to sog` writes a SOG that splatd's
+// own check accepts and that decodes to the PLY's splats; a file it cannot
+// encode fails (exit 1) without leaving an output, and an unknown -to is a
+// usage error.
+func TestEncodeCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "hall.ply"), filepath.Join(dir, "hall.sog")
+	var b bytes.Buffer
+	if err := sog.WriteScene(&b, 800, 3, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(in, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout := runInProcess(t, "encode", "-to", "sog", in, out)
+	if code != exitOK || !strings.Contains(stdout, "800 splats, SH bands 3") {
+		t.Fatalf("exit %d, stdout %q", code, stdout)
+	}
+	info, err := splatfile.Check(out)
+	if err != nil || info.Kind != splatfile.KindSOG {
+		t.Fatalf("splatd's check of the SOG: %+v, %v", info, err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	s, err := sog.Decode(f, fi.Size())
+	if err != nil || s.N != 800 || s.Bands != 3 {
+		t.Fatalf("decoded %+v, %v", s, err)
+	}
+	if fi.Mode().Perm() != 0o644 {
+		t.Errorf("output mode %v, want 0644", fi.Mode().Perm())
+	}
+
+	bad := filepath.Join(dir, "bad.ply")
+	if err := os.WriteFile(bad, []byte("ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nend_header\n0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := runInProcess(t, "encode", bad, filepath.Join(dir, "bad.sog")); code != exitFailure {
+		t.Errorf("ascii PLY: exit %d, want %d", code, exitFailure)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bad.sog")); !os.IsNotExist(err) {
+		t.Errorf("a failed encode left its output: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*.tmp")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	if code, _ := runInProcess(t, "encode", "-to", "spz", in, out); code != exitUsage {
+		t.Errorf("-to spz: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestE2EPublishEncodeLegacy: `splatd publish` under the legacy protocol
+// with publish.encode sog uploads the SOG encoded from the PLY, signed as
+// <stem>.sog, and leaves no temporary file behind.
+func TestE2EPublishEncodeLegacy(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{extra: "publish: {encode: sog}\n"})
+	p := filepath.Join(e.dir, "hall.ply")
+	var b bytes.Buffer
+	if err := sog.WriteScene(&b, 600, 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, p); code != 0 {
+		t.Fatalf("publish: exit %d, %s", code, errOut)
+	}
+	want := filepath.Join(t.TempDir(), "want.sog")
+	if _, err := sog.TranscodeFile(context.Background(), p, want); err != nil {
+		t.Fatal(err)
+	}
+	wb, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(wb)
+	sum := hex.EncodeToString(h[:])
+	sp := sim.Splats()
+	if len(sp) != 1 || sp[0].ObjectSHA256 != sum || !strings.HasSuffix(sp[0].Key, ".sog") {
+		t.Fatalf("server's splats %+v, want one of the SOG (sha256 %s)", sp, sum)
+	}
+	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "splatd-encode-*", "hall.sog")); len(left) != 0 {
+		t.Errorf("temporary encodings left: %v", left)
+	}
+}

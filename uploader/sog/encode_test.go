@@ -1,0 +1,197 @@
+package sog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func scene(t *testing.T, n, bands int, seed uint64) (*Splats, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WriteScene(&buf, n, bands, seed); err != nil {
+		t.Fatal(err)
+	}
+	ply := buf.Bytes()
+	s, err := ReadPLY(bytes.NewReader(ply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ply
+}
+
+func encode(t *testing.T, s *Splats) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if err := Encode(context.Background(), &out, s); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// TestRoundTrip encodes scenes and decodes them with Decode: every splat
+// comes back (matched through the Morton order by its position) within the
+// quantization each attribute group allows.
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, bands := range []int{0, 3} {
+		src, _ := scene(t, 3000, bands, 11)
+		file := encode(t, src)
+		got, err := Decode(bytes.NewReader(file), int64(len(file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.N != src.N || got.Bands != bands {
+			t.Fatalf("bands %d: decoded %d splats, %d bands", bands, got.N, got.Bands)
+		}
+		match := matchByPosition(src, got)
+		errs := groupRMSE(src, got, match)
+		limits := map[string]float64{"positions": 2e-3, "dc": 0.02, "opacity": 0.02, "scales": 0.02, "rotations": 0.01, "shrest": 0.06}
+		for g, lim := range limits {
+			if bands == 0 && g == "shrest" {
+				continue
+			}
+			if errs[g] > lim || math.IsNaN(errs[g]) {
+				t.Errorf("bands %d: %s RMSE %.5f > %.5f", bands, g, errs[g], lim)
+			}
+		}
+		t.Logf("bands %d: %d bytes; RMSE %v", bands, len(file), errs)
+	}
+}
+
+// TestDeterministic: the same input gives the same bytes, whatever the
+// goroutines' timing.
+func TestDeterministic(t *testing.T) {
+	t.Parallel()
+	s, _ := scene(t, 5000, 3, 5)
+	a, b := encode(t, s), encode(t, s)
+	if !bytes.Equal(a, b) {
+		t.Fatal("two encodings of the same scene differ")
+	}
+}
+
+func TestReadPLYRejects(t *testing.T) {
+	t.Parallel()
+	_, ply := scene(t, 10, 0, 1)
+	cases := map[string][]byte{
+		"truncated":  ply[:len(ply)-5],
+		"not ply":    []byte("hello\n"),
+		"ascii":      bytes.Replace(ply, []byte("binary_little_endian"), []byte("ascii"), 1),
+		"no opacity": bytes.Replace(ply, []byte("property float opacity"), []byte("property float opacitx"), 1),
+		"bad rest":   bytes.Replace(ply, []byte("property float nx"), []byte("property float f_rest_0"), 1),
+	}
+	for name, b := range cases {
+		if _, err := ReadPLY(bytes.NewReader(b)); err == nil {
+			t.Errorf("%s: read without error", name)
+		} else if !strings.HasPrefix(err.Error(), "ply: ") {
+			t.Errorf("%s: error %q does not name the format", name, err)
+		}
+	}
+}
+
+func TestPaletteSize(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int]int{5000: 4096, 20000: 16384, 1000000: 65536, 100: 64, 1024: 1024, 2047: 1024} {
+		if got := paletteSize(n); got != want {
+			t.Errorf("paletteSize(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// TestPaletteBeatsRandom: the tree-structured palette's error is well below
+// the error of a palette of the same size picked at random from the points
+// (what one Lloyd step starts from).
+func TestPaletteBeatsRandom(t *testing.T) {
+	t.Parallel()
+	s, _ := scene(t, 20000, 3, 3)
+	d := RestCount(3)
+	k := 1024
+	cent, labels := kmeansPalette(context.Background(), s.Rest, s.N, d, k)
+	if len(cent)/d > k || len(cent)/d < k/2 {
+		t.Fatalf("%d entries for k=%d", len(cent)/d, k)
+	}
+	ours := 0.0
+	for i := 0; i < s.N; i++ {
+		ours += float64(sqDist(s.Rest[i*d:(i+1)*d], cent[int(labels[i])*d:int(labels[i]+1)*d], math.MaxFloat32))
+	}
+	r := rng(9)
+	random := make([]float32, 0, k*d)
+	for c := 0; c < k; c++ {
+		i := int(r.next() % uint64(s.N))
+		random = append(random, s.Rest[i*d:(i+1)*d]...)
+	}
+	base := 0.0
+	for i := 0; i < s.N; i++ {
+		p := s.Rest[i*d : (i+1)*d]
+		c := nearest(p, random, d)
+		base += float64(sqDist(p, random[c*d:(c+1)*d], math.MaxFloat32))
+	}
+	if ours > 0.8*base {
+		t.Fatalf("palette SSE %.3f is not clearly below random's %.3f", ours, base)
+	}
+	t.Logf("palette SSE %.3f, random %.3f", ours, base)
+}
+
+// FuzzReadPLY: any input either reads or fails with an error; a read
+// scene has the count its columns hold.
+func FuzzReadPLY(f *testing.F) {
+	var b bytes.Buffer
+	WriteScene(&b, 3, 1, 1)
+	f.Add(b.Bytes())
+	f.Add([]byte("ply\nformat binary_little_endian 1.0\nelement vertex 100000000\nproperty float x\nend_header\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ReadPLY(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if len(s.Pos) != 3*s.N || len(s.Opacity) != s.N || len(s.Rest) != s.N*RestCount(s.Bands) {
+			t.Fatalf("%d splats with columns %d, %d, %d", s.N, len(s.Pos), len(s.Opacity), len(s.Rest))
+		}
+	})
+}
+
+// TestReadPLYDoubles: properties of other types than float are read too
+// (here double, and an extra uchar property that is skipped).
+func TestReadPLYDoubles(t *testing.T) {
+	t.Parallel()
+	names := []string{"x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"}
+	var b bytes.Buffer
+	b.WriteString("ply\nformat binary_little_endian 1.0\nelement vertex 1\nproperty uchar red\n")
+	for _, n := range names {
+		b.WriteString("property double " + n + "\n")
+	}
+	b.WriteString("end_header\n")
+	b.WriteByte(7)
+	for i := range names {
+		binary.Write(&b, binary.LittleEndian, float64(i)+0.5)
+	}
+	s, err := ReadPLY(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.N != 1 || s.Bands != 0 || s.Pos[2] != 2.5 || s.DC[0][0] != 3.5 || s.Opacity[0] != 6.5 || s.Scale[2][0] != 9.5 || s.Rot[3][0] != 13.5 {
+		t.Fatalf("read %+v", s)
+	}
+}
+
+func TestSortFloats(t *testing.T) {
+	t.Parallel()
+	r := rng(3)
+	v := make([]float32, 5000)
+	for i := range v {
+		v[i] = float32((r.unit() - 0.5) * math.Pow(10, float64(int(r.next()%12))-6))
+	}
+	v[0], v[1] = 0, float32(math.Copysign(0, -1))
+	want := slices.Clone(v)
+	slices.Sort(want)
+	sortFloats(v)
+	for i := range v {
+		if v[i] != want[i] {
+			t.Fatalf("index %d: %g, want %g", i, v[i], want[i])
+		}
+	}
+}
