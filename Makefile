@@ -44,6 +44,7 @@ FUZZ_EXECS ?= 150000x
 fuzz:
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzPLYHeader$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOG$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSPZ$$' -fuzztime $(FUZZ_EXECS)
 
 # Performance figures and the reliability suite: the real binary against the
 # in-process simulator, on loopback only (bench/README.md explains each line).

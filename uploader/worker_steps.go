@@ -238,6 +238,9 @@ func workerHash(ctx context.Context, path string) (string, fs.FileInfo, error) {
 
 // stepSign: ready → signed.
 func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
+	if k := splatfile.Kind(j.Kind); !k.Legacy() {
+		return j, &workerFileError{fmt.Errorf("the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", k)}
+	}
 	up, err := p.o.Client.SignedURL(ctx, filepath.Base(j.Path))
 	if err != nil {
 		return j, err

@@ -299,8 +299,12 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if a.cfg.API.Protocol == protocolV1 {
 		return publishV1(ctx, c, a, path)
 	}
-	if _, err := splatfile.Check(path); err != nil {
+	info, err := splatfile.Check(path)
+	if err != nil {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
+	}
+	if !info.Kind.Legacy() {
+		return fmt.Errorf("not publishable: the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", info.Kind)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // Options configures what happens to a file once its job is final
@@ -222,7 +223,7 @@ func (a *Runner) receipt(j state.Job) Receipt {
 	}
 	if j.Protocol == state.ProtocolV1 {
 		// v1 has no output-format choice: the receipt names what was sent.
-		r.Format = map[string]string{"ply": "ply", "compressed-ply": "ply", "sog": "sog"}[j.Kind]
+		r.Format = splatfile.Kind(j.Kind).SourceFormat()
 	}
 	switch j.Stage {
 	case state.Done:
