@@ -45,6 +45,7 @@ fuzz:
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzPLYHeader$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOG$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSPZ$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOGFolderMeta$$' -fuzztime $(FUZZ_EXECS)
 
 # Performance figures and the reliability suite: the real binary against the
 # in-process simulator, on loopback only (bench/README.md explains each line).

@@ -37,6 +37,7 @@ const (
 	KindCompressedPLY Kind = "compressed-ply" // PlayCanvas compressed PLY (chunk + packed vertex)
 	KindSOG           Kind = "sog"            // ZIP bundle of meta.json and WebP images
 	KindSPZ           Kind = "spz"            // Niantic SPZ: gzip-wrapped (v2, v3) or ZSTD streams (v4)
+	KindSOGFolder     Kind = "sog-folder"     // unbundled SOG: meta.json and its images, published as a bundle
 )
 
 // SourceFormat is the v1 API's sourceFormat for a file of this kind: what
@@ -45,7 +46,7 @@ func (k Kind) SourceFormat() string {
 	switch k {
 	case KindPLY, KindCompressedPLY:
 		return "ply"
-	case KindSOG:
+	case KindSOG, KindSOGFolder:
 		return "sog"
 	case KindSPZ:
 		return "spz"
@@ -57,7 +58,7 @@ func (k Kind) SourceFormat() string {
 // upload is a .ply or a .sog, which the service converts.
 func (k Kind) Legacy() bool {
 	switch k {
-	case KindPLY, KindCompressedPLY, KindSOG:
+	case KindPLY, KindCompressedPLY, KindSOG, KindSOGFolder:
 		return true
 	}
 	return false
@@ -107,7 +108,14 @@ type Info struct {
 // The content decides the format; a .ply file holding a ZIP, or a .sog file
 // holding anything but a ZIP, is invalid because the server picks its decoder
 // by extension.
+//
+// A path whose base name is meta.json is an unbundled SOG folder's handle:
+// Check checks the folder (CheckSOGFolder).
 func Check(path string) (Info, error) {
+	if IsSOGFolder(path) {
+		f, err := CheckSOGFolder(path)
+		return f.Info, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return Info{}, err
