@@ -1,6 +1,9 @@
-// Package splatfile checks that a Gaussian splat file (.ply, compressed .ply or
-// .sog) is complete and well formed before it is uploaded, reading only its
-// header or ZIP directory so that multi-gigabyte files cost a few kilobytes.
+// Package splatfile checks that a Gaussian splat file (.ply, compressed .ply,
+// .sog, .spz, or the meta.json of an unbundled SOG folder) is complete and
+// well formed before it is uploaded. PLY and SOG cost only their header or
+// ZIP directory, so multi-gigabyte files cost a few kilobytes; an SPZ is
+// decoded whole in a stream (its arrays are only known decompressed); a SOG
+// folder's images are checked by their RIFF headers.
 //
 // Check sorts every file into one of three outcomes, because the caller acts
 // differently on each:
