@@ -162,7 +162,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 		// refused a part URL): take it up again; the parts step reads it.
 		return p.v1Move(j, state.Signed, "")
 	}
-	fi, err := workerStat(j.Path)
+	fi, err := workerStat(p.file(j))
 	if err != nil {
 		return j, err
 	}
@@ -373,7 +373,7 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 // v1Send sends the missing parts from the file, which must still be the
 // one hashed, and moves the job to uploaded when all are stored.
 func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
-	f, changed, err := openHashed(j)
+	f, changed, err := openHashed(p.file(j), j)
 	if err != nil {
 		return j, err
 	}
@@ -387,7 +387,7 @@ func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Jo
 		return j, err
 	}
 	p.o.Client.PartsDone(p.o.Now().Sub(start))
-	fi, err := workerStat(j.Path)
+	fi, err := workerStat(p.file(j))
 	if err != nil {
 		return j, err
 	}
@@ -723,7 +723,7 @@ func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
 		// Uploaded content that is no longer the file's is never
 		// published (as under legacy). A file that is gone may have been
 		// moved by a peer that completed this very session: read it.
-		fi, err := workerStat(j.Path)
+		fi, err := workerStat(p.file(j))
 		var fe *workerFileError
 		switch {
 		case err == nil && !workerSame(fi, j):

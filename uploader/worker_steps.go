@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -53,7 +52,7 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		// a 401 pause, a restart): uploaded content that is no longer the
 		// file's is never published. Enqueue refused the new version
 		// because this job was still in flight, so it is this job's to redo.
-		fi, err := workerStat(j.Path)
+		fi, err := workerStat(p.file(j))
 		if err == nil && !workerSame(fi, j) {
 			res.Cancel()
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
@@ -121,8 +120,8 @@ func workerSame(fi fs.FileInfo, j state.Job) bool {
 // openHashed opens j's file for upload when it is still the one hashed
 // (same size and mtime); otherwise it returns no file and the file's new
 // stat as changed, for the caller to send the job back.
-func openHashed(j state.Job) (f *os.File, changed fs.FileInfo, err error) {
-	f, err = os.Open(j.Path)
+func openHashed(path string, j state.Job) (f *os.File, changed fs.FileInfo, err error) {
+	f, err = os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, &workerFileError{fmt.Errorf("file is gone: %w", err)}
 	}
@@ -161,6 +160,9 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 // stepCheck: queued → ready. The file must be unchanged since it was last
 // seen, pass the content check, and not change while it is hashed.
 func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
+	if splatfile.IsSOGFolder(j.Path) {
+		return p.stepCheckFolder(ctx, j)
+	}
 	fi, err := workerStat(j.Path)
 	if err != nil {
 		return j, err
@@ -241,7 +243,7 @@ func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
 	if k := splatfile.Kind(j.Kind); !k.Legacy() {
 		return j, &workerFileError{fmt.Errorf("the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", k)}
 	}
-	up, err := p.o.Client.SignedURL(ctx, filepath.Base(j.Path))
+	up, err := p.o.Client.SignedURL(ctx, uploadName(j.Path))
 	if err != nil {
 		return j, err
 	}
@@ -265,7 +267,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
 		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
 	}
-	f, changed, err := openHashed(j)
+	f, changed, err := openHashed(p.file(j), j)
 	if err != nil {
 		return j, err
 	}
@@ -285,7 +287,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if err := p.hook("put", j); err != nil {
 		return j, err
 	}
-	fi, err := workerStat(j.Path)
+	fi, err := workerStat(p.file(j))
 	if err != nil {
 		return j, err
 	}

@@ -1,0 +1,112 @@
+package uploader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// An unbundled SOG folder's job is its meta.json (the watcher's handle on
+// it); what is hashed and uploaded is the bundled .sog built from the folder
+// into BundleDir. Its size and modification time are the job's Size and
+// ModTime, so every later step's "is it still the file that was hashed"
+// check holds the bundle to what was hashed. The bundle is built again only
+// by the check step, from a folder that passed the check and settled.
+
+// file is the path whose bytes a job hashes and uploads.
+func (p *Pool) file(j state.Job) string {
+	if splatfile.IsSOGFolder(j.Path) {
+		return p.bundlePath(j.Path)
+	}
+	return j.Path
+}
+
+// bundlePath names a folder's bundle by the folder's path, so a rebuild of
+// an unchanged folder replaces the same file with the same bytes.
+func (p *Pool) bundlePath(metaPath string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(metaPath)))
+	return filepath.Join(p.o.BundleDir, hex.EncodeToString(sum[:12])+".sog")
+}
+
+// uploadName is the file name sent with a legacy signed-URL request: a
+// folder's bundle is FOLDER.sog.
+func uploadName(path string) string {
+	if splatfile.IsSOGFolder(path) {
+		return filepath.Base(filepath.Dir(path)) + ".sog"
+	}
+	return filepath.Base(path)
+}
+
+// stepCheckFolder: queued → ready for an unbundled SOG folder. The folder
+// must pass the check (a missing or short image waits like a short file)
+// and have been quiet for Settle; then its bundle is built and hashed.
+func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
+	f, err := splatfile.CheckSOGFolder(j.Path)
+	if errors.Is(err, splatfile.ErrIncomplete) {
+		return j, &workerIncomplete{err: err, changed: j.ModTime}
+	}
+	if err != nil {
+		return j, err
+	}
+	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
+		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
+	}
+	bundle := p.bundlePath(j.Path)
+	if err := buildBundle(f, bundle); err != nil {
+		return j, fmt.Errorf("build the folder's bundle: %w", err)
+	}
+	sum, fi, err := workerHash(ctx, bundle)
+	if err != nil {
+		return j, err
+	}
+	pub := p.publish.Load()
+	defaults := pub.params
+	if pub.byRoot != nil {
+		defaults = pub.byRoot(j.Root)
+	}
+	params, err := sidecar.Resolve(defaults, j.Path, j.Root, j.ModTime)
+	if err != nil {
+		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
+	}
+	now := p.o.Now()
+	if err := j.Move(state.Ready, now); err != nil {
+		return j, err
+	}
+	j.Size, j.ModTime = fi.Size(), fi.ModTime()
+	j.SHA256, j.Kind, j.Params = sum, string(splatfile.KindSOGFolder), params
+	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	return j, nil
+}
+
+// buildBundle writes the folder's bundle to dst atomically (a temporary
+// file renamed into place) and dates it with the folder's newest file, so
+// that the same folder gives the same bytes, size and time.
+func buildBundle(f splatfile.SOGFolder, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".bundle-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := splatfile.BuildSOGBundle(tmp, f); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chtimes(tmp.Name(), f.Latest, f.Latest); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
