@@ -128,8 +128,38 @@ func TestSplatTransformFormats(t *testing.T) {
 				}
 				accepted.Add(1)
 				rejected.Add(int64(checkDamaged(t, path, info.Kind)))
+				keepFile(t, filepath.Join(fmt.Sprintf("%d-sh%d", sc.n, sc.bands), o), path, info.Kind)
 			}
 		})
+	}
+}
+
+// keepFile copies an accepted file (a folder's files, for a SOG folder)
+// under $SPLATD_FORMATS_KEEP/files/rel, for the lane's `splatd validate`.
+func keepFile(t *testing.T, rel, path string, kind Kind) {
+	keep := os.Getenv("SPLATD_FORMATS_KEEP")
+	if keep == "" {
+		return
+	}
+	src, dst := []string{path}, filepath.Dir(filepath.Join(keep, "files", rel))
+	if kind == KindSOGFolder {
+		entries, _ := os.ReadDir(filepath.Dir(path))
+		src = src[:0]
+		for _, e := range entries {
+			src = append(src, filepath.Join(filepath.Dir(path), e.Name()))
+		}
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range src {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, filepath.Base(p)), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
