@@ -86,6 +86,17 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	return j, nil
 }
 
+// dropBundle removes a folder job's bundle once the job is finished (done,
+// failed, canceled): a retry or a change checks the folder and builds it
+// again.
+func (p *Pool) dropBundle(j state.Job) {
+	if j.Stage.Finished() && splatfile.IsSOGFolder(j.Path) {
+		if err := os.Remove(p.bundlePath(j.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn().Uint64("job", j.ID).Err(err).Msg("cannot remove the folder's bundle")
+		}
+	}
+}
+
 // buildBundle writes the folder's bundle to dst atomically (a temporary
 // file renamed into place) and dates it with the folder's newest file, so
 // that the same folder gives the same bytes, size and time.

@@ -651,6 +651,7 @@ func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (st
 		if err == nil || errors.Is(err, state.ErrStale) || errors.As(err, &te) {
 			if err == nil {
 				p.storeOK(&n)
+				p.dropBundle(stored)
 			}
 			return stored, err
 		}

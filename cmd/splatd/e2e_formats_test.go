@@ -136,9 +136,12 @@ func TestE2EFormatsV1(t *testing.T) {
 	if got := sim.PublishesByHash(); len(got) > 0 && got[want] != 1 {
 		t.Errorf("the server has %d splats of the folder's bundle (%v), want 1", got[want], got)
 	}
-	if fi, err := os.Stat(filepath.Join(e.stateDir, "sog-bundles")); err != nil || !fi.IsDir() {
-		t.Errorf("no sog-bundles folder in state_dir: %v", err)
-	}
+	// The bundles were built in state_dir and removed once their jobs
+	// finished.
+	waitFor(t, "the finished jobs' bundles removed from state_dir/sog-bundles", func() bool {
+		left, err := os.ReadDir(filepath.Join(e.stateDir, "sog-bundles"))
+		return err == nil && len(left) == 0
+	})
 	for _, name := range []string{"room.sog", "meta.sog"} {
 		if _, err := os.Stat(filepath.Join(e.inbox, name)); err == nil {
 			t.Errorf("a bundle %s was written into the watch folder", name)

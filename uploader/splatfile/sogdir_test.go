@@ -180,3 +180,24 @@ func FuzzSOGFolderMeta(f *testing.F) {
 		}
 	})
 }
+
+// TestKindFormats: what each kind is sent as under v1, and which kinds the
+// legacy API takes.
+func TestKindFormats(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		kind   Kind
+		format string
+		legacy bool
+	}{
+		{KindPLY, "ply", true}, {KindCompressedPLY, "ply", true}, {KindSOG, "sog", true},
+		{KindSOGFolder, "sog", true}, {KindSPZ, "spz", false}, {"", "", false}, {"lcc", "", false},
+	} {
+		if got := tt.kind.SourceFormat(); got != tt.format {
+			t.Errorf("%q.SourceFormat() = %q, want %q", tt.kind, got, tt.format)
+		}
+		if got := tt.kind.Legacy(); got != tt.legacy {
+			t.Errorf("%q.Legacy() = %v, want %v", tt.kind, got, tt.legacy)
+		}
+	}
+}
