@@ -128,6 +128,9 @@ func Check(path string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if fi.IsDir() {
+		return Info{}, &InvalidError{Path: path, Reason: "not a regular file but a folder (an unbundled SOG is checked through its meta.json)"}
+	}
 	if !fi.Mode().IsRegular() {
 		return Info{}, &InvalidError{Path: path, Reason: "not a regular file"}
 	}
