@@ -201,3 +201,19 @@ func TestKindFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSOGTrailing: a bundle with bytes after its ZIP end record is
+// invalid, as a PLY longer than its header is.
+func TestCheckSOGTrailing(t *testing.T) {
+	t.Parallel()
+	sog := fixtures(t)["valid.sog"]
+	for _, extra := range []string{"\x00", "garbage after the archive"} {
+		data := append(bytes.Clone(sog), extra...)
+		path := filepath.Join(t.TempDir(), "x.sog")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Check(path)
+		assertOutcome(t, err, "invalid", "bytes after the ZIP's end record")
+	}
+}
