@@ -29,7 +29,9 @@ mkdir -p "$ST_DIR"
 # One install at a time into the shared cache (another lane may use it).
 exec 9>"$ST_DIR.lock"
 flock 9
-if [ -x "$ST" ] && "$ST" --version 2>/dev/null | grep -q "v$ST_VERSION "; then
+# st_ok: the installed CLI is the pinned version (it prints it on stderr).
+st_ok() { [ -x "$ST" ] && case "$("$ST" --version 2>&1)" in *"v$ST_VERSION "*) true ;; *) false ;; esac; }
+if st_ok; then
   echo "formats: splat-transform $ST_VERSION already in $ST_DIR"
 else
   echo "formats: installing @playcanvas/splat-transform@$ST_VERSION into $ST_DIR (npm; it asks for node 22, runs on 20)"
@@ -47,7 +49,7 @@ else
     exit 1
   fi
 fi
-"$ST" --version | grep -q "v$ST_VERSION " || { echo "formats: $ST is not version $ST_VERSION" >&2; exit 1; }
+st_ok || { echo "formats: $ST is not version $ST_VERSION" >&2; exit 1; }
 flock -u 9
 
 export SPLATD_SPLAT_TRANSFORM=$ST
