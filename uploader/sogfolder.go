@@ -72,7 +72,10 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if pub.byRoot != nil {
 		defaults = pub.byRoot(j.Root)
 	}
-	params, err := sidecar.Resolve(defaults, j.Path, j.Root, j.ModTime)
+	// Titles and sidecars are the folder's, as if it were FOLDER.sog beside
+	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar.
+	asFile := filepath.Join(filepath.Dir(f.Dir), uploadName(j.Path))
+	params, err := sidecar.Resolve(defaults, asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

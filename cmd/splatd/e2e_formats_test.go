@@ -126,6 +126,9 @@ func TestE2EFormatsV1(t *testing.T) {
 	formats := map[string]int{}
 	for _, sp := range sim.Splats() {
 		formats[sp.Format]++
+		if sp.Format == "sog" && sp.Title != "room" {
+			t.Errorf("the folder's splat is titled %q, want its folder's name", sp.Title)
+		}
 		if sp.Protocol != "v1" {
 			t.Errorf("splat %s published through %s", sp.ID, sp.Protocol)
 		}
