@@ -120,11 +120,13 @@ func TestSplatTransformFormats(t *testing.T) {
 			outs := []string{"st.ply", "scene.compressed.ply", "scene.spz", "scene.sog", "unbundled/meta.json"}
 			for _, o := range outs {
 				out := filepath.Join(dir, o)
+				if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+					t.Fatal(err)
+				}
 				if o == "unbundled/meta.json" && sc.unpack {
 					unpackSOG(t, filepath.Join(dir, "scene.sog"), filepath.Dir(out))
 					continue
 				}
-				os.MkdirAll(filepath.Dir(out), 0o755)
 				cmd := exec.Command(st, "-q", "-w", "-g", "cpu", in, out)
 				if b, err := cmd.CombinedOutput(); err != nil {
 					t.Fatalf("splat-transform %s: %v\n%s", o, err, b)
