@@ -6,7 +6,7 @@ BIN     := bin/splatd
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test test-s3 vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-kube test-systemd clean
+.PHONY: all build test test-s3 test-formats vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-kube test-systemd clean
 
 all: build
 
@@ -22,6 +22,14 @@ test:
 # `make test` skips these tests (no SPLATD_TEST_S3).
 test-s3:
 	GO=$(GO) bash deploy/test/s3.sh
+
+# The formats lane: PlayCanvas splat-transform 3.7.0 (npm, cached in
+# $$HOME/.cache/splatd-ci) converts generated scenes into every format it
+# writes that splatd takes; the validators must accept each file and reject
+# truncated and corrupted copies (deploy/test/formats.sh). `make test` skips
+# these tests (no SPLATD_SPLAT_TRANSFORM).
+test-formats:
+	GO=$(GO) bash deploy/test/formats.sh
 
 vet:
 	$(GO) vet ./...
@@ -50,6 +58,8 @@ fuzz:
 	$(GO) test ./uploader/sidecar -run '^$$' -fuzz '^FuzzFolderSettings$$' -fuzztime $(FUZZ_SMALL_EXECS)
 	$(GO) test ./uploader/sidecar -run '^$$' -fuzz '^FuzzTitleTemplate$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/after -run '^$$' -fuzz '^FuzzReceipt$$' -fuzztime $(FUZZ_SMALL_EXECS)
+	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSPZ$$' -fuzztime $(FUZZ_EXECS)
+	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOGFolderMeta$$' -fuzztime $(FUZZ_EXECS)
 
 # Performance figures and the reliability suite: the real binary against the
 # in-process simulator, on loopback only (bench/README.md explains each line).

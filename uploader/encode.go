@@ -88,10 +88,11 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 	return &state.Encoded{Encoding: "sog", Path: path, Size: size, SHA256: sum}, nil, nil
 }
 
-// uploadName is the file name an upload is signed for: the encoding's
-// extension when there is one.
+// uploadName is the file name an upload is signed for: FOLDER.sog for an
+// unbundled SOG folder's bundle, the encoding's extension when there is
+// one.
 func uploadName(j state.Job) string {
-	name := filepath.Base(j.Path)
+	name := folderName(j.Path)
 	if j.Encoded != nil {
 		name = strings.TrimSuffix(name, filepath.Ext(name)) + "." + j.Encoded.Encoding
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -53,6 +54,19 @@ var errContentChanged = errors.New("content changed since it was hashed")
 // a pipe, a device or a path out of the folder is a *workerFileError (the
 // job fails with it).
 func (p *Pool) openJob(j state.Job) (*jobFile, error) {
+	if splatfile.IsSOGFolder(j.Path) {
+		// Its content is the bundle built in the state directory.
+		f, err := os.Open(p.bundlePath(j.Path))
+		if err != nil {
+			return nil, fileError(err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return &jobFile{f: f, fi: fi, want: j.SHA256, size: j.Size}, nil
+	}
 	open := trustfs.OpenRegular
 	if p.follows(j.Root) {
 		open = trustfs.OpenRegularFollow
@@ -287,6 +301,13 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 // checkName stats j's path through its watch folder and requires a
 // regular file (the stage checks before and after an upload).
 func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
+	if splatfile.IsSOGFolder(j.Path) {
+		fi, err := os.Stat(p.bundlePath(j.Path))
+		if err != nil {
+			return nil, fileError(err)
+		}
+		return fi, nil
+	}
 	stat := trustfs.StatRegular
 	if p.follows(j.Root) {
 		stat = trustfs.StatFollow

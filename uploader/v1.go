@@ -126,11 +126,8 @@ func v1Key(sha256 string, generation, attempt int) string {
 
 // v1SourceFormat maps the content check's kind to the create's sourceFormat.
 func v1SourceFormat(kind string) (api.SourceFormat, error) {
-	switch splatfile.Kind(kind) {
-	case splatfile.KindPLY, splatfile.KindCompressedPLY:
-		return api.SourceFormatPLY, nil
-	case splatfile.KindSOG:
-		return api.SourceFormatSOG, nil
+	if f := api.SourceFormat(splatfile.Kind(kind).SourceFormat()); f.Valid() {
+		return f, nil
 	}
 	return "", &workerFileError{fmt.Errorf("no v1 sourceFormat for content kind %q", kind)}
 }

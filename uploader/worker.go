@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,10 @@ type PoolOptions struct {
 	// stay unchanged before it is hashed (and the first pause for one that
 	// is still incomplete). Zero: 2 s.
 	Settle time.Duration
+	// BundleDir is where an unbundled SOG folder's bundle is built (the
+	// daemon: state_dir/sog-bundles; never a watch folder). Empty: a
+	// folder under the system's temporary directory.
+	BundleDir string
 	// URLMaxAge is the age after which a stored signed URL is not used for
 	// a PUT but signed again. Zero: 10 min.
 	URLMaxAge time.Duration
@@ -231,6 +237,9 @@ func (o *PoolOptions) fill() error {
 // fillDefaults sets the zero options that need no check to their defaults
 // (documented on PoolOptions). Rand comes first: the backoffs share it.
 func (o *PoolOptions) fillDefaults() {
+	if o.BundleDir == "" {
+		o.BundleDir = filepath.Join(os.TempDir(), "splatd-sog-bundles")
+	}
 	if o.Workers <= 0 {
 		o.Workers = 2
 	}
@@ -639,6 +648,7 @@ func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (st
 		if err == nil || errors.Is(err, state.ErrStale) || errors.As(err, &te) {
 			if err == nil {
 				p.storeOK(&n)
+				p.dropBundle(stored)
 			}
 			return stored, err
 		}

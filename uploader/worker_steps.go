@@ -125,6 +125,9 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 // opened once, through its watch folder, and that descriptor is checked,
 // hashed and kept for the upload.
 func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
+	if splatfile.IsSOGFolder(j.Path) {
+		return p.stepCheckFolder(ctx, j)
+	}
 	p.held.drop(j.ID)
 	jf, err := p.openJob(j)
 	if err != nil {
@@ -199,6 +202,9 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // stepSign: ready → signed.
 func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
+	if k := splatfile.Kind(j.Kind); !k.Legacy() {
+		return j, &workerFileError{fmt.Errorf("the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", k)}
+	}
 	up, err := p.o.Client.SignedURL(ctx, uploadName(j))
 	if err != nil {
 		return j, err

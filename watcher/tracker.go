@@ -173,7 +173,7 @@ func (t *tracker) touchSidecar(sidecar string) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, ext := range []string{".ply", ".sog", ".PLY", ".SOG", ".compressed.ply"} {
+	for _, ext := range []string{".ply", ".sog", ".spz", ".PLY", ".SOG", ".SPZ", ".compressed.ply"} {
 		if e := t.pending[stem+ext]; e != nil {
 			e.gen++
 			t.schedule(e, now.Add(t.settle))

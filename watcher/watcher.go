@@ -39,10 +39,12 @@ const (
 )
 
 // DefaultInclude and DefaultExclude are the base-name patterns a Root uses
-// when its Include or Exclude is nil. The excludes are the temporary names
+// when its Include or Exclude is nil. The includes are every format the
+// service takes: PLY (plain and compressed), bundled SOG, SPZ, and the
+// meta.json of an unbundled SOG folder (published as one bundle). The excludes are the temporary names
 // capture and copy tools write under before renaming into place.
 var (
-	DefaultInclude = []string{"*.ply", "*.sog"}
+	DefaultInclude = []string{"*.ply", "*.sog", "*.spz", "meta.json"}
 	DefaultExclude = []string{".*", "*.tmp", "*.part", "*~"}
 )
 

@@ -205,7 +205,7 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // Defaults of the keys that may be left out; config.example.yaml lists the same.
 var (
-	defaultInclude = []string{"*.ply", "*.sog"}
+	defaultInclude = []string{"*.ply", "*.sog", "*.spz", "meta.json"}
 	defaultExclude = []string{".*", "*.tmp", "*.part", "*~"}
 )
 

@@ -213,6 +213,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 			Timeout:     cfg.Poll.Timeout.D(),
 		},
 		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
+		BundleDir:         filepath.Join(cfg.StateDir, "sog-bundles"),
 		Grace:             shutdownGrace,
 		IncompleteTimeout: incompleteTimeout(cfg),
 		MaxServerWait:     cfg.API.MaxServerWait.D(),

@@ -115,7 +115,7 @@ func TestE2EIngest(t *testing.T) {
 	}
 
 	rb := waitReceipt(t, broken, "done", "failed", "duplicate")
-	if rb.Status != "failed" || !strings.Contains(rb.Message, "not a PLY or SOG") {
+	if rb.Status != "failed" || !strings.Contains(rb.Message, "not a PLY, SOG or SPZ") {
 		t.Errorf("broken.ply: receipt status %q message %q, want failed with the reason", rb.Status, rb.Message)
 	}
 	if rb.Splat.ID != "" || rb.Splat.URL != "" {

@@ -58,7 +58,8 @@ func publishV1(ctx context.Context, c *cli, a *apiEnv, path string) error {
 		Poll: uploader.PollOptions{
 			Interval: a.cfg.Poll.Interval.D(), MaxInterval: a.cfg.Poll.MaxInterval.D(), Timeout: a.cfg.Poll.Timeout.D(),
 		},
-		Settle: 100 * time.Millisecond,
+		Settle:    100 * time.Millisecond,
+		BundleDir: filepath.Join(dir, "sog-bundles"),
 		OnTransition: func(j state.Job, from state.Stage) {
 			select {
 			case stages <- string(j.Stage):

@@ -24,6 +24,7 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/watcher/trustfs"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // Options configures what happens to a file once its job is final
@@ -259,7 +260,7 @@ func (a *Runner) receipt(j state.Job) Receipt {
 	}
 	if j.Protocol == state.ProtocolV1 {
 		// v1 has no output-format choice: the receipt names what was sent.
-		r.Format = map[string]string{"ply": "ply", "compressed-ply": "ply", "sog": "sog"}[j.UploadKind()]
+		r.Format = splatfile.Kind(j.UploadKind()).SourceFormat()
 	}
 	if e := j.Encoded; e != nil {
 		r.Uploaded = &ReceiptUpload{Encoding: e.Encoding, Size: e.Size, SHA256: e.SHA256}

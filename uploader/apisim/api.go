@@ -357,6 +357,22 @@ func isSplatContent(head []byte) bool {
 	return strings.HasPrefix(string(head), "ply\n") || strings.HasPrefix(string(head), "PK\x03\x04")
 }
 
+// matchesSourceFormat is the v1 processing check: the object's first bytes
+// are those of its sourceFormat (a PLY header, a ZIP for SOG, gzip or NGSP
+// for SPZ). ssog and lcc, which the simulator does not model, pass.
+func matchesSourceFormat(format string, head []byte) bool {
+	h := string(head)
+	switch format {
+	case "ply":
+		return strings.HasPrefix(h, "ply\n") || strings.HasPrefix(h, "ply\r\n")
+	case "sog":
+		return strings.HasPrefix(h, "PK\x03\x04")
+	case "spz":
+		return strings.HasPrefix(h, "\x1f\x8b") || strings.HasPrefix(h, "NGSP")
+	}
+	return true
+}
+
 // newHash returns an unused viewer hash. Callers hold s.mu.
 func (s *Server) newHash() string {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"

@@ -573,8 +573,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, u *upload, sen
 		sp.s3Key = s.s3.sessionKey(u.id)
 	}
 	switch {
-	case (sp.format == "ply" || sp.format == "sog") && !isSplatContent(obj.Head):
-		sp.failMsg = "processing failed: unsupported file format (expected PLY or SOG)"
+	case !matchesSourceFormat(sp.format, obj.Head):
+		sp.failMsg = fmt.Sprintf("processing failed: the file is not %s (its sourceFormat)", strings.ToUpper(sp.format))
 	case s.roll(s.faults.ProcessingFailRate):
 		sp.failMsg = "processing failed: conversion error (simulated)"
 	}

@@ -2,6 +2,7 @@ package splatfile
 
 import (
 	"archive/zip"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,11 @@ func checkSOG(r io.ReaderAt, size int64) (Info, error) {
 			return Info{}, incompletef("ZIP central directory not written yet (%d bytes)", size)
 		}
 		return Info{}, invalidf("ZIP: %s", oneLine(err))
+	}
+	if extra, err := zipTrailing(r, size); err != nil {
+		return Info{}, err
+	} else if extra > 0 {
+		return Info{}, invalidf("%d bytes after the ZIP's end record", extra)
 	}
 	names := make(map[string]bool, len(zr.File))
 	var meta *zip.File
@@ -55,6 +61,25 @@ func checkSOG(r io.ReaderAt, size int64) (Info, error) {
 		return Info{}, err
 	}
 	return Info{Kind: KindSOG, Encoding: "zip", Vertices: n, Size: size}, nil
+}
+
+// zipTrailing returns how many bytes follow the ZIP's end-of-central-
+// directory record (and its comment): the record a reader finds by
+// scanning back from the end must end the file.
+func zipTrailing(r io.ReaderAt, size int64) (int64, error) {
+	const eocd = 22
+	n := min(size, eocd+0xffff)
+	buf := make([]byte, n)
+	if _, err := r.ReadAt(buf, size-n); err != nil && !errors.Is(err, io.EOF) {
+		return 0, err
+	}
+	for i := len(buf) - eocd; i >= 0; i-- {
+		if string(buf[i:i+4]) == "PK\x05\x06" {
+			end := i + eocd + int(binary.LittleEndian.Uint16(buf[i+20:]))
+			return int64(max(0, len(buf)-end)), nil
+		}
+	}
+	return 0, nil // zip.NewReader found one; nothing to add
 }
 
 // sogSection is the part of a meta.json member the check looks at.

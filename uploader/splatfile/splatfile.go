@@ -1,6 +1,9 @@
-// Package splatfile checks that a Gaussian splat file (.ply, compressed .ply or
-// .sog) is complete and well formed before it is uploaded, reading only its
-// header or ZIP directory so that multi-gigabyte files cost a few kilobytes.
+// Package splatfile checks that a Gaussian splat file (.ply, compressed .ply,
+// .sog, .spz, or the meta.json of an unbundled SOG folder) is complete and
+// well formed before it is uploaded. PLY and SOG cost only their header or
+// ZIP directory, so multi-gigabyte files cost a few kilobytes; an SPZ is
+// decoded whole in a stream (its arrays are only known decompressed); a SOG
+// folder's images are checked by their RIFF headers.
 //
 // Check sorts every file into one of three outcomes, because the caller acts
 // differently on each:
@@ -37,7 +40,33 @@ const (
 	KindPLY           Kind = "ply"            // plain 3DGS PLY (one float per property)
 	KindCompressedPLY Kind = "compressed-ply" // PlayCanvas compressed PLY (chunk + packed vertex)
 	KindSOG           Kind = "sog"            // ZIP bundle of meta.json and WebP images
+	KindSPZ           Kind = "spz"            // Niantic SPZ: gzip-wrapped (v2, v3) or ZSTD streams (v4)
+	KindSOGFolder     Kind = "sog-folder"     // unbundled SOG: meta.json and its images, published as a bundle
 )
+
+// SourceFormat is the v1 API's sourceFormat for a file of this kind: what
+// the bytes sent are ("ply" for both PLY layouts), or "" for no kind.
+func (k Kind) SourceFormat() string {
+	switch k {
+	case KindPLY, KindCompressedPLY:
+		return "ply"
+	case KindSOG, KindSOGFolder:
+		return "sog"
+	case KindSPZ:
+		return "spz"
+	}
+	return ""
+}
+
+// Legacy reports whether the legacy API takes a file of this kind: its
+// upload is a .ply or a .sog, which the service converts.
+func (k Kind) Legacy() bool {
+	switch k {
+	case KindPLY, KindCompressedPLY, KindSOG, KindSOGFolder:
+		return true
+	}
+	return false
+}
 
 // MaxHeader is how far into a PLY file the header's end_header line must
 // appear. Real headers are a few kilobytes; the bound keeps Check cheap and
@@ -83,7 +112,14 @@ type Info struct {
 // The content decides the format; a .ply file holding a ZIP, or a .sog file
 // holding anything but a ZIP, is invalid because the server picks its decoder
 // by extension.
+//
+// A path whose base name is meta.json is an unbundled SOG folder's handle:
+// Check checks the folder (CheckSOGFolder).
 func Check(path string) (Info, error) {
+	if IsSOGFolder(path) {
+		f, err := CheckSOGFolder(path)
+		return f.Info, err
+	}
 	// Non-blocking: a named pipe is refused below, never waited on.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -100,6 +136,9 @@ func CheckFile(f *os.File, path string) (Info, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return Info{}, err
+	}
+	if fi.IsDir() {
+		return Info{}, &InvalidError{Path: path, Reason: "not a regular file but a folder (an unbundled SOG is checked through its meta.json)"}
 	}
 	if !fi.Mode().IsRegular() {
 		return Info{}, &InvalidError{Path: path, Reason: "not a regular file"}
@@ -206,19 +245,32 @@ func check(r io.ReaderAt, size int64, ext string) (Info, error) {
 	}
 	switch {
 	case hasPrefix(buf, magicZIP):
-		if ext == ".ply" {
+		switch ext {
+		case ".ply":
 			return Info{}, invalidf("ZIP (SOG) content in a .ply file")
+		case ".spz":
+			return Info{}, invalidf("ZIP (SOG) content in a .spz file")
 		}
 		return checkSOG(r, size)
 	case hasPrefix(buf, magicPLY) && (len(buf) <= 3 || buf[3] == '\n' || buf[3] == '\r'):
-		if ext == ".sog" {
+		switch ext {
+		case ".sog":
 			return Info{}, invalidf("PLY content in a .sog file (a SOG is a ZIP archive)")
+		case ".spz":
+			return Info{}, invalidf("PLY content in a .spz file")
 		}
 		return checkPLY(buf, size)
+	case hasPrefix(buf, magicGzip) || hasPrefix(buf, magicSPZ):
+		if ext != ".spz" {
+			return Info{}, invalidf("SPZ content in a %s (the server picks its decoder by extension)", extName(ext))
+		}
+		return checkSPZ(r, size, buf)
 	case ext == ".sog":
 		return Info{}, invalidf("not a ZIP archive (starts with %s)", quoteStart(buf))
+	case ext == ".spz":
+		return Info{}, invalidf("not an SPZ file (starts with %s, want gzip or \"NGSP\")", quoteStart(buf))
 	default:
-		return Info{}, invalidf("not a PLY or SOG file (starts with %s)", quoteStart(buf))
+		return Info{}, invalidf("not a PLY, SOG or SPZ file (starts with %s)", quoteStart(buf))
 	}
 }
 
@@ -230,6 +282,14 @@ func hasPrefix(buf, magic []byte) bool {
 		return string(magic[:len(buf)]) == string(buf)
 	}
 	return string(buf[:len(magic)]) == string(magic)
+}
+
+// extName names an extension in a reason ("no extension" for none).
+func extName(ext string) string {
+	if ext == "" {
+		return "file without an extension"
+	}
+	return clip(ext) + " file"
 }
 
 // quoteStart shows the first few bytes of a file in a reason, quoted so that

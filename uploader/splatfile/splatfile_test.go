@@ -120,7 +120,7 @@ func TestCheck(t *testing.T) {
 		{file: "ascii.ply", want: valid, kind: KindPLY, vertices: 2},
 		{file: "empty.ply", want: incomplete, reason: "empty file (0 bytes)"},
 		{file: "empty.sog", want: incomplete, reason: "empty file (0 bytes)"},
-		{file: "garbage.ply", want: invalid, reason: "not a PLY or SOG file"},
+		{file: "garbage.ply", want: invalid, reason: "not a PLY, SOG or SPZ file"},
 		{file: "truncated.ply", want: incomplete, reason: "body is"},
 		{file: "long.ply", want: invalid, reason: "10 more than its header declares"},
 		{file: "unterminated.ply", want: incomplete, reason: "no end_header"},
@@ -273,10 +273,10 @@ func fuzzCheck(t *testing.T, data []byte, ext string) {
 		if info.Kind != KindSOG && info.Vertices <= 0 {
 			t.Fatalf("valid PLY with %d vertices", info.Vertices)
 		}
-		if strings.HasPrefix(info.Encoding, "binary") && len(data) > 0 {
+		if (strings.HasPrefix(info.Encoding, "binary") || info.Kind == KindSPZ) && len(data) > 0 {
 			// A valid binary file cut by one byte is a copy in progress.
 			if _, err := check(bytes.NewReader(data[:len(data)-1]), int64(len(data)-1), ext); !errors.Is(err, ErrIncomplete) {
-				t.Fatalf("valid binary PLY minus one byte: %v, want incomplete", err)
+				t.Fatalf("valid binary file minus one byte: %v, want incomplete", err)
 			}
 		}
 		return

@@ -372,3 +372,23 @@ func Hash(ctx context.Context, f *os.File) (string, error) {
 		}
 	}
 }
+
+// OpenDir opens the folder dir under root as an os.Root of its own (a
+// folder of files that belong together, such as an unbundled SOG): no path
+// or link from root to dir leads out of root, and nothing opened through
+// the result leads out of dir.
+func OpenDir(root, dir string) (*os.Root, error) {
+	if root == "" || filepath.Clean(root) == filepath.Clean(dir) {
+		return os.OpenRoot(dir)
+	}
+	r, rel, err := open(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	d, err := r.OpenRoot(rel)
+	if err != nil {
+		return nil, classify(err, dir, root)
+	}
+	return d, nil
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// writeSOGFolderE2E writes an unbundled SOG of n splats into dir (the
+// entries of the sample bundle as files), meta.json first and the images
+// after it (between runs in between), as a slow copy would.
+func writeSOGFolderE2E(t *testing.T, dir string, n int, between func()) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := splatfile.WriteSOG(&b, n); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f.Name], err = io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), files["meta.json"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	between()
+	for name, data := range files {
+		if name != "meta.json" {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// bundleSHA256 is the sha256 of the bundle splatd builds from a folder.
+func bundleSHA256(t *testing.T, dir string) string {
+	t.Helper()
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, err := splatfile.CheckSOGFolderIn(r, filepath.Join(dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if err := splatfile.BuildSOGBundle(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestE2EFormatsV1: under v1, an .spz and an unbundled SOG folder dropped
+// into the watch folder are each published once, with sourceFormat spz and
+// sog; the folder's bundle (what the server stored) is the deterministic
+// one, and a copy of the folder is a duplicate, not a second splat.
+func TestE2EFormatsV1(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{PartSize: 64 << 10})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+
+	spz := filepath.Join(e.inbox, "scan.spz")
+	writeFileWith(t, spz, func(w io.Writer) error { return splatfile.WriteSPZ(w, 3000, 4, 3) })
+	room := filepath.Join(e.inbox, "room")
+	meta := filepath.Join(room, "meta.json")
+	// meta.json alone first: the folder waits for the images it names.
+	writeSOGFolderE2E(t, room, 2000, func() {
+		waitFor(t, "the folder's job waiting for its images", func() bool {
+			jobs, _ := adminJobs(t, e.stateDir)
+			for _, j := range jobs {
+				if j.File == meta && strings.Contains(j.Error, "waiting for") {
+					return true
+				}
+			}
+			return false
+		})
+	})
+	rs := waitReceipt(t, spz, "done")
+	rf := waitReceipt(t, meta, "done")
+	if rs.SHA256 != fileSHA256(t, spz) {
+		t.Errorf("spz receipt sha256 %s, want the file's", rs.SHA256)
+	}
+	want := bundleSHA256(t, room)
+	if rf.SHA256 != want {
+		t.Errorf("folder receipt sha256 %s, want its bundle's %s", rf.SHA256, want)
+	}
+
+	// A copy of the folder elsewhere in the tree: the same bundle, so a
+	// duplicate of the published splat.
+	cp := filepath.Join(e.inbox, "copies", "room2")
+	writeSOGFolderE2E(t, cp, 2000, func() {})
+	rc := waitReceipt(t, filepath.Join(cp, "meta.json"), "duplicate")
+	if rc.SHA256 != want {
+		t.Errorf("copy's sha256 %s, want %s", rc.SHA256, want)
+	}
+
+	formats := map[string]int{}
+	for _, sp := range sim.Splats() {
+		formats[sp.Format]++
+		if sp.Format == "sog" && sp.Title != "room" {
+			t.Errorf("the folder's splat is titled %q, want its folder's name", sp.Title)
+		}
+		if sp.Protocol != "v1" {
+			t.Errorf("splat %s published through %s", sp.ID, sp.Protocol)
+		}
+	}
+	if len(sim.Splats()) != 2 || formats["spz"] != 1 || formats["sog"] != 1 {
+		t.Errorf("splats by sourceFormat: %v, want one spz and one sog", formats)
+	}
+	if got := sim.PublishesByHash(); len(got) > 0 && got[want] != 1 {
+		t.Errorf("the server has %d splats of the folder's bundle (%v), want 1", got[want], got)
+	}
+	// The bundles were built in state_dir and removed once their jobs
+	// finished.
+	waitFor(t, "the finished jobs' bundles removed from state_dir/sog-bundles", func() bool {
+		left, err := os.ReadDir(filepath.Join(e.stateDir, "sog-bundles"))
+		return err == nil && len(left) == 0
+	})
+	for _, name := range []string{"room.sog", "meta.sog"} {
+		if _, err := os.Stat(filepath.Join(e.inbox, name)); err == nil {
+			t.Errorf("a bundle %s was written into the watch folder", name)
+		}
+	}
+	if st := sim.Stats(); st.UnknownFields != 0 || st.Uploads != 0 {
+		t.Errorf("simulator: %d unknown fields, %d legacy uploads", st.UnknownFields, st.Uploads)
+	}
+}
+
+// TestE2ESPZLegacy: the legacy API takes .ply and .sog only: an .spz fails
+// its job with that reason and is never uploaded.
+func TestE2ESPZLegacy(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	spz := filepath.Join(e.inbox, "scan.spz")
+	writeFileWith(t, spz, func(w io.Writer) error { return splatfile.WriteSPZ(w, 500, 3, 0) })
+	r := waitReceipt(t, spz, "failed")
+	if !strings.Contains(r.Message, "legacy API takes .ply and .sog files") {
+		t.Errorf("receipt message %q does not give the reason", r.Message)
+	}
+	if st := sim.Stats(); st.Uploads != 0 || len(sim.Splats()) != 0 {
+		t.Errorf("simulator: %d uploads, %d splats; want none", st.Uploads, len(sim.Splats()))
+	}
+}

@@ -1,0 +1,141 @@
+package uploader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
+)
+
+// An unbundled SOG folder's job is its meta.json (the watcher's handle on
+// it); what is hashed and uploaded is the bundled .sog built from the folder
+// into BundleDir. Its size and modification time are the job's Size and
+// ModTime, so every later step's "is it still the file that was hashed"
+// check holds the bundle to what was hashed. The bundle is built again only
+// by the check step, from a folder that passed the check and settled.
+
+// bundlePath names a folder's bundle by the folder's path, so a rebuild of
+// an unchanged folder replaces the same file with the same bytes.
+func (p *Pool) bundlePath(metaPath string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(metaPath)))
+	return filepath.Join(p.o.BundleDir, hex.EncodeToString(sum[:12])+".sog")
+}
+
+// folderName is the base name of the file a job stands for: FOLDER.sog for
+// an unbundled SOG folder (its job's path is the folder's meta.json).
+func folderName(path string) string {
+	if splatfile.IsSOGFolder(path) {
+		return filepath.Base(filepath.Dir(path)) + ".sog"
+	}
+	return filepath.Base(path)
+}
+
+// stepCheckFolder: queued → ready for an unbundled SOG folder. The folder
+// must pass the check (a missing or short image waits like a short file)
+// and have been quiet for Settle; then its bundle is built and hashed.
+func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
+	// The folder is opened through the watch folder (trustfs): no link
+	// leads out of it, and its images are read through that root only.
+	dir, err := trustfs.OpenDir(j.Root, filepath.Dir(j.Path))
+	if err != nil {
+		return j, fileError(err)
+	}
+	defer dir.Close()
+	f, err := splatfile.CheckSOGFolderIn(dir, j.Path)
+	if errors.Is(err, splatfile.ErrIncomplete) {
+		return j, &workerIncomplete{err: err, changed: j.ModTime}
+	}
+	if err != nil {
+		return j, err
+	}
+	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
+		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
+	}
+	bundle := p.bundlePath(j.Path)
+	if err := buildBundle(f, bundle); err != nil {
+		return j, fmt.Errorf("build the folder's bundle: %w", err)
+	}
+	sum, fi, err := hashBundle(ctx, bundle)
+	if err != nil {
+		return j, err
+	}
+	pub := p.publish.Load()
+	defaults := pub.params
+	if pub.byRoot != nil {
+		defaults = pub.byRoot(j.Root)
+	}
+	// Titles and sidecars are the folder's, as if it were FOLDER.sog beside
+	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar.
+	asFile := filepath.Join(filepath.Dir(f.Dir), folderName(j.Path))
+	params, err := sidecar.Resolve(defaults, asFile, j.Root, j.ModTime)
+	if err != nil {
+		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
+	}
+	now := p.o.Now()
+	if err := j.Move(state.Ready, now); err != nil {
+		return j, err
+	}
+	j.Size, j.ModTime = fi.Size(), fi.ModTime()
+	j.SHA256, j.Kind, j.Params = sum, string(splatfile.KindSOGFolder), params
+	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	return j, nil
+}
+
+// dropBundle removes a folder job's bundle once the job is finished (done,
+// failed, canceled): a retry or a change checks the folder and builds it
+// again.
+func (p *Pool) dropBundle(j state.Job) {
+	if j.Stage.Finished() && splatfile.IsSOGFolder(j.Path) {
+		if err := os.Remove(p.bundlePath(j.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			p.log.Warn().Uint64("job", j.ID).Err(err).Msg("cannot remove the folder's bundle")
+		}
+	}
+}
+
+// buildBundle writes the folder's bundle to dst atomically (a temporary
+// file renamed into place) and dates it with the folder's newest file, so
+// that the same folder gives the same bytes, size and time.
+// hashBundle is the sha256 (trustfs.Hash) and stat of a bundle just built.
+func hashBundle(ctx context.Context, path string) (string, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", nil, err
+	}
+	sum, err := trustfs.Hash(ctx, f)
+	return sum, fi, err
+}
+
+func buildBundle(f splatfile.SOGFolder, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".bundle-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := splatfile.BuildSOGBundle(tmp, f); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chtimes(tmp.Name(), f.Latest, f.Latest); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
