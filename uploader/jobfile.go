@@ -278,6 +278,9 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 		return nil, cur, nil
 	}
 	if j.Encoded == nil {
+		// Held since the check, jf was opened before the hash: what the
+		// upload must read is what the job has recorded since.
+		jf.want, jf.size = j.SHA256, j.Size
 		return jf, nil, nil
 	}
 	// The file is still the one hashed, so its encoding is still its
