@@ -1,6 +1,5 @@
 // Package sog encodes 3D Gaussian splats as SOG version 2 (Spatially
-// Ordered Gaussians, docs/user-manual/gaussian-splatting/formats/sog.md of
-// PlayCanvas's developer site): quantized attributes in lossless WebP
+// Ordered Gaussians; the layout is in docs/formats.md): quantized attributes in lossless WebP
 // images plus a meta.json, bundled as one zip. It knows files and splats,
 // nothing of jobs or uploads.
 package sog

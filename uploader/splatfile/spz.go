@@ -13,7 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// SPZ, Niantic's compressed splat format. Versions 2 and 3 are one gzip stream holding a 16-byte header
+// SPZ, Niantic's compressed splat format (docs/formats.md). Versions 2 and 3 are one gzip stream holding a 16-byte header
 // and the attribute arrays back to back; version 4 is a 32-byte header, a
 // table of contents and one ZSTD frame per attribute array. Unlike PLY and
 // SOG, the check reads the whole file: the arrays' sizes are only known
