@@ -194,8 +194,11 @@ func TestE2EResumeLogAfterKill(t *testing.T) {
 		return false
 	})
 	from, _ := part["from_part"].(float64)
-	if stored, _ := part["parts_stored"].(float64); from < 3 || from != stored+1 || part["parts"] != parts || part["path"] != big {
-		t.Errorf("resume line of the job: %v; want from part 3 or later (after the stored ones) of %v", part, parts)
+	// The kill may come between storage taking part 2 and the daemon
+	// committing its ETag: at least part 1 is stored, and the line names
+	// the part after the last one the job recorded.
+	if stored, _ := part["parts_stored"].(float64); from < 2 || from != stored+1 || part["parts"] != parts || part["path"] != big {
+		t.Errorf("resume line of the job: %v; want from part 2 or later (after the stored ones) of %v", part, parts)
 	}
 	d2.kill()
 }
