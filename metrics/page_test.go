@@ -133,7 +133,7 @@ func testPageJobs(t *testing.T, ctx context.Context) {
 			Time:    now,
 		},
 		jobs: []Job{
-			{ID: 3, Path: "/srv/captures/big.ply", Stage: state.Signed, Progress: &Progress{Sent: 30 << 20, Size: 120 << 20}, UpdatedAt: now},
+			{ID: 3, Path: "/srv/captures/big.ply", Stage: state.Signed, Progress: &Progress{Sent: 30 << 20, Size: 120 << 20, Rate: 3 << 20, ETA: 30}, UpdatedAt: now},
 			{ID: 2, Path: "/srv/captures/<b>broken</b>.ply", Stage: state.Failed, Attempts: 1,
 				FailReason: `invalid file: PLY header ends early <img src=x onerror="document.title='pwned'">`,
 				LastError:  "storage PUT https://st.example/k?X-Amz-Signature=deadbeefdeadbeef: 403", UpdatedAt: now.Add(-time.Minute)},

@@ -188,11 +188,30 @@ func pageJobRows(l pageList, list JobList, now time.Time) pageRows {
 		if p := j.Progress; p != nil && p.Size > 0 {
 			pct := min(100, int64(math.Floor(100*float64(p.Sent)/float64(p.Size))))
 			pj.Progress = &pageProgress{Sent: min(p.Sent, p.Size), Size: p.Size,
-				Text: fmt.Sprintf(" %s of %s (%d %%)", humanBytes(float64(p.Sent)), humanBytes(float64(p.Size)), pct)}
+				Text: fmt.Sprintf(" %s of %s (%d %%)", humanBytes(float64(p.Sent)), humanBytes(float64(p.Size)), pct) + rateETA(*p)}
 		}
 		r.Jobs = append(r.Jobs, pj)
 	}
 	return r
+}
+
+// rateETA is the script's rateEta(): ", 24.0 MiB/s, ETA 3 min" while
+// bytes move, "" otherwise.
+func rateETA(p Progress) string {
+	if !(p.Rate > 0) {
+		return ""
+	}
+	s := ", " + humanBytes(p.Rate) + "/s"
+	switch eta := math.Round(p.ETA); {
+	case eta <= 0:
+	case eta < 90:
+		s += fmt.Sprintf(", ETA %.0f s", eta)
+	case eta < 5400:
+		s += fmt.Sprintf(", ETA %.0f min", math.Round(eta/60))
+	default:
+		s += fmt.Sprintf(", ETA %.0f h", math.Round(eta/3600))
+	}
+	return s
 }
 
 // httpLink returns u if it is an absolute http(s) URL, else "".

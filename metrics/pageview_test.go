@@ -82,6 +82,20 @@ func TestPageViewFormats(t *testing.T) {
 	if got := bandwidthText(Bandwidth{}); got != "0 B/s now, limit none" {
 		t.Errorf("bandwidthText(none) = %q", got)
 	}
+	for _, tc := range []struct {
+		p    Progress
+		want string
+	}{
+		{Progress{}, ""},
+		{Progress{Rate: 2 << 20}, ", 2.0 MiB/s"},
+		{Progress{Rate: 2 << 20, ETA: 42.4}, ", 2.0 MiB/s, ETA 42 s"},
+		{Progress{Rate: 1024, ETA: 600}, ", 1.0 KiB/s, ETA 10 min"},
+		{Progress{Rate: 1024, ETA: 7200}, ", 1.0 KiB/s, ETA 2 h"},
+	} {
+		if got := rateETA(tc.p); got != tc.want {
+			t.Errorf("rateETA(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
+	}
 }
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
