@@ -23,8 +23,8 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/sidecar"
-	"github.com/splatd/splatd/watcher/trustfs"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Options configures what happens to a file once its job is final
