@@ -419,3 +419,22 @@ func (p *Pool) polled(j state.Job, now time.Time, outcome api.Outcome, status st
 	j.NextAttempt = now.Add(state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(j.Attempts))
 	return j, nil
 }
+
+// failReason is the one line an operator reads in receipts, `splatd jobs`
+// and the logs: what was wrong, in the words of whoever said so (the content
+// check, or the server's error text with the route and status).
+func failReason(from state.Stage, err error) string {
+	var inv *splatfile.InvalidError
+	if errors.As(err, &inv) {
+		return "invalid file: " + inv.Reason
+	}
+	var ae *api.APIError
+	if errors.As(err, &ae) {
+		return ae.Error()
+	}
+	var fe *workerFileError // a sidecar, a vanished file: the text says it all
+	if errors.As(err, &fe) {
+		return fe.Error()
+	}
+	return fmt.Sprintf("%v (at stage %s)", err, from)
+}
