@@ -185,3 +185,76 @@ func oneLineTrunc(s string, n int) string {
 	}
 	return s
 }
+
+// runToken401: the token is revoked in the middle of a run and restored
+// 8 s later. The daemon must pause (a handful of requests while revoked,
+// /readyz not ready), resume after the restore and publish every file with
+// no failed job.
+func runToken401(ctx context.Context, e *tenv) error {
+	if err := e.setup(apisim.Options{}, DaemonConfig{}); err != nil {
+		return err
+	}
+	files := e.count(6, 20)
+	if err := e.start(); err != nil {
+		return err
+	}
+	token := e.sim.Token()
+	// The first files go through with a valid token.
+	if err := e.writeFiles(0, files/2, 200); err != nil {
+		return err
+	}
+	if !e.waitFinal(ctx, 30*time.Second) {
+		return errors.New("first half did not finish with a valid token")
+	}
+	before := e.sim.Stats()
+	e.sim.SetTokens() // revoke: every request is refused 401
+	if err := e.writeFiles(files/2, files-files/2, 200); err != nil {
+		return err
+	}
+	const revoked = 8 * time.Second
+	sleepCtx(ctx, revoked/2)
+	notReady := false
+	if addr, err := e.d.MetricsAddr(time.Second); err == nil {
+		if resp, err := httpGet("http://" + addr + "/readyz"); err == nil {
+			notReady = resp != 200
+		}
+	}
+	sleepCtx(ctx, revoked/2)
+	during := e.sim.Stats()
+	e.sim.SetTokens(token)
+	reqs := 0
+	for _, r := range []string{apisim.RouteSignedURL, apisim.RoutePublish, apisim.RouteGetSplat} {
+		reqs += during.Total(r) - before.Total(r)
+	}
+	e.note("while revoked (%s): %d API requests, %d answered 401; /readyz not ready: %v", revoked, reqs, during.Unauthorized-before.Unauthorized, notReady)
+	if during.Unauthorized == before.Unauthorized {
+		e.problem("no 401 was seen while the token was revoked: the files were not worked on")
+	}
+	if reqs > 2*e.cfg.Workers+2 {
+		e.problem("%d API requests while the token was revoked: the daemon did not pause", reqs)
+	}
+	if !notReady {
+		e.problem("/readyz said ready while the API refused the token")
+	}
+	restored := time.Now()
+	// The prober's first probe comes 15–30 s after the pause.
+	if !e.waitFinal(ctx, 60*time.Second) {
+		f, _ := e.receipts()
+		e.problem("only %d of %d files finished within 60 s of the restore", f, files)
+	} else {
+		e.note("all files finished %s after the restore", time.Since(restored).Round(100*time.Millisecond))
+	}
+	e.verdict()
+	return nil
+}
+
+func httpGet(url string) (int, error) {
+	cl := newHTTPClient()
+	resp, err := cl.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
