@@ -221,24 +221,32 @@ func (s *Server) handleSignedURL(w http.ResponseWriter, r *http.Request, _ strin
 
 var validFormats = map[string]bool{"sog": true, "compressed.ply": true}
 
-func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string) int {
-	var req struct {
-		key, title, description, format string
-		listed                          bool
-		settings                        map[string]any
-	}
+// publishRequest is a decoded legacy publish body.
+type publishRequest struct {
+	key, title, description, format string
+	listed                          bool
+	settings                        map[string]any
+	// mismatch: the key came under the other name than the signed-URL
+	// answer used (accepted, counted).
+	mismatch bool
+}
+
+// decodePublish reads a publish body as the API would: the key under
+// either name, the documented fields with their types, format sog by
+// default. It returns the 400 message on a bad body.
+func (s *Server) decodePublish(r *http.Request) (publishRequest, string) {
+	var req publishRequest
 	body, err := decodeJSON(r)
 	if err != nil {
-		return jsonError(w, http.StatusBadRequest, err.Error())
+		return req, err.Error()
 	}
 	otherField := KeyFieldS3Key
 	if s.o.KeyField == KeyFieldS3Key {
 		otherField = KeyFieldStorageKey
 	}
 	sent, err := body.get(s.o.KeyField, &req.key)
-	mismatch := false
 	if err == nil && !sent {
-		mismatch, err = body.get(otherField, &req.key)
+		req.mismatch, err = body.get(otherField, &req.key)
 	}
 	for _, f := range []struct {
 		name string
@@ -249,22 +257,29 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 		}
 	}
 	if err != nil {
-		return jsonError(w, http.StatusBadRequest, err.Error())
+		return req, err.Error()
 	}
 	if _, err := body.get("settings", &req.settings); err != nil {
-		return jsonError(w, http.StatusBadRequest, "settings must be an object")
+		return req, "settings must be an object"
 	}
 	if req.key == "" {
-		return jsonError(w, http.StatusBadRequest, s.o.KeyField+" is required")
+		return req, s.o.KeyField + " is required"
 	}
-	key := req.key
 	if req.format == "" {
 		req.format = "sog"
 	}
 	if !validFormats[req.format] {
-		return jsonError(w, http.StatusBadRequest, fmt.Sprintf("invalid format %q: must be sog or compressed.ply", req.format))
+		return req, fmt.Sprintf("invalid format %q: must be sog or compressed.ply", req.format)
 	}
+	return req, ""
+}
 
+func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string) int {
+	req, bad := s.decodePublish(r)
+	if bad != "" {
+		return jsonError(w, http.StatusBadRequest, bad)
+	}
+	key := req.key
 	if s.s3 != nil {
 		if code := s.fetchObject(w, r, key); code != 0 {
 			return code
@@ -273,7 +288,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if mismatch {
+	if req.mismatch {
 		s.stats.KeyFieldMismatches++
 	}
 	if _, ok := s.issued[key]; !ok {
@@ -287,6 +302,18 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 		return jsonError(w, http.StatusBadRequest, "storage limit exceeded")
 	}
 	now := s.now()
+	sp := s.newLegacySplat(req, obj, now)
+	if s.faults.UncertainPublishes > 0 {
+		s.faults.UncertainPublishes--
+		s.stats.Faults++
+		sp.uncertain = true
+		return jsonError(w, http.StatusInternalServerError, "Internal server error (simulated, splat was created)")
+	}
+	return writeJSON(w, http.StatusCreated, sp.json(now, s.o, true))
+}
+
+// newLegacySplat records the splat a publish of obj creates (under s.mu).
+func (s *Server) newLegacySplat(req publishRequest, obj *object, now time.Time) *splat {
 	sp := &splat{
 		id:          len(s.splats) + 1,
 		hash:        s.newHash(),
@@ -295,14 +322,14 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 		listed:      req.listed,
 		format:      req.format,
 		settings:    req.settings,
-		key:         key,
+		key:         req.key,
 		sha256:      obj.sha256,
 		size:        obj.size,
 		createdAt:   now,
 		doneAt:      now.Add(s.o.ProcessingDelay),
 	}
 	if s.s3 != nil {
-		sp.s3Key = s.s3.objectKey(key)
+		sp.s3Key = s.s3.objectKey(req.key)
 	}
 	switch {
 	case !isSplatContent(obj.head):
@@ -318,13 +345,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, _ string)
 	s.published[sp.sha256]++
 	s.pubBytes += obj.size
 	s.stats.Publishes++
-	if s.faults.UncertainPublishes > 0 {
-		s.faults.UncertainPublishes--
-		s.stats.Faults++
-		sp.uncertain = true
-		return jsonError(w, http.StatusInternalServerError, "Internal server error (simulated, splat was created)")
-	}
-	return writeJSON(w, http.StatusCreated, sp.json(now, s.o, true))
+	return sp
 }
 
 // fetchObject reads an issued key's object back from S3 (S3 mode) and

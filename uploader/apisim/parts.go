@@ -281,82 +281,25 @@ func (s *Server) partPut(w http.ResponseWriter, r *http.Request, body *pacedBody
 	if !sleepCtx(r, f.Latency) {
 		return 499
 	}
-
-	rest := strings.TrimPrefix(r.URL.Path, partsPrefix)
-	uploadID, num, _ := strings.Cut(rest, "/")
-	n, err := strconv.Atoi(num)
-	if uploadID == "" || err != nil || n < 1 || n > maxPartNumber || strconv.Itoa(n) != num {
-		return s3Error(w, r, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
+	uploadID, n, code := s.checkPartRequest(w, r)
+	if code != 0 {
+		return code
 	}
 	body.session = uploadID
-	if r.Method != http.MethodPut {
-		w.Header().Set("Allow", http.MethodPut)
-		return s3Error(w, r, http.StatusMethodNotAllowed, "MethodNotAllowed", "The specified method is not allowed against this resource.")
-	}
-	if r.Header.Get("Authorization") != "" && s.o.StrictStorageAuth {
-		return s3Error(w, r, http.StatusBadRequest, "InvalidArgument", "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string parameter or the Authorization header should be specified")
-	}
-	q := r.URL.Query()
-	exp, sig := q.Get("expires"), q.Get("sig")
-	expUnix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || sig == "" || !hmac.Equal([]byte(sig), []byte(s.signature("parts/"+rest, exp))) {
-		s.bump(func(st *Stats) { st.StorageRefused++ })
-		return s3Error(w, r, http.StatusForbidden, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")
-	}
-	if !s.now().Before(time.Unix(expUnix, 0)) {
-		s.bump(func(st *Stats) { st.StorageRefused++ })
-		return s3Error(w, r, http.StatusForbidden, "AccessDenied", "Request has expired")
-	}
-	if r.ContentLength < 0 {
-		return s3Error(w, r, http.StatusLengthRequired, "MissingContentLength", "You must provide the Content-Length HTTP header.")
-	}
-
 	s.mu.Lock()
 	u := s.uploads[uploadID]
 	open := u != nil && u.accepting(s.now())
-	var reset, fail, expired, slow, forbid bool
-	var cut int64
+	var pf partFault
 	if open {
-		reset = s.take(&s.faults.PartResets, f.PartResetRate) || s.roll(f.StorageResetRate)
-		fail = !reset && s.take(&s.faults.PartErrors, f.PartErrorRate)
-		expired = !reset && !fail && s.take(&s.faults.ExpiredPartURLs, 0)
-		slow = !reset && !fail && !expired && s.roll(f.StorageErrorRate)
-		forbid = !reset && !fail && !expired && !slow && s.roll(f.StorageForbiddenRate)
-		if reset || fail || expired || slow || forbid {
-			s.stats.Faults++
-		}
-		if reset {
-			s.stats.PartResets++
-			if r.ContentLength > 1 {
-				cut = 1 + s.rng.Int64N(r.ContentLength/2)
-			}
-		}
+		pf = s.drawPartFault(f, r.ContentLength)
 	}
 	s.mu.Unlock()
-
-	switch {
-	case !open || s.local == nil:
+	if !open || s.local == nil {
 		return s3Error(w, r, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.")
-	case reset:
-		io.CopyN(io.Discard, r.Body, cut)
-		resetConn(w)
-		return 0
-	case fail:
-		code := f.partErrorStatus()
-		switch code {
-		case http.StatusServiceUnavailable:
-			return s3Error(w, r, code, "SlowDown", "Please reduce your request rate.")
-		case http.StatusForbidden:
-			return s3Error(w, r, code, "AccessDenied", "Access Denied")
-		default:
-			return s3Error(w, r, code, "InternalError", "We encountered an internal error. Please try again.")
-		}
-	case slow:
-		return s3Error(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
-	case expired || forbid:
-		return s3Error(w, r, http.StatusForbidden, "AccessDenied", "Request has expired")
 	}
-
+	if code, done := pf.answer(w, r, f); done {
+		return code
+	}
 	etag, resent, err := s.local.receive(uploadID, n, r.Body, r.ContentLength)
 	if errors.Is(err, ErrNoSuchUpload) {
 		return s3Error(w, r, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.")
@@ -380,4 +323,89 @@ func (s *Server) partPut(w http.ResponseWriter, r *http.Request, body *pacedBody
 	w.Header().Set("ETag", etag)
 	w.WriteHeader(http.StatusOK)
 	return http.StatusOK
+}
+
+// checkPartRequest checks a part PUT as S3 would before reading its body:
+// the path names an upload and a part number, the method, the signature and
+// its expiry, a Content-Length. code is the answer sent when it fails.
+func (s *Server) checkPartRequest(w http.ResponseWriter, r *http.Request) (uploadID string, n, code int) {
+	rest := strings.TrimPrefix(r.URL.Path, partsPrefix)
+	uploadID, num, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(num)
+	if uploadID == "" || err != nil || n < 1 || n > maxPartNumber || strconv.Itoa(n) != num {
+		return "", 0, s3Error(w, r, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
+	}
+	if r.Method != http.MethodPut {
+		w.Header().Set("Allow", http.MethodPut)
+		return "", 0, s3Error(w, r, http.StatusMethodNotAllowed, "MethodNotAllowed", "The specified method is not allowed against this resource.")
+	}
+	if r.Header.Get("Authorization") != "" && s.o.StrictStorageAuth {
+		return "", 0, s3Error(w, r, http.StatusBadRequest, "InvalidArgument", "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string parameter or the Authorization header should be specified")
+	}
+	q := r.URL.Query()
+	exp, sig := q.Get("expires"), q.Get("sig")
+	expUnix, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || sig == "" || !hmac.Equal([]byte(sig), []byte(s.signature("parts/"+rest, exp))) {
+		s.bump(func(st *Stats) { st.StorageRefused++ })
+		return "", 0, s3Error(w, r, http.StatusForbidden, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")
+	}
+	if !s.now().Before(time.Unix(expUnix, 0)) {
+		s.bump(func(st *Stats) { st.StorageRefused++ })
+		return "", 0, s3Error(w, r, http.StatusForbidden, "AccessDenied", "Request has expired")
+	}
+	if r.ContentLength < 0 {
+		return "", 0, s3Error(w, r, http.StatusLengthRequired, "MissingContentLength", "You must provide the Content-Length HTTP header.")
+	}
+	return uploadID, n, 0
+}
+
+// partFault is the fault drawn for one part PUT, at most one of them.
+type partFault struct {
+	reset, fail, expired, slow, forbid bool
+	cut                                int64 // a reset's bytes read first
+}
+
+// drawPartFault draws a part PUT's fault from the knobs (under s.mu).
+func (s *Server) drawPartFault(f Faults, length int64) partFault {
+	var pf partFault
+	pf.reset = s.take(&s.faults.PartResets, f.PartResetRate) || s.roll(f.StorageResetRate)
+	pf.fail = !pf.reset && s.take(&s.faults.PartErrors, f.PartErrorRate)
+	pf.expired = !pf.reset && !pf.fail && s.take(&s.faults.ExpiredPartURLs, 0)
+	pf.slow = !pf.reset && !pf.fail && !pf.expired && s.roll(f.StorageErrorRate)
+	pf.forbid = !pf.reset && !pf.fail && !pf.expired && !pf.slow && s.roll(f.StorageForbiddenRate)
+	if pf.reset || pf.fail || pf.expired || pf.slow || pf.forbid {
+		s.stats.Faults++
+	}
+	if pf.reset {
+		s.stats.PartResets++
+		if length > 1 {
+			pf.cut = 1 + s.rng.Int64N(length/2)
+		}
+	}
+	return pf
+}
+
+// answer sends the fault's answer; done is false when there is none.
+func (pf partFault) answer(w http.ResponseWriter, r *http.Request, f Faults) (code int, done bool) {
+	switch {
+	case pf.reset:
+		io.CopyN(io.Discard, r.Body, pf.cut)
+		resetConn(w)
+		return 0, true
+	case pf.fail:
+		code := f.partErrorStatus()
+		switch code {
+		case http.StatusServiceUnavailable:
+			return s3Error(w, r, code, "SlowDown", "Please reduce your request rate."), true
+		case http.StatusForbidden:
+			return s3Error(w, r, code, "AccessDenied", "Access Denied"), true
+		default:
+			return s3Error(w, r, code, "InternalError", "We encountered an internal error. Please try again."), true
+		}
+	case pf.slow:
+		return s3Error(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate."), true
+	case pf.expired || pf.forbid:
+		return s3Error(w, r, http.StatusForbidden, "AccessDenied", "Request has expired"), true
+	}
+	return 0, false
 }
