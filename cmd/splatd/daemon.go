@@ -371,15 +371,7 @@ func (d *daemon) run(ctx context.Context) error {
 	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
 	tier(&intakes, "store probe", func() error { d.probeStore(intake); return nil })
 
-	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
-		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
-		Str("token_from", d.client.Token().Origin()).Msg("splatd started")
-	for _, n := range d.cfg.protocolNotes() {
-		d.log.Warn().Msg(n)
-	}
-	if err := d.systemd.send("READY=1"); err != nil {
-		d.log.Warn().Err(err).Msg("sd_notify READY=1")
-	}
+	d.announceStarted()
 
 	<-ctx.Done()
 	runErr := context.Cause(ctx)
@@ -405,6 +397,19 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info().Msg("stopped cleanly; every job resumes at the next start")
 	}
 	return runErr
+}
+
+// announceStarted logs the start line and tells systemd the daemon is ready.
+func (d *daemon) announceStarted() {
+	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
+		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
+		Str("token_from", d.client.Token().Origin()).Msg("splatd started")
+	for _, n := range d.cfg.protocolNotes() {
+		d.log.Warn().Msg(n)
+	}
+	if err := d.systemd.send("READY=1"); err != nil {
+		d.log.Warn().Err(err).Msg("sd_notify READY=1")
+	}
 }
 
 // enqueue records each finished file the watcher reports. Enqueue is
