@@ -228,17 +228,22 @@ func (s *Server) storagePut(w http.ResponseWriter, r *http.Request) int {
 		s.log.Debug().Err(err).Str("key", key).Msg("upload incomplete")
 		return s3Error(w, r, http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header.")
 	}
+	s.keep(key, obj)
+	w.Header().Set("ETag", `"`+obj.sha256[:32]+`"`)
+	w.WriteHeader(http.StatusOK)
+	return http.StatusOK
+}
+
+// keep records obj as key's object, replacing (and removing) an earlier one.
+func (s *Server) keep(key string, obj *object) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if old := s.objects[key]; old != nil && old.path != "" && old.path != obj.path {
 		os.Remove(old.path)
 	}
 	s.objects[key] = obj
 	s.stats.Uploads++
 	s.stats.UploadBytes += obj.size
-	s.mu.Unlock()
-	w.Header().Set("ETag", `"`+obj.sha256[:32]+`"`)
-	w.WriteHeader(http.StatusOK)
-	return http.StatusOK
 }
 
 // store streams exactly size bytes of body to a temporary file while
