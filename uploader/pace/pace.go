@@ -46,7 +46,10 @@
 // sighting (then it halves all the same). expect never exceeds limit − 2, so
 // that we look at every window at least once after our first request: a
 // daemon left only its first request per window could never see its peers
-// go.
+// go. The cost: a fleet of as many daemons as the limit (five on 5 per
+// window) spends each window on the daemons' first requests alone, and a
+// second slot taken by one of them turns a later daemon's first request into
+// a 429: about two per window (TestPacerFleetOfFive).
 //
 // A 429 is the caller's error to retry through the one retry rule
 // (state.Policy); the pacer only learns from it: the window is spent until
