@@ -192,10 +192,8 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	j.SHA256, j.Kind, j.Params = sum, string(info.Kind), params
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
-	// The descriptor was opened before the hash was known: the upload
-	// checks what it reads against this one.
-	jf.want, jf.size = sum, j.Size
-	p.held.put(j.ID, jf)
+	p.held.put(j.ID, jf) // uploadFile sets what the upload must read from the job
+
 	keep = true
 	return j, nil
 }
