@@ -177,8 +177,8 @@ func (c *Client) createBody(r CreateUploadRequest) (*wireCreateUpload, error) {
 	}
 	b := &wireCreateUpload{
 		SourceFormat:  r.SourceFormat,
-		Title:         strings.TrimSpace(cutRunes(strings.TrimSpace(r.Title), MaxTitleLen)),
-		Description:   cutRunes(r.Description, MaxDescriptionLen),
+		Title:         strings.TrimSpace(CutRunes(strings.TrimSpace(r.Title), MaxTitleLen)),
+		Description:   CutRunes(r.Description, MaxDescriptionLen),
 		UploadClient:  wireUploadClient{ID: UploadClientID, Version: c.clientVer},
 		SoftwareTools: slices.Clone(r.SoftwareTools),
 	}
@@ -378,9 +378,10 @@ func checkIdempotencyKey(key string) error {
 	return nil
 }
 
-// cutRunes returns s cut to at most n runes, never inside a UTF-8 sequence.
-// An invalid byte counts as one rune, as it becomes one U+FFFD in JSON.
-func cutRunes(s string, n int) string {
+// CutRunes returns s cut to at most n runes, never inside a UTF-8 sequence
+// (the service's limits count characters). An invalid byte counts as one
+// rune, as it becomes one U+FFFD in JSON.
+func CutRunes(s string, n int) string {
 	count := 0
 	for i := range s {
 		if count == n {
@@ -405,7 +406,7 @@ func clientVersion(opt, userAgent string) string {
 	if v == "" {
 		v = "dev"
 	}
-	return cutRunes(v, maxClientVersionLen)
+	return CutRunes(v, maxClientVersionLen)
 }
 
 // decodeItem decodes one array item of an open schema: it must be an

@@ -1187,8 +1187,8 @@ func TestCutRunes(t *testing.T) {
 		{"a\xffb", 2, "a\xff"},
 		{"", 3, ""},
 	} {
-		if got := cutRunes(tc.in, tc.n); got != tc.want {
-			t.Errorf("cutRunes(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		if got := CutRunes(tc.in, tc.n); got != tc.want {
+			t.Errorf("CutRunes(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
 }

@@ -216,19 +216,7 @@ func CheckTitle(src string) error {
 	return err
 }
 
-// cutRunes cuts s to at most n characters, never inside one.
-func cutRunes(s string, n int) string {
-	count := 0
-	for i := range s {
-		if count == n {
-			return s[:i]
-		}
-		count++
-	}
-	return s
-}
-
 // limitParams cuts the title and description to the service's limits.
 func limitParams(title, description string) (string, string) {
-	return strings.TrimSpace(cutRunes(strings.TrimSpace(title), MaxTitle)), cutRunes(description, MaxDescription)
+	return strings.TrimSpace(api.CutRunes(strings.TrimSpace(title), MaxTitle)), api.CutRunes(description, MaxDescription)
 }

@@ -186,18 +186,9 @@ func OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
 	if k := KindOf(lfi.Mode()); k != "" {
 		return nil, nil, &NotRegularError{Path: path, Kind: k}
 	}
-	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, fi, err := openChecked(r, rel, root, path)
 	if err != nil {
-		return nil, nil, classify(err, path, root)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, nil, err
-	}
-	if k := KindOf(fi.Mode()); k != "" {
-		f.Close()
-		return nil, nil, &NotRegularError{Path: path, Kind: k}
 	}
 	if !os.SameFile(lfi, fi) {
 		// Swapped for a link (inside the folder) between the two calls.
@@ -300,6 +291,25 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 	return nil
 }
 
+// openChecked opens rel in r for reading, non-blocking, and requires a
+// regular file on the open descriptor (fstat).
+func openChecked(r *os.Root, rel, root, path string) (*os.File, fs.FileInfo, error) {
+	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, classify(err, path, root)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if k := KindOf(fi.Mode()); k != "" {
+		f.Close()
+		return nil, nil, &NotRegularError{Path: path, Kind: k}
+	}
+	return f, fi, nil
+}
+
 // OpenRegularFollow is OpenRegular for a watch folder that follows
 // symbolic links (follow_symlinks): a link at the last component is
 // followed while it stays inside root; what it names must be a regular
@@ -317,18 +327,9 @@ func OpenRegularFollow(root, path string) (*os.File, fs.FileInfo, error) {
 	if k := KindOf(sfi.Mode()); k != "" {
 		return nil, nil, &NotRegularError{Path: path, Kind: k}
 	}
-	f, err := r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, fi, err := openChecked(r, rel, root, path)
 	if err != nil {
-		return nil, nil, classify(err, path, root)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return nil, nil, err
-	}
-	if k := KindOf(fi.Mode()); k != "" {
-		f.Close()
-		return nil, nil, &NotRegularError{Path: path, Kind: k}
 	}
 	return f, fi, nil
 }
