@@ -195,3 +195,26 @@ func TestSortFloats(t *testing.T) {
 		}
 	}
 }
+
+// The codebook lookup agrees with the binary search on every value,
+// repeated entries, the ends, infinities and NaN included.
+func TestLookupMatchesBinarySearch(t *testing.T) {
+	r := rng(7)
+	vals := []float32{float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()), 0, -1e30, 1e30}
+	for i := 0; i < 200000; i++ {
+		vals = append(vals, float32((r.unit()-0.5)*8))
+	}
+	cb, _ := quantize1D(vals[:5000])
+	cb[10], cb[11] = cb[12], cb[12] // repeated entries, as a short codebook's fill makes
+	cb[200] = cb[199]
+	lk := newLookup(cb)
+	for _, v := range append(vals, cb...) {
+		if got, want := lk.nearest(v), nearestSorted(cb, v); got != want {
+			t.Fatalf("lookup of %v: %d, binary search %d", v, got, want)
+		}
+	}
+	flat := make([]float32, 256) // a codebook of one value has no buckets
+	if got := newLookup(flat).nearest(0); got != nearestSorted(flat, 0) {
+		t.Fatalf("flat codebook: %d, want %d", got, nearestSorted(flat, 0))
+	}
+}
