@@ -218,3 +218,26 @@ func TestLookupMatchesBinarySearch(t *testing.T) {
 		t.Fatalf("flat codebook: %d, want %d", got, nearestSorted(flat, 0))
 	}
 }
+
+// A PLY cut short past the first chunk of records names the first splat
+// it lacks.
+func TestReadPLYNamesTheMissingSplat(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteScene(&b, 3000, 3, 5); err != nil {
+		t.Fatal(err)
+	}
+	ply := b.Bytes()
+	whole, err := ReadPLY(bytes.NewReader(ply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stride := 62 * 4 // x y z, normals, DC, 45 rest, opacity, scales, rotation
+	cut := len(ply) - (3000-2500)*stride - 7
+	_, err = ReadPLY(bytes.NewReader(ply[:cut]))
+	if err == nil || !strings.Contains(err.Error(), "splat 2499 of 3000") {
+		t.Fatalf("cut PLY: %v, want splat 2499 of 3000", err)
+	}
+	if whole.Rest[2999*45+44] == 0 || whole.Rot[3][2999] == 0 {
+		t.Fatal("the last splat was not read")
+	}
+}
