@@ -189,6 +189,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	j.SHA256, j.Kind, j.Params = sum, string(info.Kind), params
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
+	// The descriptor was opened before the hash: what its upload must read
+	// is known only now.
+	jf.want, jf.size = sum, j.Size
 	p.held.put(j.ID, jf)
 	keep = true
 	return j, nil
