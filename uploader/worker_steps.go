@@ -193,7 +193,6 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
 	p.held.put(j.ID, jf) // uploadFile sets what the upload must read from the job
-
 	keep = true
 	return j, nil
 }

@@ -195,3 +195,49 @@ func TestSortFloats(t *testing.T) {
 		}
 	}
 }
+
+// The codebook lookup agrees with the binary search on every value,
+// repeated entries, the ends, infinities and NaN included.
+func TestLookupMatchesBinarySearch(t *testing.T) {
+	r := rng(7)
+	vals := []float32{float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()), 0, -1e30, 1e30}
+	for i := 0; i < 200000; i++ {
+		vals = append(vals, float32((r.unit()-0.5)*8))
+	}
+	cb, _ := quantize1D(vals[:5000])
+	cb[10], cb[11] = cb[12], cb[12] // repeated entries, as a short codebook's fill makes
+	cb[200] = cb[199]
+	lk := newLookup(cb)
+	for _, v := range append(vals, cb...) {
+		if got, want := lk.nearest(v), nearestSorted(cb, v); got != want {
+			t.Fatalf("lookup of %v: %d, binary search %d", v, got, want)
+		}
+	}
+	flat := make([]float32, 256) // a codebook of one value has no buckets
+	if got := newLookup(flat).nearest(0); got != nearestSorted(flat, 0) {
+		t.Fatalf("flat codebook: %d, want %d", got, nearestSorted(flat, 0))
+	}
+}
+
+// A PLY cut short past the first chunk of records names the first splat
+// it lacks.
+func TestReadPLYNamesTheMissingSplat(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteScene(&b, 3000, 3, 5); err != nil {
+		t.Fatal(err)
+	}
+	ply := b.Bytes()
+	whole, err := ReadPLY(bytes.NewReader(ply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stride := 62 * 4 // x y z, normals, DC, 45 rest, opacity, scales, rotation
+	cut := len(ply) - (3000-2500)*stride - 7
+	_, err = ReadPLY(bytes.NewReader(ply[:cut]))
+	if err == nil || !strings.Contains(err.Error(), "splat 2499 of 3000") {
+		t.Fatalf("cut PLY: %v, want splat 2499 of 3000", err)
+	}
+	if whole.Rest[2999*45+44] == 0 || whole.Rot[3][2999] == 0 {
+		t.Fatal("the last splat was not read")
+	}
+}

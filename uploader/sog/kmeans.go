@@ -22,14 +22,18 @@ import (
 // The tree's shape, chosen by measurement on a 1 M-splat scene with three
 // SH bands (64k entries): CPU time fell from 18 s (leaves of 32 with 10
 // iterations, 64-way splits trained 8 rounds on 64 points a cell) to 7.4 s
-// for a palette error 1.3 % higher. Leaves start from k-means++ seeds, so
-// a few rounds settle them.
+// (leaves of 16, 16-way splits, 4 rounds each) for a palette error 1.3 %
+// higher, then to about 3.8 s with leaves of 8, 8-way splits and 2 rounds
+// in a leaf, for an error 0.7 % higher again (the 20,000-splat scene's 1 %).
+// Leaves start from k-means++ seeds, so a few rounds settle them; each
+// round measures a point's last entry first (nearestFrom), whose distance
+// then ends most others' after a few coefficients.
 const (
-	leafK        = 16 // a node with at most this many entries is a leaf
-	maxBranch    = 16 // cells an inner node splits into
+	leafK        = 8  // a node with at most this many entries is a leaf
+	maxBranch    = 8  // cells an inner node splits into
 	sampleFactor = 32 // an inner node trains on at most this many points a cell
 	innerIters   = 4  // Lloyd iterations of an inner node (on its sample)
-	leafIters    = 4  // Lloyd iterations of a leaf
+	leafIters    = 2  // Lloyd iterations of a leaf
 	parallelMin  = 1 << 14
 )
 
@@ -102,7 +106,7 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 	branch := min(maxBranch, (k+leafK-1)/leafK)
 	r := rng(seed)
 	sample := samplePoints(members, branch*sampleFactor, &r)
-	coarse := lloyd(km.gather(sample), len(sample), km.d, branch, innerIters, &r)
+	coarse, _ := lloyd(km.gather(sample), len(sample), km.d, branch, innerIters, &r)
 	cell := km.assign(members, coarse, top && n >= parallelMin)
 	cells := groupBy(members, cell, len(coarse)/km.d)
 	shares := apportion(cells, k)
@@ -141,10 +145,10 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 func (km *kmeans) leaf(members []uint32, k int, seed uint64) clusters {
 	r := rng(seed)
 	pts := km.gather(members)
-	cent := lloyd(pts, len(members), km.d, k, leafIters, &r)
+	cent, last := lloyd(pts, len(members), km.d, k, leafIters, &r)
 	cs := clusters{labels: make([]uint32, len(members))}
 	for i := range members {
-		cs.labels[i] = uint32(nearest(pts[i*km.d:(i+1)*km.d], cent, km.d))
+		cs.labels[i] = uint32(nearestFrom(pts[i*km.d:(i+1)*km.d], cent, km.d, last[i]))
 	}
 	for c := 0; c*km.d < len(cent); c++ {
 		cs.entries = append(cs.entries, cent[c*km.d:(c+1)*km.d])

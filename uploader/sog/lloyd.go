@@ -24,9 +24,9 @@ func (r *rng) unit() float64 { return float64(r.next()>>11) / (1 << 53) }
 // lloyd clusters the n rows of pts (d floats each) into k ≤ n centroids:
 // k-means++ seeding, then iters rounds of assignment and update. An
 // emptied centroid moves to the point farthest from its own centroid.
-func lloyd(pts []float32, n, d, k int, iters int, r *rng) []float32 {
-	cent := seedPlusPlus(pts, n, d, k, r)
-	labels := make([]int, n)
+func lloyd(pts []float32, n, d, k int, iters int, r *rng) (cent []float32, labels []int) {
+	cent = seedPlusPlus(pts, n, d, k, r)
+	labels = make([]int, n)
 	sums := make([]float64, k*d)
 	counts := make([]int, k)
 	for it := 0; it < iters; it++ {
@@ -34,12 +34,12 @@ func lloyd(pts []float32, n, d, k int, iters int, r *rng) []float32 {
 		farthest, farD := 0, float32(-1)
 		for i := 0; i < n; i++ {
 			p := pts[i*d : (i+1)*d]
-			c := nearest(p, cent, d)
+			c, dd := nearestDist(p, cent, d, labels[i])
 			if c != labels[i] || it == 0 {
 				changed = true
 			}
 			labels[i] = c
-			if dd := sqDist(p, cent[c*d:(c+1)*d], math.MaxFloat32); dd > farD {
+			if dd > farD {
 				farthest, farD = i, dd
 			}
 		}
@@ -66,7 +66,7 @@ func lloyd(pts []float32, n, d, k int, iters int, r *rng) []float32 {
 			}
 		}
 	}
-	return cent
+	return cent, labels
 }
 
 // seedPlusPlus picks k starting centroids among the rows, each next one
@@ -112,27 +112,40 @@ func seedPlusPlus(pts []float32, n, d, k int, r *rng) []float32 {
 }
 
 // nearest is the index of the row of cent nearest to p.
-func nearest(p, cent []float32, d int) int {
-	best, bestD := 0, float32(math.MaxFloat32)
+func nearest(p, cent []float32, d int) int { c, _ := nearestDist(p, cent, d, 0); return c }
+
+// nearestFrom is nearest, measuring row hint first: when hint is already
+// near (the last round's answer), the bound it gives ends most other rows'
+// distances after a few coefficients. Ties go to the lowest index.
+func nearestFrom(p, cent []float32, d, hint int) int { c, _ := nearestDist(p, cent, d, hint); return c }
+
+// nearestDist is nearestFrom and the squared distance to that row.
+func nearestDist(p, cent []float32, d, hint int) (int, float32) {
+	best, bestD := hint, sqDist(p, cent[hint*d:(hint+1)*d], math.MaxFloat32)
 	for c := 0; c*d < len(cent); c++ {
-		if dd := sqDist(p, cent[c*d:(c+1)*d], bestD); dd < bestD {
+		if c == hint {
+			continue
+		}
+		if dd := sqDist(p, cent[c*d:(c+1)*d], bestD); dd < bestD || (dd == bestD && c < best) {
 			best, bestD = c, dd
 		}
 	}
-	return best
+	return best, bestD
 }
 
-// sqDist is the squared distance of a and b, or some value ≥ limit once
-// the partial sum reaches it (the caller only wants a nearer one).
+// sqDist is the squared distance of a and b, or some value > limit once
+// the partial sum passes it (the caller only wants a nearer one or an equal
+// one, which must be exact).
 func sqDist(a, b []float32, limit float32) float32 {
 	b = b[:len(a)]
 	var s float32
 	i := 0
 	for ; i+8 <= len(a); i += 8 {
-		d0, d1, d2, d3 := a[i]-b[i], a[i+1]-b[i+1], a[i+2]-b[i+2], a[i+3]-b[i+3]
-		d4, d5, d6, d7 := a[i+4]-b[i+4], a[i+5]-b[i+5], a[i+6]-b[i+6], a[i+7]-b[i+7]
-		s += d0*d0 + d1*d1 + d2*d2 + d3*d3 + d4*d4 + d5*d5 + d6*d6 + d7*d7
-		if s >= limit {
+		x, y := a[i:i+8:i+8], b[i:i+8:i+8] // one bounds check for eight
+		d0, d1, d2, d3 := x[0]-y[0], x[1]-y[1], x[2]-y[2], x[3]-y[3]
+		d4, d5, d6, d7 := x[4]-y[4], x[5]-y[5], x[6]-y[6], x[7]-y[7]
+		s += (d0*d0 + d1*d1) + (d2*d2 + d3*d3) + (d4*d4 + d5*d5) + (d6*d6 + d7*d7)
+		if s > limit {
 			return s
 		}
 	}

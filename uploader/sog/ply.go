@@ -100,37 +100,54 @@ func readPLY(r io.Reader, size int64) (*Splats, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec := make([]byte, lay.stride)
 	rest := RestCount(s.Bands)
 	offs := make([]int, len(cols))
 	allF32 := true
 	for i, c := range cols {
 		offs[i], allF32 = c.offset, allF32 && c.typ.f32
 	}
-	for i := 0; i < s.N; i++ {
-		if _, err := io.ReadFull(br, rec); err != nil {
-			return nil, fmt.Errorf("ply: splat %d of %d: %w", i, s.N, unexpected(err))
+	// Records are read a chunk at a time (one read call for hundreds).
+	per := max(1, plyChunk/lay.stride)
+	buf := make([]byte, per*lay.stride)
+	vals := make([]float32, len(cols))
+	for i := 0; i < s.N; {
+		m := min(per, s.N-i)
+		if got, err := io.ReadFull(br, buf[:m*lay.stride]); err != nil {
+			return nil, fmt.Errorf("ply: splat %d of %d: %w", i+got/lay.stride, s.N, unexpected(err))
 		}
-		get := func(c int) float32 {
+		for r := 0; r < m; r++ {
+			rec := buf[r*lay.stride : (r+1)*lay.stride]
 			if allF32 { // the 3DGS trainers' layout: no call per value
-				return math.Float32frombits(binary.LittleEndian.Uint32(rec[offs[c]:]))
+				for c, o := range offs {
+					vals[c] = math.Float32frombits(binary.LittleEndian.Uint32(rec[o:]))
+				}
+			} else {
+				for c, o := range offs {
+					vals[c] = cols[c].typ.get(rec[o:])
+				}
 			}
-			return cols[c].typ.get(rec[offs[c]:])
+			s.appendSplat(vals, rest)
 		}
-		s.Pos = append(s.Pos, get(0), get(1), get(2))
-		for k := 0; k < 3; k++ {
-			s.DC[k] = append(s.DC[k], get(3+k))
-			s.Scale[k] = append(s.Scale[k], get(7+k))
-		}
-		s.Opacity = append(s.Opacity, get(6))
-		for k := 0; k < 4; k++ {
-			s.Rot[k] = append(s.Rot[k], get(10+k))
-		}
-		for k := 0; k < rest; k++ {
-			s.Rest = append(s.Rest, get(14+k))
-		}
+		i += m
 	}
 	return s, nil
+}
+
+// plyChunk is the bytes of records read at once.
+const plyChunk = 256 << 10
+
+// appendSplat appends one splat's values, in newSplats' column order.
+func (s *Splats) appendSplat(v []float32, rest int) {
+	s.Pos = append(s.Pos, v[0], v[1], v[2])
+	for k := 0; k < 3; k++ {
+		s.DC[k] = append(s.DC[k], v[3+k])
+		s.Scale[k] = append(s.Scale[k], v[7+k])
+	}
+	s.Opacity = append(s.Opacity, v[6])
+	for k := 0; k < 4; k++ {
+		s.Rot[k] = append(s.Rot[k], v[10+k])
+	}
+	s.Rest = append(s.Rest, v[14:14+rest]...)
 }
 
 func unexpected(err error) error {

@@ -68,10 +68,55 @@ func quantize1D(values []float32) (codebook []float32, labels []uint8) {
 	if posInf {
 		codebook[codebookSize-1] = lastOr(finite, 0) + infMargin
 	}
+	lk := newLookup(codebook)
 	for i, v := range values {
-		labels[i] = nearestSorted(codebook, v)
+		labels[i] = lk.nearest(v)
 	}
 	return codebook, labels
+}
+
+// lookup answers nearestSorted for one codebook from a table of buckets
+// over its range: a bucket's start is at or next to the answer, so a value
+// takes a step or two rather than eight of a binary search.
+type lookup struct {
+	cb     []float32
+	mids   []float32 // mids[i] is nearestSorted's boundary between entries i and i+1
+	lo, hi float32
+	scale  float64
+	start  []uint8
+}
+
+const lookupBuckets = 4096
+
+func newLookup(cb []float32) *lookup {
+	lk := &lookup{cb: cb, mids: make([]float32, len(cb)-1), lo: cb[0], hi: cb[len(cb)-1]}
+	for i := range lk.mids {
+		lk.mids[i] = (cb[i] + cb[i+1]) * 0.5
+	}
+	if span := float64(lk.hi) - float64(lk.lo); span > 0 && !math.IsInf(span, 0) {
+		lk.scale = lookupBuckets / span
+		lk.start = make([]uint8, lookupBuckets+1)
+		for b := range lk.start {
+			lk.start[b] = nearestSorted(cb, float32(float64(lk.lo)+float64(b)/lk.scale))
+		}
+	}
+	return lk
+}
+
+// nearest is nearestSorted(lk.cb, v): the number of boundaries at or
+// below v, found by walking from the bucket's start.
+func (lk *lookup) nearest(v float32) uint8 {
+	if lk.start == nil || !(v >= lk.lo && v <= lk.hi) { // NaN, ±Inf, outside
+		return nearestSorted(lk.cb, v)
+	}
+	i := int(lk.start[min(lookupBuckets, int((float64(v)-float64(lk.lo))*lk.scale))])
+	for i > 0 && v < lk.mids[i-1] {
+		i--
+	}
+	for i < len(lk.mids) && v >= lk.mids[i] {
+		i++
+	}
+	return uint8(i)
 }
 
 func firstOr(s []float32, d float32) float32 {

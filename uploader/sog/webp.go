@@ -24,6 +24,13 @@ var encodeWebP = func(w io.Writer, img *image.NRGBA) error {
 	return webp.Encode(w, img, webpOptions)
 }
 
+// warmWebP has the WebP encoder compile its WebAssembly (once a process,
+// about half a second of CPU) now: transcode calls it while the PLY is
+// read, a single-threaded step, rather than when the first image is ready.
+func warmWebP() {
+	_ = webp.Encode(io.Discard, image.NewNRGBA(image.Rect(0, 0, 4, 4)), webpOptions)
+}
+
 // decodeWebP reads a WebP with golang.org/x/image/webp: gen2brain/webp
 // decodes every WebP through YUV, which is not lossless.
 func decodeWebP(r io.Reader) (image.Image, error) { return xwebp.Decode(r) }
