@@ -7,10 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -116,29 +114,6 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 // removeSource removes a moved file's name in its folder when it still
 // names the file moved; tests replace it to make a source unremovable.
 var removeSource = trustfs.RemoveIf
-
-// linkOpen links the open file f (not a path looked up again) to dst, by
-// linkat(2) of its /proc/self/fd entry with AT_SYMLINK_FOLLOW. Without
-// /proc it fails with fs.ErrNotExist and the caller copies instead.
-func linkOpen(f *os.File, dst string) error {
-	src := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
-	from, err := syscall.BytePtrFromString(src)
-	if err != nil {
-		return err
-	}
-	to, err := syscall.BytePtrFromString(dst)
-	if err != nil {
-		return err
-	}
-	const atSymlinkFollow = 0x400
-	cwd := -0x64 // AT_FDCWD
-	_, _, e := syscall.Syscall6(syscall.SYS_LINKAT, uintptr(cwd), uintptr(unsafe.Pointer(from)),
-		uintptr(cwd), uintptr(unsafe.Pointer(to)), atSymlinkFollow, 0)
-	if e != 0 {
-		return &os.LinkError{Op: "link", Old: src, New: dst, Err: e}
-	}
-	return nil
-}
 
 // copyOpen copies the open regular file f to a temp name beside dst with
 // f's mode, fsynced, and links it to dst; dst never exists half-written.

@@ -72,13 +72,24 @@ func CheckSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, error) {
 // openIn opens name in r for reading without blocking on a pipe and
 // requires a regular file (fstat).
 func openIn(r *os.Root, name string) (*os.File, fs.FileInfo, error) {
-	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	lfi, err := r.Lstat(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !lfi.Mode().IsRegular() {
+		return nil, nil, invalidf("%s is not a regular file", clip(name))
+	}
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
+	switch {
+	case err != nil:
+	case !fi.Mode().IsRegular():
 		err = invalidf("%s is not a regular file", clip(name))
+	case !os.SameFile(lfi, fi):
+		err = invalidf("%s was replaced while it was opened (a link?)", clip(name))
 	}
 	if err != nil {
 		f.Close()

@@ -105,17 +105,6 @@ func KindOf(m fs.FileMode) string {
 // ID identifies a file (its device and inode).
 type ID struct{ Dev, Ino uint64 }
 
-// IDOf returns fi's device and inode; the zero ID when fi has none.
-func IDOf(fi fs.FileInfo) ID {
-	if fi == nil {
-		return ID{}
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return ID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)} // Dev is 32 bits on some platforms
-	}
-	return ID{}
-}
-
 // open opens root (path's own folder when root is "") as an os.Root and
 // returns path relative to it. A path outside root is an *EscapeError.
 func open(root, path string) (*os.Root, string, error) {
