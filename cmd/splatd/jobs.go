@@ -73,6 +73,9 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 		}
 		fmt.Fprintf(c.stdout, "splatd jobs at %s (every %s; Ctrl-C ends)\n", time.Now().Format(time.TimeOnly), *o.interval)
 		if code := showJobs(ctx, c, cfg, o, !first); code != exitOK {
+			if ctx.Err() != nil {
+				return exitOK // Ctrl-C while a listing was read: that is how -watch ends
+			}
 			return code
 		}
 		t := time.NewTimer(*o.interval)
