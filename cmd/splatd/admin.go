@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
@@ -137,7 +138,7 @@ func newAdminServer(path string, d *daemon, log zerolog.Logger) (*adminServer, e
 			return
 		}
 		for i := range views {
-			views[i].URL = d.cfg.trustedViewerURL(views[i].URL)
+			views[i].URL = d.cfg.TrustedViewerURL(views[i].URL)
 		}
 		writeJSON(w, views)
 	})
@@ -373,7 +374,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) int {
 	default:
 		return usageError(c, fs, "give one job ID or -failed")
 	}
-	cfg, err := loadConfig(*cfgPath, false)
+	cfg, err := config.Load(*cfgPath, false)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage
@@ -413,7 +414,7 @@ func cmdResolve(ctx context.Context, c *cli, args []string) int {
 	if _, err := strconv.ParseUint(pos[0], 10, 64); err != nil {
 		return usageError(c, fs, "job id %q is not a number (see splatd jobs -state held)", pos[0])
 	}
-	cfg, err := loadConfig(*cfgPath, false)
+	cfg, err := config.Load(*cfgPath, false)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage

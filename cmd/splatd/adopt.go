@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -41,7 +42,7 @@ type skippedFile struct {
 // proves it published (after.Check) as an adopted done job, unless the
 // state knows it already. Receipts of files that are gone (deleted or moved
 // after publishing) are passed over silently.
-func adoptDir(ctx context.Context, st *queue.Store, cfg *Config, dir string, dryRun bool) (adoptReport, error) {
+func adoptDir(ctx context.Context, st *queue.Store, cfg *config.Config, dir string, dryRun bool) (adoptReport, error) {
 	rep := adoptReport{DryRun: dryRun, Adopted: []adoptedFile{}, Skipped: []skippedFile{}}
 	if dir == "" {
 		return rep, errors.New("adopt: no folder given")
@@ -55,7 +56,7 @@ func adoptDir(ctx context.Context, st *queue.Store, cfg *Config, dir string, dry
 	} else if !fi.IsDir() {
 		return rep, fmt.Errorf("adopt: %s is not a folder", abs)
 	}
-	svc := receiptService(cfg)
+	svc := cfg.ReceiptService()
 	var found []queue.Adoption
 	err = filepath.WalkDir(abs, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
@@ -119,7 +120,7 @@ func adoptDir(ctx context.Context, st *queue.Store, cfg *Config, dir string, dry
 
 // watchRootOf is the watch root holding file (the after-action's relative
 // path is taken from it), else fallback.
-func watchRootOf(cfg *Config, file, fallback string) string {
+func watchRootOf(cfg *config.Config, file, fallback string) string {
 	best := ""
 	for _, w := range cfg.Watch {
 		if rel, err := filepath.Rel(w.Path, file); err == nil && !strings.HasPrefix(rel, "..") && len(w.Path) > len(best) {
@@ -148,7 +149,7 @@ func cmdAdopt(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return usageError(c, flags, "%v", err)
 	}
-	cfg, err := loadConfig(*cfgPath, false)
+	cfg, err := config.Load(*cfgPath, false)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage
@@ -180,7 +181,7 @@ func cmdAdopt(ctx context.Context, c *cli, args []string) int {
 // adoptOffline adopts dir's receipts into the state directory itself, as
 // no daemon is running. Rebuilding a lost state directory is what adopt is
 // for, so a missing one is made; a dry run leaves nothing behind.
-func adoptOffline(ctx context.Context, cfg *Config, dir string, dryRun bool) (adoptReport, error) {
+func adoptOffline(ctx context.Context, cfg *config.Config, dir string, dryRun bool) (adoptReport, error) {
 	stateDir := cfg.StateDir
 	if _, err := os.Stat(stateDir); errors.Is(err, fs.ErrNotExist) {
 		if dryRun {

@@ -16,24 +16,24 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
-	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // apiEnv is what the API commands share: the loaded config, the client and
 // where the token came from (for "the token from X was refused").
 type apiEnv struct {
-	cfg    *Config
+	cfg    *config.Config
 	client *api.Client
 }
 
 // loadAPI loads the config and builds a client. A bad config is a usage
 // error (exit 2); a missing token is a failure (exit 1).
 func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*apiEnv, int) {
-	cfg, err := loadConfig(cfgPath, false)
+	cfg, err := config.Load(cfgPath, false)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitUsage
@@ -55,8 +55,8 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 // client's own (one-shot commands keep no pacer state). Its storage PUTs
 // share one bandwidth limiter built from upload.bandwidth: one per daemon
 // (the daemon has one client) and per `splatd publish`.
-func newClient(cfg *Config, token *api.Token, pacer api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
-	roots, err := rootCAs(cfg)
+func newClient(cfg *config.Config, token *api.Token, pacer api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+	roots, err := cfg.RootCAs()
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func newClient(cfg *Config, token *api.Token, pacer api.Pacer, obs api.Observer,
 		UserAgent:   "splatd/" + buildVersion(),
 		Observer:    obs,
 		Logger:      log,
-		Limiter:     api.NewLimiter(cfg.bandwidth(), api.LimiterOptions{}),
+		Limiter:     api.NewLimiter(cfg.Bandwidth(), api.LimiterOptions{}),
 	})
 }
 
@@ -306,7 +306,7 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 }
 
 func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
-	if a.cfg.API.Protocol == protocolV1 {
+	if a.cfg.API.Protocol == config.ProtocolV1 {
 		return publishV1(ctx, c, a, path)
 	}
 	info, err := splatfile.Check(path)
@@ -325,11 +325,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	}
 	// A file inside a watched folder gets that folder's settings, as the
 	// daemon would give it.
-	defaults, root := a.cfg.Publish.Params(), ""
-	if w, ok := a.cfg.watchOf(path); ok {
-		defaults, root = a.cfg.publishFor(w), w.Path
-	}
-	req, err := sidecar.Resolve(defaults, path, root, fi.ModTime())
+	req, err := a.cfg.ParamsFor(path, fi.ModTime())
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
@@ -30,7 +31,7 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "demo")
 	keep := fs.Bool("keep", false, "keep the daemon running after the samples so you can drop your own files in")
 	dir := fs.String("dir", "", "work folder (default: a temporary folder, removed at the end unless -keep)")
-	protocol := fs.String("protocol", protocolLegacy, "the API protocol to show: legacy, or v1 (resumable multipart uploads, parts in parallel)")
+	protocol := fs.String("protocol", config.ProtocolLegacy, "the API protocol to show: legacy, or v1 (resumable multipart uploads, parts in parallel)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -38,8 +39,8 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 	if len(pos) > 0 {
 		return usageError(c, fs, "takes no arguments")
 	}
-	if *protocol != protocolLegacy && *protocol != protocolV1 {
-		return usageError(c, fs, "-protocol must be %s or %s, got %q", protocolLegacy, protocolV1, *protocol)
+	if *protocol != config.ProtocolLegacy && *protocol != config.ProtocolV1 {
+		return usageError(c, fs, "-protocol must be %s or %s, got %q", config.ProtocolLegacy, config.ProtocolV1, *protocol)
 	}
 	removeDir := *dir == "" && !*keep
 	if *dir == "" {
@@ -70,7 +71,7 @@ type demo struct {
 	inbox    string
 	protocol string
 	sim      *apisim.Server
-	cfg      Config
+	cfg      config.Config
 	logPath  string
 	logFile  *os.File
 	d        *daemon
@@ -100,14 +101,14 @@ func newDemo(c *cli, dir, protocol string) (*demo, error) {
 		sim.Close()
 		return nil, err
 	}
-	cfg := defaultConfig()
+	cfg := config.Default()
 	cfg.API.BaseURL, cfg.API.CAFile, cfg.API.TokenFile, cfg.API.Protocol = sim.URL(), sim.CAFile(), tokenFile, protocol
-	cfg.Watch = []WatchConfig{{Path: dm.inbox}}
-	cfg.Settle = Duration(time.Second)
+	cfg.Watch = []config.Watch{{Path: dm.inbox}}
+	cfg.Settle = config.Duration(time.Second)
 	cfg.StateDir = filepath.Join(dir, "state")
-	cfg.Poll = PollConfig{Interval: Duration(500 * time.Millisecond), MaxInterval: Duration(2 * time.Second), Timeout: Duration(time.Minute)}
+	cfg.Poll = config.Poll{Interval: config.Duration(500 * time.Millisecond), MaxInterval: config.Duration(2 * time.Second), Timeout: config.Duration(time.Minute)}
 	cfg.Metrics.Listen = "127.0.0.1:0"
-	if errs := cfg.validate(true); len(errs) > 0 {
+	if errs := cfg.Validate(true); len(errs) > 0 {
 		sim.Close()
 		return nil, errs
 	}
@@ -236,7 +237,7 @@ func (dm *demo) summary(ctx context.Context, files []demoFile, final map[string]
 		}
 	}
 	st := dm.sim.Stats()
-	if dm.protocol == protocolV1 {
+	if dm.protocol == config.ProtocolV1 {
 		fmt.Fprintf(out, "\nsimulator: %d upload sessions, %d parts received, %d completes, %d splats, %d storage requests with an Authorization header\n",
 			st.Creates, st.PartPuts, st.Completes, st.V1Splats, st.StorageAuthHeaders)
 	} else {
@@ -270,7 +271,7 @@ func demoFiles(protocol string) []demoFile {
 				return os.WriteFile(p, []byte("this is a text file someone named .ply\n"), 0o644)
 			}},
 	}
-	if protocol == protocolV1 {
+	if protocol == config.ProtocolV1 {
 		files = append(files[:1], append([]demoFile{{name: "hangar.ply", how: "plain PLY of ~1.6 MB: 7 parts of 256 KiB, 4 in flight", want: state.Done,
 			write: func(p string) error {
 				return writeWith(p, func(w io.Writer) error { return splatfile.WritePLY(w, 6800) })
@@ -362,9 +363,9 @@ func followJourney(ctx context.Context, w io.Writer, st *queue.Store, events <-c
 
 // writeDemoConfig leaves a config beside the demo's files so that the CLI
 // (splatd jobs, retry, publish, checkpoints) can be tried against it.
-func writeDemoConfig(dir string, cfg *Config) string {
+func writeDemoConfig(dir string, cfg *config.Config) string {
 	p := filepath.Join(dir, "config.yaml")
-	_ = os.WriteFile(p, []byte(cfg.redacted(nil, nil)), 0o600)
+	_ = os.WriteFile(p, []byte(cfg.Redacted(nil, nil)), 0o600)
 	return p
 }
 

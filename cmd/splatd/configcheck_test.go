@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/splatd/splatd/cmd/internal/config"
 )
 
 // checkConfig runs `splatd config check` in-process.
@@ -90,7 +92,7 @@ func TestSimConfigPassesCheck(t *testing.T) {
 	}
 	// A fixed metrics port: the status page is at the same address at
 	// every start, and sim says where.
-	cfg, err := loadConfig(filepath.Join(dir, "config.yaml"), true)
+	cfg, err := config.Load(filepath.Join(dir, "config.yaml"), true)
 	if err != nil {
 		t.Fatal(err)
 	}

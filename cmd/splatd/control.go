@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -152,7 +153,7 @@ func cmdControl(name string) func(ctx context.Context, c *cli, args []string) in
 				return usageError(c, fs, "%v", err)
 			}
 		}
-		cfg, err := loadConfig(*cfgPath, false)
+		cfg, err := config.Load(*cfgPath, false)
 		if err != nil {
 			fmt.Fprintln(c.stderr, err)
 			return exitUsage

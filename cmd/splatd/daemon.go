@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/metrics"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
@@ -40,7 +41,7 @@ const pacerStateFile = "pacer.json"
 
 // daemon is `splatd run`: the watcher feeds the queue, the pool works it.
 type daemon struct {
-	cfg    *Config
+	cfg    *config.Config
 	log    zerolog.Logger
 	getenv func(string) string
 
@@ -63,7 +64,7 @@ type daemon struct {
 	// the config in force (cfg as started, with what reloads applied), and
 	// reloadMu makes reloads (SIGHUP, splatd reload) one at a time.
 	cfgPath  string
-	live     atomic.Pointer[Config]
+	live     atomic.Pointer[config.Config]
 	reloadMu sync.Mutex
 	// hup delivers SIGHUP (nil: no signal reloads, as in the demo).
 	hup <-chan os.Signal
@@ -87,7 +88,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 	if len(pos) > 0 {
 		return usageError(c, fs, "takes no arguments (did you mean -config %s?)", pos[0])
 	}
-	cfg, err := loadConfig(*cfgPath, true)
+	cfg, err := config.Load(*cfgPath, true)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage
@@ -122,7 +123,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 // openDaemon builds every component; nothing runs until run. The state
 // directory is opened first so that a second splatd fails at once; what
 // fails later closes what was opened before it.
-func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
+func openDaemon(cfg *config.Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
 	d = &daemon{cfg: cfg, log: log, systemd: newSDNotifier(getenv), getenv: getenv, intake: newIntake()}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
@@ -130,7 +131,7 @@ func openDaemon(cfg *Config, getenv func(string) string, log zerolog.Logger) (d 
 	if err != nil {
 		return nil, err
 	}
-	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger(), Identity: fleetIdentity(cfg)})
+	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger(), Identity: cfg.FleetIdentity()})
 	if errors.Is(err, queue.ErrLocked) {
 		return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
 	}
@@ -204,8 +205,8 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		ParallelParts:  cfg.Upload.ParallelParts,
 		Publish:        cfg.Publish.Params(),
 		EncodeDir:      filepath.Join(cfg.StateDir, "encoded"),
-		Defaults:       publishDefaults(cfg),
-		FollowSymlinks: followSymlinks(cfg),
+		Defaults:       cfg.PublishDefaults(),
+		FollowSymlinks: cfg.FollowSymlinks(),
 		OnUncertain:    cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
@@ -215,7 +216,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
 		BundleDir:         filepath.Join(cfg.StateDir, "sog-bundles"),
 		Grace:             shutdownGrace,
-		IncompleteTimeout: incompleteTimeout(cfg),
+		IncompleteTimeout: cfg.IncompleteWait(),
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
 		PeerReceipt:       peerReceipt(cfg),
@@ -230,23 +231,10 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 	})
 }
 
-// watchRoots turns the watch entries of cfg into the watcher's roots.
-func watchRoots(cfg *Config) []watcher.Root {
-	roots := make([]watcher.Root, len(cfg.Watch))
-	for i, w := range cfg.Watch {
-		roots[i] = watcher.Root{
-			Path: w.Path, Recursive: *w.Recursive, Include: w.Include, Exclude: w.Exclude,
-			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
-			MinSize: int64(w.MinSize), MaxSize: int64(*w.MaxSize), MinAge: w.MinAge.D(),
-		}
-	}
-	return roots
-}
-
 // newWatcher builds the watcher over the configured roots.
 func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 	cfg := d.cfg
-	roots := watchRoots(cfg)
+	roots := cfg.Roots()
 	rescan := cfg.RescanInterval.D()
 	if rescan == 0 {
 		rescan = -1 // the watcher's "off"
@@ -260,15 +248,6 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 		Observer:       d.m,
 		OnSettings:     d.settingsChanged,
 	})
-}
-
-// watchPaths lists the watched folders, for the start line and reloads.
-func watchPaths(cfg *Config) []string {
-	paths := make([]string, len(cfg.Watch))
-	for i, w := range cfg.Watch {
-		paths[i] = w.Path
-	}
-	return paths
 }
 
 // closeAll releases what openDaemon opened: the listeners (when run never
@@ -401,10 +380,10 @@ func (d *daemon) run(ctx context.Context) error {
 
 // announceStarted logs the start line and tells systemd the daemon is ready.
 func (d *daemon) announceStarted() {
-	d.log.Info().Str("version", buildVersion()).Strs("watch", watchPaths(d.cfg)).Str("protocol", d.cfg.API.Protocol).
+	d.log.Info().Str("version", buildVersion()).Strs("watch", d.cfg.WatchPaths()).Str("protocol", d.cfg.API.Protocol).
 		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
 		Str("token_from", d.client.Token().Origin()).Msg("splatd started")
-	for _, n := range d.cfg.protocolNotes() {
+	for _, n := range d.cfg.ProtocolNotes() {
 		d.log.Warn().Msg(n)
 	}
 	if err := d.systemd.send("READY=1"); err != nil {

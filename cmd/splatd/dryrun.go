@@ -14,10 +14,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/after"
-	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -35,10 +35,10 @@ import (
 // folders or the state cannot be read. It never calls the API, reads no
 // token and records nothing (a state file is opened as `splatd jobs` opens
 // it while no daemon runs; a missing one is not made).
-func dryRun(ctx context.Context, c *cli, cfg *Config, log zerolog.Logger) int {
-	log.Info().Strs("watch", watchPaths(cfg)).Str("protocol", cfg.API.Protocol).
+func dryRun(ctx context.Context, c *cli, cfg *config.Config, log zerolog.Logger) int {
+	log.Info().Strs("watch", cfg.WatchPaths()).Str("protocol", cfg.API.Protocol).
 		Msg("dry run: predicting what a run would do now; no API call, nothing written")
-	files, err := watcher.List(watchRoots(cfg), time.Now())
+	files, err := watcher.List(cfg.Roots(), time.Now())
 	if err != nil {
 		fmt.Fprintf(c.stderr, "dry run: %v\n", err)
 		return exitFailure
@@ -66,7 +66,7 @@ func dryRun(ctx context.Context, c *cli, cfg *Config, log zerolog.Logger) int {
 
 // dryRunState returns the jobs of the state as the daemon sees them, and
 // where they were read.
-func dryRunState(ctx context.Context, cfg *Config) ([]jobView, string, error) {
+func dryRunState(ctx context.Context, cfg *config.Config) ([]jobView, string, error) {
 	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs")
 	if err != nil {
 		return nil, "", err
@@ -99,19 +99,18 @@ const (
 
 // predictor judges files as the daemon's intake and workers would.
 type predictor struct {
-	cfg      *Config
-	svc      after.Service
-	defaults func(root string) state.PublishParams
-	byPath   map[string]jobView // the newest job of each path
-	bySHA    map[string]jobView // content the state published (or is publishing)
-	seen     map[string]string  // sha256 → the file of this run that would publish it
-	counts   map[string]int
-	bytes    int64 // of the files that would be published
+	cfg    *config.Config
+	svc    after.Service
+	byPath map[string]jobView // the newest job of each path
+	bySHA  map[string]jobView // content the state published (or is publishing)
+	seen   map[string]string  // sha256 → the file of this run that would publish it
+	counts map[string]int
+	bytes  int64 // of the files that would be published
 }
 
-func newPredictor(cfg *Config, known []jobView) *predictor {
+func newPredictor(cfg *config.Config, known []jobView) *predictor {
 	p := &predictor{
-		cfg: cfg, svc: receiptService(cfg), defaults: publishDefaults(cfg),
+		cfg: cfg, svc: cfg.ReceiptService(),
 		byPath: map[string]jobView{}, bySHA: map[string]jobView{}, seen: map[string]string{}, counts: map[string]int{},
 	}
 	for _, j := range known {
@@ -177,7 +176,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, strin
 		return actDuplicate, "same content as " + first + ": published once"
 	}
 	p.seen[sum] = f.Path
-	params, err := sidecar.Resolve(p.defaults(f.Root), f.Path, f.Root, f.ModTime)
+	params, err := p.cfg.ParamsFor(f.Path, f.ModTime)
 	if err != nil {
 		return actFail, "publish parameters: " + err.Error()
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/after"
@@ -21,7 +22,7 @@ import (
 // at all when this daemon writes no receipts.
 func TestPeerReceipt(t *testing.T) {
 	t.Parallel()
-	cfg := &Config{API: APIConfig{Protocol: "v1", BaseURL: "https://api.example"}, After: AfterConfig{Receipt: true}}
+	cfg := &config.Config{API: config.API{Protocol: "v1", BaseURL: "https://api.example"}, After: config.After{Receipt: true}}
 	read := peerReceipt(cfg)
 	file := filepath.Join(t.TempDir(), "scan.ply")
 	if err := os.WriteFile(file, []byte("0123456789"), 0o644); err != nil {
@@ -64,7 +65,7 @@ func TestPeerReceipt(t *testing.T) {
 	if _, err := read(j); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
 		t.Errorf("file gone: %v, want an error that ends the wait", err)
 	}
-	if peerReceipt(&Config{After: AfterConfig{Receipt: false}}) != nil {
+	if peerReceipt(&config.Config{After: config.After{Receipt: false}}) != nil {
 		t.Error("a daemon without receipts waits for its peers' receipts")
 	}
 }

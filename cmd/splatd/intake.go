@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
@@ -43,12 +44,6 @@ func newIntake() *intake {
 	return &intake{loggedDirs: make(map[string]bool), probeEvery: storeProbeEvery}
 }
 
-// receiptService is the protocol and service this daemon publishes to, as
-// written into receipts and required of the receipts it adopts.
-func receiptService(cfg *Config) after.Service {
-	return after.Service{Protocol: cfg.API.Protocol, API: cfg.API.BaseURL}
-}
-
 // adoptFound records the candidates whose receipt proves them published
 // (after.Check: done for the same sha256, protocol and service) as adopted
 // done jobs, and returns the others, to be queued. Only files with a
@@ -56,7 +51,7 @@ func receiptService(cfg *Config) after.Service {
 // logged once, with a count: a new or lost state directory on published
 // files, which before issue 15 published them all again.
 func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queue.Candidate {
-	svc := receiptService(d.cfg)
+	svc := d.cfg.ReceiptService()
 	rest := batch[:0]
 	var adopt []queue.Adoption
 	for _, c := range batch {
@@ -134,11 +129,11 @@ func countReceipts(dir string) int {
 // adoptionOf is the adopted job of a receipt's evidence. The receipt's
 // viewer link is kept only if it points to the API's viewer host: the
 // receipt is the folder writer's text.
-func adoptionOf(cfg *Config, ev after.Evidence, root string) queue.Adoption {
+func adoptionOf(cfg *config.Config, ev after.Evidence, root string) queue.Adoption {
 	r := ev.Receipt
 	return queue.Adoption{
 		Path: ev.File, Root: root, Size: ev.Size, ModTime: ev.ModTime, SHA256: ev.SHA256,
-		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: cfg.trustedViewerURL(r.Splat.URL), Title: r.Title, Format: r.Format,
+		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: cfg.TrustedViewerURL(r.Splat.URL), Title: r.Title, Format: r.Format,
 		PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt, Receipt: after.ReceiptPath(ev.File),
 	}
 }
@@ -252,15 +247,6 @@ func (d *daemon) readyProblems() []string {
 // splatd_after_action_errors_total metric and its alert tell the operator.
 func (d *daemon) degraded() error { return d.pool.AfterErrors() }
 
-// incompleteTimeout maps incomplete_timeout (0: wait for ever) to the
-// pool's option (negative: never).
-func incompleteTimeout(cfg *Config) time.Duration {
-	if cfg.IncompleteTimeout == 0 {
-		return -1
-	}
-	return cfg.IncompleteTimeout.D()
-}
-
 // settingsChanged is the watcher's OnSettings: a sidecar or a folder's
 // .splat.yaml was written. The failed jobs whose reason names that file
 // (they failed on it, broken) are queued again, so that fixing the file
@@ -296,11 +282,11 @@ func (d *daemon) settingsChanged(path string) {
 // while there is none that proves it, the stat error when the file is gone
 // (a peer moved or deleted it: no receipt will come here). Nil when this
 // daemon writes no receipts: its fleet is taken to write none either.
-func peerReceipt(cfg *Config) func(j state.Job) (uploader.PeerOutcome, error) {
+func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
 	if !cfg.After.Receipt {
 		return nil
 	}
-	svc := receiptService(cfg)
+	svc := cfg.ReceiptService()
 	return func(j state.Job) (uploader.PeerOutcome, error) {
 		if _, err := trustfs.Lstat(j.Root, j.Path); err != nil {
 			return uploader.PeerOutcome{}, err
@@ -317,7 +303,7 @@ func peerReceipt(cfg *Config) func(j state.Job) (uploader.PeerOutcome, error) {
 			return uploader.PeerOutcome{}, fmt.Errorf("%w (%s)", uploader.ErrNoPeerReceipt, why)
 		}
 		return uploader.PeerOutcome{
-			SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, ViewerURL: cfg.trustedViewerURL(cmp.Or(r.Splat.ViewerURL, r.Splat.URL)),
+			SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, ViewerURL: cfg.TrustedViewerURL(cmp.Or(r.Splat.ViewerURL, r.Splat.URL)),
 			EditURL: r.Splat.EditURL, PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt,
 			Receipt: after.ReceiptPath(j.Path),
 		}, nil

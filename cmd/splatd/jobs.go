@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 )
@@ -56,7 +57,7 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 	if *o.limit < 0 || *o.interval <= 0 {
 		return usageError(c, fs, "-limit must be 0 or more and -interval positive")
 	}
-	cfg, err := loadConfig(*o.cfgPath, false)
+	cfg, err := config.Load(*o.cfgPath, false)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage
@@ -91,7 +92,7 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 // showJobs fetches the jobs (from the daemon, else the state file), selects
 // them as the flags say and prints them; quiet leaves out the note that
 // the daemon is not running (a -watch repeats it otherwise).
-func showJobs(ctx context.Context, c *cli, cfg *Config, o jobsOptions, quiet bool) int {
+func showJobs(ctx context.Context, c *cli, cfg *config.Config, o jobsOptions, quiet bool) int {
 	var views []jobView
 	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs?stage="+*o.stage)
 	if err == nil && live {

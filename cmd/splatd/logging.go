@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/cmd/internal/config"
 )
 
 // Seconds and rates in log lines (took_s, retry_in_s, …) carry three
@@ -74,7 +75,7 @@ func syslogPriority(l zerolog.Level) byte {
 // containers). journal says that w is the systemd journal's stream (see
 // onJournal): JSON lines then carry their priority prefix. The returned
 // logOutput changes the level of every logger derived from the result.
-func newLogger(lc LogConfig, w io.Writer, journal bool) (zerolog.Logger, *logOutput) {
+func newLogger(lc config.Log, w io.Writer, journal bool) (zerolog.Logger, *logOutput) {
 	level, err := zerolog.ParseLevel(lc.Level)
 	if err != nil {
 		level = zerolog.InfoLevel

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/cmd/internal/config"
 )
 
 // Under the journal every JSON line starts with its sd-daemon(3) priority,
@@ -19,7 +20,7 @@ import (
 func TestLogJournalPriorities(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	log, _ := newLogger(LogConfig{Level: "debug", Format: "auto"}, &buf, true)
+	log, _ := newLogger(config.Log{Level: "debug", Format: "auto"}, &buf, true)
 	log.Debug().Msg("d")
 	log.Info().Msg("i")
 	log.Warn().Msg("w")
@@ -47,7 +48,7 @@ func TestLogJournalPriorities(t *testing.T) {
 func TestLogNoPrefixOffJournal(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	log, _ := newLogger(LogConfig{Level: "info", Format: "auto"}, &buf, false)
+	log, _ := newLogger(config.Log{Level: "info", Format: "auto"}, &buf, false)
 	log.Warn().Msg("w")
 	if !strings.HasPrefix(buf.String(), "{") {
 		t.Fatalf("line = %q, want JSON without a prefix", buf.String())
@@ -58,7 +59,7 @@ func TestLogNoPrefixOffJournal(t *testing.T) {
 func TestLogLevelChangesEveryCopy(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	log, out := newLogger(LogConfig{Level: "info", Format: "json"}, &buf, false)
+	log, out := newLogger(config.Log{Level: "info", Format: "json"}, &buf, false)
 	comp := log.With().Str("component", "x").Logger()
 	comp.Debug().Msg("hidden")
 	if buf.Len() != 0 {
@@ -150,7 +151,7 @@ func TestLogDurationsAreSeconds(t *testing.T) {
 // three decimals, not nine.
 func TestLogSecondsHaveMilliseconds(t *testing.T) {
 	var b bytes.Buffer
-	log, _ := newLogger(LogConfig{Level: "info", Format: "json"}, &b, false)
+	log, _ := newLogger(config.Log{Level: "info", Format: "json"}, &b, false)
 	log.Info().Float64("took_s", 0.123456789).Msg("x")
 	if !strings.Contains(b.String(), `"took_s":0.123,`) {
 		t.Errorf("log line %s", b.String())

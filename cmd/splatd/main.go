@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/uploader/api"
 )
 
@@ -299,17 +300,17 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	if len(pos) != 1 || pos[0] != "check" {
 		return usageError(c, fs, "the only subcommand is check")
 	}
-	cfg, err := loadConfig(*cfgPath, true)
+	cfg, err := config.Load(*cfgPath, true)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitUsage // an invalid config is exit 2 for every command
 	}
 	token, tokErr := api.LoadToken(cfg.API.TokenFile, c.getenv)
-	fmt.Fprint(c.stdout, cfg.redacted(token, tokErr))
-	for _, n := range cfg.protocolNotes() {
+	fmt.Fprint(c.stdout, cfg.Redacted(token, tokErr))
+	for _, n := range cfg.ProtocolNotes() {
 		fmt.Fprintln(c.stderr, "note: "+n)
 	}
-	warnings, fatal := cfg.checkEnvironment()
+	warnings, fatal := cfg.CheckEnvironment()
 	for _, w := range warnings {
 		fmt.Fprintf(c.stderr, "warning: %s\n", w)
 	}
@@ -331,14 +332,14 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	client, err := newClient(cfg, token, nil, nil, cliLogger(c))
 	var up api.Upload
 	if err == nil {
-		if cfg.API.Protocol == protocolV1 {
+		if cfg.API.Protocol == config.ProtocolV1 {
 			_, err = client.Me(ctx)
 		} else {
 			up, err = client.SignedURL(ctx, "splatd-token-check.ply")
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "probe of %s: %s%s\n", cfg.API.BaseURL, explainAPIError(err, token), probeHint(err))
+		fmt.Fprintf(c.stderr, "probe of %s: %s%s\n", cfg.API.BaseURL, explainAPIError(err, token), config.ProbeHint(err))
 		return exitFailure
 	}
 	fmt.Fprintf(c.stdout, "# probe: %s is reachable and accepts the token read from %s\n", cfg.API.BaseURL, token.Origin())
@@ -348,9 +349,9 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stdout, "# probe: storage is reached at the first upload (api.protocol v1 signs URLs per upload session)")
 		return exitOK
 	}
-	host, err := probeStorage(ctx, cfg, up.URL)
+	host, err := config.ProbeStorage(ctx, cfg, up.URL)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "probe of the storage host %s: %v%s\n", host, err, probeHint(err))
+		fmt.Fprintf(c.stderr, "probe of the storage host %s: %v%s\n", host, err, config.ProbeHint(err))
 		return exitFailure
 	}
 	fmt.Fprintf(c.stdout, "# probe: the storage host %s is reachable (TLS verified); nothing was uploaded\n", host)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/after"
 )
@@ -15,7 +16,7 @@ type priorPublishes struct {
 	bySHA map[string]jobView
 }
 
-func loadPriorPublishes(ctx context.Context, cfg *Config) (priorPublishes, error) {
+func loadPriorPublishes(ctx context.Context, cfg *config.Config) (priorPublishes, error) {
 	p := priorPublishes{bySHA: map[string]jobView{}}
 	views, _, err := dryRunState(ctx, cfg)
 	if err != nil {

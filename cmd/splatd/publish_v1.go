@@ -43,8 +43,8 @@ func publishV1(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	defer store.Close()
 	root := filepath.Dir(path)
 	defaults := a.cfg.Publish.Params()
-	if w, ok := a.cfg.watchOf(path); ok {
-		defaults, root = a.cfg.publishFor(w), w.Path
+	if w, ok := a.cfg.WatchOf(path); ok {
+		defaults, root = a.cfg.PublishFor(w), w.Path
 	}
 	if _, err := store.EnqueueBatch(ctx, []queue.Candidate{{Path: path, Root: root, Size: fi.Size(), ModTime: fi.ModTime()}}); err != nil {
 		return err

@@ -6,36 +6,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"reflect"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/cmd/internal/config"
 )
-
-// A reload (SIGHUP, `splatd reload`) reads the config file again. The new
-// file is validated as a whole first: an invalid one changes nothing. Then
-// the keys below take effect at once; every other key that changed needs a
-// restart and keeps its old value until then (a warning names it). Keys
-// that other parts of splatd add later fall under "restart" until a reload
-// learns to apply them: a change is never silently ignored.
-//
-// What a reload applies, and how:
-//   - watch: the watcher starts a new session over the new folders
-//     (Watcher.SetRoots); files already taken are not taken again.
-//   - publish.*: jobs that become ready from now on (Pool.SetPublish).
-//   - after.*: jobs that finish from now on; after.exec and
-//     after.exec_timeout through the notifier (Notifier.SetTarget).
-//   - notify.*: events of jobs that finish from now on go to the new
-//     webhook, with the headers file read again; events already queued or
-//     being delivered keep the webhook they were queued for.
-//   - log.level: every logger at once (logOutput.SetLevel).
-//   - upload.bandwidth: uploads in flight too (Limiter.SetSchedule).
-func reloadable(key string) bool {
-	return key == "watch" || key == "log.level" || key == "upload.bandwidth" ||
-		strings.HasPrefix(key, "publish.") || strings.HasPrefix(key, "after.") || strings.HasPrefix(key, "notify.")
-}
 
 // reloadResult is the outcome of a reload, logged and returned to `splatd
 // reload`.
@@ -49,7 +25,7 @@ type reloadResult struct {
 
 // config returns the config in force: as started, with what reloads
 // applied. (d.cfg stays the config the daemon started with.)
-func (d *daemon) config() *Config { return d.live.Load() }
+func (d *daemon) config() *config.Config { return d.live.Load() }
 
 // reloadOnHUP reloads the config on every SIGHUP until ctx ends.
 func (d *daemon) reloadOnHUP(ctx context.Context) {
@@ -63,22 +39,22 @@ func (d *daemon) reloadOnHUP(ctx context.Context) {
 	}
 }
 
-// reload reads d.cfgPath again and applies what it can; see reloadable.
+// reload reads d.cfgPath again and applies what it can; see config.Reloadable.
 func (d *daemon) reload() reloadResult {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	start := time.Now()
 	res := reloadResult{Config: d.cfgPath}
-	nw, err := loadConfig(d.cfgPath, true)
+	nw, err := config.Load(d.cfgPath, true)
 	if err != nil {
-		res.Errors = configErrorLines(err)
+		res.Errors = config.ErrorLines(err)
 		res.TookS = math.Round(time.Since(start).Seconds()*1000) / 1000
 		d.log.Error().Str("config", d.cfgPath).Strs("errors", res.Errors).
 			Msg("config reload refused: the new config is invalid; the running one stays")
 		return res
 	}
 	old := d.config()
-	res.sortChanges(changedKeys(old, nw))
+	res.sortChanges(config.ChangedKeys(old, nw))
 	eff := d.applyReload(&res, old, nw)
 	d.live.Store(eff)
 	res.TookS = math.Round(time.Since(start).Seconds()*1000) / 1000
@@ -89,7 +65,7 @@ func (d *daemon) reload() reloadResult {
 // sortChanges files each changed key under Applied or Restart.
 func (r *reloadResult) sortChanges(keys []string) {
 	for _, key := range keys {
-		if !reloadable(key) {
+		if !config.Reloadable(key) {
 			r.Restart = append(r.Restart, key)
 			continue
 		}
@@ -123,17 +99,17 @@ func (r *reloadResult) notApplied(prefix string, err error) {
 // applyReload hands the components the changed keys of res.Applied, from
 // nw, and returns old with those that took effect. A watch change that the
 // watcher refused is out of Applied before publish and after look at it.
-func (d *daemon) applyReload(res *reloadResult, old, nw *Config) *Config {
+func (d *daemon) applyReload(res *reloadResult, old, nw *config.Config) *config.Config {
 	eff := *old
 	if res.changed("watch") {
-		if err := d.watch.SetRoots(watchRoots(nw)); err != nil {
+		if err := d.watch.SetRoots(nw.Roots()); err != nil {
 			res.notApplied("watch", err)
 		} else {
 			eff.Watch = nw.Watch
 		}
 	}
 	if res.changed("publish") || res.changed("watch") { // watch entries carry their own publish blocks
-		if err := d.pool.SetPublish(nw.Publish.Params(), publishDefaults(nw), nw.Publish.OnUncertain); err != nil {
+		if err := d.pool.SetPublish(nw.Publish.Params(), nw.PublishDefaults(), nw.Publish.OnUncertain); err != nil {
 			res.notApplied("publish", err)
 		} else {
 			eff.Publish = nw.Publish
@@ -150,7 +126,7 @@ func (d *daemon) applyReload(res *reloadResult, old, nw *Config) *Config {
 		eff.Log.Level = nw.Log.Level
 	}
 	if res.changed("upload.bandwidth") {
-		d.client.Limiter().SetSchedule(nw.bandwidth())
+		d.client.Limiter().SetSchedule(nw.Bandwidth())
 		eff.Upload.Bandwidth = nw.Upload.Bandwidth
 	}
 	return &eff
@@ -161,15 +137,15 @@ func (d *daemon) applyReload(res *reloadResult, old, nw *Config) *Config {
 // secret) applies too. A webhook the notifier cannot take (an unreadable
 // headers file, a URL or header holding the API token) keeps the old
 // webhook and headers and names the problem; the new commands apply still.
-func (d *daemon) reloadNotify(res *reloadResult, eff, nw *Config) {
+func (d *daemon) reloadNotify(res *reloadResult, eff, nw *config.Config) {
 	if d.events == nil {
 		return
 	}
+	nt, err := nw.NotifyTarget(d.client.Token().Value())
 	t := d.events.Target()
-	t.Exec = notifyExec(nw)
-	webhook, headers, err := notifyWebhook(nw, d.client.Token().Value())
+	t.Exec = nt.Exec
 	if err == nil {
-		t.Webhook, t.Headers = webhook, headers
+		t.Webhook, t.Headers = nt.Webhook, nt.Headers
 		err = d.events.SetTarget(t)
 	}
 	if err == nil {
@@ -182,79 +158,26 @@ func (d *daemon) reloadNotify(res *reloadResult, eff, nw *Config) {
 		res.Errors = append(res.Errors, err.Error())
 	}
 	t = d.events.Target()
-	t.Exec = notifyExec(nw)
+	t.Exec = nt.Exec
 	_ = d.events.SetTarget(t) // its webhook was taken before
 }
 
 // logReload logs a reload's outcome and the config now in force.
-func (d *daemon) logReload(res reloadResult, eff *Config) {
+func (d *daemon) logReload(res reloadResult, eff *config.Config) {
 	ev := d.log.Info()
 	if len(res.Errors) > 0 {
 		ev = d.log.Error().Strs("errors", res.Errors)
 	}
-	ev.Str("config", d.cfgPath).Strs("applied", res.Applied).Strs("watch", watchPaths(eff)).
+	ev.Str("config", d.cfgPath).Strs("applied", res.Applied).Strs("watch", eff.WatchPaths()).
 		Str("bandwidth", d.client.Limiter().Schedule().String()).Str("log_level", eff.Log.Level).
 		Float64("took_s", res.TookS).Msg("config reloaded")
 	if len(res.Restart) > 0 {
 		d.log.Warn().Strs("keys", res.Restart).
 			Msg("config keys changed that need a restart (systemctl restart splatd); their old values stay until then")
 	}
-	for _, n := range eff.protocolNotes() {
+	for _, n := range eff.ProtocolNotes() {
 		d.log.Warn().Msg(n)
 	}
-}
-
-// configErrorLines splits loadConfig's error into one line per problem.
-func configErrorLines(err error) []string {
-	var lines []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			lines = append(lines, l)
-		}
-	}
-	return lines
-}
-
-// changedKeys lists the config keys (their YAML paths: "api.base_url",
-// "watch", "publish.settings") whose values differ between a and b.
-func changedKeys(a, b *Config) []string {
-	ka, kb := configLeaves(a), configLeaves(b)
-	var out []string
-	for k, va := range ka {
-		if !reflect.DeepEqual(va, kb[k]) {
-			out = append(out, k)
-		}
-	}
-	for k := range kb {
-		if _, ok := ka[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// configLeaves flattens c into its keys: nested sections are walked, every
-// other value (lists such as watch, free-form maps such as settings) is one
-// key.
-func configLeaves(c *Config) map[string]any {
-	out := map[string]any{}
-	var walk func(v reflect.Value, path string)
-	walk = func(v reflect.Value, path string) {
-		if v.Kind() == reflect.Struct && v.Type() != reflect.TypeOf(time.Time{}) {
-			for i := 0; i < v.NumField(); i++ {
-				name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-				if name == "" || name == "-" {
-					continue
-				}
-				walk(v.Field(i), joinPath(path, name))
-			}
-			return
-		}
-		out[path] = v.Interface()
-	}
-	walk(reflect.ValueOf(c).Elem(), "")
-	return out
 }
 
 func cmdReload(ctx context.Context, c *cli, args []string) int {
@@ -269,7 +192,7 @@ func cmdReload(ctx context.Context, c *cli, args []string) int {
 	}
 	// The file is checked here first: the daemon would refuse an invalid
 	// one anyway, and its state_dir says where the daemon listens.
-	cfg, err := loadConfig(*cfgPath, true)
+	cfg, err := config.Load(*cfgPath, true)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		fmt.Fprintln(c.stderr, "reload: refused, nothing sent: the daemon keeps its running config")

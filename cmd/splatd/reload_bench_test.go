@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/splatd/splatd/cmd/internal/config"
 )
 
 // BenchmarkReload measures one reload of a daemon that has been opened (not
@@ -30,7 +32,7 @@ func BenchmarkReload(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	cfg, err := loadConfig(paths[0], true)
+	cfg, err := config.Load(paths[0], true)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/cmd/internal/config"
 )
 
 // startupConfig writes a config whose every part but extra is valid and
@@ -100,7 +101,7 @@ func TestStartupWebhookHeadersHoldToken(t *testing.T) {
 // through the probe's ping: the write the daemon makes on its own.
 func TestReadyzStoreRefusesWritesWhenIdle(t *testing.T) {
 	cfgPath := startupConfig(t, "tok-"+strings.Repeat("r", 20), "metrics: {listen: \"127.0.0.1:0\"}\nrescan_interval: 0s\n")
-	cfg, err := loadConfig(cfgPath, true)
+	cfg, err := config.Load(cfgPath, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 	out := metrics.JobList{Total: len(jobs)}
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
-		view.ViewerURL = v.d.cfg.trustedViewerURL(view.ViewerURL)
+		view.ViewerURL = v.d.cfg.TrustedViewerURL(view.ViewerURL)
 		if p, ok := progress[j.ID]; ok && !j.Stage.Final() {
 			view.Uploading(metrics.Progress{Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()})
 		}

@@ -30,14 +30,14 @@ type TitleData struct {
 // splat. Every field is optional; settings are merged key by key into the
 // config's.
 type Overrides struct {
-	Title       *string        `yaml:"title"`
-	Description *string        `yaml:"description"`
-	Listed      *bool          `yaml:"listed"`
-	Format      *string        `yaml:"format"`
-	Settings    map[string]any `yaml:"settings"`
+	Title       *string        `yaml:"title,omitempty"`
+	Description *string        `yaml:"description,omitempty"`
+	Listed      *bool          `yaml:"listed,omitempty"`
+	Format      *string        `yaml:"format,omitempty"`
+	Settings    map[string]any `yaml:"settings,omitempty"`
 	// Encode is "sog" to upload a SOG encoded locally from a PLY, or "off"
 	// to upload the file as it is.
-	Encode *string `yaml:"encode"`
+	Encode *string `yaml:"encode,omitempty"`
 }
 
 // Path is where the sidecar of a splat file lives.
@@ -76,7 +76,7 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 		if f.o.Title != nil {
 			t.Title, titleFrom = *f.o.Title, f.path
 		}
-		t = apply(t, Overrides{Description: f.o.Description, Listed: f.o.Listed, Format: f.o.Format, Settings: f.o.Settings, Encode: f.o.Encode})
+		t = Apply(t, Overrides{Description: f.o.Description, Listed: f.o.Listed, Format: f.o.Format, Settings: f.o.Settings, Encode: f.o.Encode})
 	}
 	title := data.Stem
 	if t.Title != "" {
@@ -104,14 +104,15 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 	} else if err != nil {
 		return state.PublishParams{}, err
 	}
-	r = apply(r, sc)
+	r = Apply(r, sc)
 	r.Title, r.Description = limitParams(r.Title, r.Description)
 	return r, nil
 }
 
-// apply lays o over p: set fields replace, settings merge key by key into
-// p.Settings (which apply modifies: callers pass a copy).
-func apply(p state.PublishParams, o Overrides) state.PublishParams {
+// Apply lays o over p: set fields replace, settings merge key by key into
+// p.Settings (which Apply modifies: callers pass a copy). A watch entry's
+// publish block is an Overrides too, laid over the global block the same way.
+func Apply(p state.PublishParams, o Overrides) state.PublishParams {
 	if o.Title != nil {
 		p.Title = *o.Title
 	}

@@ -8,47 +8,17 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/uploader/after"
 )
-
-func TestTrustedViewerURL(t *testing.T) {
-	t.Parallel()
-	public := &Config{API: APIConfig{BaseURL: "https://playcanvas.com"}}
-	sim := &Config{API: APIConfig{BaseURL: "https://127.0.0.1:8443"}}
-	own := &Config{API: APIConfig{BaseURL: "https://playcanvas.com", ViewerHosts: []string{"viewer.studio.example"}}}
-	for _, tc := range []struct {
-		cfg  *Config
-		url  string
-		keep bool
-	}{
-		{public, "https://superspl.at/scene/abc", true},
-		{public, "https://playcanvas.com/view?id=abc", true},
-		{public, "https://SUPERSPL.AT/view?id=abc", true},
-		{public, "https://evil.example/view?id=abc", false},
-		{public, "https://superspl.at.evil.example/x", false},
-		{public, "https://superspl.at:8443/x", false},
-		{public, "http://superspl.at/scene/abc", false},
-		{public, "javascript:alert(1)", false},
-		{public, "https://user@superspl.at/x", false},
-		{sim, "https://127.0.0.1:8443/view?id=abc", true},
-		{sim, "https://127.0.0.1:9999/view?id=abc", false},
-		{own, "https://viewer.studio.example/v/1", true},
-		{own, "https://superspl.at/scene/abc", false},
-	} {
-		got := tc.cfg.trustedViewerURL(tc.url)
-		if (got != "") != tc.keep || (tc.keep && got != tc.url) {
-			t.Errorf("base %s hosts %v: %q → %q, keep=%v", tc.cfg.API.BaseURL, tc.cfg.API.ViewerHosts, tc.url, got, tc.keep)
-		}
-	}
-}
 
 // TestAdoptedReceiptViewerHost: a receipt in a watch folder is the folder
 // writer's text. Adopting it keeps its splat, but a viewer link to a host
 // other than the API's is not stored, so no page or list shows it.
 func TestAdoptedReceiptViewerHost(t *testing.T) {
 	cfgPath := startupConfig(t, "tok-viewer-0123456789", "")
-	cfg, err := loadConfig(cfgPath, true)
+	cfg, err := config.Load(cfgPath, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -8,10 +8,10 @@ import (
 
 // TestReadmeReloadNamesEveryKey: the README's reload section names every
 // config key, as applied by a reload or as needing a restart, on the side
-// reloadable puts it: a key added to Config without a word there fails.
+// Reloadable puts it: a key added to Config without a word there fails.
 func TestReadmeReloadNamesEveryKey(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestReadmeReloadNamesEveryKey(t *testing.T) {
 			continue // refused in any config: not a key to reload
 		}
 		side, where := restart, "need a restart"
-		if reloadable(key) {
+		if Reloadable(key) {
 			side, where = applied, "apply at once"
 		}
 		if !named(side, key) {

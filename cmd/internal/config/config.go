@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -27,29 +27,29 @@ import (
 // Config is the YAML configuration file. Every key and its default is
 // documented in config.example.yaml; docs/architecture.md holds the contract.
 type Config struct {
-	API            APIConfig     `yaml:"api"`
-	Upload         UploadConfig  `yaml:"upload"`
-	Watch          []WatchConfig `yaml:"watch"`
-	Settle         Duration      `yaml:"settle"`
-	RescanInterval Duration      `yaml:"rescan_interval"`
-	StateDir       string        `yaml:"state_dir"`
-	Workers        int           `yaml:"workers"`
-	Publish        PublishConfig `yaml:"publish"`
-	Poll           PollConfig    `yaml:"poll"`
-	After          AfterConfig   `yaml:"after"`
-	Notify         NotifyConfig  `yaml:"notify"`
-	Metrics        MetricsConfig `yaml:"metrics"`
-	Status         StatusConfig  `yaml:"status"`
-	Log            LogConfig     `yaml:"log"`
-	Fleet          FleetConfig   `yaml:"fleet"`
+	API            API      `yaml:"api"`
+	Upload         Upload   `yaml:"upload"`
+	Watch          []Watch  `yaml:"watch"`
+	Settle         Duration `yaml:"settle"`
+	RescanInterval Duration `yaml:"rescan_interval"`
+	StateDir       string   `yaml:"state_dir"`
+	Workers        int      `yaml:"workers"`
+	Publish        Publish  `yaml:"publish"`
+	Poll           Poll     `yaml:"poll"`
+	After          After    `yaml:"after"`
+	Notify         Notify   `yaml:"notify"`
+	Metrics        Metrics  `yaml:"metrics"`
+	Status         Status   `yaml:"status"`
+	Log            Log      `yaml:"log"`
+	Fleet          Fleet    `yaml:"fleet"`
 
 	// IncompleteTimeout fails a file still incomplete this long after it
 	// last changed; 0 waits for ever.
 	IncompleteTimeout Duration `yaml:"incomplete_timeout"`
 }
 
-// FleetConfig names this daemon among daemons sharing one folder.
-type FleetConfig struct {
+// Fleet names this daemon among daemons sharing one folder.
+type Fleet struct {
 	// ID is this daemon's identity in the claim order (a rendezvous hash
 	// of each file's key and the identity). Empty: the host name and the
 	// absolute state_dir, distinct for every daemon that has its own
@@ -58,8 +58,8 @@ type FleetConfig struct {
 	ID string `yaml:"id"`
 }
 
-// fleetIdentity is the daemon's identity in the claim order.
-func fleetIdentity(c *Config) string {
+// FleetIdentity is the daemon's identity in the claim order.
+func (c *Config) FleetIdentity() string {
 	if c.Fleet.ID != "" {
 		return c.Fleet.ID
 	}
@@ -71,8 +71,8 @@ func fleetIdentity(c *Config) string {
 	return host + ":" + dir
 }
 
-// APIConfig says where the API is and how to authenticate to it.
-type APIConfig struct {
+// API says where the API is and how to authenticate to it.
+type API struct {
 	BaseURL   string   `yaml:"base_url"`
 	TokenFile string   `yaml:"token_file"`
 	CAFile    string   `yaml:"ca_file"`
@@ -90,22 +90,22 @@ type APIConfig struct {
 	Token string `yaml:"token,omitempty"`
 }
 
-// StatusConfig guards the status endpoints (/api/status, /api/jobs, the
+// Status guards the status endpoints (/api/status, /api/jobs, the
 // page at /) on a listener that is not a loopback address.
-type StatusConfig struct {
+type Status struct {
 	// TokenFile holds the bearer token those requests must carry; with
 	// none, they are off on such a listener. Re-read at every request.
 	TokenFile string `yaml:"token_file"`
 }
 
-// UploadConfig tunes the storage uploads.
-type UploadConfig struct {
+// Upload tunes the storage uploads.
+type Upload struct {
 	ParallelParts int    `yaml:"parallel_parts"` // v1: part PUTs in flight per job
 	Bandwidth     string `yaml:"bandwidth"`      // api.ParseBandwidth: a rate or a weekly timetable
 }
 
-// WatchConfig is one watched folder.
-type WatchConfig struct {
+// Watch is one watched folder.
+type Watch struct {
 	Path      string   `yaml:"path"`
 	Recursive *bool    `yaml:"recursive"`
 	Include   []string `yaml:"include"`
@@ -121,15 +121,15 @@ type WatchConfig struct {
 	MinAge          Duration  `yaml:"min_age"`  // by mtime; 0: off
 	// Publish and After are laid over the global blocks, key by key, for
 	// this folder's files (config_folders.go).
-	Publish FolderPublish `yaml:"publish,omitempty"`
-	After   FolderAfter   `yaml:"after,omitempty"`
+	Publish sidecar.Overrides `yaml:"publish,omitempty"`
+	After   FolderAfter       `yaml:"after,omitempty"`
 
 	given string // path as written, before validate made it absolute (config check warns)
 }
 
-// PublishConfig holds the defaults of every publish call; a per-file sidecar
+// Publish holds the defaults of every publish call; a per-file sidecar
 // <stem>.splat.yaml overrides them.
-type PublishConfig struct {
+type Publish struct {
 	Title       string         `yaml:"title"`
 	Description string         `yaml:"description"`
 	Listed      bool           `yaml:"listed"`
@@ -144,19 +144,19 @@ type PublishConfig struct {
 
 // Params are the configured publish parameters, the defaults that
 // sidecar.Resolve renders for each file (Title is the template).
-func (p PublishConfig) Params() state.PublishParams {
+func (p Publish) Params() state.PublishParams {
 	return state.PublishParams{Title: p.Title, Description: p.Description, Listed: p.Listed, Format: p.Format, Settings: p.Settings, Encode: sidecar.EncodeValue(p.Encode)}
 }
 
-// PollConfig paces the polling of a published splat until processing ends.
-type PollConfig struct {
+// Poll paces the polling of a published splat until processing ends.
+type Poll struct {
 	Interval    Duration `yaml:"interval"`
 	MaxInterval Duration `yaml:"max_interval"`
 	Timeout     Duration `yaml:"timeout"`
 }
 
-// AfterConfig says what happens to a file once its job is finished.
-type AfterConfig struct {
+// After says what happens to a file once its job is finished.
+type After struct {
 	OnSuccess  string `yaml:"on_success"`
 	SuccessDir string `yaml:"success_dir"`
 	OnFailure  string `yaml:"on_failure"`
@@ -168,13 +168,13 @@ type AfterConfig struct {
 	ExecTimeout Duration `yaml:"exec_timeout"`
 }
 
-// MetricsConfig is the /metrics, /healthz and /readyz listener.
-type MetricsConfig struct {
+// Metrics is the /metrics, /healthz and /readyz listener.
+type Metrics struct {
 	Listen string `yaml:"listen"`
 }
 
-// LogConfig sets the level and format of the logs written to stderr.
-type LogConfig struct {
+// Log sets the level and format of the logs written to stderr.
+type Log struct {
 	Level  string `yaml:"level"`
 	Format string `yaml:"format"`
 }
@@ -223,53 +223,53 @@ func defaultSettings() map[string]any {
 	}
 }
 
-// defaultConfig is what an empty file means.
-func defaultConfig() Config {
+// Default is what an empty file means.
+func Default() Config {
 	return Config{
-		API: APIConfig{
+		API: API{
 			BaseURL:       "https://playcanvas.com",
 			Timeout:       Duration(60 * time.Second),
-			Protocol:      protocolLegacy,
+			Protocol:      ProtocolLegacy,
 			MaxServerWait: Duration(state.DefaultMaxServerWait),
 		},
-		Upload:         UploadConfig{ParallelParts: 4, Bandwidth: "0"},
+		Upload:         Upload{ParallelParts: 4, Bandwidth: "0"},
 		Settle:         Duration(5 * time.Second),
 		RescanInterval: Duration(5 * time.Minute),
 		StateDir:       "/var/lib/splatd",
 		Workers:        2,
-		Publish: PublishConfig{
+		Publish: Publish{
 			Title:       "{{.Stem}}",
 			Format:      "sog",
 			OnUncertain: "republish",
 			Encode:      "off",
 			Settings:    defaultSettings(),
 		},
-		Poll: PollConfig{
+		Poll: Poll{
 			Interval:    Duration(5 * time.Second),
 			MaxInterval: Duration(60 * time.Second),
 			Timeout:     Duration(2 * time.Hour),
 		},
-		After:   AfterConfig{OnSuccess: "keep", OnFailure: "keep", Receipt: true, Exec: []string{}, ExecTimeout: Duration(30 * time.Second)},
-		Metrics: MetricsConfig{Listen: "127.0.0.1:9464"},
-		Log:     LogConfig{Level: "info", Format: "auto"},
+		After:   After{OnSuccess: "keep", OnFailure: "keep", Receipt: true, Exec: []string{}, ExecTimeout: Duration(30 * time.Second)},
+		Metrics: Metrics{Listen: "127.0.0.1:9464"},
+		Log:     Log{Level: "info", Format: "auto"},
 
 		IncompleteTimeout: Duration(time.Hour),
 	}
 }
 
-// ConfigErrors is every problem found in a config file, one per key.
-type ConfigErrors []string
+// Errors is every problem found in a config file, one per key.
+type Errors []string
 
-func (e ConfigErrors) Error() string {
+func (e Errors) Error() string {
 	if len(e) == 1 {
 		return e[0]
 	}
 	return fmt.Sprintf("%d problems:\n  %s", len(e), strings.Join(e, "\n  "))
 }
 
-// loadConfig reads, decodes and validates a config file. forRun adds the
+// Load reads, decodes and validates a config file. forRun adds the
 // checks that only the daemon needs (watch folders, state_dir).
-func loadConfig(path string, forRun bool) (*Config, error) {
+func Load(path string, forRun bool) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("config: %w\n(give one with -config FILE or $SPLATD_CONFIG; start from config.example.yaml, or run `splatd sim`, which writes a ready one)", err)
@@ -277,33 +277,33 @@ func loadConfig(path string, forRun bool) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	cfg, err := parseConfig(data)
-	var errs ConfigErrors
+	cfg, err := Parse(data)
+	var errs Errors
 	switch {
 	case errors.As(err, &errs):
 		// Keys that decoded are still checked, so that one pass shows
 		// every problem (the bad ones keep their defaults meanwhile).
-		partial := defaultConfig()
+		partial := Default()
 		var doc yaml.Node
 		if yaml.Unmarshal(data, &doc) == nil && len(doc.Content) > 0 {
-			var ignore ConfigErrors
+			var ignore Errors
 			decodeStrict(doc.Content[0], reflect.ValueOf(&partial).Elem(), "", &ignore)
 		}
-		errs = append(errs, partial.validate(forRun)...)
+		errs = append(errs, partial.Validate(forRun)...)
 		return nil, fmt.Errorf("config %s: %w", path, errs)
 	case err != nil:
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	if errs := cfg.validate(forRun); len(errs) > 0 {
+	if errs := cfg.Validate(forRun); len(errs) > 0 {
 		return nil, fmt.Errorf("config %s: %w", path, errs)
 	}
 	return cfg, nil
 }
 
-// parseConfig decodes YAML over the defaults. Unknown keys and badly typed
+// Parse decodes YAML over the defaults. Unknown keys and badly typed
 // values are reported with their key path and line.
-func parseConfig(data []byte) (*Config, error) {
-	cfg := defaultConfig()
+func Parse(data []byte) (*Config, error) {
+	cfg := Default()
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
@@ -311,7 +311,7 @@ func parseConfig(data []byte) (*Config, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return &cfg, nil // an empty file: all defaults
 	}
-	var errs ConfigErrors
+	var errs Errors
 	decodeStrict(doc.Content[0], reflect.ValueOf(&cfg).Elem(), "", &errs)
 	if len(errs) > 0 {
 		return nil, errs
@@ -329,7 +329,7 @@ func parseConfig(data []byte) (*Config, error) {
 // have. yaml.v3's KnownFields reports "field x not found in type main.y",
 // which names a Go type instead of the key path a user wrote; this walk
 // names the path ("watch[1].mode").
-func decodeStrict(n *yaml.Node, v reflect.Value, path string, errs *ConfigErrors) {
+func decodeStrict(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
@@ -417,8 +417,8 @@ func cleanYAMLError(err error) string {
 // in the file's order, which is the order of the messages; validateWatch
 // runs before validateAfterDirs, which compares against the absolute watch
 // paths it leaves.
-func (c *Config) validate(forRun bool) ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) Validate(forRun bool) Errors {
+	var errs Errors
 	errs = append(errs, c.validateAPI()...)
 	errs = append(errs, c.validateUpload()...)
 	errs = append(errs, c.validateWatch(forRun)...)
@@ -435,13 +435,13 @@ func (c *Config) validate(forRun bool) ConfigErrors {
 }
 
 // add records the problem of one key.
-func (e *ConfigErrors) add(key, format string, args ...any) {
+func (e *Errors) add(key, format string, args ...any) {
 	*e = append(*e, key+": "+fmt.Sprintf(format, args...))
 }
 
 // validateAPI checks the api section but api.protocol (validateUpload).
-func (c *Config) validateAPI() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateAPI() Errors {
+	var errs Errors
 	if c.API.Token != "" {
 		errs.add("api.token", "an inline token is not accepted (the config file is not a secret store); "+
 			"put the token in the file named by api.token_file, in the SPLATD_TOKEN environment variable, "+
@@ -480,13 +480,13 @@ func (c *Config) validateAPI() ConfigErrors {
 // validateWatch checks the watch list (a daemon needs one folder at least)
 // and fills each entry's defaults; the folders' own filters and blocks are
 // validateFolders'.
-func (c *Config) validateWatch(forRun bool) ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateWatch(forRun bool) Errors {
+	var errs Errors
 	if forRun && len(c.Watch) == 0 {
 		errs.add("watch", "at least one folder is required")
 	}
 	for i := range c.Watch {
-		errs = append(errs, c.Watch[i].validate(fmt.Sprintf("watch[%d]", i))...)
+		errs = append(errs, c.Watch[i].Validate(fmt.Sprintf("watch[%d]", i))...)
 	}
 	return errs
 }
@@ -509,8 +509,8 @@ func effectiveExclude(own []string, defaults *bool) []string {
 
 // validate checks the watch entry at key, makes its path absolute (keeping
 // it as given) and fills its defaults.
-func (w *WatchConfig) validate(key string) ConfigErrors {
-	var errs ConfigErrors
+func (w *Watch) Validate(key string) Errors {
+	var errs Errors
 	if w.given == "" {
 		w.given = w.Path
 	}
@@ -560,8 +560,8 @@ func (w *WatchConfig) validate(key string) ConfigErrors {
 
 // validateDaemon checks the top-level keys: timing, state_dir (a daemon
 // needs one) and workers.
-func (c *Config) validateDaemon(forRun bool) ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateDaemon(forRun bool) Errors {
+	var errs Errors
 	if c.Settle < 0 {
 		errs.add("settle", "must not be negative")
 	}
@@ -584,8 +584,8 @@ func (c *Config) validateDaemon(forRun bool) ConfigErrors {
 }
 
 // validatePublish checks the global publish block.
-func (c *Config) validatePublish() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validatePublish() Errors {
+	var errs Errors
 	if msg := titleProblem(c.Publish.Title); msg != "" {
 		errs.add("publish.title", "%s", msg)
 	}
@@ -606,8 +606,8 @@ func (c *Config) validatePublish() ConfigErrors {
 }
 
 // validatePoll checks the poll section.
-func (c *Config) validatePoll() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validatePoll() Errors {
+	var errs Errors
 	if c.Poll.Interval.D() <= 0 {
 		errs.add("poll.interval", "must be positive")
 	}
@@ -622,8 +622,8 @@ func (c *Config) validatePoll() ConfigErrors {
 
 // validateAfter checks the global after-actions and that a move has its
 // folder.
-func (c *Config) validateAfter() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateAfter() Errors {
+	var errs Errors
 	switch c.After.OnSuccess {
 	case "keep", "delete":
 	case "move":
@@ -647,8 +647,8 @@ func (c *Config) validateAfter() ConfigErrors {
 
 // validateAfterDirs makes after.success_dir and after.failure_dir absolute
 // and refuses one inside a watched folder (c.Watch paths already absolute).
-func (c *Config) validateAfterDirs() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateAfterDirs() Errors {
+	var errs Errors
 	for _, d := range []struct{ key, dir string }{{"after.success_dir", c.After.SuccessDir}, {"after.failure_dir", c.After.FailureDir}} {
 		if d.dir == "" {
 			continue
@@ -674,8 +674,8 @@ func (c *Config) validateAfterDirs() ConfigErrors {
 }
 
 // validateMetrics checks the metrics listener.
-func (c *Config) validateMetrics() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateMetrics() Errors {
+	var errs Errors
 	if c.Metrics.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			errs.add("metrics.listen", "want host:port or empty to turn it off: %v", err)
@@ -685,8 +685,8 @@ func (c *Config) validateMetrics() ConfigErrors {
 }
 
 // validateLog checks the log section.
-func (c *Config) validateLog() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateLog() Errors {
+	var errs Errors
 	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
 		errs.add("log.level", "must be one of trace, debug, info, warn, error (got %q)", c.Log.Level)
 	}
@@ -698,8 +698,8 @@ func (c *Config) validateLog() ConfigErrors {
 	return errs
 }
 
-// rootCAs returns the system roots plus api.ca_file, for the API and storage hosts.
-func rootCAs(c *Config) (*x509.CertPool, error) {
+// RootCAs returns the system roots plus api.ca_file, for the API and storage hosts.
+func (c *Config) RootCAs() (*x509.CertPool, error) {
 	if c.API.CAFile == "" {
 		return nil, nil // nil means the system roots
 	}
@@ -719,7 +719,7 @@ func rootCAs(c *Config) (*x509.CertPool, error) {
 
 // redacted renders the effective config as YAML for `config check`. The token
 // itself is never in Config, so there is nothing to hide but its source.
-func (c *Config) redacted(tok *api.Token, tokenErr error) string {
+func (c *Config) Redacted(tok *api.Token, tokenErr error) string {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

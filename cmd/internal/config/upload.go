@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -9,17 +9,17 @@ import (
 
 // The two protocols api.protocol chooses between.
 const (
-	protocolLegacy = "legacy" // docs/api-legacy.md: one signed URL, one PUT, publish
-	protocolV1     = "v1"     // docs/api-v1.md: resumable multipart upload sessions
+	ProtocolLegacy = "legacy" // docs/api-legacy.md: one signed URL, one PUT, publish
+	ProtocolV1     = "v1"     // docs/api-v1.md: resumable multipart upload sessions
 )
 
 // validateUpload checks api.protocol and the upload section.
-func (c *Config) validateUpload() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateUpload() Errors {
+	var errs Errors
 	switch c.API.Protocol {
-	case protocolLegacy, protocolV1:
+	case ProtocolLegacy, ProtocolV1:
 	default:
-		errs = append(errs, fmt.Sprintf("api.protocol: must be %s or %s (got %q)", protocolLegacy, protocolV1, c.API.Protocol))
+		errs = append(errs, fmt.Sprintf("api.protocol: must be %s or %s (got %q)", ProtocolLegacy, ProtocolV1, c.API.Protocol))
 	}
 	if n := c.Upload.ParallelParts; n < 1 || n > 16 {
 		errs = append(errs, fmt.Sprintf("upload.parallel_parts: must be between 1 and 16 (got %d)", n))
@@ -31,7 +31,7 @@ func (c *Config) validateUpload() ConfigErrors {
 }
 
 // bandwidth is upload.bandwidth parsed (validate has checked it).
-func (c *Config) bandwidth() api.Schedule {
+func (c *Config) Bandwidth() api.Schedule {
 	s, _ := api.ParseBandwidth(c.Upload.Bandwidth)
 	return s
 }
@@ -39,11 +39,11 @@ func (c *Config) bandwidth() api.Schedule {
 // protocolNotes says which keys the chosen protocol ignores, for `config
 // check` and the daemon's start: under v1 a splat is uploaded unlisted, with
 // no settings and no output-format choice (docs/api-v1.md has no field for them).
-func (c *Config) protocolNotes() []string {
-	if c.API.Protocol != protocolV1 {
+func (c *Config) ProtocolNotes() []string {
+	if c.API.Protocol != ProtocolV1 {
 		return nil
 	}
-	def := defaultConfig()
+	def := Default()
 	var notes []string
 	note := func(key string) {
 		notes = append(notes, key+": has no effect under api.protocol v1 (a v1 upload is unlisted; its settings and format are edited on the site)")

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -6,25 +6,16 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/watcher"
 )
-
-// FolderPublish is a watch entry's own publish block: each key set here
-// replaces the global one for the folder's files, settings merge key by
-// key. on_uncertain stays global (it is about the daemon, not a folder).
-type FolderPublish struct {
-	Title       *string        `yaml:"title,omitempty"`
-	Description *string        `yaml:"description,omitempty"`
-	Listed      *bool          `yaml:"listed,omitempty"`
-	Format      *string        `yaml:"format,omitempty"`
-	Settings    map[string]any `yaml:"settings,omitempty"`
-	Encode      *string        `yaml:"encode,omitempty"`
-}
 
 // FolderAfter is a watch entry's own after block, laid over the global one
 // key by key. An empty exec list turns a global command off for the folder.
@@ -38,9 +29,9 @@ type FolderAfter struct {
 	ExecTimeout *Duration `yaml:"exec_timeout,omitempty"`
 }
 
-// NotifyConfig says where final jobs are announced (after.exec is the
+// Notify says where final jobs are announced (after.exec is the
 // other channel).
-type NotifyConfig struct {
+type Notify struct {
 	// Webhook receives a JSON event per final job: https, or http on a
 	// loopback address. "" turns it off.
 	Webhook WebhookURL `yaml:"webhook"`
@@ -100,7 +91,7 @@ func (b ByteSize) String() string { return state.FormatSize(int64(b)) }
 // publishFor returns the publish defaults of a watch entry's files: the
 // global block with the entry's own laid over it. Folder .splat.yaml files
 // and sidecars are applied later, per file (sidecar.Resolve).
-func (c *Config) publishFor(w WatchConfig) state.PublishParams {
+func (c *Config) PublishFor(w Watch) state.PublishParams {
 	p := c.Publish.Params()
 	settings := map[string]any{}
 	sidecar.MergeSettings(settings, p.Settings) // a deep copy: folders never share maps
@@ -125,7 +116,7 @@ func (c *Config) publishFor(w WatchConfig) state.PublishParams {
 }
 
 // afterFor returns the after block of a watch entry's files.
-func (c *Config) afterFor(w WatchConfig) AfterConfig {
+func (c *Config) AfterFor(w Watch) After {
 	a := c.After
 	o := w.After
 	if o.OnSuccess != nil {
@@ -167,8 +158,8 @@ func titleProblem(title string) string {
 
 // validateFolders checks each watch entry's filters and its own publish and
 // after blocks; errors name the key path (watch[1].publish.format).
-func (c *Config) validateFolders() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateFolders() Errors {
+	var errs Errors
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
 	}
@@ -202,7 +193,7 @@ func (c *Config) validateFolders() ConfigErrors {
 		if a.OnFailure != nil && *a.OnFailure != "keep" && *a.OnFailure != "move" {
 			bad(key+".after.on_failure", "must be keep or move (got %q)", *a.OnFailure)
 		}
-		eff := c.afterFor(*w)
+		eff := c.AfterFor(*w)
 		if (a.OnSuccess != nil || a.SuccessDir != nil) && eff.OnSuccess == "move" && eff.SuccessDir == "" {
 			bad(key+".after.success_dir", "is required when on_success is move")
 		}
@@ -239,21 +230,21 @@ func (c *Config) validateFolders() ConfigErrors {
 	return errs
 }
 
-func execProblems(key string, argv []string) ConfigErrors {
+func execProblems(key string, argv []string) Errors {
 	if len(argv) > 0 && strings.TrimSpace(argv[0]) == "" {
-		return ConfigErrors{key + ": the first item is the program to run and must not be empty"}
+		return Errors{key + ": the first item is the program to run and must not be empty"}
 	}
 	if len(argv) == 1 && strings.ContainsAny(argv[0], " \t") && !filepath.IsAbs(argv[0]) {
 		// "notify-chat --room x" as one string would look for a program of
 		// that name: the list is not run by a shell.
-		return ConfigErrors{key + ": a list of the program and its arguments, not a shell line (write [notify-chat, --room, x])"}
+		return Errors{key + ": a list of the program and its arguments, not a shell line (write [notify-chat, --room, x])"}
 	}
 	return nil
 }
 
 // validateNotify checks after.exec and the notify block.
-func (c *Config) validateNotify() ConfigErrors {
-	var errs ConfigErrors
+func (c *Config) validateNotify() Errors {
+	var errs Errors
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
 	}
@@ -297,4 +288,102 @@ func webhookProblem(s string) string {
 	default:
 		return fmt.Sprintf("scheme must be https (got %q)", u.Scheme)
 	}
+}
+
+// PublishDefaults returns the pool's per-root publish defaults: each watch
+// entry's own publish block over the global one, looked up by the root a
+// job came from (state.Job.Root, the entry's path).
+func (c *Config) PublishDefaults() func(root string) state.PublishParams {
+	byRoot := make(map[string]state.PublishParams, len(c.Watch))
+	for _, w := range c.Watch {
+		byRoot[w.Path] = c.PublishFor(w)
+	}
+	global := c.Publish.Params()
+	return func(root string) state.PublishParams {
+		if p, ok := byRoot[root]; ok {
+			return p
+		}
+		return global // a job from a watch entry since removed from the config
+	}
+}
+
+// FollowSymlinks says which watch roots follow symbolic links that stay
+// inside them (follow_symlinks); elsewhere a link fails its job.
+func (c *Config) FollowSymlinks() func(root string) bool {
+	follow := make(map[string]bool, len(c.Watch))
+	for _, w := range c.Watch {
+		follow[w.Path] = w.FollowSymlinks
+	}
+	return func(root string) bool { return follow[root] }
+}
+
+// WatchOf returns the innermost watch entry holding path, for a one-shot
+// publish to use that folder's settings as the daemon would.
+func (c *Config) WatchOf(path string) (Watch, bool) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Watch{}, false
+	}
+	var best Watch
+	found := false
+	for _, w := range c.Watch {
+		if rel, err := filepath.Rel(w.Path, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			if !found || len(w.Path) > len(best.Path) {
+				best, found = w, true
+			}
+		}
+	}
+	return best, found
+}
+
+// Roots turns the watch entries into the watcher's roots.
+func (c *Config) Roots() []watcher.Root {
+	roots := make([]watcher.Root, len(c.Watch))
+	for i, w := range c.Watch {
+		roots[i] = watcher.Root{
+			Path: w.Path, Recursive: *w.Recursive, Include: w.Include, Exclude: w.Exclude,
+			Mode: w.Mode, PollInterval: w.PollInterval.D(), FollowSymlinks: w.FollowSymlinks,
+			MinSize: int64(w.MinSize), MaxSize: int64(*w.MaxSize), MinAge: w.MinAge.D(),
+		}
+	}
+	return roots
+}
+
+// WatchPaths lists the watched folders, for the start line and reloads.
+func (c *Config) WatchPaths() []string {
+	paths := make([]string, len(c.Watch))
+	for i, w := range c.Watch {
+		paths[i] = w.Path
+	}
+	return paths
+}
+
+// IncompleteWait maps incomplete_timeout (0: wait for ever) to the
+// pool's option (negative: never).
+func (c *Config) IncompleteWait() time.Duration {
+	if c.IncompleteTimeout == 0 {
+		return -1
+	}
+	return c.IncompleteTimeout.D()
+}
+
+// ReceiptService is the protocol and service this daemon publishes to, as
+// written into receipts and required of the receipts it adopts.
+func (c *Config) ReceiptService() after.Service {
+	return after.Service{Protocol: c.API.Protocol, API: c.API.BaseURL}
+}
+
+// ParamsFor answers one file's publish parameters: the global publish
+// block, the innermost watch entry's own laid over it, then the folder's
+// .splat.yaml files and the file's sidecar (sidecar.Resolve). A file outside
+// every watch folder gets the global block and its own sidecar. The dry run
+// and `publish` ask it; the daemon's workers compose the same two steps,
+// PublishDefaults by root (replaced at a reload) and sidecar.Resolve per
+// job, so all three give a file the same parameters.
+func (c *Config) ParamsFor(path string, mod time.Time) (state.PublishParams, error) {
+	defaults, root := c.Publish.Params(), ""
+	if w, ok := c.WatchOf(path); ok {
+		defaults, root = c.PublishFor(w), w.Path
+	}
+	return sidecar.Resolve(defaults, path, root, mod)
 }

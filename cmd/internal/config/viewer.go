@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"net/url"
@@ -15,7 +15,7 @@ const (
 // viewerHosts is the set of hosts a viewer link may point to: the
 // api.viewer_hosts entries, or when there are none the host of
 // api.base_url (with its port) and, for the public service, superspl.at.
-func (c *Config) viewerHosts() []string {
+func (c *Config) ViewerHosts() []string {
 	if len(c.API.ViewerHosts) > 0 {
 		return c.API.ViewerHosts
 	}
@@ -34,7 +34,7 @@ func (c *Config) viewerHosts() []string {
 // viewer hosts (viewerHosts), "" otherwise. A link read from a receipt in a
 // watch folder (an adopted file) is whatever the folder's writer chose: it
 // is never stored, shown or sent on unless it passes.
-func (c *Config) trustedViewerURL(raw string) string {
+func (c *Config) TrustedViewerURL(raw string) string {
 	if raw == "" {
 		return ""
 	}
@@ -42,7 +42,7 @@ func (c *Config) trustedViewerURL(raw string) string {
 	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Opaque != "" {
 		return ""
 	}
-	for _, h := range c.viewerHosts() {
+	for _, h := range c.ViewerHosts() {
 		if strings.EqualFold(h, u.Host) || (!strings.Contains(h, ":") && u.Port() == "" && strings.EqualFold(h, u.Hostname())) {
 			return raw
 		}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"net/http"
@@ -90,7 +90,7 @@ func loadFrom(t *testing.T, doc string) error {
 	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := loadConfig(p, true)
+	_, err := Load(p, true)
 	return err
 }
 
@@ -101,7 +101,7 @@ func TestFolderBlocksOverGlobal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	done := filepath.Join(dir, "done")
-	cfg, err := parseConfig([]byte(`
+	cfg, err := Parse([]byte(`
 watch:
   - path: ` + filepath.Join(dir, "a") + `
   - path: ` + filepath.Join(dir, "b") + `
@@ -128,7 +128,7 @@ after:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := cfg.validate(true); len(errs) > 0 {
+	if errs := cfg.Validate(true); len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	a, b := cfg.Watch[0], cfg.Watch[1]
@@ -136,7 +136,7 @@ after:
 		t.Errorf("filters: a %+v, b %+v", a, b)
 	}
 
-	pa, pb := cfg.publishFor(a), cfg.publishFor(b)
+	pa, pb := cfg.PublishFor(a), cfg.PublishFor(b)
 	if pa.Title != "{{.Stem}}" || pa.Listed || pa.Description != "global" || pa.Format != "sog" || pa.Encode != "" {
 		t.Errorf("entry a publish = %+v", pa)
 	}
@@ -149,7 +149,7 @@ after:
 		t.Error("a folder's settings leaked into the global ones")
 	}
 
-	aa, ab := cfg.afterFor(a), cfg.afterFor(b)
+	aa, ab := cfg.AfterFor(a), cfg.AfterFor(b)
 	if aa.OnSuccess != "keep" || aa.Receipt || strings.Join(aa.Exec, " ") != "notify-chat --room captures" || aa.ExecTimeout.D() != 10*time.Second {
 		t.Errorf("entry a after = %+v", aa)
 	}
@@ -159,7 +159,7 @@ after:
 
 	// config check shows the folder blocks and hides a webhook's secret path.
 	cfg.Notify.Webhook = "https://hooks.example.com/services/T0/B0/SECRET"
-	out := cfg.redacted(nil, nil)
+	out := cfg.Redacted(nil, nil)
 	if strings.Contains(out, "SECRET") || !strings.Contains(out, "https://hooks.example.com/<redacted>") ||
 		!strings.Contains(out, "min_size: 1KiB") || !strings.Contains(out, "Client B") {
 		t.Errorf("config check output:\n%s", out)
@@ -199,15 +199,15 @@ func TestNotifySecretsRefused(t *testing.T) {
 
 func TestWatchOfPicksTheInnermostEntry(t *testing.T) {
 	t.Parallel()
-	cfg := defaultConfig()
-	cfg.Watch = []WatchConfig{{Path: "/srv/captures"}, {Path: "/srv/captures/clientA"}, {Path: "/srv/other"}}
+	cfg := Default()
+	cfg.Watch = []Watch{{Path: "/srv/captures"}, {Path: "/srv/captures/clientA"}, {Path: "/srv/other"}}
 	for path, want := range map[string]string{
 		"/srv/captures/clientA/x/scan.ply": "/srv/captures/clientA",
 		"/srv/captures/scan.ply":           "/srv/captures",
 		"/srv/captures-old/scan.ply":       "",
 		"/tmp/scan.ply":                    "",
 	} {
-		w, ok := cfg.watchOf(path)
+		w, ok := cfg.WatchOf(path)
 		if (want == "") == ok || w.Path != want {
 			t.Errorf("watchOf(%s) = %q, %v; want %q", path, w.Path, ok, want)
 		}
@@ -219,14 +219,14 @@ func TestWatchOfPicksTheInnermostEntry(t *testing.T) {
 // and every new key is documented.
 func TestExampleShowsFolderAndNotifyKeys(t *testing.T) {
 	t.Parallel()
-	cfg, err := loadConfig("../../config.example.yaml", true)
+	cfg, err := Load("../../../config.example.yaml", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w := cfg.Watch[0]; w.MinSize != 0 || *w.MaxSize != DefaultMaxSize || w.MinAge != 0 {
 		t.Errorf("example watch entry filters = %+v, want the defaults (off)", w)
 	}
-	b, err := os.ReadFile("../../config.example.yaml")
+	b, err := os.ReadFile("../../../config.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,15 +243,15 @@ func TestExampleShowsFolderAndNotifyKeys(t *testing.T) {
 func TestMaxSizeDefault(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg, err := parseConfig([]byte("watch:\n  - path: " + filepath.Join(dir, "a") +
+	cfg, err := Parse([]byte("watch:\n  - path: " + filepath.Join(dir, "a") +
 		"\n  - path: " + filepath.Join(dir, "b") + "\n    max_size: 0\n  - path: " + filepath.Join(dir, "c") + "\n    min_size: 40GiB\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := cfg.validate(true); len(errs) > 0 {
+	if errs := cfg.Validate(true); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	roots := watchRoots(cfg)
+	roots := cfg.Roots()
 	if got := []int64{roots[0].MaxSize, roots[1].MaxSize, roots[2].MaxSize}; got[0] != 32<<30 || got[1] != 0 || got[2] != 0 {
 		t.Errorf("max sizes %v, want [32GiB 0 0]", got)
 	}

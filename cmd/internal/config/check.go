@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // at start (a state directory it cannot create or write). `config check`
 // prints both and exits 1 only for fatal ones, so that a check on a
 // machine where the folders come later (a mount, a first capture) passes.
-func (c *Config) checkEnvironment() (warnings, fatal []string) {
+func (c *Config) CheckEnvironment() (warnings, fatal []string) {
 	for i, w := range c.Watch {
 		key := fmt.Sprintf("watch[%d].path", i)
 		if w.given != "" && !filepath.IsAbs(w.given) {
@@ -91,16 +91,16 @@ func writableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// probeStorage makes one HEAD request to the storage host of a signed URL
+// ProbeStorage makes one HEAD request to the storage host of a signed URL
 // (without its query, so nothing is authorised): any HTTP answer means the
 // host resolves, accepts connections and has a certificate that verifies.
-func probeStorage(ctx context.Context, cfg *Config, signed string) (string, error) {
+func ProbeStorage(ctx context.Context, cfg *Config, signed string) (string, error) {
 	u, err := url.Parse(signed)
 	if err != nil {
 		return "", err
 	}
 	origin := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/"}
-	roots, err := rootCAs(cfg)
+	roots, err := cfg.RootCAs()
 	if err != nil {
 		return u.Host, err
 	}
@@ -120,16 +120,16 @@ func probeStorage(ctx context.Context, cfg *Config, signed string) (string, erro
 	return u.Host, nil
 }
 
-// probeHint names the configuration class of a probe's error, as the
+// ProbeHint names the configuration class of a probe's error, as the
 // daemon would report it.
-func probeHint(err error) string {
+func ProbeHint(err error) string {
 	if kind := state.ConfigKind(err); kind != "" {
-		return fmt.Sprintf(" [configuration error (%s): %s]", kind, configAdviceText(kind))
+		return fmt.Sprintf(" [configuration error (%s): %s]", kind, AdviceText(kind))
 	}
 	return ""
 }
 
-func configAdviceText(kind string) string {
+func AdviceText(kind string) string {
 	switch kind {
 	case state.ConfigTLS:
 		return "the certificate does not verify; set api.ca_file to the CA that signed it"

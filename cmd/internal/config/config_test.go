@@ -1,9 +1,8 @@
-package main
+package config
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,12 +27,12 @@ func TestInvalidConfigs(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			t.Parallel()
 			want := wantLine(t, f)
-			_, err := loadConfig(f, true)
+			_, err := Load(f, true)
 			if err == nil {
-				t.Fatalf("loadConfig(%s) = nil error, want %q", f, want)
+				t.Fatalf("Load(%s) = nil error, want %q", f, want)
 			}
 			if !strings.Contains(err.Error(), want) {
-				t.Fatalf("loadConfig(%s) error:\n%v\nwant it to contain %q", f, err, want)
+				t.Fatalf("Load(%s) error:\n%v\nwant it to contain %q", f, err, want)
 			}
 		})
 	}
@@ -57,17 +56,17 @@ func wantLine(t *testing.T, path string) string {
 // defaults in step: the example documents "every key with its default".
 func TestExampleMatchesDefaults(t *testing.T) {
 	t.Parallel()
-	cfg, err := loadConfig("../../config.example.yaml", true)
+	cfg, err := Load("../../../config.example.yaml", true)
 	if err != nil {
 		t.Fatalf("config.example.yaml: %v", err)
 	}
-	def := defaultConfig()
+	def := Default()
 	def.Watch = cfg.Watch // the example names a folder; there is no default one
-	if errs := def.validate(false); len(errs) > 0 {
+	if errs := def.Validate(false); len(errs) > 0 {
 		t.Fatalf("defaults do not validate: %v", errs)
 	}
 	if !reflect.DeepEqual(normalize(t, cfg), normalize(t, &def)) {
-		t.Errorf("config.example.yaml differs from defaultConfig():\nexample:  %+v\ndefaults: %+v", *cfg, def)
+		t.Errorf("config.example.yaml differs from Default():\nexample:  %+v\ndefaults: %+v", *cfg, def)
 	}
 	w := cfg.Watch[0]
 	if !*w.Recursive || w.Mode != "notify" || !reflect.DeepEqual(w.Include, defaultInclude) ||
@@ -80,12 +79,12 @@ func TestExampleMatchesDefaults(t *testing.T) {
 // decoded from YAML (int) and written in Go (int) compare alike.
 func normalize(t *testing.T, c *Config) string {
 	t.Helper()
-	return c.redacted(nil, nil)
+	return c.Redacted(nil, nil)
 }
 
 func TestEmptyConfigIsDefaults(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig([]byte("# nothing\n"))
+	cfg, err := Parse([]byte("# nothing\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,11 +95,11 @@ func TestEmptyConfigIsDefaults(t *testing.T) {
 
 func TestAllProblemsReportedAtOnce(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig([]byte("workers: 0\npublish: {format: x, encode: zip}\nlog: {level: loud}\n"))
+	cfg, err := Parse([]byte("workers: 0\npublish: {format: x, encode: zip}\nlog: {level: loud}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := cfg.validate(true)
+	errs := cfg.Validate(true)
 	for _, key := range []string{"workers:", "publish.format:", "publish.encode:", "log.level:", "watch:"} {
 		if !strings.Contains(errs.Error(), key) {
 			t.Errorf("errors %q do not mention %s", errs.Error(), key)
@@ -108,29 +107,14 @@ func TestAllProblemsReportedAtOnce(t *testing.T) {
 	}
 }
 
-func TestParseArgsInterspersed(t *testing.T) {
-	t.Parallel()
-	c := &cli{stdout: &strings.Builder{}, stderr: &strings.Builder{}, getenv: func(string) string { return "" }}
-	fs := newFlags(c, "checkpoints")
-	all := fs.Bool("all", false, "")
-	limit := fs.Int("limit", 0, "")
-	pos, err := parseArgs(fs, []string{"main", "-all", "-limit", "7", "--", "-x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !*all || *limit != 7 || !reflect.DeepEqual(pos, []string{"main", "-x"}) {
-		t.Errorf("got all=%v limit=%d pos=%q", *all, *limit, pos)
-	}
-}
-
 // TestDeployConfigsLoad keeps the configs shipped in deploy/ valid: the
 // container's file and the one inside the Kubernetes ConfigMap.
 func TestDeployConfigsLoad(t *testing.T) {
 	t.Parallel()
-	if _, err := loadConfig("../../deploy/container/config.yaml", true); err != nil {
+	if _, err := Load("../../../deploy/container/config.yaml", true); err != nil {
 		t.Errorf("deploy/container/config.yaml: %v", err)
 	}
-	raw, err := os.ReadFile("../../deploy/kubernetes/sidecar.yaml")
+	raw, err := os.ReadFile("../../../deploy/kubernetes/sidecar.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +132,9 @@ func TestDeployConfigsLoad(t *testing.T) {
 			continue
 		}
 		found = true
-		cfg, err := parseConfig([]byte(doc.Data["config.yaml"]))
+		cfg, err := Parse([]byte(doc.Data["config.yaml"]))
 		if err == nil {
-			if errs := cfg.validate(true); len(errs) > 0 {
+			if errs := cfg.Validate(true); len(errs) > 0 {
 				err = errs
 			}
 		}
@@ -165,34 +149,13 @@ func TestDeployConfigsLoad(t *testing.T) {
 
 func TestPartialSettingsKeepDefaults(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig([]byte("publish:\n  settings:\n    camera: {fov: 50}\n"))
+	cfg, err := Parse([]byte("publish:\n  settings:\n    camera: {fov: 50}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cam := cfg.Publish.Settings["camera"].(map[string]any)
 	if cam["fov"] != 50 || cam["target"] == nil || cfg.Publish.Settings["background"] == nil || cfg.Publish.Settings["animTracks"] == nil {
 		t.Errorf("settings = %v; want fov 50 over the defaults", cfg.Publish.Settings)
-	}
-}
-
-// TestHelpForms: every way of asking for help prints usage and exits 0,
-// including "help help" and "help -h" (which once recursed forever).
-func TestHelpForms(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"help", "help"}, {"help", "-h"}, {"help", "publish"}, {"publish", "-h"}} {
-		var out, errb strings.Builder
-		c := &cli{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-		if code := dispatch(context.Background(), c, args); code != exitOK {
-			t.Errorf("splatd %v exited %d", args, code)
-		}
-		if !strings.Contains(out.String()+errb.String(), "usage: splatd") {
-			t.Errorf("splatd %v printed no usage", args)
-		}
-	}
-	var out, errb strings.Builder
-	c := &cli{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if code := dispatch(context.Background(), c, []string{"nonsense"}); code != exitUsage {
-		t.Errorf("unknown command exited %d, want 2", code)
 	}
 }
 
@@ -204,7 +167,7 @@ func TestDecodeAndValidationProblemsTogether(t *testing.T) {
 	if err := os.WriteFile(p, []byte("api:\n  base_url: http://x\n  timout: 3s\nsettle: fast\nworkers: 100\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := loadConfig(p, true)
+	_, err := Load(p, true)
 	for _, want := range []string{"api.timout: unknown key", "settle: \"fast\" is not a duration", "api.base_url: scheme must be https", "workers: must be between 1 and 64", "watch: at least one folder"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
@@ -216,33 +179,33 @@ func TestDecodeAndValidationProblemsTogether(t *testing.T) {
 // is set; under legacy, nothing.
 func TestProtocolNotes(t *testing.T) {
 	t.Parallel()
-	cfg, err := parseConfig([]byte("api: {protocol: v1}\npublish: {listed: true, format: compressed.ply, settings: {camera: {fov: 40}}}\n"))
+	cfg, err := Parse([]byte("api: {protocol: v1}\npublish: {listed: true, format: compressed.ply, settings: {camera: {fov: 40}}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	notes := strings.Join(cfg.protocolNotes(), "\n")
+	notes := strings.Join(cfg.ProtocolNotes(), "\n")
 	for _, key := range []string{"publish.listed", "publish.format", "publish.settings"} {
 		if !strings.Contains(notes, key+": has no effect") {
 			t.Errorf("notes %q do not name %s", notes, key)
 		}
 	}
-	plain, err := parseConfig([]byte("api: {protocol: v1}\n"))
+	plain, err := Parse([]byte("api: {protocol: v1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := plain.protocolNotes(); len(n) != 0 {
+	if n := plain.ProtocolNotes(); len(n) != 0 {
 		t.Errorf("v1 with defaults: notes %q, want none", n)
 	}
-	cfg.API.Protocol = protocolLegacy
-	if n := cfg.protocolNotes(); len(n) != 0 {
+	cfg.API.Protocol = ProtocolLegacy
+	if n := cfg.ProtocolNotes(); len(n) != 0 {
 		t.Errorf("legacy: notes %q, want none", n)
 	}
 	for _, bad := range []string{"api: {protocol: v2}", "upload: {parallel_parts: 17}", `upload: {bandwidth: "25:00,off"}`} {
-		c, err := parseConfig([]byte(bad + "\n"))
+		c, err := Parse([]byte(bad + "\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if errs := c.validate(false); len(errs) == 0 {
+		if errs := c.Validate(false); len(errs) == 0 {
 			t.Errorf("%q passed validation", bad)
 		}
 	}
@@ -263,17 +226,17 @@ func TestExcludeAddsToDefaults(t *testing.T) {
 		{`watch: [{path: /x, exclude_defaults: false}]`, []string{}},
 	}
 	for _, c := range cases {
-		cfg, err := parseConfig([]byte(c.yaml + "\nstate_dir: /tmp/s\n"))
+		cfg, err := Parse([]byte(c.yaml + "\nstate_dir: /tmp/s\n"))
 		if err != nil {
 			t.Fatalf("%s: %v", c.yaml, err)
 		}
-		if errs := cfg.validate(false); len(errs) > 0 {
+		if errs := cfg.Validate(false); len(errs) > 0 {
 			t.Fatalf("%s: %v", c.yaml, errs)
 		}
 		if got := cfg.Watch[0].Exclude; !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: effective exclude %q, want %q", c.yaml, got, c.want)
 		}
-		out := cfg.redacted(nil, nil)
+		out := cfg.Redacted(nil, nil)
 		for _, p := range c.want {
 			if !strings.Contains(out, p) {
 				t.Errorf("%s: config check output lacks %q:\n%s", c.yaml, p, out)
@@ -286,11 +249,11 @@ func TestExcludeAddsToDefaults(t *testing.T) {
 // units, under the key, without a doubled prefix.
 func TestBandwidthErrorSaysUnits(t *testing.T) {
 	for _, in := range []string{`"2"`, `"2 fast"`} {
-		cfg, err := parseConfig([]byte("upload: {bandwidth: " + in + "}\n"))
+		cfg, err := Parse([]byte("upload: {bandwidth: " + in + "}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := fmt.Sprint(cfg.validate(false))
+		msg := fmt.Sprint(cfg.Validate(false))
 		if !strings.Contains(msg, "upload.bandwidth: ") || strings.Contains(msg, "bandwidth: bandwidth") ||
 			(in == `"2"` && (strings.Count(msg, `"2"`) != 1 || !strings.Contains(msg, "no unit"))) || strings.Contains(msg, "timetable entry is") {
 			t.Errorf("bandwidth %s: %s", in, msg)
@@ -305,11 +268,11 @@ func TestFleetIdentity(t *testing.T) {
 	host, _ := os.Hostname()
 	a := &Config{StateDir: "/var/lib/splatd-a"}
 	b := &Config{StateDir: "/var/lib/splatd-b"}
-	if got := fleetIdentity(a); got != host+":/var/lib/splatd-a" || got == fleetIdentity(b) {
-		t.Errorf("default identities %q, %q", got, fleetIdentity(b))
+	if got := a.FleetIdentity(); got != host+":/var/lib/splatd-a" || got == b.FleetIdentity() {
+		t.Errorf("default identities %q, %q", got, b.FleetIdentity())
 	}
 	a.Fleet.ID = "rig-1"
-	if got := fleetIdentity(a); got != "rig-1" {
+	if got := a.FleetIdentity(); got != "rig-1" {
 		t.Errorf("fleet.id: identity %q", got)
 	}
 }
