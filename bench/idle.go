@@ -24,7 +24,7 @@ const clockTick = 10 * time.Millisecond
 // The idle daemon's timeline (from the later of the two starts): the
 // startup (open, first scan, first stats) settles, then CPU is read over a
 // fixed window, then /metrics is timed; everything ends before the first
-// maintenance pass, a minute after start (cmd/splatd maintain), which
+// maintenance pass, a minute after start (cmd/internal/daemon maintain), which
 // walks the path index and would be measured as idle CPU otherwise.
 const (
 	idleSettle    = 8 * time.Second  // at least, after the start and 3 s after ready

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
@@ -43,34 +44,12 @@ func loadAPI(c *cli, cfgPath string, obs api.Observer, log zerolog.Logger) (*api
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
 	}
-	client, err := newClient(cfg, token, nil, obs, log)
+	client, err := daemon.NewClient(cfg, buildVersion(), token, nil, obs, log)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return nil, exitFailure
 	}
 	return &apiEnv{cfg: cfg, client: client}, exitOK
-}
-
-// newClient builds the API client for cfg with token; a nil pacer is the
-// client's own (one-shot commands keep no pacer state). Its storage PUTs
-// share one bandwidth limiter built from upload.bandwidth: one per daemon
-// (the daemon has one client) and per `splatd publish`.
-func newClient(cfg *config.Config, token *api.Token, pacer api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
-	roots, err := cfg.RootCAs()
-	if err != nil {
-		return nil, err
-	}
-	return api.NewClient(api.ClientOptions{
-		BaseURL:     cfg.API.BaseURL,
-		TokenSource: token,
-		Pacer:       pacer,
-		RootCAs:     roots,
-		Timeout:     cfg.API.Timeout.D(),
-		UserAgent:   "splatd/" + buildVersion(),
-		Observer:    obs,
-		Logger:      log,
-		Limiter:     api.NewLimiter(cfg.Bandwidth(), api.LimiterOptions{}),
-	})
 }
 
 // explain turns an API error into the sentence an operator needs.

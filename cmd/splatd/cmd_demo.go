@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
@@ -74,7 +75,8 @@ type demo struct {
 	cfg      config.Config
 	logPath  string
 	logFile  *os.File
-	d        *daemon
+	d        *daemon.Daemon
+	events   chan journeyEvent // the daemon's stage changes
 }
 
 // newDemo starts the simulator and builds (without running) the daemon.
@@ -118,7 +120,17 @@ func newDemo(c *cli, dir, protocol string) (*demo, error) {
 		return nil, err
 	}
 	dlog, _ := newLogger(cfg.Log, dm.logFile, false)
-	if dm.d, err = openDaemon(&dm.cfg, c.getenv, dlog); err != nil {
+	// Every stage change, as the pool commits it; a buffer generous enough
+	// that the pool never waits on the printer (extra events are dropped).
+	dm.events = make(chan journeyEvent, 1024)
+	onTransition := func(j state.Job, from state.Stage) {
+		select {
+		case dm.events <- journeyEvent{j, from}:
+		default:
+		}
+	}
+	o := daemon.Options{Getenv: c.getenv, Logger: dlog, Version: buildVersion(), OnTransition: onTransition}
+	if dm.d, err = daemon.Open(&dm.cfg, o); err != nil {
 		dm.logFile.Close()
 		sim.Close()
 		return nil, err
@@ -131,7 +143,7 @@ func newDemo(c *cli, dir, protocol string) (*demo, error) {
 const demoPartSize = 256 << 10
 
 func (dm *demo) close() {
-	dm.d.close()
+	dm.d.Close()
 	dm.logFile.Close()
 	dm.sim.Close()
 }
@@ -141,21 +153,13 @@ func (dm *demo) close() {
 func (dm *demo) run(ctx context.Context, keep, removeDir bool) int {
 	out, c := dm.c.stdout, dm.c
 	fmt.Fprintf(out, "splatd demo (api.protocol %s)\n  simulator  %s (storage %s)\n  inbox      %s\n  metrics    http://%s/  (status page; /metrics, /api/status)\n  log        %s\n\n",
-		dm.protocol, dm.sim.URL(), dm.sim.StorageURL(), dm.inbox, dm.d.metrics.Addr(), dm.logPath)
+		dm.protocol, dm.sim.URL(), dm.sim.StorageURL(), dm.inbox, dm.d.MetricsAddr(), dm.logPath)
 
-	// Every stage change, as the pool commits it; a buffer generous enough
-	// that the pool never waits on the printer (extra events are dropped).
-	events := make(chan journeyEvent, 1024)
-	dm.d.onTransition = func(j state.Job, from state.Stage) {
-		select {
-		case events <- journeyEvent{j, from}:
-		default:
-		}
-	}
+	events := dm.events
 	dctx, stop := context.WithCancel(ctx)
 	defer stop()
 	runErr := make(chan error, 1)
-	go func() { runErr <- dm.d.run(dctx) }()
+	go func() { runErr <- dm.d.Run(dctx) }()
 
 	files := demoFiles(dm.protocol)
 	start := time.Now()
@@ -171,14 +175,14 @@ func (dm *demo) run(ctx context.Context, keep, removeDir bool) int {
 		fmt.Fprintf(out, "  %-24s %s\n", f.name, f.how)
 	}
 	fmt.Fprintln(out, "\njourney:")
-	final := followJourney(dctx, out, dm.d.store, events, start, len(files), 90*time.Second)
+	final := followJourney(dctx, out, dm.d.Store(), events, start, len(files), 90*time.Second)
 	okAll := dm.summary(ctx, files, final)
 	if removeDir {
 		fmt.Fprintln(out, "(the demo folder is removed at exit; -keep or -dir DIR keeps it)")
 	}
 	if keep {
 		fmt.Fprintf(out, "\nsplatd keeps running: drop .ply or .sog files into\n  %s\nand watch them with\n  %s jobs -config %s\nor on the status page http://%s/\n(Ctrl-C stops it.)\n",
-			dm.inbox, os.Args[0], writeDemoConfig(dm.dir, &dm.cfg), dm.d.metrics.Addr())
+			dm.inbox, os.Args[0], writeDemoConfig(dm.dir, &dm.cfg), dm.d.MetricsAddr())
 		select {
 		case <-ctx.Done():
 		case err := <-runErr:
@@ -227,7 +231,7 @@ func (dm *demo) summary(ctx context.Context, files []demoFile, final map[string]
 	tw.Flush()
 
 	fmt.Fprintln(out, "\ncheckpoints of branch main (newest first, first 5):")
-	page, err := dm.d.client.Checkpoints(ctx, "main", 5, "")
+	page, err := dm.d.Client().Checkpoints(ctx, "main", 5, "")
 	if err != nil {
 		fmt.Fprintf(out, "  %v\n", err)
 		okAll = false

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/splatd/splatd/cmd/internal/manual"
 )
 
 // runInProcess runs splatd with args in this process and returns the exit
@@ -27,9 +29,9 @@ func runInProcess(t *testing.T, args ...string) (int, string) {
 // including those its synopsis leaves out (sim's -window).
 func TestSpecsReadTheRealFlagSets(t *testing.T) {
 	t.Parallel()
-	byName := map[string]cmdSpec{}
-	for _, s := range specs() {
-		byName[s.name] = s
+	byName := map[string]manual.Command{}
+	for _, s := range book().Commands {
+		byName[s.Name] = s
 	}
 	for _, c := range commands() {
 		if _, ok := byName[c.name]; !ok {
@@ -46,22 +48,22 @@ func TestSpecsReadTheRealFlagSets(t *testing.T) {
 		{"checkpoints", "limit", "N"},
 		{"retry", "failed", ""},
 	} {
-		i := slices.IndexFunc(byName[tc.cmd].flags, func(f flagSpec) bool { return f.name == tc.flag })
+		i := slices.IndexFunc(byName[tc.cmd].Flags, func(f manual.Flag) bool { return f.Name == tc.flag })
 		if i < 0 {
-			t.Errorf("%s: no flag -%s in %+v", tc.cmd, tc.flag, byName[tc.cmd].flags)
+			t.Errorf("%s: no flag -%s in %+v", tc.cmd, tc.flag, byName[tc.cmd].Flags)
 			continue
 		}
-		if got := byName[tc.cmd].flags[i].value; got != tc.value {
+		if got := byName[tc.cmd].Flags[i].Value; got != tc.value {
 			t.Errorf("%s -%s: value placeholder %q, want %q", tc.cmd, tc.flag, got, tc.value)
 		}
 	}
-	if w := byName["completion"].words; !slices.Equal(w, []string{"bash", "zsh", "fish"}) {
+	if w := byName["completion"].Words; !slices.Equal(w, []string{"bash", "zsh", "fish"}) {
 		t.Errorf("completion words = %v", w)
 	}
-	if w := byName["config"].words; !slices.Equal(w, []string{"check"}) {
+	if w := byName["config"].Words; !slices.Equal(w, []string{"check"}) {
 		t.Errorf("config words = %v", w)
 	}
-	if p := byName["resolve"].params; !slices.Equal(p, []string{"ID", "SPLAT_ID"}) {
+	if p := byName["resolve"].Params; !slices.Equal(p, []string{"ID", "SPLAT_ID"}) {
 		t.Errorf("resolve params = %v", p)
 	}
 }
@@ -77,13 +79,13 @@ func TestCompletionNamesEveryCommandAndFlag(t *testing.T) {
 			if code != exitOK {
 				t.Fatalf("exit %d", code)
 			}
-			for _, s := range specs() {
-				if !strings.Contains(script, s.name) {
-					t.Errorf("command %s missing", s.name)
+			for _, s := range book().Commands {
+				if !strings.Contains(script, s.Name) {
+					t.Errorf("command %s missing", s.Name)
 				}
-				for _, f := range s.flags {
-					if !strings.Contains(script, "-"+f.name) && !strings.Contains(script, "-o "+f.name) {
-						t.Errorf("%s: flag -%s missing", s.name, f.name)
+				for _, f := range s.Flags {
+					if !strings.Contains(script, "-"+f.Name) && !strings.Contains(script, "-o "+f.Name) {
+						t.Errorf("%s: flag -%s missing", s.Name, f.Name)
 					}
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
@@ -141,10 +142,10 @@ func TestE2EJobsUploading(t *testing.T) {
 	big := filepath.Join(e.inbox, "big.ply")
 	writeBigPLY(t, big, 8<<20)
 
-	var j jobView
+	var j daemon.JobView
 	waitFor(t, "jobs -json to show the upload with a rate and an ETA", func() bool {
 		code, out, _ := runCLI(t, nil, "jobs", "-json", "-state", "uploading", "-config", e.cfgPath)
-		var views []jobView
+		var views []daemon.JobView
 		if code != 0 || json.Unmarshal([]byte(out), &views) != nil || len(views) != 1 {
 			return false
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 )
@@ -35,7 +36,7 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "jobs")
 	o := jobsOptions{
 		cfgPath:  configFlag(c, fs),
-		stage:    fs.String("state", "", "only jobs in these stages, comma-separated ("+stageNames()+"); every such job, not only the recent ones"),
+		stage:    fs.String("state", "", "only jobs in these stages, comma-separated ("+daemon.StageNames()+"); every such job, not only the recent ones"),
 		limit:    fs.Int("limit", 0, "at most N jobs, the most recently updated (0: no limit)"),
 		all:      fs.Bool("all", false, "every job (default: the live ones and the last "+fmt.Sprint(recentFinished)+" finished)"),
 		asJSON:   fs.Bool("json", false, "print JSON, of every job (as -all) unless -limit says otherwise"),
@@ -50,8 +51,8 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 		return usageError(c, fs, "takes no arguments")
 	}
 	for _, s := range strings.Split(*o.stage, ",") {
-		if s = strings.TrimSpace(s); s != "" && s != stageUploading && !state.Stage(s).Valid() {
-			return usageError(c, fs, "unknown stage %q (stages: %s)", s, stageNames())
+		if s = strings.TrimSpace(s); s != "" && s != daemon.StageUploading && !state.Stage(s).Valid() {
+			return usageError(c, fs, "unknown stage %q (stages: %s)", s, daemon.StageNames())
 		}
 	}
 	if *o.limit < 0 || *o.interval <= 0 {
@@ -93,15 +94,15 @@ func cmdJobs(ctx context.Context, c *cli, args []string) int {
 // them as the flags say and prints them; quiet leaves out the note that
 // the daemon is not running (a -watch repeats it otherwise).
 func showJobs(ctx context.Context, c *cli, cfg *config.Config, o jobsOptions, quiet bool) int {
-	var views []jobView
-	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs?stage="+*o.stage)
+	var views []daemon.JobView
+	body, live, err := daemon.Call(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs?stage="+*o.stage)
 	if err == nil && live {
 		err = json.Unmarshal(body, &views)
 	}
 	if err == nil && !live {
-		err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
+		err = daemon.WithOfflineStore(cfg.StateDir, func(st *queue.Store) error {
 			var err error
-			views, err = listViews(st, *o.stage, nil)
+			views, err = daemon.ListViews(st, *o.stage, nil)
 			return err
 		})
 		if err == nil && !quiet {
@@ -131,9 +132,9 @@ func showJobs(ctx context.Context, c *cli, cfg *config.Config, o jobsOptions, qu
 // canceled) and the recentFinished most recently updated finished ones;
 // then at most limit (0: no limit), the most recently updated. The result
 // is in id order; hidden counts the finished jobs left out by default.
-func selectJobs(views []jobView, every bool, limit int) (shown []jobView, hidden int) {
-	shown = []jobView{}
-	var finished []jobView
+func selectJobs(views []daemon.JobView, every bool, limit int) (shown []daemon.JobView, hidden int) {
+	shown = []daemon.JobView{}
+	var finished []daemon.JobView
 	for _, v := range views {
 		if !every && state.Stage(v.Stage).Finished() {
 			finished = append(finished, v)
@@ -141,7 +142,7 @@ func selectJobs(views []jobView, every bool, limit int) (shown []jobView, hidden
 		}
 		shown = append(shown, v)
 	}
-	byRecent := func(a, b jobView) int { return b.UpdatedAt.Compare(a.UpdatedAt) }
+	byRecent := func(a, b daemon.JobView) int { return b.UpdatedAt.Compare(a.UpdatedAt) }
 	slices.SortStableFunc(finished, byRecent)
 	if len(finished) > recentFinished {
 		hidden = len(finished) - recentFinished
@@ -152,7 +153,7 @@ func selectJobs(views []jobView, every bool, limit int) (shown []jobView, hidden
 		slices.SortStableFunc(shown, byRecent)
 		shown = shown[:limit]
 	}
-	slices.SortFunc(shown, func(a, b jobView) int { return cmpUint(a.ID, b.ID) })
+	slices.SortFunc(shown, func(a, b daemon.JobView) int { return cmpUint(a.ID, b.ID) })
 	return shown, hidden
 }
 
@@ -166,7 +167,7 @@ func cmpUint(a, b uint64) int {
 	return 0
 }
 
-func printJobs(w io.Writer, views []jobView, now time.Time) {
+func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTAGE\tATTEMPTS\tAGE\tPROGRESS\tFILE\tRESULT")
 	for _, v := range views {
@@ -178,8 +179,8 @@ func printJobs(w io.Writer, views []jobView, now time.Time) {
 // progressText is a running upload's "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s";
 // "-" for a job that is not uploading (a canceled or failed job shows no
 // stale percentage).
-func progressText(v jobView) string {
-	if v.Stage != stageUploading || v.Size <= 0 {
+func progressText(v daemon.JobView) string {
+	if v.Stage != daemon.StageUploading || v.Size <= 0 {
 		return "-"
 	}
 	s := fmt.Sprintf("%d%% %s/%s", v.Sent*100/v.Size, state.HumanSize(v.Sent), state.HumanSize(v.Size))
@@ -194,7 +195,7 @@ func progressText(v jobView) string {
 	return s
 }
 
-func resultText(v jobView) string {
+func resultText(v daemon.JobView) string {
 	result := v.URL
 	if v.Error != "" {
 		result = oneLine(v.Error)

@@ -9,13 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splatd/splatd/cmd/internal/daemon"
 )
 
 // TestSelectJobs: by default every live job and the last recentFinished
 // finished ones; -state/-all every job; -limit the most recently updated.
 func TestSelectJobs(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	var views []jobView
+	var views []daemon.JobView
 	for i := 1; i <= 30; i++ {
 		stage := "done"
 		switch {
@@ -26,9 +28,9 @@ func TestSelectJobs(t *testing.T) {
 		case i == 7:
 			stage = "canceled"
 		}
-		views = append(views, jobView{ID: uint64(i), Stage: stage, UpdatedAt: t0.Add(time.Duration(i) * time.Minute)})
+		views = append(views, daemon.JobView{ID: uint64(i), Stage: stage, UpdatedAt: t0.Add(time.Duration(i) * time.Minute)})
 	}
-	ids := func(vs []jobView) []uint64 {
+	ids := func(vs []daemon.JobView) []uint64 {
 		var out []uint64
 		for _, v := range vs {
 			out = append(out, v.ID)
@@ -54,7 +56,7 @@ func TestSelectJobs(t *testing.T) {
 // TestJobsProgressText: an upload reads as bytes, rate and ETA in human
 // units; any other stage shows no percentage.
 func TestJobsProgressText(t *testing.T) {
-	v := jobView{Stage: stageUploading, Size: 3 << 30, Sent: 1 << 30, Rate: 24 << 20, ETA: 85}
+	v := daemon.JobView{Stage: daemon.StageUploading, Size: 3 << 30, Sent: 1 << 30, Rate: 24 << 20, ETA: 85}
 	if got, want := progressText(v), "33% 1.0 GiB/3.0 GiB 24.0 MiB/s ETA 1m25s"; got != want {
 		t.Errorf("progress = %q, want %q", got, want)
 	}
@@ -63,7 +65,7 @@ func TestJobsProgressText(t *testing.T) {
 		t.Errorf("stalled progress = %q", got)
 	}
 	for _, st := range []string{"canceled", "failed", "signed"} {
-		if got := progressText(jobView{Stage: st, Size: 100, Sent: 49}); got != "-" {
+		if got := progressText(daemon.JobView{Stage: st, Size: 100, Sent: 49}); got != "-" {
 			t.Errorf("%s job progress = %q, want -", st, got)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/uploader/api"
 )
 
@@ -329,7 +330,7 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	}
 	// splatd calls the API only when there is work, so /readyz cannot
 	// vouch for a token before the first file; this can.
-	client, err := newClient(cfg, token, nil, nil, cliLogger(c))
+	client, err := daemon.NewClient(cfg, buildVersion(), token, nil, nil, cliLogger(c))
 	var up api.Upload
 	if err == nil {
 		if cfg.API.Protocol == config.ProtocolV1 {

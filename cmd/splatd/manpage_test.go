@@ -15,13 +15,13 @@ func TestManPageNamesEveryCommandAndFlag(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("splatd man: exit %d", code)
 	}
-	for _, s := range specs() {
-		if !strings.Contains(page, `.SS "\fBsplatd `+s.name+`\fR`) {
-			t.Errorf("no section for command %s", s.name)
+	for _, s := range book().Commands {
+		if !strings.Contains(page, `.SS "\fBsplatd `+s.Name+`\fR`) {
+			t.Errorf("no section for command %s", s.Name)
 		}
-		for _, f := range s.flags {
-			if !strings.Contains(page, `.B \-`+f.name+"\n") && !strings.Contains(page, `.BI \-`+f.name+` "`) {
-				t.Errorf("%s: no entry for flag -%s", s.name, f.name)
+		for _, f := range s.Flags {
+			if !strings.Contains(page, `.B \-`+f.Name+"\n") && !strings.Contains(page, `.BI \-`+f.Name+` "`) {
+				t.Errorf("%s: no entry for flag -%s", s.Name, f.Name)
 			}
 		}
 	}
@@ -41,20 +41,5 @@ func TestManPageNamesEveryCommandAndFlag(t *testing.T) {
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil || stderr.Len() > 0 {
 		t.Errorf("groff -man -ww: %v\n%s", err, stderr.String())
-	}
-}
-
-func TestRoffEscapes(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ in, want string }{
-		{"use -probe or --x", `use \-probe or \-\-x`},
-		{"read-only (-keep)", `read-only (\-keep)`},
-		{`a\b`, `a\eb`},
-		{".dot first", `\&.dot first`},
-		{"'quote first", `\&'quote first`},
-	} {
-		if got := roff(tc.in); got != tc.want {
-			t.Errorf("roff(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/after"
 )
@@ -13,12 +14,12 @@ import (
 // before it sends a file: the daemon's state (through its admin socket,
 // else the state file; none when there is no state yet).
 type priorPublishes struct {
-	bySHA map[string]jobView
+	bySHA map[string]daemon.JobView
 }
 
 func loadPriorPublishes(ctx context.Context, cfg *config.Config) (priorPublishes, error) {
-	p := priorPublishes{bySHA: map[string]jobView{}}
-	views, _, err := dryRunState(ctx, cfg)
+	p := priorPublishes{bySHA: map[string]daemon.JobView{}}
+	views, _, err := daemon.KnownJobs(ctx, cfg)
 	if err != nil {
 		return p, err
 	}
@@ -36,7 +37,7 @@ func loadPriorPublishes(ctx context.Context, cfg *config.Config) (priorPublishes
 // nowhere known), and its viewer link: a receipt beside the file that says
 // done for this content, or a done job of the daemon with this sha256.
 func (p priorPublishes) find(path string) (where, url string, err error) {
-	sum, err := hashFile(context.Background(), "", path)
+	sum, err := daemon.HashFile(context.Background(), "", path)
 	if err != nil {
 		return "", "", err
 	}

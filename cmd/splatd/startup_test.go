@@ -3,20 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
-
-	"github.com/rs/zerolog"
-	"github.com/splatd/splatd/cmd/internal/config"
 )
 
 // startupConfig writes a config whose every part but extra is valid and
@@ -93,62 +85,4 @@ func TestStartupWebhookHeadersHoldToken(t *testing.T) {
 	if !strings.Contains(stderr, "notify.webhook_headers_file") || strings.Contains(stderr, token) {
 		t.Fatalf("the error does not name notify.webhook_headers_file, or shows the token:\n%s", stderr)
 	}
-}
-
-// TestReadyzStoreRefusesWritesWhenIdle: an idle daemon (no file, no job)
-// whose store refuses writes answers /readyz 503 naming the store, and is
-// ready again once a write succeeds. The store's writes are made to fail
-// through the probe's ping: the write the daemon makes on its own.
-func TestReadyzStoreRefusesWritesWhenIdle(t *testing.T) {
-	cfgPath := startupConfig(t, "tok-"+strings.Repeat("r", 20), "metrics: {listen: \"127.0.0.1:0\"}\nrescan_interval: 0s\n")
-	cfg, err := config.Load(cfgPath, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := openDaemon(cfg, func(string) string { return "" }, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	var failing atomic.Bool
-	d.intake.probeEvery = 10 * time.Millisecond
-	d.intake.ping = func() error {
-		if failing.Load() {
-			return errors.New("write splatd.db: no space left on device")
-		}
-		return d.store.Ping()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.run(ctx) }()
-	defer func() { cancel(); <-done }()
-
-	readyz := func() (int, string) {
-		resp, err := http.Get("http://" + d.metrics.Addr() + "/readyz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	waitReady := func(what string, want int, body string) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			code, b := readyz()
-			if code == want && strings.Contains(b, body) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /readyz %d %q", what, code, b)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitReady("idle daemon", http.StatusOK, "")
-	failing.Store(true)
-	waitReady("store refusing writes", http.StatusServiceUnavailable, "no space left on device")
-	failing.Store(false)
-	waitReady("store accepting writes again", http.StatusOK, "")
 }

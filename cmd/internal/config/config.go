@@ -1,3 +1,8 @@
+// Package config is splatd's configuration file: its schema, the defaults,
+// the validation that names each bad key, the diff a reload applies, and the
+// publish parameters of a file (ParamsFor), which the daemon, the dry run
+// and `splatd publish` all take from here. config.example.yaml lists every
+// key; docs/architecture.md holds the contract.
 package config
 
 import (
@@ -120,7 +125,7 @@ type Watch struct {
 	MaxSize         *ByteSize `yaml:"max_size"` // 0: no bound; absent: DefaultMaxSize
 	MinAge          Duration  `yaml:"min_age"`  // by mtime; 0: off
 	// Publish and After are laid over the global blocks, key by key, for
-	// this folder's files (config_folders.go).
+	// this folder's files (folders.go).
 	Publish sidecar.Overrides `yaml:"publish,omitempty"`
 	After   FolderAfter       `yaml:"after,omitempty"`
 

@@ -1,17 +1,13 @@
-package main
+package daemon
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"strconv"
 
-	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -22,8 +18,8 @@ import (
 // it at once: a receipt, a wake-up, a rescan) and opens the state file
 // directly when none does, like retry and resolve.
 
-// controlOp is one of the control commands.
-type controlOp struct {
+// ControlOp is one of the control commands (cancel, republish, forget).
+type ControlOp struct {
 	name string
 	// apply changes the job in the store and returns it as it now is (as
 	// it was, for forget).
@@ -32,7 +28,9 @@ type controlOp struct {
 	done func(j state.Job) string
 }
 
-var controlOps = map[string]controlOp{
+// ControlOps are the control commands by name, for the admin socket and
+// the CLI (which applies them to the state file while no daemon runs).
+var ControlOps = map[string]ControlOp{
 	"cancel": {
 		name:  "cancel",
 		apply: func(st *queue.Store, j state.Job) (state.Job, error) { return st.Cancel(j.ID) },
@@ -61,9 +59,9 @@ var controlOps = map[string]controlOp{
 	},
 }
 
-// findJob resolves ID|PATH to a job: a number is a job id, anything else a
+// FindJob resolves ID|PATH to a job: a number is a job id, anything else a
 // file path (the latest job for it).
-func findJob(st *queue.Store, ref string) (state.Job, error) {
+func FindJob(st *queue.Store, ref string) (state.Job, error) {
 	if id, err := strconv.ParseUint(ref, 10, 64); err == nil {
 		j, err := st.Get(id)
 		if errors.Is(err, queue.ErrNotFound) {
@@ -82,9 +80,9 @@ func findJob(st *queue.Store, ref string) (state.Job, error) {
 	return j, err
 }
 
-// doControl applies op to the job ref names.
-func doControl(st *queue.Store, op controlOp, ref string) (state.Job, error) {
-	j, err := findJob(st, ref)
+// Control applies op to the job ref names.
+func Control(st *queue.Store, op ControlOp, ref string) (state.Job, error) {
+	j, err := FindJob(st, ref)
 	if err != nil {
 		return j, err
 	}
@@ -95,13 +93,13 @@ func doControl(st *queue.Store, op controlOp, ref string) (state.Job, error) {
 // The daemon follows up what the store alone cannot: a canceled job gets
 // its receipt and counts as finished, a republished one wakes a worker, a
 // forgotten file is looked for again.
-func (d *daemon) adminControl(w http.ResponseWriter, r *http.Request) {
-	op, ok := controlOps[r.PathValue("op")]
+func (d *Daemon) adminControl(w http.ResponseWriter, r *http.Request) {
+	op, ok := ControlOps[r.PathValue("op")]
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	j, err := doControl(d.store, op, r.URL.Query().Get("ref"))
+	j, err := Control(d.store, op, r.URL.Query().Get("ref"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -128,56 +126,5 @@ func (d *daemon) adminControl(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, j)
 }
 
-// cmdControl runs `splatd cancel|republish|forget`.
-func cmdControl(name string) func(ctx context.Context, c *cli, args []string) int {
-	return func(ctx context.Context, c *cli, args []string) int {
-		op := controlOps[name]
-		fs := newFlags(c, name)
-		cfgPath := configFlag(c, fs)
-		pos, code, ok := parseOrExit(fs, args)
-		if !ok {
-			return code
-		}
-		if len(pos) != 1 {
-			if name == "cancel" {
-				return usageError(c, fs, "give one job ID (see splatd jobs)")
-			}
-			return usageError(c, fs, "give one job ID or file PATH (see splatd jobs)")
-		}
-		ref := pos[0]
-		if _, err := strconv.ParseUint(ref, 10, 64); err != nil {
-			if name == "cancel" {
-				return usageError(c, fs, "job id %q is not a number (see splatd jobs)", ref)
-			}
-			if ref, err = filepath.Abs(ref); err != nil {
-				return usageError(c, fs, "%v", err)
-			}
-		}
-		cfg, err := config.Load(*cfgPath, false)
-		if err != nil {
-			fmt.Fprintln(c.stderr, err)
-			return exitUsage
-		}
-		var j state.Job
-		body, live, err := adminCall(ctx, cfg.StateDir, http.MethodPost, "/v1/"+name+"?"+url.Values{"ref": {ref}}.Encode())
-		if err == nil && live {
-			err = json.Unmarshal(body, &j)
-		}
-		if err == nil && !live {
-			err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
-				var err error
-				j, err = doControl(st, op, ref)
-				return err
-			})
-			if err == nil {
-				fmt.Fprintf(c.stderr, "(splatd is not running; changed %s directly)\n", cfg.StateDir)
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(c.stderr, "%s: %v\n", name, err)
-			return exitFailure
-		}
-		fmt.Fprintln(c.stdout, op.done(j))
-		return exitOK
-	}
-}
+// Done says what op did to j, for the command's output.
+func (op ControlOp) Done(j state.Job) string { return op.done(j) }

@@ -1,4 +1,9 @@
-package main
+// Package daemon assembles `splatd run` from the components (watcher, job
+// store, pool, pacer, notifier, listeners) and runs each as a block of Run,
+// stopped in the numbered order docs/architecture.md gives. It also holds
+// what only a running daemon answers: the admin socket, reloads, the status
+// page's source, adoption of receipts and the dry run's prediction.
+package daemon
 
 import (
 	"context"
@@ -6,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -39,11 +43,31 @@ const shutdownGrace = 20 * time.Second
 // pacerStateFile, in state_dir, holds the pacer's last known windows.
 const pacerStateFile = "pacer.json"
 
-// daemon is `splatd run`: the watcher feeds the queue, the pool works it.
-type daemon struct {
-	cfg    *config.Config
-	log    zerolog.Logger
-	getenv func(string) string
+// Options are what Open needs beside the config.
+type Options struct {
+	// ConfigPath is the file the config came from, read again by a reload.
+	ConfigPath string
+	// Getenv reads the environment: the token's variable and systemd's
+	// NOTIFY_SOCKET and WATCHDOG_USEC.
+	Getenv func(string) string
+	Logger zerolog.Logger
+	// LogLevel, when set, is the writer under Logger: a reload changes its
+	// level (nil when the caller made its own logger, as the demo does).
+	LogLevel interface{ SetLevel(zerolog.Level) }
+	// Version is the build's version: the start line, the build metric,
+	// the status page and the API client's User-Agent.
+	Version string
+	// HUP delivers SIGHUP (nil: no signal reloads, as in the demo).
+	HUP <-chan os.Signal
+	// OnTransition, when set (by the demo), sees every stage change.
+	OnTransition func(j state.Job, from state.Stage)
+}
+
+// Daemon is `splatd run`: the watcher feeds the queue, the pool works it.
+type Daemon struct {
+	cfg *config.Config
+	o   Options
+	log zerolog.Logger
 
 	store   *queue.Store
 	client  *api.Client
@@ -60,73 +84,24 @@ type daemon struct {
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
-	// cfgPath is the file cfg came from, read again by a reload; live is
-	// the config in force (cfg as started, with what reloads applied), and
-	// reloadMu makes reloads (SIGHUP, splatd reload) one at a time.
-	cfgPath  string
+	// live is the config in force (cfg as started, with what reloads
+	// applied), and reloadMu makes reloads (SIGHUP, splatd reload) one at
+	// a time.
 	live     atomic.Pointer[config.Config]
 	reloadMu sync.Mutex
-	// hup delivers SIGHUP (nil: no signal reloads, as in the demo).
-	hup <-chan os.Signal
-
-	// logOut is the writer under log (nil when the caller made its own
-	// logger, as the demo does): a reload changes its level.
-	logOut *logOutput
-
-	// onTransition, when set before run (by the demo), sees every stage change.
-	onTransition func(j state.Job, from state.Stage)
 }
 
-func cmdRun(ctx context.Context, c *cli, args []string) int {
-	fs := newFlags(c, "run")
-	cfgPath := configFlag(c, fs)
-	dry := fs.Bool("dry-run", false, "predict a run and exit: list each file with what the daemon would do (publish, adopt from its receipt, duplicate, already in the state, invalid, incomplete, skipped) and why; reads the state and receipts, no API call, nothing recorded")
-	pos, code, ok := parseOrExit(fs, args)
-	if !ok {
-		return code
-	}
-	if len(pos) > 0 {
-		return usageError(c, fs, "takes no arguments (did you mean -config %s?)", pos[0])
-	}
-	cfg, err := config.Load(*cfgPath, true)
-	if err != nil {
-		fmt.Fprintln(c.stderr, err)
-		return exitUsage
-	}
-	log, logOut := newLogger(cfg.Log, c.stderr, onJournal(c.getenv, c.stderr))
-	if *dry {
-		return dryRun(ctx, c, cfg, log)
-	}
-	d, err := openDaemon(cfg, c.getenv, log)
-	if err != nil {
-		// Once, as a log line: on a terminal it reads as one, under
-		// systemd it is filed with priority "error".
-		log.Error().Err(err).Msg("cannot start")
-		return exitFailure
-	}
-	d.logOut = logOut
-	d.cfgPath = *cfgPath
-	// SIGHUP reloads the config: without this, it would end the process
-	// (and systemd counts a death by SIGHUP as clean: no restart).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	d.hup = hup
-	defer d.close()
-	if err := d.run(ctx); err != nil {
-		log.Error().Err(err).Msg("stopped with an error")
-		return exitFailure
-	}
-	return exitOK
-}
-
-// openDaemon builds every component; nothing runs until run. The state
+// Open builds every component; nothing runs until run. The state
 // directory is opened first so that a second splatd fails at once; what
 // fails later closes what was opened before it.
-func openDaemon(cfg *config.Config, getenv func(string) string, log zerolog.Logger) (d *daemon, err error) {
-	d = &daemon{cfg: cfg, log: log, systemd: newSDNotifier(getenv), getenv: getenv, intake: newIntake()}
+func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
+	if o.Getenv == nil {
+		o.Getenv = func(string) string { return "" }
+	}
+	log, getenv := o.Logger, o.Getenv
+	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake()}
 	d.live.Store(cfg)
-	d.reg, d.m = metrics.NewRegistry(buildVersion(), api.Routes)
+	d.reg, d.m = metrics.NewRegistry(d.o.Version, api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
 	if err != nil {
 		return nil, err
@@ -154,7 +129,7 @@ func openDaemon(cfg *config.Config, getenv func(string) string, log zerolog.Logg
 		Observer:  d.m,
 		Logger:    log.With().Str("component", "pacer").Logger(),
 	})
-	if d.client, err = newClient(cfg, token, d.pacer, d.m, log); err != nil { // the client names its own component
+	if d.client, err = NewClient(cfg, o.Version, token, d.pacer, d.m, log); err != nil { // the client names its own component
 		return nil, err
 	}
 	if d.events, err = d.newEvents(token.Value()); err != nil {
@@ -187,14 +162,14 @@ func openDaemon(cfg *config.Config, getenv func(string) string, log zerolog.Logg
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}
 	}
-	if d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, adminSocketName), d, log.With().Str("component", "admin").Logger()); err != nil {
+	if d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, SocketName), d, log.With().Str("component", "admin").Logger()); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
 // newPool builds the worker pool with its after-actions.
-func (d *daemon) newPool() (*uploader.Pool, error) {
+func (d *Daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
 	d.actions.Store(d.afterRunners(cfg))
 	return uploader.NewPool(uploader.PoolOptions{
@@ -222,8 +197,8 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 		PeerReceipt:       peerReceipt(cfg),
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
-			if d.onTransition != nil {
-				d.onTransition(j, from)
+			if d.o.OnTransition != nil {
+				d.o.OnTransition(j, from)
 			}
 		},
 		Observer: d.m,
@@ -232,7 +207,7 @@ func (d *daemon) newPool() (*uploader.Pool, error) {
 }
 
 // newWatcher builds the watcher over the configured roots.
-func (d *daemon) newWatcher() (*watcher.Watcher, error) {
+func (d *Daemon) newWatcher() (*watcher.Watcher, error) {
 	cfg := d.cfg
 	roots := cfg.Roots()
 	rescan := cfg.RescanInterval.D()
@@ -250,19 +225,21 @@ func (d *daemon) newWatcher() (*watcher.Watcher, error) {
 	})
 }
 
-// closeAll releases what openDaemon opened: the listeners (when run never
+// closeAll releases what Open opened: the listeners (when run never
 // started them) and the state.
-func (d *daemon) closeAll() {
+func (d *Daemon) closeAll() {
 	if d.metrics != nil {
 		d.metrics.Close()
 	}
 	if d.admin != nil {
 		d.admin.close()
 	}
-	d.close()
+	d.Close()
 }
 
-func (d *daemon) close() {
+// Close stops the notifier's deliveries (with their grace) and closes the
+// state. Run has returned, or never ran.
+func (d *Daemon) Close() {
 	d.stopEvents()
 	if err := d.store.Close(); err != nil {
 		d.log.Error().Err(err).Msg("closing the state")
@@ -271,7 +248,7 @@ func (d *daemon) close() {
 
 // ready is /readyz: the state is open, every watch root is scanned and
 // watched (or polled), and the API accepts the token.
-func (d *daemon) ready() error {
+func (d *Daemon) ready() error {
 	var why []string
 	if !d.watch.Healthy() {
 		why = append(why, "watch folders not (yet) scanned and watched")
@@ -291,14 +268,14 @@ func (d *daemon) ready() error {
 	return nil
 }
 
-// run starts the components and stops them in order when ctx ends or one
+// Run starts the components and stops them in order when ctx ends or one
 // of them fails. Each component runs until its own context ends and owns
 // its own drain; this function only decides the order.
 //
 // Start order: listeners (operators can look from the first moment),
 // workers (jobs left from the last run resume at once), intake (startup
 // scan, then events), then READY=1. Shutdown runs the other way round.
-func (d *daemon) run(ctx context.Context) error {
+func (d *Daemon) Run(ctx context.Context) error {
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	tier := func(g *errgroup.Group, name string, run func() error) {
@@ -327,8 +304,8 @@ func (d *daemon) run(ctx context.Context) error {
 	// once more when the workers are done (its own Run, stopped after them).
 	pacing, stopPacing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPacing()
-	paced := make(chan error, 1)
-	go func() { paced <- d.pacer.Run(pacing) }()
+	var pacer errgroup.Group
+	pacer.Go(func() error { return d.pacer.Run(pacing) })
 
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
@@ -365,11 +342,12 @@ func (d *daemon) run(ctx context.Context) error {
 	// 2. Workers: finish or abandon the calls in flight, then the loops.
 	stopWork()
 	_ = workers.Wait()
+	// 3. Pacer: its windows written once more, after the last request.
 	stopPacing()
-	if err := <-paced; err != nil {
+	if err := pacer.Wait(); err != nil {
 		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
 	}
-	// 3. Listeners.
+	// 4. Listeners.
 	stopServe()
 	_ = listeners.Wait()
 	if runErr == nil {
@@ -379,8 +357,8 @@ func (d *daemon) run(ctx context.Context) error {
 }
 
 // announceStarted logs the start line and tells systemd the daemon is ready.
-func (d *daemon) announceStarted() {
-	d.log.Info().Str("version", buildVersion()).Strs("watch", d.cfg.WatchPaths()).Str("protocol", d.cfg.API.Protocol).
+func (d *Daemon) announceStarted() {
+	d.log.Info().Str("version", d.o.Version).Strs("watch", d.cfg.WatchPaths()).Str("protocol", d.cfg.API.Protocol).
 		Str("state_dir", d.cfg.StateDir).Int("workers", d.cfg.Workers).Str("api", d.cfg.API.BaseURL).
 		Str("token_from", d.client.Token().Origin()).Msg("splatd started")
 	for _, n := range d.cfg.ProtocolNotes() {
@@ -395,7 +373,7 @@ func (d *daemon) announceStarted() {
 // idempotent, so a file reported twice (rescan, restart) is one job. What
 // arrives together (a startup scan, a burst) is committed in one
 // transaction: one fsync per batch instead of one per file.
-func (d *daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
+func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 	const maxBatch = 512
 	batch := make([]queue.Candidate, 0, maxBatch)
 	for {
@@ -453,7 +431,7 @@ const maintenanceEvery = time.Hour
 // maintain keeps the state file bounded over months: retention (Prune) also
 // runs as jobs finish, but the paths of pruned jobs whose files have gone
 // (moved, deleted) are only forgotten here, since that needs a stat per path.
-func (d *daemon) maintain(ctx context.Context) {
+func (d *Daemon) maintain(ctx context.Context) {
 	wait := time.Minute
 	for {
 		select {
@@ -481,8 +459,8 @@ func (d *daemon) maintain(ctx context.Context) {
 // statsLoop refreshes the gauges that come from the store, systemd's STATUS
 // line and the watchdog. The watchdog is fed only after a successful store
 // read, so a wedged state database stops it and systemd restarts splatd.
-func (d *daemon) statsLoop(ctx context.Context) {
-	wd := watchdogInterval(d.getenv)
+func (d *Daemon) statsLoop(ctx context.Context) {
+	wd := watchdogInterval(d.o.Getenv)
 	every := 2 * time.Second
 	if wd > 0 && wd < every {
 		every = wd
@@ -526,4 +504,40 @@ func statusLine(st queue.Stats, paused error) string {
 		s = "PAUSED: the API refuses the token; " + s
 	}
 	return s
+}
+
+// NewClient builds the API client for cfg with token; a nil pacer is the
+// client's own (one-shot commands keep no pacer state). Its storage PUTs
+// share one bandwidth limiter built from upload.bandwidth: one per daemon
+// (the daemon has one client) and per `splatd publish`.
+func NewClient(cfg *config.Config, version string, token *api.Token, pacer api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+	roots, err := cfg.RootCAs()
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(api.ClientOptions{
+		BaseURL:     cfg.API.BaseURL,
+		TokenSource: token,
+		Pacer:       pacer,
+		RootCAs:     roots,
+		Timeout:     cfg.API.Timeout.D(),
+		UserAgent:   "splatd/" + version,
+		Observer:    obs,
+		Logger:      log,
+		Limiter:     api.NewLimiter(cfg.Bandwidth(), api.LimiterOptions{}),
+	})
+}
+
+// Store is the job store, for the demo's journey.
+func (d *Daemon) Store() *queue.Store { return d.store }
+
+// Client is the API client, for the demo's checkpoint listing.
+func (d *Daemon) Client() *api.Client { return d.client }
+
+// MetricsAddr is the metrics listener's address ("" when it is off).
+func (d *Daemon) MetricsAddr() string {
+	if d.metrics == nil {
+		return ""
+	}
+	return d.metrics.Addr()
 }

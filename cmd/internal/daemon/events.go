@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -16,7 +16,7 @@ const eventsGrace = 10 * time.Second
 
 // afterRunners builds the after-actions of every watch entry (its own after
 // block over the global one) and the global ones for other jobs.
-func (d *daemon) afterRunners(cfg *config.Config) *after.Runners {
+func (d *Daemon) afterRunners(cfg *config.Config) *after.Runners {
 	runner := func(a config.After) *after.Runner {
 		return after.New(after.Options{
 			OnSuccess:  a.OnSuccess,
@@ -40,7 +40,7 @@ func (d *daemon) afterRunners(cfg *config.Config) *after.Runners {
 // newEvents builds the notifier of notify.webhook and after.exec. token is
 // the API token in use: a webhook URL or header that holds it is refused,
 // since the receiver would then hold the account.
-func (d *daemon) newEvents(token string) (*notify.Notifier, error) {
+func (d *Daemon) newEvents(token string) (*notify.Notifier, error) {
 	t, err := d.cfg.NotifyTarget(token)
 	if err != nil {
 		return nil, err
@@ -77,7 +77,7 @@ func finishAndNotify(current func() *after.Runners, events *notify.Notifier) fun
 
 // stopEvents lets queued notifications go out for eventsGrace, then drops
 // the rest (logged by the notifier).
-func (d *daemon) stopEvents() {
+func (d *Daemon) stopEvents() {
 	if d.events == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"cmp"
@@ -50,7 +50,7 @@ func newIntake() *intake {
 // receipt are hashed. A folder holding receipts the state did not know is
 // logged once, with a count: a new or lost state directory on published
 // files, which before issue 15 published them all again.
-func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queue.Candidate {
+func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queue.Candidate {
 	svc := d.cfg.ReceiptService()
 	rest := batch[:0]
 	var adopt []queue.Adoption
@@ -99,7 +99,7 @@ func (d *daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 
 // logReceiptDirs logs, once per folder, that it holds receipts the state
 // did not know.
-func (d *daemon) logReceiptDirs(byDir map[string]int) {
+func (d *Daemon) logReceiptDirs(byDir map[string]int) {
 	d.intake.mu.Lock()
 	defer d.intake.mu.Unlock()
 	for dir, n := range byDir {
@@ -143,7 +143,7 @@ func adoptionOf(cfg *config.Config, ev after.Evidence, root string) queue.Adopti
 // full rescan hands them over at once instead of at the next periodic
 // rescan. The pool reports its own recovery (storeRecovered); this covers
 // an idle pool, whose store is only written to by the intake.
-func (d *daemon) intakeFailed(ctx context.Context, err error) {
+func (d *Daemon) intakeFailed(ctx context.Context, err error) {
 	d.intake.mu.Lock()
 	d.intake.storeErr = err
 	if d.intake.recovering {
@@ -178,14 +178,14 @@ func (d *daemon) intakeFailed(ctx context.Context, err error) {
 }
 
 // intakeOK resets the recovery probe's backoff after a good enqueue.
-func (d *daemon) intakeOK() {
+func (d *Daemon) intakeOK() {
 	d.intake.mu.Lock()
 	d.intake.failures = 0
 	d.intake.storeErr = nil
 	d.intake.mu.Unlock()
 }
 
-func (d *daemon) pingStore() error {
+func (d *Daemon) pingStore() error {
 	if d.intake.ping != nil {
 		return d.intake.ping()
 	}
@@ -195,7 +195,7 @@ func (d *daemon) pingStore() error {
 // probeStore writes to the store every probeEvery until ctx ends: a store
 // that refuses writes makes the daemon not ready (storeError) even when no
 // file arrives and no job runs, until a write succeeds again.
-func (d *daemon) probeStore(ctx context.Context) {
+func (d *Daemon) probeStore(ctx context.Context) {
 	t := time.NewTicker(d.intake.probeEvery)
 	defer t.Stop()
 	for {
@@ -213,7 +213,7 @@ func (d *daemon) probeStore(ctx context.Context) {
 
 // storeError is the intake's or the probe's last failed store write while
 // no write has succeeded since (for /readyz).
-func (d *daemon) storeError() error {
+func (d *Daemon) storeError() error {
 	d.intake.mu.Lock()
 	defer d.intake.mu.Unlock()
 	return d.intake.storeErr
@@ -221,7 +221,7 @@ func (d *daemon) storeError() error {
 
 // storeRecovered rescans the watch folders at once: files found while the
 // store failed were forgotten and wait for a rescan.
-func (d *daemon) storeRecovered() {
+func (d *Daemon) storeRecovered() {
 	d.intake.mu.Lock()
 	d.intake.recovering = false
 	d.intake.storeErr = nil
@@ -234,7 +234,7 @@ func (d *daemon) storeRecovered() {
 
 // readyProblems adds to /readyz's reasons the configuration error that
 // pauses the pool (not ready: nothing is published until it clears).
-func (d *daemon) readyProblems() []string {
+func (d *Daemon) readyProblems() []string {
 	if err, kind, since := d.pool.ConfigError(); err != nil {
 		return []string{fmt.Sprintf("configuration error (%s) since %s: %v; all work is paused and tried again with backoff",
 			kind, since.Format(time.RFC3339), err)}
@@ -245,14 +245,14 @@ func (d *daemon) readyProblems() []string {
 // degraded is /readyz's "degraded:" line (200): after-actions failing.
 // Publishing goes on, so the daemon stays ready; the line, the
 // splatd_after_action_errors_total metric and its alert tell the operator.
-func (d *daemon) degraded() error { return d.pool.AfterErrors() }
+func (d *Daemon) degraded() error { return d.pool.AfterErrors() }
 
 // settingsChanged is the watcher's OnSettings: a sidecar or a folder's
 // .splat.yaml was written. The failed jobs whose reason names that file
 // (they failed on it, broken) are queued again, so that fixing the file
 // is enough; a job that failed for another reason stays failed. It runs
 // apart from the watcher's event loop.
-func (d *daemon) settingsChanged(path string) {
+func (d *Daemon) settingsChanged(path string) {
 	go func() {
 		jobs, err := d.store.List(queue.Filter{Stages: []state.Stage{state.Failed}})
 		if err != nil {

@@ -1,27 +1,10 @@
-package main
+package manual
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
 )
-
-// cmdMan prints splatd(1) in roff, built from the command table and each
-// command's flag set like the completion scripts. `make deb` and `make man`
-// install its output; `splatd man | man -l -` reads it in place.
-func cmdMan(ctx context.Context, c *cli, args []string) int {
-	fs := newFlags(c, "man")
-	pos, code, ok := parseOrExit(fs, args)
-	if !ok {
-		return code
-	}
-	if len(pos) > 0 {
-		return usageError(c, fs, "takes no arguments")
-	}
-	writeMan(c.stdout, specs(), buildVersion())
-	return exitOK
-}
 
 // roff escapes text for a roff text line: backslashes, a leading dash of a
 // word (so that flags are minus signs a reader can copy), and a leading
@@ -64,7 +47,9 @@ func roffSynopsis(s string) string {
 
 // writeMan writes splatd(1) in roff: fixed text around the COMMANDS
 // section, which writeManCommands draws from specs.
-func writeMan(w io.Writer, specs []cmdSpec, version string) {
+// Man writes splatd(1) in roff: a section per command, an entry per flag.
+func Man(w io.Writer, b Book) {
+	specs, version := b.Commands, b.Version
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p(`.TH SPLATD 1 "" "splatd %s" "splatd manual"`, roff(version))
 	p(`.SH NAME`)
@@ -140,21 +125,21 @@ func writeMan(w io.Writer, specs []cmdSpec, version string) {
 
 // writeManCommands writes one subsection per command: its synopsis, its
 // summary and a tagged paragraph per flag.
-func writeManCommands(w io.Writer, specs []cmdSpec) {
+func writeManCommands(w io.Writer, specs []Command) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	for _, s := range specs {
-		p(`.SS "%s"`, strings.TrimSpace(`\fBsplatd `+s.name+`\fR `+roffSynopsis(s.args)))
-		p(`%s.`, roff(s.summary))
-		for _, f := range s.flags {
+		p(`.SS "%s"`, strings.TrimSpace(`\fBsplatd `+s.Name+`\fR `+roffSynopsis(s.Args)))
+		p(`%s.`, roff(s.Summary))
+		for _, f := range s.Flags {
 			p(`.TP`)
-			if f.value == "" {
-				p(`.B \-%s`, roff(f.name))
+			if f.Value == "" {
+				p(`.B \-%s`, roff(f.Name))
 			} else {
-				p(`.BI \-%s " %s"`, roff(f.name), roff(f.value))
+				p(`.BI \-%s " %s"`, roff(f.Name), roff(f.Value))
 			}
-			text := f.usage
-			if f.def != "" && f.name != "config" { // -config's usage already names its fallbacks
-				text += " (default " + f.def + ")"
+			text := f.Usage
+			if f.Def != "" && f.Name != "config" { // -config's usage already names its fallbacks
+				text += " (default " + f.Def + ")"
 			}
 			p(`%s`, roff(text))
 		}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // statusView is what the status endpoints (/api/status, /api/jobs and the
 // page at /) read of the daemon: in-memory state and the job store, never
 // the network, never a secret.
-type statusView struct{ d *daemon }
+type statusView struct{ d *Daemon }
 
 var _ metrics.StatusSource = statusView{}
 
@@ -25,7 +25,7 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 		return metrics.Status{}, err
 	}
 	out := metrics.Status{
-		Version:  buildVersion(),
+		Version:  v.d.o.Version,
 		Protocol: d.cfg.API.Protocol,
 		Token:    metrics.Token{State: metrics.TokenOK},
 		Queue:    make(map[state.Stage]int, len(state.Stages)),
@@ -71,7 +71,7 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 }
 
 // uploadsInFlight is the bytes of the uploads in progress still to be sent.
-func (d *daemon) uploadsInFlight() int64 {
+func (d *Daemon) uploadsInFlight() int64 {
 	var n int64
 	for _, p := range d.pool.Progress() {
 		n += max(p.Size-p.Sent, 0)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// dryRun is `splatd run -dry-run`: a prediction of what a run would do
+// DryRun is `splatd run -dry-run`: a prediction of what a run would do
 // now. It lists the watch folders once, with the scan's rules, and judges
 // each file as the daemon would: against the state (read through the
 // running daemon's admin socket, else from the state file; a missing state
@@ -31,56 +32,55 @@ import (
 // published), by content (a duplicate of a published job or of another
 // file here), by its check, and by its publish parameters (the folder's
 // publish block, its .splat.yaml files and the file's sidecar). It prints
-// one line per file and a summary on stdout and exits: 0, or 1 when the
-// folders or the state cannot be read. It never calls the API, reads no
+// one line per file and a summary on out; it fails only when the folders or
+// the state cannot be read. It never calls the API, reads no
 // token and records nothing (a state file is opened as `splatd jobs` opens
 // it while no daemon runs; a missing one is not made).
-func dryRun(ctx context.Context, c *cli, cfg *config.Config, log zerolog.Logger) int {
+func DryRun(ctx context.Context, cfg *config.Config, out io.Writer, log zerolog.Logger) error {
 	log.Info().Strs("watch", cfg.WatchPaths()).Str("protocol", cfg.API.Protocol).
 		Msg("dry run: predicting what a run would do now; no API call, nothing written")
 	files, err := watcher.List(cfg.Roots(), time.Now())
 	if err != nil {
-		fmt.Fprintf(c.stderr, "dry run: %v\n", err)
-		return exitFailure
+		return fmt.Errorf("dry run: %w", err)
 	}
-	known, from, err := dryRunState(ctx, cfg)
+	known, from, err := KnownJobs(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "dry run: state: %v\n", err)
-		return exitFailure
+		return fmt.Errorf("dry run: state: %w", err)
 	}
-	fmt.Fprintf(c.stdout, "dry run: state %s\n\n", from)
+	fmt.Fprintf(out, "dry run: state %s\n\n", from)
 	p := newPredictor(cfg, known)
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ACTION\tSIZE\tFILE\tWHY")
 	for _, f := range files {
 		if ctx.Err() != nil {
 			break
 		}
 		action, why := p.judge(ctx, f)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(f.Size), f.Path, oneLine(why))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(f.Size), f.Path, strings.Join(strings.Fields(why), " "))
 	}
 	tw.Flush()
-	p.summary(c.stdout)
-	return exitOK
+	p.summary(out)
+	return nil
 }
 
-// dryRunState returns the jobs of the state as the daemon sees them, and
-// where they were read.
-func dryRunState(ctx context.Context, cfg *config.Config) ([]jobView, string, error) {
-	body, live, err := adminCall(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs")
+// KnownJobs returns the jobs of the state as the daemon sees them (through
+// its admin socket, else from the state file; none when there is no state
+// yet), and where they were read.
+func KnownJobs(ctx context.Context, cfg *config.Config) ([]JobView, string, error) {
+	body, live, err := Call(ctx, cfg.StateDir, http.MethodGet, "/v1/jobs")
 	if err != nil {
 		return nil, "", err
 	}
-	var views []jobView
+	var views []JobView
 	if live {
 		return views, "read from the running daemon (" + cfg.StateDir + ")", json.Unmarshal(body, &views)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, queue.FileName)); errors.Is(err, os.ErrNotExist) {
 		return nil, cfg.StateDir + " holds none yet: judged as a fresh state", nil
 	}
-	err = withOfflineStore(cfg.StateDir, func(st *queue.Store) error {
+	err = WithOfflineStore(cfg.StateDir, func(st *queue.Store) error {
 		var err error
-		views, err = listViews(st, "", nil)
+		views, err = ListViews(st, "", nil)
 		return err
 	})
 	return views, "read from " + cfg.StateDir + " (splatd is not running)", err
@@ -101,17 +101,17 @@ const (
 type predictor struct {
 	cfg    *config.Config
 	svc    after.Service
-	byPath map[string]jobView // the newest job of each path
-	bySHA  map[string]jobView // content the state published (or is publishing)
+	byPath map[string]JobView // the newest job of each path
+	bySHA  map[string]JobView // content the state published (or is publishing)
 	seen   map[string]string  // sha256 → the file of this run that would publish it
 	counts map[string]int
 	bytes  int64 // of the files that would be published
 }
 
-func newPredictor(cfg *config.Config, known []jobView) *predictor {
+func newPredictor(cfg *config.Config, known []JobView) *predictor {
 	p := &predictor{
 		cfg: cfg, svc: cfg.ReceiptService(),
-		byPath: map[string]jobView{}, bySHA: map[string]jobView{}, seen: map[string]string{}, counts: map[string]int{},
+		byPath: map[string]JobView{}, bySHA: map[string]JobView{}, seen: map[string]string{}, counts: map[string]int{},
 	}
 	for _, j := range known {
 		if old, ok := p.byPath[j.File]; !ok || j.ID > old.ID {
@@ -165,7 +165,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, strin
 	if err != nil {
 		return actFail, "invalid, never uploaded: " + splatfile.Reason(err)
 	}
-	sum, err := hashFile(ctx, f.Root, f.Path)
+	sum, err := HashFile(ctx, f.Root, f.Path)
 	if err != nil {
 		return actFail, "cannot read: " + err.Error()
 	}
@@ -195,7 +195,7 @@ func orDefault(s string) string {
 }
 
 // knownWhy says what the state already holds for a file.
-func knownWhy(j jobView) string {
+func knownWhy(j JobView) string {
 	switch {
 	case j.Adopted:
 		return fmt.Sprintf("already recorded: job %d, adopted from its receipt (%s)", j.ID, j.URL)
@@ -226,7 +226,9 @@ func checkIn(root, path string) (splatfile.Info, error) {
 	return splatfile.CheckFile(f, path)
 }
 
-func hashFile(ctx context.Context, root, path string) (string, error) {
+// HashFile is the sha256 of a file opened through its watch folder root
+// ("": its own folder), as the daemon hashes it.
+func HashFile(ctx context.Context, root, path string) (string, error) {
 	f, _, err := trustfs.OpenRegular(root, path)
 	if err != nil {
 		return "", err

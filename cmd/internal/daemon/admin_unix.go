@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package daemon
 
 import (
 	"net"
@@ -8,8 +8,8 @@ import (
 	"syscall"
 )
 
-// adminSocket says whether this platform has the admin socket.
-const adminSocket = true
+// HasSocket says whether this platform has the admin socket.
+const HasSocket = true
 
 // listenAdmin listens on the admin socket, mode 0600 from the first moment:
 // the umask closes the window between bind and chmod in which another local

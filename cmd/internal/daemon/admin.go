@@ -1,0 +1,353 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
+)
+
+// SocketName is the unix socket in state_dir that `splatd jobs` and
+// `splatd retry` talk to. Mode 0600: only the daemon's user may use it.
+const SocketName = "splatd.sock"
+
+// JobView is a job as the CLI shows it: no signed URL, no settings.
+type JobView struct {
+	ID          uint64     `json:"id"`
+	File        string     `json:"file"`
+	Stage       string     `json:"stage"`
+	Attempts    int        `json:"attempts"`
+	Size        int64      `json:"size"`
+	ModTime     time.Time  `json:"mod_time,omitzero"`
+	SHA256      string     `json:"sha256,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	NextAttempt *time.Time `json:"next_attempt,omitempty"`
+	// StoredStage is the stage in the state when Stage shows the work in
+	// progress instead ("uploading" for a signed job whose bytes are going
+	// out).
+	StoredStage string `json:"stored_stage,omitempty"`
+	// Sent, Rate and ETA describe a running upload: bytes sent, recent
+	// bytes per second, seconds left at that rate (absent: unknown).
+	Sent        int64   `json:"sent,omitempty"`
+	Rate        float64 `json:"rate_bytes_per_second,omitempty"`
+	ETA         float64 `json:"eta_s,omitempty"`
+	SplatID     string  `json:"splat_id,omitempty"`
+	URL         string  `json:"url,omitempty"`
+	Error       string  `json:"error,omitempty"`
+	DuplicateOf uint64  `json:"duplicate_of,omitempty"`
+	// Adopted: recorded as done from its receipt, not published by this
+	// state directory.
+	Adopted bool `json:"adopted,omitempty"`
+	// Parked: why the job waits on another daemon of a fleet, holding no
+	// worker (next_attempt says when it is looked at again).
+	Parked string `json:"parked,omitempty"`
+	// AfterAction and AfterError: the after-action (receipt, move, delete)
+	// of a final job keeps failing; AfterRetry is its next attempt.
+	AfterAction string     `json:"after_action,omitempty"`
+	AfterError  string     `json:"after_error,omitempty"`
+	AfterRetry  *time.Time `json:"after_retry,omitempty"`
+}
+
+// StageUploading is the stage a job shows while its bytes go out: stored
+// as signed, it is doing the work of an upload.
+const StageUploading = "uploading"
+
+func ViewOf(j state.Job, prog *uploader.Progress) JobView {
+	v := JobView{
+		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, SplatID: j.SplatID, URL: j.ViewerURL,
+		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted, Parked: j.Parked,
+		AfterAction: j.AfterAction, AfterError: j.AfterError,
+	}
+	if j.AfterError != "" && !j.AfterRetry.IsZero() {
+		t := j.AfterRetry
+		v.AfterRetry = &t
+	}
+	if !j.Stage.Final() && !j.NextAttempt.IsZero() {
+		t := j.NextAttempt
+		v.NextAttempt = &t
+	}
+	if prog != nil && !j.Stage.Final() {
+		v.Stage, v.StoredStage = StageUploading, string(j.Stage)
+		v.Sent, v.Rate = prog.Sent, prog.Rate
+		v.ETA = prog.ETA.Round(time.Second).Seconds()
+		v.NextAttempt = nil
+	}
+	switch {
+	case j.FailReason != "":
+		v.Error = j.FailReason
+	case j.LastError != "":
+		// The content check's errors start with the path, which the FILE
+		// column already shows.
+		v.Error = strings.TrimPrefix(j.LastError, j.Path+": ")
+	}
+	return v
+}
+
+// JobSource is what the admin endpoints read: the live daemon, or the state
+// file opened directly when no daemon runs.
+type JobSource interface {
+	List(queue.Filter) ([]state.Job, error)
+	Retry(id uint64) (state.Job, error)
+	RetryFailed() (int, error)
+	Resolve(id uint64, splatID string) (state.Job, error)
+}
+
+type adminServer struct {
+	path string
+	ln   net.Listener
+	srv  *http.Server
+	log  zerolog.Logger
+}
+
+// newAdminServer listens on the socket. A socket file left by a crashed
+// Daemon is stale (this process holds the state lock), so it is replaced.
+func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, error) {
+	if !HasSocket {
+		log.Info().Msg("no admin socket on this platform: jobs, retry and resolve read the state file while the daemon is stopped")
+		return &adminServer{log: log}, nil
+	}
+	_ = os.Remove(path)
+	ln, err := listenAdmin(path)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		views, err := ListViews(d.store, r.URL.Query().Get("stage"), d.pool.Progress())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for i := range views {
+			views[i].URL = d.cfg.TrustedViewerURL(views[i].URL)
+		}
+		writeJSON(w, views)
+	})
+	mux.HandleFunc("POST /v1/retry", func(w http.ResponseWriter, r *http.Request) {
+		n, err := Retry(d.store, r.URL.Query().Get("id"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		d.pool.Wake()
+		writeJSON(w, map[string]int{"retried": n})
+	})
+	mux.HandleFunc("POST /v1/adopt", func(w http.ResponseWriter, r *http.Request) {
+		rep, err := AdoptDir(r.Context(), d.store, d.cfg, r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, rep)
+	})
+	mux.HandleFunc("POST /v1/resolve", func(w http.ResponseWriter, r *http.Request) {
+		n, err := Resolve(d.store, r.URL.Query().Get("id"), r.URL.Query().Get("splat"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		d.pool.Wake()
+		writeJSON(w, map[string]int{"resolved": n})
+	})
+	mux.HandleFunc("POST /v1/reload", d.adminReload)
+	mux.HandleFunc("POST /v1/{op}", d.adminControl) // cancel, republish, forget
+	return &adminServer{path: path, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log}, nil
+}
+
+// close releases the socket when run will not be called (the daemon failed
+// to start after binding it).
+func (a *adminServer) close() {
+	_ = a.ln.Close()
+	_ = os.Remove(a.path)
+}
+
+func (a *adminServer) run(ctx context.Context) error {
+	if a.ln == nil {
+		return nil // no admin socket on this platform
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- a.srv.Serve(a.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admin socket: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = a.srv.Shutdown(sctx)
+	_ = os.Remove(a.path)
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ListViews lists the jobs in the given stages (comma-separated; empty:
+// all), "uploading" selecting the jobs whose upload is running.
+func ListViews(src JobSource, stage string, progress map[uint64]uploader.Progress) ([]JobView, error) {
+	var f queue.Filter
+	var uploading, stored bool
+	for _, s := range strings.Split(stage, ",") {
+		switch s = strings.TrimSpace(s); {
+		case s == "":
+		case s == StageUploading:
+			uploading = true
+		case state.Stage(s).Valid():
+			stored = true
+			f.Stages = append(f.Stages, state.Stage(s))
+		default:
+			return nil, fmt.Errorf("unknown stage %q (stages: %s)", s, StageNames())
+		}
+	}
+	if uploading && !stored {
+		f.Stages = []state.Stage{state.Signed}
+	}
+	jobs, err := src.List(f)
+	if err != nil {
+		return nil, err
+	}
+	views := make([]JobView, 0, len(jobs))
+	for _, j := range jobs {
+		var prog *uploader.Progress
+		if p, ok := progress[j.ID]; ok {
+			prog = &p
+		}
+		v := ViewOf(j, prog)
+		if uploading && !stored && v.Stage != StageUploading {
+			continue
+		}
+		views = append(views, v)
+	}
+	return views, nil
+}
+
+// StageNames lists the stages a -state filter takes.
+func StageNames() string {
+	names := make([]string, 0, len(state.Stages)+1)
+	for _, s := range state.Stages {
+		names = append(names, string(s))
+		if s == state.Signed {
+			names = append(names, StageUploading)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// Retry re-queues one job ("ID") or every failed job ("failed").
+func Retry(src JobSource, id string) (int, error) {
+	if id == "failed" {
+		return src.RetryFailed()
+	}
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("job id %q is not a number", id)
+	}
+	if _, err := src.Retry(n); err != nil {
+		if errors.Is(err, queue.ErrNotFound) {
+			return 0, fmt.Errorf("no job %d", n)
+		}
+		return 0, err
+	}
+	return 1, nil
+}
+
+// Resolve closes held job id with the splat the operator found.
+func Resolve(src JobSource, id, splat string) (int, error) {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("job id %q is not a number", id)
+	}
+	if _, err := src.Resolve(n, splat); err != nil {
+		if errors.Is(err, queue.ErrNotFound) {
+			return 0, fmt.Errorf("no job %d", n)
+		}
+		return 0, err
+	}
+	return 1, nil
+}
+
+// Call talks to the daemon through its socket. ok is false when no
+// daemon listens there (the caller then opens the state file directly).
+func Call(ctx context.Context, stateDir, method, path string) (body []byte, ok bool, err error) {
+	return CallTimeout(ctx, stateDir, method, path, 30*time.Second)
+}
+
+// CallTimeout is Call with its own time limit (0: ctx only), for
+// calls that hash files (adopt).
+func CallTimeout(ctx context.Context, stateDir, method, path string, timeout time.Duration) (body []byte, ok bool, err error) {
+	if !HasSocket {
+		return nil, false, nil
+	}
+	sock := filepath.Join(stateDir, SocketName)
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}, Timeout: timeout}
+	req, err := http.NewRequestWithContext(ctx, method, "http://splatd"+path, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return nil, false, nil
+		}
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EACCES) {
+			return nil, true, fmt.Errorf("%s: permission denied: run as the daemon's user (e.g. sudo -u splatd)", sock)
+		}
+		return nil, true, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, true, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, true, errors.New(strings.TrimSpace(string(b)))
+	}
+	return b, true, nil
+}
+
+// WithOfflineStore opens the state file when no daemon runs. The lock
+// makes this safe: if a daemon starts meanwhile, one of the two waits.
+func WithOfflineStore(stateDir string, fn func(*queue.Store) error) error {
+	if _, err := os.Stat(filepath.Join(stateDir)); err != nil {
+		return fmt.Errorf("state_dir %s: %w", stateDir, err)
+	}
+	st, err := queue.Open(stateDir, queue.Options{})
+	if err != nil {
+		if errors.Is(err, queue.ErrLocked) {
+			if !HasSocket {
+				return fmt.Errorf("a splatd holds %s, and on this platform it has no admin socket: stop it first", stateDir)
+			}
+			return fmt.Errorf("a splatd holds %s but its admin socket does not answer", stateDir)
+		}
+		return err
+	}
+	defer st.Close()
+	return fn(st)
+}
