@@ -124,62 +124,100 @@ func UploadFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	}
 	defer sim.Close()
 	curl, curlErr := exec.LookPath("curl")
-	type run struct{ rss, daemonBps, curlBps float64 }
-	sizes := []struct {
-		name string
-		size int64
-	}{{"256MiB", 256 << 20}, {"2GiB", 2 << 30}}
-	results := map[string][]run{}
+	if curlErr != nil {
+		curl = "" // uploadRep then skips the curl pairing
+	}
+	sizes := []uploadSize{{"256MiB", 256 << 20}, {"2GiB", 2 << 30}}
+	results := map[string][]uploadRun{}
 	for _, sz := range sizes {
 		for rep := range o.Reps {
-			dir := filepath.Join(o.Dir, fmt.Sprintf("upload-%s-%d", sz.name, rep))
-			cfg := DaemonConfig{Sim: sim, Dir: dir, Workers: 1}
-			cfgPath, err := cfg.Write()
+			r, err := uploadRep(ctx, o, sim, curl, sz, rep)
 			if err != nil {
 				return nil, err
 			}
-			file := filepath.Join(cfg.Inbox, "big-"+sz.name+".ply")
-			size, err := WriteSparsePLY(file, fmt.Sprintf("%s %d %d", sz.name, rep, time.Now().UnixNano()), sz.size)
-			if err != nil {
-				return nil, err
-			}
-			d, err := StartDaemon(o.Bin, cfgPath, filepath.Join(dir, "splatd.log"))
-			if err != nil {
-				return nil, err
-			}
-			werr := waitReceipt(ctx, d, file, 10*time.Minute)
-			var r run
-			if werr == nil {
-				hwm, herr := d.VmHWM()
-				m, merr := d.Metrics()
-				if herr != nil || merr != nil {
-					werr = errors.Join(herr, merr)
-				} else if m["splatd_upload_duration_seconds_count"] != 1 {
-					werr = fmt.Errorf("%v storage PUTs, want 1", m["splatd_upload_duration_seconds_count"])
-				} else {
-					r.rss = float64(hwm) / (1 << 20)
-					r.daemonBps = float64(size) / m["splatd_upload_duration_seconds_sum"]
-				}
-			}
-			if err := d.Stop(30 * time.Second); err != nil && werr == nil {
-				werr = err
-			}
-			if werr != nil {
-				os.Remove(file)
-				return nil, fmt.Errorf("upload %s: %w", sz.name, werr)
-			}
-			if curlErr == nil {
-				r.curlBps, err = curlPut(ctx, curl, sim, file, size)
-				if err != nil {
-					os.Remove(file)
-					return nil, err
-				}
-			}
-			os.Remove(file)
 			o.logf("upload %s rep %d: daemon VmHWM %.1f MiB, PUT %.0f MB/s; curl -T %.0f MB/s", sz.name, rep+1, r.rss, r.daemonBps/1e6, r.curlBps/1e6)
 			results[sz.name] = append(results[sz.name], r)
 		}
 	}
+	return uploadFigs(sizes, results, curlErr), nil
+}
+
+// uploadSize is one file UploadFigures publishes: its name in the figures
+// and its apparent size.
+type uploadSize struct {
+	name string
+	size int64
+}
+
+// uploadRun is one repetition's measurements: the daemon's peak RSS (MiB),
+// its storage PUT's bytes per second and curl's (0 when curl is missing).
+type uploadRun struct{ rss, daemonBps, curlBps float64 }
+
+// uploadRep is one repetition of UploadFigures for sz: a fresh daemon, in
+// its own directory, publishes a fresh sparse PLY (its seed holds the rep
+// and the time, so every rep's file differs), then, when curl is not "",
+// curl -T sends the same file, so that the two PUTs are paired. Once the
+// daemon has started, the file is removed however the rep ends.
+func uploadRep(ctx context.Context, o BenchOptions, sim *apisim.Server, curl string, sz uploadSize, rep int) (uploadRun, error) {
+	var r uploadRun
+	dir := filepath.Join(o.Dir, fmt.Sprintf("upload-%s-%d", sz.name, rep))
+	cfg := DaemonConfig{Sim: sim, Dir: dir, Workers: 1}
+	cfgPath, err := cfg.Write()
+	if err != nil {
+		return r, err
+	}
+	file := filepath.Join(cfg.Inbox, "big-"+sz.name+".ply")
+	size, err := WriteSparsePLY(file, fmt.Sprintf("%s %d %d", sz.name, rep, time.Now().UnixNano()), sz.size)
+	if err != nil {
+		return r, err
+	}
+	d, err := StartDaemon(o.Bin, cfgPath, filepath.Join(dir, "splatd.log"))
+	if err != nil {
+		return r, err
+	}
+	defer os.Remove(file)
+	werr := waitReceipt(ctx, d, file, 10*time.Minute)
+	if werr == nil {
+		r, werr = daemonPut(d, size)
+	}
+	if err := d.Stop(30 * time.Second); err != nil && werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return r, fmt.Errorf("upload %s: %w", sz.name, werr)
+	}
+	if curl != "" {
+		if r.curlBps, err = curlPut(ctx, curl, sim, file, size); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// daemonPut reads, from a daemon that has published one file of size
+// bytes, its peak RSS and its storage PUT's throughput (its own
+// splatd_upload_duration_seconds); more than one PUT (a retry) would time
+// two requests as one, so it is an error.
+func daemonPut(d *Daemon, size int64) (uploadRun, error) {
+	var r uploadRun
+	hwm, herr := d.VmHWM()
+	m, merr := d.Metrics()
+	if herr != nil || merr != nil {
+		return r, errors.Join(herr, merr)
+	}
+	if m["splatd_upload_duration_seconds_count"] != 1 {
+		return r, fmt.Errorf("%v storage PUTs, want 1", m["splatd_upload_duration_seconds_count"])
+	}
+	r.rss = float64(hwm) / (1 << 20)
+	r.daemonBps = float64(size) / m["splatd_upload_duration_seconds_sum"]
+	return r, nil
+}
+
+// uploadFigs turns the repetitions into figures, medians per size: peak
+// RSS against its target, the daemon's and curl's throughput and their
+// ratio (NaN, with curlErr as the note, when curl was missing), and how
+// much the peak grows from the small file to the large one.
+func uploadFigs(sizes []uploadSize, results map[string][]uploadRun, curlErr error) []Figure {
 	var figs []Figure
 	rssOf := map[string]float64{}
 	for _, sz := range sizes {
@@ -211,7 +249,7 @@ func UploadFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	diff := rssOf["2GiB"] - rssOf["256MiB"]
 	figs = append(figs, Figure{Name: "upload_peak_rss_2GiB_minus_256MiB", Value: round(diff, 1), Unit: "MiB",
 		Target: "<= 8", Met: met(diff <= 8), Note: "the peak does not grow with the file"})
-	return figs, nil
+	return figs
 }
 
 // curlPut uploads file with curl -T to a freshly signed URL and returns

@@ -103,117 +103,197 @@ func DaemonIdleFigures(ctx context.Context, o BenchOptions, states []idleState) 
 		return nil, err
 	}
 	defer sim.Close()
-	daemons := make([]*Daemon, len(states))
-	defer func() {
-		for _, d := range daemons {
-			if d != nil {
-				d.Stop(30 * time.Second)
-			}
-		}
-	}()
+	run := &idleRun{daemons: make([]*Daemon, len(states))}
+	defer run.stop()
+	if err := run.start(o, sim, states); err != nil {
+		return nil, err
+	}
+	if err := run.settle(o, states); err != nil {
+		return nil, err
+	}
+	sleepCtx(ctx, time.Until(run.settled))
+	if err := run.measureCPU(ctx); err != nil {
+		return nil, err
+	}
+	if err := run.measureMetrics(states); err != nil {
+		return nil, err
+	}
+	if err := run.check(ctx, states); err != nil {
+		return nil, err
+	}
+	return run.figures(states)
+}
+
+// idleRun is one DaemonIdleFigures run: its daemons and what was measured
+// of them, each slice in states' order.
+type idleRun struct {
+	daemons []*Daemon
+	ready   []time.Duration // each daemon's start to ready
+	first   time.Time       // the earliest start: the timeline's origin
+	settled time.Time       // when the CPU window opens
+	window  time.Duration   // the CPU window: planned by settle, as measured after measureCPU
+	c0, c1  []cpuSample     // CPU at the window's start and end
+	lat     [][]float64     // /metrics latencies, ms
+}
+
+// cpuSample is one procCPU reading.
+type cpuSample struct {
+	stat, sched time.Duration
+	slices      int64
+}
+
+// start writes a config for each state (its own directory, the state's
+// StateDir, sim) and starts a daemon on it, one after the other with
+// nothing in between, so that they start as nearly together as they can.
+func (r *idleRun) start(o BenchOptions, sim *apisim.Server, states []idleState) error {
 	for i, st := range states {
 		cfg := DaemonConfig{Sim: sim, Dir: filepath.Join(o.Dir, "idle-"+st.name), StateDir: st.dir}
 		cfgPath, err := cfg.Write()
 		if err != nil {
+			return err
+		}
+		if r.daemons[i], err = StartDaemon(o.Bin, cfgPath, filepath.Join(cfg.Dir, "splatd.log")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stop stops the daemons that were started.
+func (r *idleRun) stop() {
+	for _, d := range r.daemons {
+		if d != nil {
+			d.Stop(30 * time.Second)
+		}
+	}
+}
+
+// settle waits for every daemon to be ready and plans the CPU window: it
+// opens idleSettle after the later start and at least 3 s after each
+// daemon's ready, and closes idleWindowEnd after the earlier start; a
+// window shorter than idleMinWindow is an error.
+func (r *idleRun) settle(o BenchOptions, states []idleState) error {
+	r.first = r.daemons[0].Started
+	last := r.daemons[0].Started
+	r.ready = make([]time.Duration, len(r.daemons))
+	for i, d := range r.daemons {
+		var err error
+		if r.ready[i], err = d.WaitReady(30 * time.Second); err != nil {
+			return fmt.Errorf("idle %s: %w", states[i].name, err)
+		}
+		o.logf("idle %s: ready after %s", states[i].name, r.ready[i].Round(time.Millisecond))
+		r.first, last = minTime(r.first, d.Started), maxTime(last, d.Started)
+	}
+	r.settled = last.Add(idleSettle)
+	for i, d := range r.daemons {
+		r.settled = maxTime(r.settled, d.Started.Add(r.ready[i]+3*time.Second))
+	}
+	r.window = r.first.Add(idleWindowEnd).Sub(r.settled)
+	if r.window < idleMinWindow {
+		return fmt.Errorf("idle: the daemons settled %s after the first start, too late for a %s window before the first maintenance pass",
+			r.settled.Sub(r.first).Round(time.Second), idleMinWindow)
+	}
+	return nil
+}
+
+// readCPU reads every daemon's CPU so far (procCPU).
+func (r *idleRun) readCPU() ([]cpuSample, error) {
+	out := make([]cpuSample, len(r.daemons))
+	for i, d := range r.daemons {
+		var err error
+		if out[i].stat, out[i].sched, out[i].slices, err = procCPU(d.PID()); err != nil {
 			return nil, err
 		}
-		if daemons[i], err = StartDaemon(o.Bin, cfgPath, filepath.Join(cfg.Dir, "splatd.log")); err != nil {
-			return nil, err
-		}
 	}
-	first, last := daemons[0].Started, daemons[0].Started
-	ready := make([]time.Duration, len(daemons))
-	for i, d := range daemons {
-		if ready[i], err = d.WaitReady(30 * time.Second); err != nil {
-			return nil, fmt.Errorf("idle %s: %w", states[i].name, err)
-		}
-		o.logf("idle %s: ready after %s", states[i].name, ready[i].Round(time.Millisecond))
-		first, last = minTime(first, d.Started), maxTime(last, d.Started)
-	}
-	settled := last.Add(idleSettle)
-	for i, d := range daemons {
-		settled = maxTime(settled, d.Started.Add(ready[i]+3*time.Second))
-	}
-	window := first.Add(idleWindowEnd).Sub(settled)
-	if window < idleMinWindow {
-		return nil, fmt.Errorf("idle: the daemons settled %s after the first start, too late for a %s window before the first maintenance pass",
-			settled.Sub(first).Round(time.Second), idleMinWindow)
-	}
-	sleepCtx(ctx, time.Until(settled))
-	type sample struct {
-		stat, sched time.Duration
-		slices      int64
-	}
-	read := func() ([]sample, error) {
-		out := make([]sample, len(daemons))
-		for i, d := range daemons {
-			var err error
-			if out[i].stat, out[i].sched, out[i].slices, err = procCPU(d.PID()); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	c0, err := read()
-	if err != nil {
-		return nil, err
+	return out, nil
+}
+
+// measureCPU reads the daemons' CPU at both ends of the planned window
+// and replaces the window with the time that actually passed between the
+// two readings.
+func (r *idleRun) measureCPU(ctx context.Context) error {
+	var err error
+	if r.c0, err = r.readCPU(); err != nil {
+		return err
 	}
 	t0 := time.Now()
-	sleepCtx(ctx, window)
-	c1, err := read()
-	if err != nil {
-		return nil, err
+	sleepCtx(ctx, r.window)
+	if r.c1, err = r.readCPU(); err != nil {
+		return err
 	}
-	window = time.Since(t0)
-	lat := make([][]float64, len(daemons))
+	r.window = time.Since(t0)
+	return nil
+}
+
+// measureMetrics times metricsCalls scrapes of each daemon's /metrics,
+// the daemons asked in turn and which goes first alternating, so that the
+// order favours neither.
+func (r *idleRun) measureMetrics(states []idleState) error {
+	r.lat = make([][]float64, len(r.daemons))
 	cl := &http.Client{Timeout: 5 * time.Second}
 	for k := range metricsCalls {
-		for j := range daemons {
-			i := (j + k) % len(daemons) // alternate which daemon goes first
-			ms, err := scrapeTime(cl, daemons[i])
+		for j := range r.daemons {
+			i := (j + k) % len(r.daemons) // alternate which daemon goes first
+			ms, err := scrapeTime(cl, r.daemons[i])
 			if err != nil {
-				return nil, fmt.Errorf("idle %s: /metrics: %w", states[i].name, err)
+				return fmt.Errorf("idle %s: /metrics: %w", states[i].name, err)
 			}
-			lat[i] = append(lat[i], ms)
+			r.lat[i] = append(r.lat[i], ms)
 		}
 	}
-	if took := time.Since(first); took > idleDeadline {
-		return nil, fmt.Errorf("idle: the measurement ended %s after the first start, too close to the first maintenance pass (1 min)", took.Round(time.Second))
+	return nil
+}
+
+// check refuses the run if it ended after idleDeadline (the first
+// maintenance pass may have been measured), was cancelled, or if a
+// daemon logged errors.
+func (r *idleRun) check(ctx context.Context, states []idleState) error {
+	if took := time.Since(r.first); took > idleDeadline {
+		return fmt.Errorf("idle: the measurement ended %s after the first start, too close to the first maintenance pass (1 min)", took.Round(time.Second))
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	for i, d := range daemons {
+	for i, d := range r.daemons {
 		if errs := d.Errors(); len(errs) > 0 {
-			return nil, fmt.Errorf("idle %s: the daemon logged errors: %v", states[i].name, errs)
+			return fmt.Errorf("idle %s: the daemon logged errors: %v", states[i].name, errs)
 		}
 	}
+	return nil
+}
+
+// figures turns the run into figures: per state, the idle CPU (from
+// schedstat, with /proc/PID/stat's figure, the thread runs, the ready
+// time and VmHWM in its note) and the median /metrics latency; then the
+// 1M-to-1k ratios of both against their target (states[0] is 1k,
+// states[1] is 1M).
+func (r *idleRun) figures(states []idleState) ([]Figure, error) {
 	var figs []Figure
-	cpu := make([]float64, len(daemons))
+	cpu := make([]float64, len(r.daemons))
 	for i, st := range states {
-		hwm, err := daemons[i].VmHWM()
+		hwm, err := r.daemons[i].VmHWM()
 		if err != nil {
 			return nil, err
 		}
-		cpu[i] = float64(c1[i].sched-c0[i].sched) / float64(time.Millisecond) / window.Seconds()
-		statMs := float64(c1[i].stat-c0[i].stat) / float64(time.Millisecond)
-		runs := c1[i].slices - c0[i].slices
+		sched := float64(r.c1[i].sched-r.c0[i].sched) / float64(time.Millisecond)
+		cpu[i] = sched / r.window.Seconds()
+		statMs := float64(r.c1[i].stat-r.c0[i].stat) / float64(time.Millisecond)
+		runs := r.c1[i].slices - r.c0[i].slices
 		figs = append(figs,
 			Figure{Name: "history_daemon_idle_cpu_" + st.name, Value: round(cpu[i], 3), Unit: "cpu_ms/s",
 				Note: fmt.Sprintf("splatd run on %d finished jobs (tombstones), 10 waiting; schedstat over %s from %s after start (/proc/PID/stat: %.0f ms); "+
 					"%d thread runs, %.3f ms each; ready after %s, VmHWM %d MiB",
-					st.finished, window.Round(time.Second), settled.Sub(daemons[i].Started).Round(time.Second), statMs, runs, float64(c1[i].sched-c0[i].sched)/float64(time.Millisecond)/float64(max(runs, 1)),
-					ready[i].Round(time.Millisecond), hwm>>20)},
-			Figure{Name: "history_daemon_metrics_latency_" + st.name, Value: round(median(lat[i]), 2), Unit: "ms",
-				Note: fmt.Sprintf("GET /metrics, median of %d; max %.1f", len(lat[i]), slices.Max(lat[i]))})
+					st.finished, r.window.Round(time.Second), r.settled.Sub(r.daemons[i].Started).Round(time.Second), statMs, runs, sched/float64(max(runs, 1)),
+					r.ready[i].Round(time.Millisecond), hwm>>20)},
+			Figure{Name: "history_daemon_metrics_latency_" + st.name, Value: round(median(r.lat[i]), 2), Unit: "ms",
+				Note: fmt.Sprintf("GET /metrics, median of %d; max %.1f", len(r.lat[i]), slices.Max(r.lat[i]))})
 	}
 	cpuRatio := cpu[1] / cpu[0]
-	latRatio := median(lat[1]) / median(lat[0])
-	figs = append(figs,
+	latRatio := median(r.lat[1]) / median(r.lat[0])
+	return append(figs,
 		Figure{Name: "history_daemon_idle_cpu_ratio_1M_to_1k", Value: round(cpuRatio, 3), Unit: "ratio", Target: "<= 1.2", Met: met(cpuRatio <= 1.2),
 			Note: "both daemons idle side by side, same window, before the first maintenance pass"},
-		Figure{Name: "history_daemon_metrics_latency_ratio_1M_to_1k", Value: round(latRatio, 3), Unit: "ratio", Target: "<= 1.2", Met: met(latRatio <= 1.2)})
-	return figs, nil
+		Figure{Name: "history_daemon_metrics_latency_ratio_1M_to_1k", Value: round(latRatio, 3), Unit: "ratio", Target: "<= 1.2", Met: met(latRatio <= 1.2)}), nil
 }
 
 // scrapeTime reads the whole of d's /metrics and returns how long it took,
