@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -67,15 +66,10 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if err != nil {
 		return j, err
 	}
-	pub := p.publish.Load()
-	defaults := pub.params
-	if pub.byRoot != nil {
-		defaults = pub.byRoot(j.Root)
-	}
 	// Titles and sidecars are the folder's, as if it were FOLDER.sog beside
 	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar.
 	asFile := filepath.Join(filepath.Dir(f.Dir), folderName(j.Path))
-	params, err := sidecar.Resolve(defaults, asFile, j.Root, j.ModTime)
+	params, err := p.publish.Load().resolve(asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

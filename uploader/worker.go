@@ -16,6 +16,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/sidecar"
 )
 
 // Store is what the worker pool needs from the job store. queue.Store
@@ -66,10 +67,12 @@ type PoolOptions struct {
 	// EncodeDir holds the encodings that publish.encode makes before
 	// upload (encode.go); "" refuses a job that asks for one.
 	EncodeDir string
-	// Defaults, when set, returns the publish defaults of a watch root
-	// (Job.Root: its folder's own publish block over the global one); nil,
-	// or a root it does not know, falls back to Publish.
-	Defaults func(root string) state.PublishParams
+	// Params, when set, answers a file's publish parameters (the daemon's
+	// config.ParamsFor: the global block, the watch entry's own, the
+	// folder's .splat.yaml files and the file's sidecar), as the dry run
+	// and `splatd publish` ask them. nil: Publish with the file's folder
+	// files and sidecar (sidecar.Resolve).
+	Params ParamsFunc
 	// FollowSymlinks, when set, says whether a watch root follows symbolic
 	// links (follow_symlinks): its files may be links that stay inside it.
 	// Elsewhere a link where a file was fails its job.
@@ -185,11 +188,23 @@ type Pool struct {
 	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 }
 
+// ParamsFunc answers the publish parameters of the file at path (under
+// the watch root root), last changed at mod.
+type ParamsFunc func(path, root string, mod time.Time) (state.PublishParams, error)
+
 // publishDefaults are the publish settings a reload may change.
 type publishDefaults struct {
 	params      state.PublishParams
-	byRoot      func(root string) state.PublishParams // nil: params for every root
+	paramsFor   ParamsFunc // nil: params and the file's own folder files and sidecar
 	onUncertain string
+}
+
+// resolve is a file's publish parameters.
+func (d *publishDefaults) resolve(path, root string, mod time.Time) (state.PublishParams, error) {
+	if d.paramsFor != nil {
+		return d.paramsFor(path, root, mod)
+	}
+	return sidecar.Resolve(d.params, path, root, mod)
 }
 
 // NewPool checks o and builds a pool; Run starts it.
@@ -210,7 +225,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
 	}
-	p.publish.Store(&publishDefaults{params: o.Publish, byRoot: o.Defaults, onUncertain: o.OnUncertain})
+	p.publish.Store(&publishDefaults{params: o.Publish, paramsFor: o.Params, onUncertain: o.OnUncertain})
 	return p, nil
 }
 
@@ -277,7 +292,7 @@ func (o *PoolOptions) fillDefaults() {
 // SetPublish replaces the configured publish parameters and the uncertain
 // outcome rule, for a config reload. Jobs that become ready from now on use
 // them; a job already ready keeps the parameters it resolved then.
-func (p *Pool) SetPublish(params state.PublishParams, byRoot func(root string) state.PublishParams, onUncertain string) error {
+func (p *Pool) SetPublish(params state.PublishParams, paramsFor ParamsFunc, onUncertain string) error {
 	switch onUncertain {
 	case "":
 		onUncertain = UncertainRepublish
@@ -285,7 +300,7 @@ func (p *Pool) SetPublish(params state.PublishParams, byRoot func(root string) s
 	default:
 		return fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, onUncertain)
 	}
-	p.publish.Store(&publishDefaults{params: params, byRoot: byRoot, onUncertain: onUncertain})
+	p.publish.Store(&publishDefaults{params: params, paramsFor: paramsFor, onUncertain: onUncertain})
 	return nil
 }
 
@@ -637,7 +652,7 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 }
 
 // commit stores the outcome of a step. A store that fails (a full disk)
-// is retried with StoreBackoff for as long as the pool runs, holding the
+// is retried with the store patience (state.ProfileStore) for as long as the pool runs, holding the
 // outcome in memory: redoing the side effect instead could publish twice.
 // Only a stale job or an illegal transition (logic errors) return at once.
 func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (state.Job, error) {

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/sidecar"
 )
 
 // TestPoolUsesTheDefaultsOfTheJobsRoot: a job remembers its watch root and
@@ -31,12 +33,13 @@ func TestPoolUsesTheDefaultsOfTheJobsRoot(t *testing.T) {
 	}
 	o := e.options(1) // one worker: asked is appended without a lock
 	var asked []string
-	o.Defaults = func(root string) state.PublishParams {
+	o.Params = func(path, root string, mod time.Time) (state.PublishParams, error) {
 		asked = append(asked, root)
+		defaults := o.Publish
 		if root == clientA {
-			return state.PublishParams{Title: "Client A: {{.Stem}}", Format: "compressed.ply", Listed: true}
+			defaults = state.PublishParams{Title: "Client A: {{.Stem}}", Format: "compressed.ply", Listed: true}
 		}
-		return o.Publish
+		return sidecar.Resolve(defaults, path, root, mod)
 	}
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
@@ -55,7 +58,7 @@ func TestPoolUsesTheDefaultsOfTheJobsRoot(t *testing.T) {
 		t.Errorf("other job params = %+v", p)
 	}
 	if len(asked) != 2 {
-		t.Errorf("Defaults asked for %q, want once per job", asked)
+		t.Errorf("Params asked for %q, want once per job", asked)
 	}
 	e.checkOnce(a, b)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
-	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -166,12 +165,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 		}
 	}
 	id := trustfs.IDOf(jf.fi)
-	pub := p.publish.Load()
-	defaults := pub.params
-	if pub.byRoot != nil {
-		defaults = pub.byRoot(j.Root)
-	}
-	params, err := sidecar.Resolve(defaults, j.Path, j.Root, j.ModTime)
+	params, err := p.publish.Load().resolve(j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

@@ -290,23 +290,6 @@ func webhookProblem(s string) string {
 	}
 }
 
-// PublishDefaults returns the pool's per-root publish defaults: each watch
-// entry's own publish block over the global one, looked up by the root a
-// job came from (state.Job.Root, the entry's path).
-func (c *Config) PublishDefaults() func(root string) state.PublishParams {
-	byRoot := make(map[string]state.PublishParams, len(c.Watch))
-	for _, w := range c.Watch {
-		byRoot[w.Path] = c.PublishFor(w)
-	}
-	global := c.Publish.Params()
-	return func(root string) state.PublishParams {
-		if p, ok := byRoot[root]; ok {
-			return p
-		}
-		return global // a job from a watch entry since removed from the config
-	}
-}
-
 // FollowSymlinks says which watch roots follow symbolic links that stay
 // inside them (follow_symlinks); elsewhere a link fails its job.
 func (c *Config) FollowSymlinks() func(root string) bool {
@@ -376,10 +359,9 @@ func (c *Config) ReceiptService() after.Service {
 // ParamsFor answers one file's publish parameters: the global publish
 // block, the innermost watch entry's own laid over it, then the folder's
 // .splat.yaml files and the file's sidecar (sidecar.Resolve). A file outside
-// every watch folder gets the global block and its own sidecar. The dry run
-// and `publish` ask it; the daemon's workers compose the same two steps,
-// PublishDefaults by root (replaced at a reload) and sidecar.Resolve per
-// job, so all three give a file the same parameters.
+// every watch folder gets the global block and its own sidecar. The
+// daemon's workers (uploader.PoolOptions.Params), the dry run and `splatd
+// publish` all ask it, so all three give a file the same parameters.
 func (c *Config) ParamsFor(path string, mod time.Time) (state.PublishParams, error) {
 	defaults, root := c.Publish.Params(), ""
 	if w, ok := c.WatchOf(path); ok {

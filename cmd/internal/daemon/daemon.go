@@ -180,7 +180,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		ParallelParts:  cfg.Upload.ParallelParts,
 		Publish:        cfg.Publish.Params(),
 		EncodeDir:      filepath.Join(cfg.StateDir, "encoded"),
-		Defaults:       cfg.PublishDefaults(),
+		Params:         paramsOf(cfg),
 		FollowSymlinks: cfg.FollowSymlinks(),
 		OnUncertain:    cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
@@ -540,4 +540,10 @@ func (d *Daemon) MetricsAddr() string {
 		return ""
 	}
 	return d.metrics.Addr()
+}
+
+// paramsOf is the pool's publish parameters of a file: config.ParamsFor of
+// the config in force when the job became ready (a reload replaces it).
+func paramsOf(cfg *config.Config) uploader.ParamsFunc {
+	return func(path, _ string, mod time.Time) (state.PublishParams, error) { return cfg.ParamsFor(path, mod) }
 }
