@@ -79,7 +79,31 @@ func ParseBandwidth(s string) (Schedule, error) {
 	if len(fields) == 0 {
 		return Schedule{}, nil
 	}
-	if len(fields) == 1 && !strings.Contains(fields[0], ",") {
+	if !strings.Contains(s, ",") {
+		return parseOneRate(s, fields)
+	}
+	entries, err := parseBandwidthEntries(fields)
+	if err != nil {
+		return Schedule{}, err
+	}
+	slots, err := layOutWeek(entries, fields)
+	if err != nil {
+		return Schedule{}, err
+	}
+	sched := Schedule{entries: entries}
+	if len(slots) == 1 {
+		sched.rate = slots[0].rate
+	} else {
+		sched.slots = slots
+	}
+	return sched, nil
+}
+
+// parseOneRate parses a bandwidth without a timetable: one rate, possibly
+// written with a space ("2 MiB/s"). The errors name the likely mistake: a
+// timetable entry without its rate, or an upload:download pair.
+func parseOneRate(s string, fields []string) (Schedule, error) {
+	if len(fields) == 1 {
 		tok := fields[0]
 		if _, _, err := parseBandwidthTime(tok); err == nil {
 			return Schedule{}, bwTokenError(tok, errors.New("a timetable entry is TIME,RATE, e.g. 08:00,20MiB/s"))
@@ -93,38 +117,43 @@ func ParseBandwidth(s string) (Schedule, error) {
 		}
 		return Schedule{rate: r}, nil
 	}
-	if !strings.Contains(s, ",") {
-		// "2 MiB/s": a rate written with a space, not a timetable.
-		joined := strings.Join(fields, "")
-		r, err := parseBandwidthRate(joined)
-		if err != nil {
-			return Schedule{}, fmt.Errorf("%q is neither one rate (e.g. 2MiB/s) nor a timetable of TIME,RATE entries: %w", strings.TrimSpace(s), err)
-		}
-		return Schedule{rate: r}, nil
+	r, err := parseBandwidthRate(strings.Join(fields, ""))
+	if err != nil {
+		return Schedule{}, fmt.Errorf("%q is neither one rate (e.g. 2MiB/s) nor a timetable of TIME,RATE entries: %w", strings.TrimSpace(s), err)
 	}
+	return Schedule{rate: r}, nil
+}
 
+// parseBandwidthEntries parses each [DAY-]HH:MM,RATE entry of a timetable.
+func parseBandwidthEntries(fields []string) ([]bwEntry, error) {
 	entries := make([]bwEntry, 0, len(fields))
 	for _, tok := range fields {
 		when, rate, ok := strings.Cut(tok, ",")
 		if !ok {
-			return Schedule{}, bwTokenError(tok, errors.New("a timetable entry is [DAY-]HH:MM,RATE; a plain rate cannot be mixed with a timetable"))
+			return nil, bwTokenError(tok, errors.New("a timetable entry is [DAY-]HH:MM,RATE; a plain rate cannot be mixed with a timetable"))
 		}
 		day, minute, err := parseBandwidthTime(when)
 		if err != nil {
-			return Schedule{}, bwTokenError(tok, err)
+			return nil, bwTokenError(tok, err)
 		}
 		if strings.Contains(rate, ":") {
-			return Schedule{}, bwTokenError(tok, errors.New("an upload:download rate pair is not supported (splatd only uploads); give one rate"))
+			return nil, bwTokenError(tok, errors.New("an upload:download rate pair is not supported (splatd only uploads); give one rate"))
 		}
 		r, err := parseBandwidthRate(rate)
 		if err != nil {
-			return Schedule{}, bwTokenError(tok, err)
+			return nil, bwTokenError(tok, err)
 		}
 		entries = append(entries, bwEntry{day: day, minute: minute, rate: r})
 	}
+	return entries, nil
+}
 
-	// Lay the entries out over the week. A DAY entry overrides an
-	// every-day entry at the same minute, so the daily ones go in first.
+// layOutWeek lays the entries (fields[i] is entry i as written) out over
+// the week, in order of start minute, neighbours with equal rates merged
+// (the week wraps) so that the limiter only stops at real changes. A DAY
+// entry overrides an every-day entry at the same minute, so the daily ones
+// go in first; two entries of one kind at one minute are an error.
+func layOutWeek(entries []bwEntry, fields []string) ([]bwSlot, error) {
 	type placed struct {
 		rate  int64
 		daily bool
@@ -143,7 +172,7 @@ func ParseBandwidth(s string) (Schedule, error) {
 			for _, d := range days {
 				start := d*bwMinutesPerDay + e.minute
 				if prev, ok := week[start]; ok && prev.daily == daily {
-					return Schedule{}, bwTokenError(fields[i], fmt.Errorf("%s is also set by %q", e.when(), prev.tok))
+					return nil, bwTokenError(fields[i], fmt.Errorf("%s is also set by %q", e.when(), prev.tok))
 				}
 				week[start] = placed{rate: e.rate, daily: daily, tok: fields[i]}
 			}
@@ -154,9 +183,6 @@ func ParseBandwidth(s string) (Schedule, error) {
 		slots = append(slots, bwSlot{start: start, rate: p.rate})
 	}
 	sort.Slice(slots, func(i, j int) bool { return slots[i].start < slots[j].start })
-
-	// Merge neighbours with equal rates (the week wraps), so that the
-	// limiter only stops at real changes.
 	merged := slots[:1]
 	for _, sl := range slots[1:] {
 		if sl.rate != merged[len(merged)-1].rate {
@@ -166,13 +192,7 @@ func ParseBandwidth(s string) (Schedule, error) {
 	if len(merged) > 1 && merged[0].rate == merged[len(merged)-1].rate {
 		merged = merged[1:]
 	}
-	sched := Schedule{entries: entries}
-	if len(merged) == 1 {
-		sched.rate = merged[0].rate
-	} else {
-		sched.slots = merged
-	}
-	return sched, nil
+	return merged, nil
 }
 
 // bwTokenError names the token an error is about, unless the error does
