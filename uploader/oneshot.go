@@ -16,6 +16,12 @@ import (
 // OneShotOptions tunes PublishFile, the foreground publish of `splatd
 // publish`. It has no queue behind it: what it does not finish is not resumed.
 type OneShotOptions struct {
+	// Protocol is ProtocolLegacy ("" too) or ProtocolV1: which API the file
+	// goes through.
+	Protocol string
+	// ParallelParts is how many v1 parts are sent at once (upload.
+	// parallel_parts). Zero: 4.
+	ParallelParts int
 	// PollInterval and PollMaxInterval pace the polling after publish; the
 	// interval doubles up to the maximum. PollTimeout bounds the whole wait.
 	PollInterval, PollMaxInterval, PollTimeout time.Duration
@@ -47,6 +53,9 @@ func (o *OneShotOptions) fill() {
 	if o.Stage == nil {
 		o.Stage = func(string, string) {}
 	}
+	if o.ParallelParts <= 0 {
+		o.ParallelParts = 4
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -59,14 +68,27 @@ func (o *OneShotOptions) fill() {
 // in a failed status.
 var ErrProcessingFailed = errors.New("processing failed")
 
-// PublishFile signs, uploads, publishes and polls one file to a terminal
-// status with the publish parameters params. The returned Splat is the last
+// Published is what a one-shot publish learnt of its splat: its id, its
+// viewer link and the last processing status seen.
+type Published struct {
+	ID, URL, Status string
+	// Message is the server's text of a failed processing (legacy only).
+	Message string
+}
+
+// PublishFile publishes one file with the publish parameters params
+// through the API o.Protocol names, and polls it to a terminal status. Each
+// call is retried as the one-shot patience says (Retry), so that someone
+// waiting at a terminal gets an answer. The returned Published is the last
 // record seen, also on failure.
-func PublishFile(ctx context.Context, c *api.Client, path string, params state.PublishParams, o OneShotOptions) (api.Splat, error) {
+func PublishFile(ctx context.Context, c *api.Client, path string, params state.PublishParams, o OneShotOptions) (Published, error) {
 	o.fill()
+	if o.Protocol == ProtocolV1 {
+		return o.publishV1(ctx, c, path, params)
+	}
 	up, err := o.upload(ctx, c, path)
 	if err != nil {
-		return api.Splat{}, err
+		return Published{}, err
 	}
 	o.Stage("publish", "")
 	r := api.PublishRequest{Key: up.Key, KeyField: up.KeyField, PublishParams: params}
@@ -77,9 +99,19 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 		return err
 	})
 	if err != nil {
-		return api.Splat{}, err
+		return Published{}, err
 	}
-	return o.poll(ctx, c, sp)
+	rec, outcome := legacyRecord(sp)
+	return o.poll(ctx, rec, outcome, func() (Published, api.Outcome, error) {
+		next, err := c.Splat(ctx, rec.ID)
+		rec, outcome := legacyRecord(next)
+		return rec, outcome, err
+	})
+}
+
+// legacyRecord is what a legacy splat record says of the publish.
+func legacyRecord(sp api.Splat) (Published, api.Outcome) {
+	return Published{ID: sp.ID, URL: sp.URL, Status: sp.Task.Status, Message: sp.Task.Message}, sp.Outcome()
 }
 
 // upload signs a URL and PUTs the file to it, signing again when storage
@@ -123,23 +155,23 @@ func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, path string)
 	return up, err
 }
 
-// poll asks for the splat, backing off, until processing ends or
-// PollTimeout passes.
-func (o *OneShotOptions) poll(ctx context.Context, c *api.Client, sp api.Splat) (api.Splat, error) {
-	o.Stage("processing", sp.Task.Status)
+// poll asks for the splat with get, backing off, until processing ends or
+// PollTimeout passes. sp and outcome are the record the publish answered.
+func (o *OneShotOptions) poll(ctx context.Context, sp Published, outcome api.Outcome, get func() (Published, api.Outcome, error)) (Published, error) {
+	o.Stage("processing", sp.Status)
 	deadline := o.Now().Add(o.PollTimeout)
 	interval := o.PollInterval
 	for {
-		switch sp.Outcome() {
+		switch outcome {
 		case api.OutcomeDone:
 			return sp, nil
 		case api.OutcomeFailed:
-			return sp, fmt.Errorf("%w: status %q: %s", ErrProcessingFailed, sp.Task.Status, sp.Task.Message)
+			return sp, fmt.Errorf("%w: status %q: %s", ErrProcessingFailed, sp.Status, sp.Message)
 		case api.OutcomeUnknown:
-			o.Stage("processing", "unknown task status "+sp.Task.Status)
+			o.Stage("processing", "unknown task status "+sp.Status)
 		}
 		if o.Now().After(deadline) {
-			return sp, fmt.Errorf("processing did not finish within %s (last status %q)", o.PollTimeout, sp.Task.Status)
+			return sp, fmt.Errorf("processing did not finish within %s (last status %q)", o.PollTimeout, sp.Status)
 		}
 		select {
 		case <-ctx.Done():
@@ -147,10 +179,10 @@ func (o *OneShotOptions) poll(ctx context.Context, c *api.Client, sp api.Splat) 
 		case <-o.After(interval):
 		}
 		interval = min(interval*2, o.PollMaxInterval)
-		var next api.Splat
+		var next Published
 		err := o.Retry(ctx, func() error {
 			var err error
-			next, err = c.Splat(ctx, sp.ID)
+			next, outcome, err = get()
 			return err
 		})
 		if err != nil {
@@ -180,6 +212,11 @@ func (o *OneShotOptions) Retry(ctx context.Context, fn func() error) error {
 		case state.Retry, state.Resign:
 		case state.Stop:
 			return ctx.Err()
+		case state.Fail:
+			if d.Reason != "" {
+				return &gaveUp{reason: d.Reason, err: err} // the tries are spent: say so
+			}
+			return err
 		default:
 			return err
 		}
@@ -191,3 +228,14 @@ func (o *OneShotOptions) Retry(ctx context.Context, fn func() error) error {
 		}
 	}
 }
+
+// gaveUp is an error the retry rule stopped retrying (its Reason: the
+// tries are spent), wrapping the last error so that callers still tell
+// its kind (errors.As).
+type gaveUp struct {
+	reason string
+	err    error
+}
+
+func (e *gaveUp) Error() string { return e.reason }
+func (e *gaveUp) Unwrap() error { return e.err }

@@ -285,17 +285,15 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 }
 
 func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
-	if a.cfg.API.Protocol == config.ProtocolV1 {
-		return publishV1(ctx, c, a, path)
-	}
+	v1 := a.cfg.API.Protocol == config.ProtocolV1
 	info, err := splatfile.Check(path)
 	if err != nil {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
 	}
-	if info.Kind == splatfile.KindSOGFolder {
+	if !v1 && info.Kind == splatfile.KindSOGFolder {
 		return fmt.Errorf("not publishable here: an unbundled SOG folder is published by the daemon (its watch folder) or with api.protocol: v1")
 	}
-	if !info.Kind.Legacy() {
+	if !v1 && !info.Kind.Legacy() {
 		return fmt.Errorf("not publishable: the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", info.Kind)
 	}
 	fi, err := os.Stat(path)
@@ -304,7 +302,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	}
 	// A file inside a watched folder gets that folder's settings, as the
 	// daemon would give it.
-	req, err := a.cfg.ParamsFor(path, fi.ModTime())
+	req, err := a.cfg.ParamsFor(uploader.PublishedAs(path), fi.ModTime())
 	if err != nil {
 		return err
 	}
@@ -313,8 +311,10 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 		return err
 	}
 	defer cleanup()
-	bar := newProgress(c.stderr, filepath.Base(path))
+	bar := newProgress(c.stderr, filepath.Base(uploader.PublishedAs(path)))
 	sp, err := uploader.PublishFile(ctx, a.client, upload, req, uploader.OneShotOptions{
+		Protocol:        a.cfg.API.Protocol,
+		ParallelParts:   a.cfg.Upload.ParallelParts,
 		PollInterval:    a.cfg.Poll.Interval.D(),
 		PollMaxInterval: a.cfg.Poll.MaxInterval.D(),
 		PollTimeout:     a.cfg.Poll.Timeout.D(),

@@ -1,0 +1,287 @@
+package uploader
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
+)
+
+// The one-shot under v1 (docs/api-v1.md) takes the daemon's steps without
+// a job store: create an upload session, send its parts ParallelParts at a
+// time, complete, poll. Each call is one step of the one-shot patience
+// (Retry), each part a step of its own, so a server that keeps failing ends
+// the command instead of holding it for ever. Nothing is kept: the
+// Idempotency-Key is new for every run (a repeated create within the run
+// finds its session again; a second run, `publish -force` say, makes a new
+// splat), and a session a run leaves unfinished expires on the server.
+
+// oneShotKey is the Idempotency-Key of one run's session.
+func oneShotKey() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "splatd-oneshot-" + hex.EncodeToString(b[:]), nil
+}
+
+// v1Source is the file a v1 one-shot uploads: the file itself, or the
+// bundle built from an unbundled SOG folder (path is its meta.json).
+type v1Source struct {
+	f      *os.File
+	size   int64
+	format api.SourceFormat
+	tmp    string // the bundle's folder, removed by close
+}
+
+func (s *v1Source) close() {
+	if s.f != nil {
+		s.f.Close()
+	}
+	if s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
+}
+
+// openV1Source checks path and opens what is to be uploaded of it.
+func openV1Source(path string) (*v1Source, error) {
+	src := &v1Source{}
+	upload := path
+	if splatfile.IsSOGFolder(path) {
+		dir, err := trustfs.OpenDir("", filepath.Dir(path))
+		if err != nil {
+			return nil, err
+		}
+		defer dir.Close()
+		folder, err := splatfile.CheckSOGFolderIn(dir, path)
+		if err != nil {
+			return nil, err
+		}
+		if src.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
+			return nil, err
+		}
+		upload = filepath.Join(src.tmp, folderName(path))
+		if err := buildBundle(folder, upload); err != nil {
+			src.close()
+			return nil, fmt.Errorf("build the folder's bundle: %w", err)
+		}
+	}
+	f, fi, err := trustfs.OpenRegular("", upload) // no link, pipe or device
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	src.f, src.size = f, fi.Size()
+	info, err := splatfile.CheckFile(f, upload)
+	if err == nil {
+		src.format, err = v1SourceFormat(string(info.Kind))
+	}
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	return src, nil
+}
+
+// publishV1 is PublishFile under the v1 protocol.
+func (o *OneShotOptions) publishV1(ctx context.Context, c *api.Client, path string, params state.PublishParams) (Published, error) {
+	src, err := openV1Source(path)
+	if err != nil {
+		return Published{}, err
+	}
+	defer src.close()
+	key, err := oneShotKey()
+	if err != nil {
+		return Published{}, err
+	}
+	o.serialise() // the parts report from several goroutines
+	o.Stage("create", "")
+	var s api.UploadSession
+	err = o.Retry(ctx, func() error {
+		var err error
+		s, _, err = c.CreateUpload(ctx, key, api.CreateUploadRequest{
+			SourceFormat: src.format, ContentLength: src.size, Title: params.Title, Description: params.Description,
+		})
+		return err
+	})
+	if err != nil {
+		return Published{}, err
+	}
+	o.Stage("upload", "")
+	parts, err := o.sendParts(ctx, c, src, s)
+	if err != nil {
+		return Published{}, err
+	}
+	o.Stage("publish", "")
+	var comp api.Completion
+	err = o.Retry(ctx, func() error {
+		var err error
+		comp, _, err = c.CompleteUpload(ctx, s.ID, parts) // a lost answer: the same complete again (200)
+		return err
+	})
+	if err != nil {
+		return Published{}, err
+	}
+	return o.poll(ctx, Published{ID: comp.SplatID}, api.OutcomePending, func() (Published, api.Outcome, error) {
+		sp, err := c.SplatV1(ctx, comp.SplatID)
+		return Published{ID: comp.SplatID, URL: sp.ViewerURL, Status: string(sp.Status)}, sp.Outcome(), err
+	})
+}
+
+// serialise makes o's Stage and Progress safe to call from several
+// goroutines: the caller's (a progress bar) need not be.
+func (o *OneShotOptions) serialise() {
+	var mu sync.Mutex
+	stage, progress := o.Stage, o.Progress
+	o.Stage = func(step, detail string) {
+		mu.Lock()
+		defer mu.Unlock()
+		stage(step, detail)
+	}
+	if progress != nil {
+		o.Progress = func(sent, size int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			progress(sent, size)
+		}
+	}
+}
+
+// oneShotParts is the state of one run's part uploads.
+type oneShotParts struct {
+	o        *OneShotOptions
+	c        *api.Client
+	src      *v1Source
+	id       string
+	partSize int64
+	parts    int
+	batch    int // part URLs signed per call
+
+	signMu sync.Mutex // one signing call at a time
+	urls   map[int]signedPart
+	next   int // the lowest part never signed
+
+	sentMu sync.Mutex
+	sent   map[int]int64 // bytes sent, by part
+}
+
+// sendParts sends every part of src into session s, ParallelParts at a
+// time, lowest first, and returns them with their ETags. The first part
+// that fails for good ends the others.
+func (o *OneShotOptions) sendParts(ctx context.Context, c *api.Client, src *v1Source, s api.UploadSession) ([]api.CompletedPart, error) {
+	r := &oneShotParts{
+		o: o, c: c, src: src, id: s.ID, partSize: s.PartSize, parts: partCount(src.size, s.PartSize),
+		batch: min(api.MaxPartURLsPerCall, signAhead*o.ParallelParts),
+		urls:  make(map[int]signedPart), next: 1, sent: make(map[int]int64),
+	}
+	done := make([]api.CompletedPart, r.parts)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.ParallelParts)
+	for n := 1; n <= r.parts; n++ {
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err // another part failed for good
+			}
+			etag, err := r.send(gctx, n)
+			if err != nil {
+				return fmt.Errorf("part %d: %w", n, err)
+			}
+			done[n-1] = api.CompletedPart{PartNumber: n, ETag: etag}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return done, nil
+}
+
+// send PUTs part n, signing its URL again when storage refused it.
+func (r *oneShotParts) send(ctx context.Context, n int) (string, error) {
+	off, length := partRange(r.src.size, r.partSize, n)
+	var etag string
+	resign := false
+	err := r.o.Retry(ctx, func() error {
+		u, err := r.url(ctx, n, resign)
+		if err != nil {
+			return err
+		}
+		etag, err = r.c.PutPart(ctx, u, io.NewSectionReader(r.src.f, off, length), length, func(sent int64) { r.progress(n, sent) })
+		if err != nil {
+			r.progress(n, 0)
+			resign = r.o.Policy.Decide(ctx, err, 1, r.o.Now()).Action == state.Resign
+		}
+		return err
+	})
+	return etag, err
+}
+
+// url returns part n's URL: one signed before and still fresh, unless
+// fresh asks for a new one; else it signs n and the next parts never
+// signed, up to batch of them.
+func (r *oneShotParts) url(ctx context.Context, n int, fresh bool) (string, error) {
+	r.signMu.Lock()
+	defer r.signMu.Unlock()
+	if u, ok := r.urls[n]; ok && !fresh && u.usable(r.o.Now()) {
+		delete(r.urls, n)
+		return u.url.URL, nil
+	}
+	batch := []int{n}
+	for m := max(r.next, n+1); m <= r.parts && len(batch) < r.batch; m++ {
+		batch = append(batch, m)
+	}
+	pu, err := r.c.PartURLs(ctx, r.id, batch)
+	if err != nil {
+		return "", err
+	}
+	r.next = max(r.next, batch[len(batch)-1]+1)
+	at := r.o.Now()
+	for _, u := range pu.URLs {
+		r.urls[u.PartNumber] = signedPart{url: u, at: at}
+	}
+	u, ok := r.urls[n]
+	if !ok {
+		return "", &api.ProtocolError{Route: api.RouteV1PartURLs, Reason: fmt.Sprintf("no URL for part %d", n)}
+	}
+	delete(r.urls, n)
+	return u.url.URL, nil
+}
+
+// progress records part n's bytes sent so far and reports the file's.
+func (r *oneShotParts) progress(n int, sent int64) {
+	if r.o.Progress == nil {
+		return
+	}
+	r.sentMu.Lock()
+	r.sent[n] = sent
+	var total int64
+	for _, b := range r.sent {
+		total += b
+	}
+	r.sentMu.Unlock()
+	r.o.Progress(min(total, r.src.size), r.src.size)
+}
+
+// PublishedAs is the path a file is published as: path itself, or
+// FOLDER.sog beside an unbundled SOG folder (path is its meta.json), whose
+// title template and sidecar are then the folder's, as for the daemon.
+func PublishedAs(path string) string {
+	if !splatfile.IsSOGFolder(path) {
+		return path
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(path)), folderName(path))
+}

@@ -1,0 +1,105 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/apisim"
+)
+
+// v1OneShot runs PublishFile under v1 on a file of about parts simulator
+// parts, on the instant clock clk, 3 parts at a time.
+func v1OneShot(t *testing.T, e *workerEnv, parts int, clk *instantClock, progress func(sent, size int64)) (Published, []string, error) {
+	t.Helper()
+	path := e.writeParts("a.ply", parts)
+	var mu sync.Mutex
+	var retries []string
+	sp, err := PublishFile(context.Background(), e.client, path, state.PublishParams{Title: "a"}, OneShotOptions{
+		Protocol: ProtocolV1, ParallelParts: 3,
+		PollInterval: time.Millisecond, PollTimeout: time.Minute,
+		After:    clk.after,
+		Progress: progress,
+		Stage: func(step, detail string) {
+			if step == "retry" {
+				mu.Lock()
+				retries = append(retries, detail)
+				mu.Unlock()
+			}
+		},
+	})
+	return sp, retries, err
+}
+
+// TestPublishFileV1Once: a v1 one-shot sends every part once through one
+// session, completes it once and returns the splat's viewer link; a create
+// and a complete whose answers are lost (the server acted, then 502) are
+// sent again under the same key and session, and make no second splat.
+func TestPublishFileV1Once(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{ProcessingDelay: -1, Faults: apisim.Faults{UncertainCreates: 1, UncertainCompletes: 1}})
+	clk := &instantClock{}
+	var last, size int64
+	sp, retries, err := v1OneShot(t, e, 5, clk, func(sent, sz int64) { last, size = sent, sz })
+	if err != nil || sp.ID == "" || !strings.Contains(sp.URL, "/scene/") {
+		t.Fatalf("PublishFile v1 = %+v, %v (retries %q); want a splat with its viewer link", sp, err, retries)
+	}
+	st := e.sim.Stats()
+	if st.Creates != 1 || st.CreateReplays != 1 || st.V1Splats != 1 || st.Completes != 1 || st.CompleteReplays != 1 || st.PartPuts != 5 || st.Uploads != 0 {
+		t.Errorf("simulator: %d creates (%d replayed), %d splats, %d completes (%d replayed), %d part PUTs, %d legacy uploads; want 1 (1), 1, 1 (1), 5, 0",
+			st.Creates, st.CreateReplays, st.V1Splats, st.Completes, st.CompleteReplays, st.PartPuts, st.Uploads)
+	}
+	if len(retries) != 2 {
+		t.Errorf("retries %q, want the create's and the complete's", retries)
+	}
+	if last != size || size == 0 {
+		t.Errorf("progress ended at %d of %d, want all of it", last, size)
+	}
+}
+
+// TestPublishFileV1GivesUp: the one-shot patience bounds a v1 one-shot. A
+// server that keeps failing the complete, or storage that keeps failing
+// one part, ends the command with the error after the profile's tries
+// (each wait on the instant clock), and no splat is made.
+func TestPublishFileV1GivesUp(t *testing.T) {
+	t.Parallel()
+	tries := state.DefaultPatience[state.ProfileOneShot].Tries
+	for _, c := range []struct {
+		name   string
+		faults apisim.Faults
+		route  string
+	}{
+		{"complete 503", apisim.Faults{ErrorRate: map[string]float64{apisim.RouteV1Complete: 1}, ErrorStatus: 503}, apisim.RouteV1Complete},
+		{"create 500", apisim.Faults{ErrorRate: map[string]float64{apisim.RouteV1CreateUpload: 1}}, apisim.RouteV1CreateUpload},
+		{"part 503", apisim.Faults{PartErrorRate: 1}, apisim.RoutePartPut},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newV1Env(t, apisim.Options{ProcessingDelay: -1, Faults: c.faults})
+			clk := &instantClock{}
+			_, retries, err := v1OneShot(t, e, 1, clk, nil)
+			var ae *api.APIError
+			if !errors.As(err, &ae) || ae.Status < 500 || !strings.Contains(err.Error(), "gave up after 5 tries") {
+				t.Fatalf("PublishFile v1 against a failing %s = %v; want its 5xx, given up after 5 tries", c.route, err)
+			}
+			st := e.sim.Stats()
+			sent := 0
+			for _, n := range st.Requests[c.route] {
+				sent += n
+			}
+			if sent != tries || len(retries) != tries-1 || st.V1Splats != 0 {
+				t.Errorf("%d %s requests, retries %q, %d splats; want %d requests, %d retries, no splat", sent, c.route, retries, st.V1Splats, tries, tries-1)
+			}
+			clk.mu.Lock()
+			defer clk.mu.Unlock()
+			if len(clk.waited) != tries-1 {
+				t.Errorf("waited %v; want %d waits of the one-shot backoff", clk.waited, tries-1)
+			}
+		})
+	}
+}
