@@ -1,8 +1,13 @@
 package uploader
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +16,7 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // v1OneShot runs PublishFile under v1 on a file of about parts simulator
@@ -101,5 +107,48 @@ func TestPublishFileV1GivesUp(t *testing.T) {
 				t.Errorf("waited %v; want %d waits of the one-shot backoff", clk.waited, tries-1)
 			}
 		})
+	}
+}
+
+// TestPublishFileV1Folder: an unbundled SOG folder (its meta.json) is sent
+// as its bundle, and the bundle does not outlive the run.
+func TestPublishFileV1Folder(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{ProcessingDelay: -1})
+	var b bytes.Buffer
+	if err := splatfile.WriteSOG(&b, 300); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "lobby")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || os.WriteFile(filepath.Join(dir, f.Name), data, 0o644) != nil {
+			t.Fatal(f.Name, err)
+		}
+	}
+	meta := filepath.Join(dir, splatfile.SOGMeta)
+	if got := PublishedAs(meta); got != dir+".sog" {
+		t.Errorf("PublishedAs(%s) = %s, want %s.sog", meta, got, dir)
+	}
+	sp, err := PublishFile(context.Background(), e.client, meta, state.PublishParams{Title: "lobby"}, OneShotOptions{
+		Protocol: ProtocolV1, PollInterval: time.Millisecond, After: (&instantClock{}).after,
+	})
+	if err != nil || sp.URL == "" || e.sim.Stats().V1Splats != 1 {
+		t.Fatalf("PublishFile v1 of a SOG folder = %+v, %v, %d splats; want one splat", sp, err, e.sim.Stats().V1Splats)
+	}
+	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "splatd-publish-*", "lobby.sog")); len(left) != 0 {
+		t.Errorf("bundles left: %v", left)
 	}
 }
