@@ -1,7 +1,7 @@
 // Package notify tells other systems that a job is final: a JSON event
 // POSTed to a webhook (retried with backoff) and a command run with the
-// event on its stdin. Events wait in bounded queues drained by the
-// Notifier's own goroutines, so a slow or dead receiver never holds up a
+// event on its stdin. Events wait in bounded queues that the Notifier's Run
+// drains, so a slow or dead receiver never holds up a
 // worker; a failed or dropped notification is logged and counted, and
 // never fails the job. Neither channel ever carries the API token.
 package notify
@@ -42,6 +42,9 @@ const (
 	DefaultOutputLimit = 4 << 10
 	// DefaultPostTimeout bounds one webhook attempt.
 	DefaultPostTimeout = 30 * time.Second
+	// DefaultGrace is how long events still queued when Run's context
+	// ends may go out.
+	DefaultGrace = 10 * time.Second
 )
 
 // tokenEnv is never passed to a command: it would hand the API token to
@@ -95,7 +98,11 @@ type Options struct {
 	OutputLimit int
 	// Queue is how many events may wait per channel; more are dropped and
 	// counted. Zero: DefaultQueue.
-	Queue    int
+	Queue int
+	// Grace is how long Run still delivers the events queued when its
+	// context ends (a stopping daemon's last jobs); what is left then is
+	// abandoned. Zero: DefaultGrace; negative: none.
+	Grace    time.Duration
 	Observer Observer
 	Logger   zerolog.Logger
 }
@@ -128,24 +135,20 @@ type delivery struct {
 	headers http.Header
 }
 
-// Notifier delivers events. New starts its goroutines; Shutdown stops them.
+// Notifier delivers events: Finished queues them, Run delivers them.
 type Notifier struct {
 	o      Options
 	log    zerolog.Logger
 	target atomic.Pointer[Target] // Options' Webhook, Headers and Exec, as SetTarget last set them
+	ran    atomic.Bool
 
 	mu     sync.Mutex // guards closed and the sends on the queues
 	closed bool
 	hooks  chan delivery
 	cmds   chan delivery
-
-	ctx    context.Context // ends deliveries that Shutdown abandons
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
 }
 
-// New checks o and starts the delivery goroutines (one per channel, each
-// working its queue in order).
+// New checks o and makes the queues; Run delivers what they hold.
 func New(o Options) (*Notifier, error) {
 	if err := checkWebhook(o.Webhook); err != nil {
 		return nil, err
@@ -172,6 +175,9 @@ func New(o Options) (*Notifier, error) {
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
+	if o.Grace == 0 {
+		o.Grace = DefaultGrace
+	}
 	n := &Notifier{
 		o:     o,
 		log:   o.Logger.With().Str("component", "notify").Logger(),
@@ -179,17 +185,6 @@ func New(o Options) (*Notifier, error) {
 		cmds:  make(chan delivery, o.Queue),
 	}
 	n.target.Store(&Target{Webhook: o.Webhook, Headers: o.Headers, Exec: o.Exec})
-	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Go(func() {
-		for d := range n.hooks {
-			n.post(d)
-		}
-	})
-	n.wg.Go(func() {
-		for d := range n.cmds {
-			n.run(d)
-		}
-	})
 	return n, nil
 }
 
@@ -261,45 +256,65 @@ func (n *Notifier) enqueue(q chan delivery, d delivery, kind string) {
 	}
 }
 
-// Shutdown stops taking events and delivers those queued until ctx ends;
-// what is left then (a webhook between tries, a running command) is
-// abandoned, with a log line. It returns ctx's error in that case.
-func (n *Notifier) Shutdown(ctx context.Context) error {
-	n.mu.Lock()
-	if !n.closed {
-		n.closed = true
-		close(n.hooks)
-		close(n.cmds)
+// Run delivers the queued events, one goroutine per channel working its
+// queue in order, until ctx ends. Then it takes no more events, delivers
+// those still queued for Options.Grace (the drain), and abandons what is
+// left (a webhook between tries, a running command) with a log line. It
+// returns nil after a complete drain, context.DeadlineExceeded after an
+// abandoned one. Run runs once.
+func (n *Notifier) Run(ctx context.Context) error {
+	if n.ran.Swap(true) {
+		return errors.New("notify: Run called twice")
 	}
+	// live ends the deliveries in flight: only once the grace is over.
+	live, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for d := range n.hooks {
+			n.post(live, d)
+		}
+	})
+	wg.Go(func() {
+		for d := range n.cmds {
+			n.run(live, d)
+		}
+	})
+	<-ctx.Done()
+	n.mu.Lock()
+	n.closed = true
+	close(n.hooks)
+	close(n.cmds)
 	n.mu.Unlock()
 	done := make(chan struct{})
-	go func() { n.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
+	grace := time.NewTimer(max(n.o.Grace, 0))
+	defer grace.Stop()
 	select {
 	case <-done:
-		n.cancel()
 		return nil
-	case <-ctx.Done():
+	case <-grace.C:
 		left := len(n.hooks) + len(n.cmds)
-		n.cancel()
+		abandon()
 		<-done
 		n.log.Warn().Int("queued", left).Msg("stopping: notifications still queued or in flight were abandoned")
-		return ctx.Err()
+		return context.DeadlineExceeded
 	}
 }
 
 // post delivers one event to the webhook, trying again on transient
 // failures. The URL is logged without its path and query, which for chat
 // webhooks are the secret.
-func (n *Notifier) post(d delivery) {
+func (n *Notifier) post(ctx context.Context, d delivery) {
 	log := n.log.With().Str("kind", KindWebhook).Str("webhook", state.URLOrigin(d.webhook)).
 		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
 	for try := 1; ; try++ {
-		err := n.postOnce(d)
+		err := n.postOnce(ctx, d)
 		if err == nil {
 			log.Debug().Int("try", try).Msg("webhook delivered")
 			return
 		}
-		dec := n.o.Policy.DecideAs(state.ProfileWebhook, n.ctx, err, try, time.Now())
+		dec := n.o.Policy.DecideAs(state.ProfileWebhook, ctx, err, try, time.Now())
 		switch dec.Action {
 		case state.Retry, state.Resign, state.WaitConfig:
 			// A host that does not resolve or refuses is the receiver's
@@ -310,7 +325,7 @@ func (n *Notifier) post(d delivery) {
 			select {
 			case <-t.C:
 				continue
-			case <-n.ctx.Done():
+			case <-ctx.Done():
 				t.Stop()
 			}
 			log.Warn().Err(err).Msg("webhook abandoned at shutdown")
@@ -347,8 +362,8 @@ func (e *answerError) FromStorage() bool { return false }
 func (e *answerError) RetryWait(time.Time) time.Duration { return e.retryAfter }
 
 // postOnce sends one attempt.
-func (n *Notifier) postOnce(d delivery) error {
-	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, d.webhook, bytes.NewReader(d.body))
+func (n *Notifier) postOnce(ctx context.Context, d delivery) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.webhook, bytes.NewReader(d.body))
 	if err != nil {
 		return err
 	}
@@ -383,14 +398,14 @@ func (n *Notifier) postOnce(d delivery) error {
 }
 
 // run runs one command with the event on stdin, within its timeout.
-func (n *Notifier) run(d delivery) {
+func (n *Notifier) run(ctx context.Context, d delivery) {
 	timeout := d.cmd.Timeout
 	if timeout <= 0 {
 		timeout = DefaultExecTimeout
 	}
 	log := n.log.With().Str("kind", KindExec).Str("command", d.cmd.Argv[0]).
 		Uint64("job", d.ev.Job).Str("event", d.ev.Event).Logger()
-	ctx, cancel := context.WithTimeout(n.ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.cmd.Argv[0], d.cmd.Argv[1:]...)
 	cmd.Stdin = bytes.NewReader(d.body)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -95,18 +96,48 @@ func newTest(t *testing.T, o Options) (*Notifier, *countObserver, *logBuffer) {
 	if o.Policy.Patience == nil {
 		o.Policy = o.Policy.With(state.ProfileWebhook, fastRetries)
 	}
+	if o.Grace == 0 {
+		o.Grace = time.Hour // drain waits for every delivery, however slow the machine
+	}
 	n, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(ctx) }()
+	running.Store(n, &run{stop: stop, ran: ran})
+	t.Cleanup(func() { stopRun(n) })
 	return n, obs, logs
 }
 
-// drain waits until every queued notification was delivered or given up.
+// run is a test's Run of a Notifier: its stop, and where its result comes.
+type run struct {
+	stop context.CancelFunc
+	ran  chan error
+	once sync.Once
+	err  error
+}
+
+// running maps each test's Notifier to its Run.
+var running sync.Map
+
+// stopRun ends n's Run and returns its result.
+func stopRun(n *Notifier) error {
+	v, _ := running.Load(n)
+	r := v.(*run)
+	r.once.Do(func() {
+		r.stop()
+		r.err = <-r.ran
+	})
+	return r.err
+}
+
+// drain waits until every queued notification was delivered or given up:
+// Run's context ends and its grace lets them out.
 func drain(t *testing.T, n *Notifier) {
 	t.Helper()
-	if err := n.Shutdown(context.Background()); err != nil {
+	if err := stopRun(n); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -268,22 +299,24 @@ func TestQueueOverflowIsCountedNotBlocking(t *testing.T) {
 	}
 }
 
-func TestShutdownAbandonsAfterItsDeadline(t *testing.T) {
+func TestRunAbandonsAfterItsGrace(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
 	defer srv.Close()
 	// Retries an hour apart: only the deadline can end the delivery.
-	n, obs, _ := newTest(t, Options{Webhook: srv.URL, Policy: state.Policy{}.With(state.ProfileWebhook, state.Backoff{Base: time.Hour, Cap: time.Hour})})
+	// No grace: the drain abandons at once.
+	n, obs, _ := newTest(t, Options{Webhook: srv.URL, Grace: -1, Policy: state.Policy{}.With(state.ProfileWebhook, state.Backoff{Base: time.Hour, Cap: time.Hour})})
 	n.Finished("", receiptOf(state.Done))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := n.Shutdown(ctx); err == nil {
-		t.Error("Shutdown with an ended context = nil, want its error")
+	if err := stopRun(n); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run without grace = %v, want context.DeadlineExceeded", err)
 	}
 	if obs.count(KindWebhook) > 1 {
 		t.Errorf("errors = %d", obs.count(KindWebhook))
 	}
-	n.Finished("", receiptOf(state.Done)) // after Shutdown: ignored, no panic
+	n.Finished("", receiptOf(state.Done)) // after Run: ignored, no panic
+	if err := n.Run(context.Background()); err == nil {
+		t.Error("a second Run = nil, want an error")
+	}
 }
 
 func needShell(t *testing.T) {

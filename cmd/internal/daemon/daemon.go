@@ -237,10 +237,9 @@ func (d *Daemon) closeAll() {
 	d.Close()
 }
 
-// Close stops the notifier's deliveries (with their grace) and closes the
-// state. Run has returned, or never ran.
+// Close closes the state. Run has returned (its notifier drained), or
+// never ran.
 func (d *Daemon) Close() {
-	d.stopEvents()
 	if err := d.store.Close(); err != nil {
 		d.log.Error().Err(err).Msg("closing the state")
 	}
@@ -307,6 +306,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var pacer errgroup.Group
 	pacer.Go(func() error { return d.pacer.Run(pacing) })
 
+	// Events: webhooks and after.exec of the jobs that finish; stopped
+	// after the workers, whose after-actions queue them, and then drained
+	// for eventsGrace (the notifier's own Run).
+	notifying, stopNotifying := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNotifying()
+	var notifier errgroup.Group
+	notifier.Go(func() error { return d.events.Run(notifying) })
+
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
 	// and the watchdog; maintenance keeps the state file bounded.
@@ -347,7 +354,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := pacer.Wait(); err != nil {
 		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
 	}
-	// 4. Listeners.
+	// 4. Notifier: the last jobs' notifications go out within eventsGrace
+	// (what is left is logged by the notifier).
+	stopNotifying()
+	_ = notifier.Wait()
+	// 5. Listeners.
 	stopServe()
 	_ = listeners.Wait()
 	if runErr == nil {

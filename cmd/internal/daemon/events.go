@@ -49,6 +49,7 @@ func (d *Daemon) newEvents(token string) (*notify.Notifier, error) {
 		Webhook:  t.Webhook,
 		Headers:  t.Headers,
 		Exec:     t.Exec,
+		Grace:    eventsGrace,
 		Observer: d.m,
 		Logger:   d.log,
 	})
@@ -73,15 +74,4 @@ func finishAndNotify(current func() *after.Runners, events *notify.Notifier) fun
 		events.Finished(j.Root, rec)
 		return nil
 	}
-}
-
-// stopEvents lets queued notifications go out for eventsGrace, then drops
-// the rest (logged by the notifier).
-func (d *Daemon) stopEvents() {
-	if d.events == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), eventsGrace)
-	defer cancel()
-	_ = d.events.Shutdown(ctx)
 }
