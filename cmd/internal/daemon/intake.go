@@ -67,7 +67,7 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 				Msg("the receipt beside the file is not evidence that it is published; it is queued as usual")
 			rest = append(rest, c)
 		default:
-			adopt = append(adopt, adoptionOf(d.cfg, ev, c.Root))
+			adopt = append(adopt, after.AdoptionOf(ev, c.Root, d.cfg.TrustedViewerURL))
 		}
 	}
 	if len(adopt) == 0 {
@@ -124,18 +124,6 @@ func countReceipts(dir string) int {
 		}
 	}
 	return n
-}
-
-// adoptionOf is the adopted job of a receipt's evidence. The receipt's
-// viewer link is kept only if it points to the API's viewer host: the
-// receipt is the folder writer's text.
-func adoptionOf(cfg *config.Config, ev after.Evidence, root string) queue.Adoption {
-	r := ev.Receipt
-	return queue.Adoption{
-		Path: ev.File, Root: root, Size: ev.Size, ModTime: ev.ModTime, SHA256: ev.SHA256,
-		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: cfg.TrustedViewerURL(r.Splat.URL), Title: r.Title, Format: r.Format,
-		PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt, Receipt: after.ReceiptPath(ev.File),
-	}
 }
 
 // intakeFailed notes that the store refused found files (a full disk):
