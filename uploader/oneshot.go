@@ -166,6 +166,9 @@ func (o *OneShotOptions) poll(ctx context.Context, sp Published, outcome api.Out
 		case api.OutcomeDone:
 			return sp, nil
 		case api.OutcomeFailed:
+			if sp.Message == "" { // v1 records carry no message
+				return sp, fmt.Errorf("%w: status %q", ErrProcessingFailed, sp.Status)
+			}
 			return sp, fmt.Errorf("%w: status %q: %s", ErrProcessingFailed, sp.Status, sp.Message)
 		case api.OutcomeUnknown:
 			o.Stage("processing", "unknown task status "+sp.Status)
