@@ -152,3 +152,15 @@ func TestPublishFileV1Folder(t *testing.T) {
 		t.Errorf("bundles left: %v", left)
 	}
 }
+
+// TestPublishFileV1ProcessingFailed: a splat whose processing fails is an
+// ErrProcessingFailed that still names the splat; it is not retried.
+func TestPublishFileV1ProcessingFailed(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{ProcessingDelay: -1, Faults: apisim.Faults{ProcessingFailRate: 1}})
+	sp, retries, err := v1OneShot(t, e, 2, &instantClock{}, nil)
+	if !errors.Is(err, ErrProcessingFailed) || sp.ID == "" || len(retries) != 0 || e.sim.Stats().Completes != 1 {
+		t.Errorf("PublishFile v1 with failing processing = %+v, %v, retries %q, %d completes; want ErrProcessingFailed naming the splat, one complete",
+			sp, err, retries, e.sim.Stats().Completes)
+	}
+}
