@@ -151,7 +151,12 @@ func TestE2EResumeLogAfterKill(t *testing.T) {
 	t.Parallel()
 	var simp atomic.Pointer[apisim.Server]
 	// Storage stalls once two parts are stored: the upload is mid-way when
-	// the daemon is killed.
+	// the daemon is killed. The stall is the bandwidth cap's Sleep, which
+	// the simulator calls only for a pause of 2 ms or more: the cap (1 MiB/s)
+	// is low enough that every part's reads ask for pauses, and the Sleep
+	// skips them (returns at once) until the stall begins. (With a cap too
+	// high to ever pause, the stall never came and the test only passed when
+	// its poll caught a 0.1 s upload mid-way.)
 	stall := func(ctx context.Context, _ time.Duration) error {
 		if s := simp.Load(); s != nil && s.Stats().PartPuts >= 2 {
 			<-ctx.Done()
@@ -159,7 +164,7 @@ func TestE2EResumeLogAfterKill(t *testing.T) {
 		}
 		return nil
 	}
-	sim := newE2ESim(t, apisim.Options{StorageBandwidth: 1 << 40, Sleep: stall, PartSize: 1 << 20})
+	sim := newE2ESim(t, apisim.Options{StorageBandwidth: 1 << 20, Sleep: stall, PartSize: 1 << 20})
 	simp.Store(sim)
 	e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 1}\n"})
 	cfg, err := os.ReadFile(e.cfgPath)
@@ -177,6 +182,9 @@ func TestE2EResumeLogAfterKill(t *testing.T) {
 		return sim.Stats().PartPuts >= 2 && len(jobs) == 1 && jobs[0].Stage == "uploading"
 	})
 	d.kill()
+	if n := sim.Stats().PartPuts; float64(n) >= parts {
+		t.Fatalf("all %d parts were stored before the kill: the stall did not hold the upload", n)
+	}
 
 	d2 := startDaemon(t, e.cfgPath)
 	l := d2.waitLogLine("resuming 1 jobs left unfinished by the last run")
