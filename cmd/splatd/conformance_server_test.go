@@ -129,6 +129,9 @@ type confServer struct {
 	winStart      int64            // limited mode: epoch second the window started
 	winUsed       int
 	zeroRemaining int // limited mode: responses that said Remaining 0
+	// firstReadLimited: read routes whose very first request met a spent
+	// window (a 429).
+	firstReadLimited []string
 }
 
 func newConfServer(t *testing.T, o confOptions) *confServer {
@@ -242,10 +245,16 @@ func (s *confServer) serveAPI(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests++
 	s.byRoute[route]++
+	first := s.byRoute[route] == 1
 	s.mu.Unlock()
 
 	// Rate limit first, as a gateway does.
 	if !s.rateLimit(rec, route) {
+		if first && r.Method == http.MethodGet {
+			s.mu.Lock()
+			s.firstReadLimited = append(s.firstReadLimited, route)
+			s.mu.Unlock()
+		}
 		return
 	}
 	if r.Header.Get("Authorization") != "Bearer "+s.token {
@@ -656,18 +665,20 @@ func (s *confServer) checkpoints(w http.ResponseWriter, r *http.Request) {
 // --- what the tests read ------------------------------------------------------
 
 type confStats struct {
-	Requests      int
-	ByRoute       map[string]int
-	ByStatus      map[int]int
-	StorageAuth   []string
-	StoragePuts   int
-	PutsPerSHA    map[string]int
-	PublishPerSHA map[string]int
-	PublishBodies []map[string]any
-	Signatures    []string
-	Violations    []string
-	FileNames     []string
-	ZeroRemaining int
+	Requests int
+	ByRoute  map[string]int
+	ByStatus map[int]int
+	// FirstReadLimited are the read routes whose first request drew a 429.
+	FirstReadLimited []string
+	StorageAuth      []string
+	StoragePuts      int
+	PutsPerSHA       map[string]int
+	PublishPerSHA    map[string]int
+	PublishBodies    []map[string]any
+	Signatures       []string
+	Violations       []string
+	FileNames        []string
+	ZeroRemaining    int
 }
 
 func (s *confServer) stats() confStats {
@@ -677,11 +688,12 @@ func (s *confServer) stats() confStats {
 		Requests: s.requests, StoragePuts: s.storagePuts, ZeroRemaining: s.zeroRemaining,
 		ByRoute: map[string]int{}, ByStatus: map[int]int{},
 		PutsPerSHA: map[string]int{}, PublishPerSHA: map[string]int{},
-		StorageAuth:   append([]string(nil), s.storageAuth...),
-		PublishBodies: append([]map[string]any(nil), s.publishBodies...),
-		Signatures:    append([]string(nil), s.signatures...),
-		Violations:    append([]string(nil), s.violations...),
-		FileNames:     append([]string(nil), s.fileNames...),
+		StorageAuth:      append([]string(nil), s.storageAuth...),
+		FirstReadLimited: append([]string(nil), s.firstReadLimited...),
+		PublishBodies:    append([]map[string]any(nil), s.publishBodies...),
+		Signatures:       append([]string(nil), s.signatures...),
+		Violations:       append([]string(nil), s.violations...),
+		FileNames:        append([]string(nil), s.fileNames...),
 	}
 	for k, v := range s.byRoute {
 		st.ByRoute[k] = v

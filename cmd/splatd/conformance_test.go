@@ -48,7 +48,13 @@ func confSetToken(t *testing.T, path, tok string) {
 
 // confCheckClean asserts what every conformance test expects of the
 // server side: no protocol violation, no Authorization header at storage,
-// no 429 earned.
+// no 429 earned but one: the very first request of a read route (a poll)
+// may meet a spent window. The pacer does not know a new route's class
+// until it answers, and it does not hold an unknown read route on a class
+// that holds only write routes (a poll must not wait a whole window on a
+// class it may not be in: docs/architecture.md); the server here has one
+// window for every route, so under load that first poll can land in a
+// window the uploads spent. Its answer names the class, which is then kept.
 func confCheckClean(t *testing.T, s *confServer) {
 	t.Helper()
 	st := s.stats()
@@ -61,8 +67,8 @@ func confCheckClean(t *testing.T, s *confServer) {
 	if n := st.ByRoute["other"]; n > 0 {
 		t.Errorf("splatd made %d requests to routes docs/api-legacy.md does not have", n)
 	}
-	if n := st.ByStatus[http.StatusTooManyRequests]; n > 0 {
-		t.Errorf("splatd earned %d 429s; the pacer must keep its own traffic under the advertised limit", n)
+	if n := st.ByStatus[http.StatusTooManyRequests] - len(st.FirstReadLimited); n > 0 {
+		t.Errorf("splatd earned %d 429s (besides %d on a read route's first request); the pacer must keep its own traffic under the advertised limit", n, len(st.FirstReadLimited))
 	}
 }
 
