@@ -65,7 +65,9 @@
 //     promise them: every answer carries the legacy spec's X-RateLimit-*
 //     headers and a 429 its Retry-After (the same service and token publish
 //     them under the legacy API, and the v1 contract tells clients to honour
-//     them when present); v1 routes are in the normal class unless
+//     them when present; without them a client learns a limit only from
+//     429s, one per window at least, so no paced figure could be met); v1
+//     routes are in the normal class unless
 //     Options.Classes puts them elsewhere (the benchmarks put complete, the
 //     call that makes a splat, in the strict class).
 //
