@@ -25,16 +25,20 @@ import (
 // (leaves of 16, 16-way splits, 4 rounds each) for a palette error 1.3 %
 // higher, then to about 3.8 s with leaves of 8, 8-way splits and 2 rounds
 // in a leaf, for an error 0.7 % higher again (the 20,000-splat scene's 1 %).
-// Leaves start from k-means++ seeds, so a few rounds settle them; each
-// round measures a point's last entry first (nearestFrom), whose distance
-// then ends most others' after a few coefficients.
+// Leaves start from k-means++ seeds, so a few rounds settle them. Then
+// (2026-11-26) the distances moved to an AVX2 kernel (dist.go) that
+// measures every row in full, no early end: 3.0 s → 1.8 s of one core; and
+// the descent prefetches the row of the point prefetchAhead places on (its
+// points are scattered through 180 MB, and waiting on memory was most of
+// what was left): 1.2–1.5 s, the same palette error.
 const (
-	leafK        = 8  // a node with at most this many entries is a leaf
-	maxBranch    = 8  // cells an inner node splits into
-	sampleFactor = 32 // an inner node trains on at most this many points a cell
-	innerIters   = 4  // Lloyd iterations of an inner node (on its sample)
-	leafIters    = 2  // Lloyd iterations of a leaf
-	parallelMin  = 1 << 14
+	leafK         = 8  // a node with at most this many entries is a leaf
+	maxBranch     = 8  // cells an inner node splits into
+	sampleFactor  = 32 // an inner node trains on at most this many points a cell
+	innerIters    = 4  // Lloyd iterations of an inner node (on its sample)
+	leafIters     = 2  // Lloyd iterations of a leaf
+	parallelMin   = 1 << 14
+	prefetchAhead = 8 // points; a row is three cache lines
 )
 
 // paletteSize is the palette size splat-transform chooses for n splats:
@@ -145,10 +149,10 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 func (km *kmeans) leaf(members []uint32, k int, seed uint64) clusters {
 	r := rng(seed)
 	pts := km.gather(members)
-	cent, last := lloyd(pts, len(members), km.d, k, leafIters, &r)
+	cent, _ := lloyd(pts, len(members), km.d, k, leafIters, &r)
 	cs := clusters{labels: make([]uint32, len(members))}
 	for i := range members {
-		cs.labels[i] = uint32(nearestFrom(pts[i*km.d:(i+1)*km.d], cent, km.d, last[i]))
+		cs.labels[i] = uint32(nearest(pts[i*km.d:(i+1)*km.d], cent, km.d))
 	}
 	for c := 0; c*km.d < len(cent); c++ {
 		cs.entries = append(cs.entries, cent[c*km.d:(c+1)*km.d])
@@ -179,6 +183,9 @@ func (km *kmeans) assign(members []uint32, cent []float32, parallel bool) []int3
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
+				if i+prefetchAhead < hi {
+					prefetch(&km.pts[int(members[i+prefetchAhead])*km.d])
+				}
 				out[i] = int32(nearest(km.row(members[i]), cent, km.d))
 			}
 		}()
