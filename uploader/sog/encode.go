@@ -125,7 +125,8 @@ func Encode(ctx context.Context, w io.Writer, s *Splats) error {
 }
 
 // imageSet encodes images as they are added, on at most GOMAXPROCS
-// goroutines, and keeps them in the order added.
+// goroutines (each using a libwebp instance of webp, at most one each),
+// and keeps them in the order added.
 type imageSet struct {
 	mu    sync.Mutex
 	names []string
@@ -133,6 +134,7 @@ type imageSet struct {
 	err   error
 	wg    sync.WaitGroup
 	sem   chan struct{}
+	webp  webpPool
 }
 
 func newImageSet() *imageSet {
@@ -149,7 +151,7 @@ func (s *imageSet) add(name string, img *image.NRGBA) {
 		s.sem <- struct{}{}
 		defer func() { <-s.sem }()
 		var buf bytes.Buffer
-		err := encodeWebP(&buf, img)
+		err := encodeWebP(&s.webp, &buf, img)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil && s.err == nil {
@@ -166,6 +168,7 @@ type namedFile struct {
 
 func (s *imageSet) wait() ([]namedFile, error) {
 	s.wg.Wait()
+	s.webp.close()
 	if s.err != nil {
 		return nil, s.err
 	}
