@@ -45,27 +45,50 @@ const (
 //go:linkname libwebpWasm github.com/gen2brain/webp.webpWasm
 var libwebpWasm []byte
 
-// wasmModule is libwebp compiled for this process, once.
+// wasmModule is libwebp compiled for this process, once: to machine code
+// where the process may map executable memory, else for wazero's
+// interpreter. A process that may not make writable memory executable
+// (systemd's MemoryDenyWriteExecute, prctl PR_SET_MDWE) gets a panic from
+// wazero's compiler; it is recovered here and the interpreter used, many
+// times slower (see docs/formats.md) but the same bytes.
 var wasmModule = sync.OnceValues(func() (*compiledWebP, error) {
+	c, err := compileWebP(wazero.NewRuntimeConfigCompiler())
+	if err != nil {
+		c, err = compileWebP(wazero.NewRuntimeConfigInterpreter())
+	}
+	return c, err
+})
+
+// compileWebP compiles libwebp for a runtime of cfg, a panic an error.
+func compileWebP(cfg wazero.RuntimeConfig) (c *compiledWebP, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("wazero: %v", r)
+		}
+	}()
 	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+		rt.Close(ctx)
 		return nil, err
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(libwebpWasm))
 	if err != nil {
+		rt.Close(ctx)
 		return nil, err
 	}
 	code, err := io.ReadAll(zr)
 	if err != nil {
+		rt.Close(ctx)
 		return nil, err
 	}
 	cm, err := rt.CompileModule(ctx, code)
 	if err != nil {
+		rt.Close(ctx)
 		return nil, err
 	}
 	return &compiledWebP{rt: rt, cm: cm}, nil
-})
+}
 
 type compiledWebP struct {
 	rt wazero.Runtime
