@@ -211,13 +211,16 @@ func logTransform(v float64) float64 {
 }
 
 // encodeMeans stores each axis of the log-transformed position at 16 bits
-// across means_l (low byte) and means_u (high byte).
+// across means_l (low byte) and means_u (high byte). The logarithms are
+// taken once, in file order, and read back in Morton order.
 func encodeMeans(s *Splats, order []uint32, tw, th int, imgs *imageSet) MeansRef {
 	lo := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)}
 	hi := [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
+	logs := make([]float64, 3*s.N)
 	for i := 0; i < s.N; i++ {
 		for a := 0; a < 3; a++ {
 			v := logTransform(float64(s.Pos[3*i+a]))
+			logs[3*i+a] = v
 			lo[a], hi[a] = math.Min(lo[a], v), math.Max(hi[a], v)
 		}
 	}
@@ -226,7 +229,7 @@ func encodeMeans(s *Splats, order []uint32, tw, th int, imgs *imageSet) MeansRef
 		for a := 0; a < 3; a++ {
 			q := 0.0
 			if hi[a] > lo[a] {
-				q = math.Round(65535 * (logTransform(float64(s.Pos[3*int(g)+a])) - lo[a]) / (hi[a] - lo[a]))
+				q = math.Round(65535 * (logs[3*int(g)+a] - lo[a]) / (hi[a] - lo[a]))
 			}
 			v := uint16(math.Max(0, math.Min(65535, q)))
 			ml.Pix[4*t+a], mu.Pix[4*t+a] = uint8(v), uint8(v>>8)
@@ -242,16 +245,33 @@ func encodeMeans(s *Splats, order []uint32, tw, th int, imgs *imageSet) MeansRef
 	return ref
 }
 
+// inOrder returns the columns' values in order, interleaved:
+// out[len(cols)*t+c] = cols[c][order[t]]. It is one tight loop of
+// independent loads, so the processor keeps many cache misses in flight;
+// an encoder's own loop, with a square root or a logarithm a value, waited
+// on each one.
+func inOrder(order []uint32, cols ...[]float32) []float32 {
+	m := len(cols)
+	out := make([]float32, m*len(order))
+	for c, col := range cols {
+		for t, g := range order {
+			out[m*t+c] = col[g]
+		}
+	}
+	return out
+}
+
 // encodeQuats stores each rotation as its three smallest components
 // (scaled by √2 to fill a byte) and, in alpha, 252 + the index of the
 // largest, which is made positive and dropped.
 func encodeQuats(s *Splats, order []uint32, tw, th int) *image.NRGBA {
 	img := newTexture(tw, th)
-	for t, g := range order {
+	rot := inOrder(order, s.Rot[:]...)
+	for t := range order {
 		var q [4]float64
 		l := 0.0
 		for c := 0; c < 4; c++ {
-			q[c] = float64(s.Rot[c][g])
+			q[c] = float64(rot[4*t+c])
 			l += q[c] * q[c]
 		}
 		l = math.Sqrt(l)
