@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -50,6 +51,11 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 			return e, nil, nil // made before a retry or restart
 		}
 	}
+	if why := encodeTooLarge(jf.f, j); why != "" {
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("reason", why).
+			Msg("publish.encode: sog skipped: uploading the PLY itself")
+		return nil, nil, nil
+	}
 	if err := os.MkdirAll(p.o.EncodeDir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -86,6 +92,38 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 		return nil, nil, err
 	}
 	return &state.Encoded{Encoding: "sog", Path: path, Size: size, SHA256: sum}, nil, nil
+}
+
+// memoryLimit is the process's memory limit (GOMEMLIMIT, or
+// math.MaxInt64 when none is set); a variable for tests.
+var memoryLimit = func() int64 { return debug.SetMemoryLimit(-1) }
+
+// encodeHeadroom is what the rest of the daemon is allowed beside an
+// encoding under the memory limit.
+const encodeHeadroom = 48 << 20
+
+// encodeTooLarge says why j's PLY, open as f, is not to be encoded here,
+// or "" when it may be. The encoder holds the whole scene in memory
+// (sog.PeakMemory); with a memory limit set (the systemd unit sets
+// GOMEMLIMIT=640MiB under MemoryMax=1G) a scene whose encoding would not
+// fit under it is uploaded as it is rather than encoded into an
+// out-of-memory kill of the daemon, which would then meet the same file
+// again at every restart. Without a limit there is no bound.
+func encodeTooLarge(f *os.File, j state.Job) string {
+	limit := memoryLimit()
+	if limit == math.MaxInt64 {
+		return ""
+	}
+	info, err := splatfile.CheckFile(f, j.Path) // its header only
+	if err != nil {
+		return "" // the encoder reports what is wrong with it
+	}
+	need := sog.PeakMemory(j.Size, info.Vertices)
+	if need <= limit-encodeHeadroom {
+		return ""
+	}
+	return fmt.Sprintf("%d splats need about %s to encode, more than the memory limit (GOMEMLIMIT %s) leaves",
+		info.Vertices, state.HumanSize(need), state.HumanSize(limit))
 }
 
 // uploadName is the file name an upload is signed for: FOLDER.sog for an
