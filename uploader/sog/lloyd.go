@@ -22,9 +22,12 @@ func (r *rng) unit() float64 { return float64(r.next()>>11) / (1 << 53) }
 // lloyd clusters the n rows of pts (d floats each) into k ≤ n centroids:
 // k-means++ seeding, then iters rounds of assignment and update. An
 // emptied centroid moves to the point farthest from its own centroid.
-func lloyd(pts []float32, n, d, k int, iters int, r *rng) (cent []float32, labels []int) {
-	cent = seedPlusPlus(pts, n, d, k, r)
-	labels = make([]int, n)
+// The rows' labels are sc's.
+func lloyd(pts []float32, n, d, k int, iters int, r *rng, sc *scratch) (cent []float32) {
+	cent = seedPlusPlus(pts, n, d, k, r, sc)
+	sc.labels = grown(sc.labels, n)
+	labels := sc.labels
+	clear(labels)
 	sums := make([]float64, k*d)
 	counts := make([]int, k)
 	for it := 0; it < iters; it++ {
@@ -64,18 +67,18 @@ func lloyd(pts []float32, n, d, k int, iters int, r *rng) (cent []float32, label
 			}
 		}
 	}
-	return cent, labels
+	return cent
 }
 
 // seedPlusPlus picks k starting centroids among the rows, each next one
 // with probability proportional to its squared distance from the nearest
 // one already picked.
-func seedPlusPlus(pts []float32, n, d, k int, r *rng) []float32 {
+func seedPlusPlus(pts []float32, n, d, k int, r *rng, sc *scratch) []float32 {
 	cent := make([]float32, 0, k*d)
 	first := int(r.next() % uint64(n))
 	cent = append(cent, pts[first*d:(first+1)*d]...)
-	best := make([]float64, n)
-	dist := make([]float32, n)
+	sc.best, sc.dist = grown(sc.best, n), grown(sc.dist, n)
+	best, dist := sc.best, sc.dist
 	sqDists(cent[:d], pts[:n*d], dist)
 	for i := range best {
 		best[i] = float64(dist[i])
