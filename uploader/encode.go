@@ -126,6 +126,25 @@ func encodeTooLarge(f *os.File, j state.Job) string {
 		info.Vertices, state.HumanSize(need), state.HumanSize(limit))
 }
 
+// warmEncoder has the SOG encoder's WebAssembly libwebp compiled (once a
+// process, about 0.4 s of CPU) on another core while j's file is checked
+// and hashed, when j is a PLY and its folder's settings ask for an
+// encoding (a sidecar that turns encoding on is not seen here: its job
+// compiles when it encodes). It is called from openJob, before the hash.
+func (p *Pool) warmEncoder(j state.Job) {
+	if j.SHA256 != "" || !strings.EqualFold(filepath.Ext(j.Path), ".ply") {
+		return // hashed already: encoded before, or not to be
+	}
+	pub := p.publish.Load()
+	params := pub.params
+	if pub.byRoot != nil {
+		params = pub.byRoot(j.Root)
+	}
+	if params.Encode == "sog" {
+		go sog.Warm()
+	}
+}
+
 // uploadName is the file name an upload is signed for: FOLDER.sog for an
 // unbundled SOG folder's bundle, the encoding's extension when there is
 // one.

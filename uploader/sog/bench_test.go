@@ -20,7 +20,7 @@ func BenchmarkTranscode(b *testing.B) {
 	if err := WriteScene(&ply, n, 3, 1); err != nil {
 		b.Fatal(err)
 	}
-	warmWebP()
+	Warm()
 	b.SetBytes(int64(ply.Len()))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -395,7 +395,7 @@ func Transcode(ctx context.Context, r io.Reader, w io.Writer) (Result, error) {
 
 // transcode is Transcode of a source of size bytes (0: unknown).
 func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer) (Result, error) {
-	go warmWebP()
+	go Warm()
 	s, err := readPLY(ctxReader{ctx, r}, size)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -225,10 +225,11 @@ func encodeWebP(pool *webpPool, w io.Writer, img *image.NRGBA) error {
 	return nil
 }
 
-// warmWebP has libwebp compiled now (once a process, about half a second
-// of CPU): transcode calls it while the PLY is read, a single-threaded
-// step, rather than when the first image is ready.
-func warmWebP() { _, _ = wasmModule() }
+// Warm has libwebp compiled now (once a process, about half a second of
+// CPU) rather than when the first image of the first SOG is ready:
+// transcode calls it while the PLY is read, a single-threaded step, and
+// the daemon while it hashes a PLY it will encode.
+func Warm() { _, _ = wasmModule() }
 
 // decodeWebP reads a WebP with golang.org/x/image/webp: gen2brain/webp
 // decodes every WebP through YUV, which is not lossless.
