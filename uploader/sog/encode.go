@@ -103,7 +103,7 @@ func Encode(ctx context.Context, w io.Writer, s *Splats) error {
 	}
 	order := mortonOrder(s.Pos, s.N)
 	tw, th := textureSize(s.N)
-	imgs := newImageSet()
+	imgs := newImageSet(tw * th)
 	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: s.N}
 	meta.Means = encodeMeans(s, order, tw, th, imgs)
 	imgs.add("quats.webp", encodeQuats(s, order, tw, th))
@@ -137,8 +137,11 @@ type imageSet struct {
 	webp  webpPool
 }
 
-func newImageSet() *imageSet {
-	return &imageSet{data: map[string][]byte{}, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
+// newImageSet is the set for images of at most pixels pixels.
+func newImageSet(pixels int) *imageSet {
+	s := &imageSet{data: map[string][]byte{}, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
+	s.webp.reserve = webpBytesPerPixel * pixels
+	return s
 }
 
 func (s *imageSet) add(name string, img *image.NRGBA) {
