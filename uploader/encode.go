@@ -128,19 +128,16 @@ func encodeTooLarge(f *os.File, j state.Job) string {
 
 // warmEncoder has the SOG encoder's WebAssembly libwebp compiled (once a
 // process, about 0.4 s of CPU) on another core while j's file is checked
-// and hashed, when j is a PLY and its folder's settings ask for an
-// encoding (a sidecar that turns encoding on is not seen here: its job
-// compiles when it encodes). It is called from openJob, before the hash.
+// and hashed, when j is a new PLY and the global publish.encode is sog. A
+// folder's or a sidecar's setting is not looked up here (the folder
+// defaults are asked once a job, when its parameters are resolved): such a
+// job compiles at its first encoding. It is called from openJob, before
+// the hash.
 func (p *Pool) warmEncoder(j state.Job) {
 	if j.SHA256 != "" || !strings.EqualFold(filepath.Ext(j.Path), ".ply") {
 		return // hashed already: encoded before, or not to be
 	}
-	pub := p.publish.Load()
-	params := pub.params
-	if pub.byRoot != nil {
-		params = pub.byRoot(j.Root)
-	}
-	if params.Encode == "sog" {
+	if p.publish.Load().params.Encode == "sog" {
 		go sog.Warm()
 	}
 }
