@@ -51,20 +51,22 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 			return e, nil, nil // made before a retry or restart
 		}
 	}
-	if why := encodeTooLarge(jf.f, j); why != "" {
-		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("reason", why).
-			Msg("publish.encode: sog skipped: uploading the PLY itself")
-		return nil, nil, nil
-	}
 	if err := os.MkdirAll(p.o.EncodeDir, 0o700); err != nil {
 		return nil, nil, err
 	}
 	// One encoding at a time: each holds its whole scene in memory (about
-	// 1.5× the PLY) and keeps both cores busy on its own.
+	// twice the PLY, sog.PeakMemory) and keeps both cores busy on its own.
 	select {
 	case p.encodeSlot <- struct{}{}:
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
+	}
+	// Holding the only slot, no encoding has lowered the memory limit.
+	if why := encodeTooLarge(jf.f, j); why != "" {
+		<-p.encodeSlot
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("reason", why).
+			Msg("publish.encode: sog skipped: uploading the PLY itself")
+		return nil, nil, nil
 	}
 	// Holding the only slot, any partial encoding here is a crash's.
 	if stale, _ := filepath.Glob(filepath.Join(p.o.EncodeDir, ".*.tmp")); len(stale) > 0 {
