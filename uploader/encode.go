@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -54,11 +55,18 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 		return nil, nil, err
 	}
 	// One encoding at a time: each holds its whole scene in memory (about
-	// 1.5× the PLY) and keeps both cores busy on its own.
+	// twice the PLY, sog.PeakMemory) and keeps both cores busy on its own.
 	select {
 	case p.encodeSlot <- struct{}{}:
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
+	}
+	// Holding the only slot, no encoding has lowered the memory limit.
+	if why := encodeTooLarge(jf.f, j); why != "" {
+		<-p.encodeSlot
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("reason", why).
+			Msg("publish.encode: sog skipped: uploading the PLY itself")
+		return nil, nil, nil
 	}
 	// Holding the only slot, any partial encoding here is a crash's.
 	if stale, _ := filepath.Glob(filepath.Join(p.o.EncodeDir, ".*.tmp")); len(stale) > 0 {
@@ -86,6 +94,54 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 		return nil, nil, err
 	}
 	return &state.Encoded{Encoding: "sog", Path: path, Size: size, SHA256: sum}, nil, nil
+}
+
+// memoryLimit is the process's memory limit (GOMEMLIMIT, or
+// math.MaxInt64 when none is set); a variable for tests.
+var memoryLimit = func() int64 { return debug.SetMemoryLimit(-1) }
+
+// encodeHeadroom is what the rest of the daemon is allowed beside an
+// encoding under the memory limit.
+const encodeHeadroom = 48 << 20
+
+// encodeTooLarge says why j's PLY, open as f, is not to be encoded here,
+// or "" when it may be. The encoder holds the whole scene in memory
+// (sog.PeakMemory); with a memory limit set (the systemd unit sets
+// GOMEMLIMIT=640MiB under MemoryMax=1G) a scene whose encoding would not
+// fit under it is uploaded as it is rather than encoded into an
+// out-of-memory kill of the daemon, which would then meet the same file
+// again at every restart. Without a limit there is no bound.
+func encodeTooLarge(f *os.File, j state.Job) string {
+	limit := memoryLimit()
+	if limit == math.MaxInt64 {
+		return ""
+	}
+	info, err := splatfile.CheckFile(f, j.Path) // its header only
+	if err != nil {
+		return "" // the encoder reports what is wrong with it
+	}
+	need := sog.PeakMemory(j.Size, info.Vertices)
+	if need <= limit-encodeHeadroom {
+		return ""
+	}
+	return fmt.Sprintf("%d splats need about %s to encode, more than the memory limit (GOMEMLIMIT %s) leaves",
+		info.Vertices, state.HumanSize(need), state.HumanSize(limit))
+}
+
+// warmEncoder has the SOG encoder's WebAssembly libwebp compiled (once a
+// process, about 0.4 s of CPU) on another core while j's file is checked
+// and hashed, when j is a new PLY and the global publish.encode is sog. A
+// folder's or a sidecar's setting is not looked up here (the folder
+// defaults are asked once a job, when its parameters are resolved): such a
+// job compiles at its first encoding. It is called from openJob, before
+// the hash.
+func (p *Pool) warmEncoder(j state.Job) {
+	if j.SHA256 != "" || !strings.EqualFold(filepath.Ext(j.Path), ".ply") {
+		return // hashed already: encoded before, or not to be
+	}
+	if p.publish.Load().params.Encode == "sog" {
+		go sog.Warm()
+	}
 }
 
 // uploadName is the file name an upload is signed for: FOLDER.sog for an

@@ -97,3 +97,43 @@ func TestPublishEncodeOffUploadsOriginal(t *testing.T) {
 		t.Errorf("encode dir made without an encoding: %v", err)
 	}
 }
+
+// TestPublishEncodeTooLargeUploadsOriginal: under a memory limit its
+// encoding would not fit (sog.PeakMemory), a PLY is published as it is,
+// not encoded (an encoding past the limit would get the daemon killed,
+// and again at every restart); with room under the limit it is encoded.
+// Not parallel: it sets the package's memoryLimit.
+func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
+	const splats = 2000
+	defer func(f func() int64) { memoryLimit = f }(memoryLimit)
+	for _, tc := range []struct {
+		name    string
+		limit   int64
+		encoded bool
+	}{
+		{"under the limit", encodeHeadroom + 1<<30, true},
+		{"over the limit", encodeHeadroom + 64<<20, false},
+	} {
+		memoryLimit = func() int64 { return tc.limit }
+		e := newV1Env(t, apisim.Options{})
+		src := e.writeScene("hall.ply", splats)
+		e.enqueue(src)
+		o := e.v1Options(1)
+		o.Publish.Encode = "sog"
+		o.EncodeDir = filepath.Join(e.stateDir, "encoded")
+		if err := e.run(o); err != nil {
+			t.Fatal(err)
+		}
+		j := e.job(src)
+		sp := e.sim.Splats()
+		if j.Stage != state.Done || len(sp) != 1 {
+			t.Fatalf("%s: job %s (%s), server %+v", tc.name, j.Stage, j.FailReason, sp)
+		}
+		if got := j.Encoded != nil; got != tc.encoded || (sp[0].Format == "sog") != tc.encoded {
+			t.Errorf("%s: encoded %+v, server got %s; want encoded %v", tc.name, j.Encoded, sp[0].Format, tc.encoded)
+		}
+		if !tc.encoded && sp[0].ObjectSHA256 != j.SHA256 {
+			t.Errorf("%s: server's object %s, want the PLY's %s", tc.name, sp[0].ObjectSHA256, j.SHA256)
+		}
+	}
+}

@@ -28,7 +28,7 @@ func matchByPosition(src, got *Splats) []int {
 				for dy := -r; dy <= r; dy++ {
 					for dz := -r; dz <= r; dz++ {
 						for _, j := range grid[[3]int{k[0] + dx, k[1] + dy, k[2] + dz}] {
-							if d := float64(sqDist(p, src.Pos[3*j:3*j+3], math.MaxFloat32)); d < bestD {
+							if d := float64(sqDist(p, src.Pos[3*j:3*j+3])); d < bestD {
 								best, bestD = j, d
 							}
 						}

@@ -25,16 +25,20 @@ import (
 // (leaves of 16, 16-way splits, 4 rounds each) for a palette error 1.3 %
 // higher, then to about 3.8 s with leaves of 8, 8-way splits and 2 rounds
 // in a leaf, for an error 0.7 % higher again (the 20,000-splat scene's 1 %).
-// Leaves start from k-means++ seeds, so a few rounds settle them; each
-// round measures a point's last entry first (nearestFrom), whose distance
-// then ends most others' after a few coefficients.
+// Leaves start from k-means++ seeds, so a few rounds settle them. Then
+// (2026-11-26) the distances moved to an AVX2 kernel (dist.go) that
+// measures every row in full, no early end: 3.0 s → 1.8 s of one core; and
+// the descent prefetches the row of the point prefetchAhead places on (its
+// points are scattered through 180 MB, and waiting on memory was most of
+// what was left): 1.2–1.5 s, the same palette error.
 const (
-	leafK        = 8  // a node with at most this many entries is a leaf
-	maxBranch    = 8  // cells an inner node splits into
-	sampleFactor = 32 // an inner node trains on at most this many points a cell
-	innerIters   = 4  // Lloyd iterations of an inner node (on its sample)
-	leafIters    = 2  // Lloyd iterations of a leaf
-	parallelMin  = 1 << 14
+	leafK         = 8  // a node with at most this many entries is a leaf
+	maxBranch     = 8  // cells an inner node splits into
+	sampleFactor  = 32 // an inner node trains on at most this many points a cell
+	innerIters    = 4  // Lloyd iterations of an inner node (on its sample)
+	leafIters     = 2  // Lloyd iterations of a leaf
+	parallelMin   = 1 << 14
+	prefetchAhead = 8 // points; a row is three cache lines
 )
 
 // paletteSize is the palette size splat-transform chooses for n splats:
@@ -62,7 +66,7 @@ func kmeansPalette(ctx context.Context, pts []float32, n, d, k int) (centroids [
 		members[i] = uint32(i)
 	}
 	labels = make([]uint32, n)
-	cs := km.node(members, k, 0x5eed, true)
+	cs := km.node(members, k, 0x5eed, true, &scratch{})
 	for _, c := range cs.entries {
 		centroids = append(centroids, c...)
 	}
@@ -88,9 +92,28 @@ type clusters struct {
 
 func (km *kmeans) row(i uint32) []float32 { return km.pts[int(i)*km.d : int(i+1)*km.d] }
 
+// scratch is one goroutine's work memory, reused from node to node: the
+// nodes of a subtree run one after another. (Allocated afresh, it was
+// about 0.7 GB a 1 M-splat palette, which the collector held near live
+// memory returned to the system and the next node faulted in again.)
+type scratch struct {
+	rows   []float32 // a node's gathered rows
+	labels []int
+	best   []float64
+	dist   []float32
+}
+
+// grown is s with length n, reallocated only when too short.
+func grown[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 // node clusters members into at most k entries; top runs its cells in
 // parallel. It may reorder members.
-func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters {
+func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scratch) clusters {
 	n := len(members)
 	if n <= k {
 		cs := clusters{labels: make([]uint32, n)}
@@ -101,12 +124,12 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 		return cs
 	}
 	if k <= leafK || km.ctx.Err() != nil {
-		return km.leaf(members, min(k, leafK), seed)
+		return km.leaf(members, min(k, leafK), seed, sc)
 	}
 	branch := min(maxBranch, (k+leafK-1)/leafK)
 	r := rng(seed)
 	sample := samplePoints(members, branch*sampleFactor, &r)
-	coarse, _ := lloyd(km.gather(sample), len(sample), km.d, branch, innerIters, &r)
+	coarse := lloyd(km.gather(sample, sc), len(sample), km.d, branch, innerIters, &r, sc)
 	cell := km.assign(members, coarse, top && n >= parallelMin)
 	cells := groupBy(members, cell, len(coarse)/km.d)
 	shares := apportion(cells, k)
@@ -118,14 +141,14 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 		}
 		childSeed := seed*0x9e3779b97f4a7c15 + uint64(c) + 1
 		if !top {
-			results[c] = km.node(cells[c], shares[c], childSeed, false)
+			results[c] = km.node(cells[c], shares[c], childSeed, false, sc)
 			continue
 		}
 		wg.Add(1)
 		km.sem <- struct{}{}
 		go func() {
 			defer func() { <-km.sem; wg.Done() }()
-			results[c] = km.node(cells[c], shares[c], childSeed, false)
+			results[c] = km.node(cells[c], shares[c], childSeed, false, &scratch{})
 		}()
 	}
 	wg.Wait()
@@ -142,13 +165,13 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool) clusters 
 }
 
 // leaf runs Lloyd's algorithm on the members' own rows.
-func (km *kmeans) leaf(members []uint32, k int, seed uint64) clusters {
+func (km *kmeans) leaf(members []uint32, k int, seed uint64, sc *scratch) clusters {
 	r := rng(seed)
-	pts := km.gather(members)
-	cent, last := lloyd(pts, len(members), km.d, k, leafIters, &r)
+	pts := km.gather(members, sc)
+	cent := lloyd(pts, len(members), km.d, k, leafIters, &r, sc)
 	cs := clusters{labels: make([]uint32, len(members))}
 	for i := range members {
-		cs.labels[i] = uint32(nearestFrom(pts[i*km.d:(i+1)*km.d], cent, km.d, last[i]))
+		cs.labels[i] = uint32(nearest(pts[i*km.d:(i+1)*km.d], cent, km.d))
 	}
 	for c := 0; c*km.d < len(cent); c++ {
 		cs.entries = append(cs.entries, cent[c*km.d:(c+1)*km.d])
@@ -156,12 +179,13 @@ func (km *kmeans) leaf(members []uint32, k int, seed uint64) clusters {
 	return cs
 }
 
-func (km *kmeans) gather(members []uint32) []float32 {
-	out := make([]float32, 0, len(members)*km.d)
-	for _, m := range members {
-		out = append(out, km.row(m)...)
+// gather copies the members' rows into sc.rows and returns them.
+func (km *kmeans) gather(members []uint32, sc *scratch) []float32 {
+	sc.rows = grown(sc.rows, len(members)*km.d)
+	for i, m := range members {
+		copy(sc.rows[i*km.d:(i+1)*km.d], km.row(m))
 	}
-	return out
+	return sc.rows
 }
 
 // assign finds each member's nearest row of cent, on every core if parallel.
@@ -179,6 +203,9 @@ func (km *kmeans) assign(members []uint32, cent []float32, parallel bool) []int3
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
+				if i+prefetchAhead < hi {
+					prefetch(&km.pts[int(members[i+prefetchAhead])*km.d])
+				}
 				out[i] = int32(nearest(km.row(members[i]), cent, km.d))
 			}
 		}()

@@ -1,7 +1,5 @@
 package sog
 
-import "math"
-
 // rng is a xorshift generator: the same seed gives the same palette on
 // every Go version and machine.
 type rng uint64
@@ -24,9 +22,12 @@ func (r *rng) unit() float64 { return float64(r.next()>>11) / (1 << 53) }
 // lloyd clusters the n rows of pts (d floats each) into k ≤ n centroids:
 // k-means++ seeding, then iters rounds of assignment and update. An
 // emptied centroid moves to the point farthest from its own centroid.
-func lloyd(pts []float32, n, d, k int, iters int, r *rng) (cent []float32, labels []int) {
-	cent = seedPlusPlus(pts, n, d, k, r)
-	labels = make([]int, n)
+// The rows' labels are sc's.
+func lloyd(pts []float32, n, d, k int, iters int, r *rng, sc *scratch) (cent []float32) {
+	cent = seedPlusPlus(pts, n, d, k, r, sc)
+	sc.labels = grown(sc.labels, n)
+	labels := sc.labels
+	clear(labels)
 	sums := make([]float64, k*d)
 	counts := make([]int, k)
 	for it := 0; it < iters; it++ {
@@ -34,7 +35,7 @@ func lloyd(pts []float32, n, d, k int, iters int, r *rng) (cent []float32, label
 		farthest, farD := 0, float32(-1)
 		for i := 0; i < n; i++ {
 			p := pts[i*d : (i+1)*d]
-			c, dd := nearestDist(p, cent, d, labels[i])
+			c, dd := nearestDist(p, cent, d)
 			if c != labels[i] || it == 0 {
 				changed = true
 			}
@@ -66,19 +67,21 @@ func lloyd(pts []float32, n, d, k int, iters int, r *rng) (cent []float32, label
 			}
 		}
 	}
-	return cent, labels
+	return cent
 }
 
 // seedPlusPlus picks k starting centroids among the rows, each next one
 // with probability proportional to its squared distance from the nearest
 // one already picked.
-func seedPlusPlus(pts []float32, n, d, k int, r *rng) []float32 {
+func seedPlusPlus(pts []float32, n, d, k int, r *rng, sc *scratch) []float32 {
 	cent := make([]float32, 0, k*d)
 	first := int(r.next() % uint64(n))
 	cent = append(cent, pts[first*d:(first+1)*d]...)
-	best := make([]float64, n)
+	sc.best, sc.dist = grown(sc.best, n), grown(sc.dist, n)
+	best, dist := sc.best, sc.dist
+	sqDists(cent[:d], pts[:n*d], dist)
 	for i := range best {
-		best[i] = float64(sqDist(pts[i*d:(i+1)*d], cent[:d], math.MaxFloat32))
+		best[i] = float64(dist[i])
 	}
 	for c := 1; c < k; c++ {
 		total := 0.0
@@ -99,59 +102,35 @@ func seedPlusPlus(pts []float32, n, d, k int, r *rng) []float32 {
 		}
 		row := pts[pick*d : (pick+1)*d]
 		cent = append(cent, row...)
-		for i := range best {
-			if best[i] == 0 {
-				continue
-			}
-			if dd := float64(sqDist(pts[i*d:(i+1)*d], row, float32(best[i]))); dd < best[i] {
-				best[i] = dd
-			}
+		sqDists(row, pts[:n*d], dist)
+		for i, dd := range dist {
+			best[i] = min(best[i], float64(dd))
 		}
 	}
 	return cent
 }
 
-// nearest is the index of the row of cent nearest to p.
-func nearest(p, cent []float32, d int) int { c, _ := nearestDist(p, cent, d, 0); return c }
+// nearest is the index of the row of cent nearest to p; ties go to the
+// lowest index.
+func nearest(p, cent []float32, d int) int { c, _ := nearestDist(p, cent, d); return c }
 
-// nearestFrom is nearest, measuring row hint first: when hint is already
-// near (the last round's answer), the bound it gives ends most other rows'
-// distances after a few coefficients. Ties go to the lowest index.
-func nearestFrom(p, cent []float32, d, hint int) int { c, _ := nearestDist(p, cent, d, hint); return c }
-
-// nearestDist is nearestFrom and the squared distance to that row.
-func nearestDist(p, cent []float32, d, hint int) (int, float32) {
-	best, bestD := hint, sqDist(p, cent[hint*d:(hint+1)*d], math.MaxFloat32)
-	for c := 0; c*d < len(cent); c++ {
-		if c == hint {
-			continue
-		}
-		if dd := sqDist(p, cent[c*d:(c+1)*d], bestD); dd < bestD || (dd == bestD && c < best) {
-			best, bestD = c, dd
-		}
+// nearestDist is nearest and the squared distance to that row. Every row
+// is measured in full (a few rows, in one call of the kernel: cheaper than
+// ending a distance early, whose branch the processor mispredicts).
+func nearestDist(p, cent []float32, d int) (int, float32) {
+	var buf [maxBranch]float32
+	k := len(cent) / d
+	out := buf[:]
+	if k > len(buf) {
+		out = make([]float32, k)
 	}
-	return best, bestD
-}
-
-// sqDist is the squared distance of a and b, or some value > limit once
-// the partial sum passes it (the caller only wants a nearer one or an equal
-// one, which must be exact).
-func sqDist(a, b []float32, limit float32) float32 {
-	b = b[:len(a)]
-	var s float32
-	i := 0
-	for ; i+8 <= len(a); i += 8 {
-		x, y := a[i:i+8:i+8], b[i:i+8:i+8] // one bounds check for eight
-		d0, d1, d2, d3 := x[0]-y[0], x[1]-y[1], x[2]-y[2], x[3]-y[3]
-		d4, d5, d6, d7 := x[4]-y[4], x[5]-y[5], x[6]-y[6], x[7]-y[7]
-		s += (d0*d0 + d1*d1) + (d2*d2 + d3*d3) + (d4*d4 + d5*d5) + (d6*d6 + d7*d7)
-		if s > limit {
-			return s
+	out = out[:k]
+	sqDists(p, cent, out)
+	best := 0
+	for c, dd := range out {
+		if dd < out[best] {
+			best = c
 		}
 	}
-	for ; i < len(a); i++ {
-		d := a[i] - b[i]
-		s += d * d
-	}
-	return s
+	return best, out[best]
 }

@@ -52,7 +52,7 @@ func mortonSort(pos []float32, idx, scratch, keys, keys2 []uint32) {
 		}
 		keys[i] = spread(c[2])<<2 | spread(c[1])<<1 | spread(c[0])
 	}
-	radixSort30(idx, keys, scratch[:len(idx)], keys2[:len(idx)])
+	radixSort(keys, idx, keys2[:len(idx)], scratch[:len(idx)], 10, 3)
 	for start := 0; start < len(idx); {
 		end := start + 1
 		for end < len(idx) && keys[end] == keys[start] {
@@ -73,29 +73,4 @@ func spread(v uint32) uint32 {
 	v = (v ^ v<<4) & 0x030c30c3
 	v = (v ^ v<<2) & 0x09249249
 	return v
-}
-
-// radixSort30 sorts idx by keys (30-bit), stably, in three 10-bit passes;
-// both end sorted in place.
-func radixSort30(idx, keys, tmpIdx, tmpKeys []uint32) {
-	var counts [1024]int
-	srcI, srcK, dstI, dstK := idx, keys, tmpIdx, tmpKeys
-	for shift := 0; shift < 30; shift += 10 {
-		counts = [1024]int{}
-		for _, k := range srcK {
-			counts[k>>shift&1023]++
-		}
-		sum := 0
-		for d := range counts {
-			counts[d], sum = sum, sum+counts[d]
-		}
-		for i, k := range srcK {
-			o := counts[k>>shift&1023]
-			counts[k>>shift&1023]++
-			dstI[o], dstK[o] = srcI[i], k
-		}
-		srcI, srcK, dstI, dstK = dstI, dstK, srcI, srcK
-	}
-	copy(idx, srcI)
-	copy(keys, srcK)
 }

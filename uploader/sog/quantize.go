@@ -274,23 +274,7 @@ func sortFloats(v []float32) {
 		}
 		keys[i] = u
 	}
-	tmp := make([]uint32, len(v))
-	var counts [2048]int
-	for shift := 0; shift < 33; shift += 11 {
-		counts = [2048]int{}
-		for _, k := range keys {
-			counts[k>>shift&2047]++
-		}
-		sum := 0
-		for d := range counts {
-			counts[d], sum = sum, sum+counts[d]
-		}
-		for _, k := range keys {
-			tmp[counts[k>>shift&2047]] = k
-			counts[k>>shift&2047]++
-		}
-		keys, tmp = tmp, keys
-	}
+	radixSort(keys, nil, make([]uint32, len(v)), nil, 11, 3)
 	for i, u := range keys {
 		if u&0x80000000 != 0 {
 			u &^= 0x80000000
