@@ -277,62 +277,47 @@ func (d *Daemon) ready() error {
 func (d *Daemon) Run(ctx context.Context) error {
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	tier := func(g *errgroup.Group, name string, run func() error) {
-		g.Go(func() error {
-			if err := run(); err != nil {
-				err = fmt.Errorf("%s: %w", name, err)
-				fail(err)
-				return err
-			}
-			return nil
-		})
-	}
 
 	// Listeners: /metrics, /readyz and the admin socket; up first and down
 	// last, so the drain can be watched.
-	serve, stopServe := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServe()
-	var listeners errgroup.Group
+	listeners := newStage(context.WithoutCancel(ctx), fail)
+	defer listeners.stop()
 	if d.metrics != nil {
-		tier(&listeners, "metrics", func() error { return d.metrics.Run(serve) })
+		listeners.start("metrics", d.metrics.Run)
 	}
-	tier(&listeners, "admin socket", func() error { return d.admin.run(serve) })
-	tier(&listeners, "reload", func() error { d.reloadOnHUP(serve); return nil })
+	listeners.start("admin socket", d.admin.run)
+	listeners.start("reload", func(ctx context.Context) error { d.reloadOnHUP(ctx); return nil })
 
 	// Pacer: writes its windows behind while requests may be made, and
 	// once more when the workers are done (its own Run, stopped after them).
-	pacing, stopPacing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPacing()
-	var pacer errgroup.Group
-	pacer.Go(func() error { return d.pacer.Run(pacing) })
+	pacer := newStage(context.WithoutCancel(ctx), nil)
+	defer pacer.stop()
+	pacer.start("pacer", d.pacer.Run)
 
 	// Events: webhooks and after.exec of the jobs that finish; stopped
 	// after the workers, whose after-actions queue them, and then drained
 	// for eventsGrace (the notifier's own Run).
-	notifying, stopNotifying := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopNotifying()
-	var notifier errgroup.Group
-	notifier.Go(func() error { return d.events.Run(notifying) })
+	notifier := newStage(context.WithoutCancel(ctx), nil)
+	defer notifier.stop()
+	notifier.start("notifier", d.events.Run)
 
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
 	// and the watchdog; maintenance keeps the state file bounded.
-	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWork()
-	var workers errgroup.Group
+	workers := newStage(context.WithoutCancel(ctx), fail)
+	defer workers.stop()
 	logResume(d.store, d.log)
-	tier(&workers, "workers", func() error { return d.pool.Run(work) })
-	tier(&workers, "stats", func() error { d.statsLoop(work); return nil })
-	tier(&workers, "maintenance", func() error { d.maintain(work); return nil })
+	workers.start("workers", d.pool.Run)
+	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
+	workers.start("maintenance", func(ctx context.Context) error { d.maintain(ctx); return nil })
 
 	// Intake: the watcher reports finished files, the enqueuer records them.
-	intake, stopIntake := context.WithCancel(ctx)
-	defer stopIntake()
-	var intakes errgroup.Group
+	intake := newStage(ctx, fail)
+	defer intake.stop()
 	cands := make(chan watcher.Candidate, 256)
-	tier(&intakes, "watcher", func() error { return d.watch.Run(intake, cands) })
-	tier(&intakes, "enqueue", func() error { d.enqueue(intake, cands); return nil })
-	tier(&intakes, "store probe", func() error { d.probeStore(intake); return nil })
+	intake.start("watcher", func(ctx context.Context) error { return d.watch.Run(ctx, cands) })
+	intake.start("enqueue", func(ctx context.Context) error { d.enqueue(ctx, cands); return nil })
+	intake.start("store probe", func(ctx context.Context) error { d.probeStore(ctx); return nil })
 
 	d.announceStarted()
 
@@ -344,27 +329,58 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	_ = d.systemd.send("STOPPING=1")
 	// 1. Intake: no new files.
-	stopIntake()
-	_ = intakes.Wait()
+	_ = intake.halt()
 	// 2. Workers: finish or abandon the calls in flight, then the loops.
-	stopWork()
-	_ = workers.Wait()
+	_ = workers.halt()
 	// 3. Pacer: its windows written once more, after the last request.
-	stopPacing()
-	if err := pacer.Wait(); err != nil {
+	if err := pacer.halt(); err != nil {
 		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
 	}
 	// 4. Notifier: the last jobs' notifications go out within eventsGrace
 	// (what is left is logged by the notifier).
-	stopNotifying()
-	_ = notifier.Wait()
+	_ = notifier.halt()
 	// 5. Listeners.
-	stopServe()
-	_ = listeners.Wait()
+	_ = listeners.halt()
 	if runErr == nil {
 		d.log.Info().Msg("stopped cleanly; every job resumes at the next start")
 	}
 	return runErr
+}
+
+// stage is one step of the shutdown order: components that run under one
+// context and are stopped together.
+type stage struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	fail context.CancelCauseFunc // nil: an error is the stage's, returned by halt
+	g    errgroup.Group
+}
+
+func newStage(parent context.Context, fail context.CancelCauseFunc) *stage {
+	s := &stage{fail: fail}
+	s.ctx, s.stop = context.WithCancel(parent)
+	return s
+}
+
+// start runs one component until the stage stops. With fail set, its error
+// stops the daemon, named by the component.
+func (s *stage) start(name string, run func(context.Context) error) {
+	s.g.Go(func() error {
+		err := run(s.ctx)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", name, err)
+			if s.fail != nil {
+				s.fail(err)
+			}
+		}
+		return err
+	})
+}
+
+// halt stops the stage's components and waits for them to return.
+func (s *stage) halt() error {
+	s.stop()
+	return s.g.Wait()
 }
 
 // announceStarted logs the start line and tells systemd the daemon is ready.
