@@ -74,6 +74,11 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 			os.Remove(s)
 		}
 	}
+	p.slowEncoder.Do(func() {
+		if sog.Interpreted() {
+			p.log.Warn().Msg("publish.encode: libwebp runs in wazero's interpreter, many times slower (about 13x): this process may not map executable memory (systemd's MemoryDenyWriteExecute=true); give the unit a drop-in with MemoryDenyWriteExecute=false (README, Formats)")
+		}
+	})
 	_, err = boundedMemory(j.Size, func() (sog.Result, error) {
 		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.f, 0, j.Size), j.Size, path)
 	})

@@ -186,6 +186,8 @@ type Pool struct {
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
 	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
+	// slowEncoder logs once that the SOG encoder runs interpreted (encode.go).
+	slowEncoder sync.Once
 }
 
 // ParamsFunc answers the publish parameters of the file at path (under

@@ -9,6 +9,7 @@ import (
 	"image"
 	"io"
 	"sync"
+	"sync/atomic"
 	_ "unsafe" // go:linkname, for libwebpWasm
 
 	_ "github.com/gen2brain/webp" // the WebAssembly libwebp below
@@ -55,9 +56,21 @@ var wasmModule = sync.OnceValues(func() (*compiledWebP, error) {
 	c, err := compileWebP(wazero.NewRuntimeConfigCompiler())
 	if err != nil {
 		c, err = compileWebP(wazero.NewRuntimeConfigInterpreter())
+		interpreted.Store(err == nil)
 	}
 	return c, err
 })
+
+// interpreted says wasmModule fell back to the interpreter.
+var interpreted atomic.Bool
+
+// Interpreted compiles libwebp if it is not yet and says whether it runs
+// in wazero's interpreter (the process may not map executable memory), so
+// that the daemon can say why its encodings are slow.
+func Interpreted() bool {
+	_, _ = wasmModule()
+	return interpreted.Load()
+}
 
 // compileWebP compiles libwebp for a runtime of cfg, a panic an error.
 func compileWebP(cfg wazero.RuntimeConfig) (c *compiledWebP, err error) {

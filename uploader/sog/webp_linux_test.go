@@ -21,6 +21,9 @@ func TestEncodeWithoutWriteExecute(t *testing.T) {
 	if os.Getenv("SOG_TEST_MDWE_CHILD") == "1" {
 		t.Skip("run by the parent")
 	}
+	if Interpreted() {
+		t.Error("Interpreted in a process that may map executable memory")
+	}
 	out := t.TempDir() + "/child.sog"
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMDWEChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "SOG_TEST_MDWE_CHILD=1", "SOG_TEST_MDWE_OUT="+out)
@@ -51,6 +54,9 @@ func TestMDWEChild(t *testing.T) {
 	var out bytes.Buffer
 	if err := Encode(context.Background(), &out, s); err != nil {
 		t.Fatal(err)
+	}
+	if !Interpreted() {
+		t.Fatal("encoded where memory may not be made executable, yet Interpreted says compiled (the daemon's warning would not show)")
 	}
 	if err := os.WriteFile(os.Getenv("SOG_TEST_MDWE_OUT"), out.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
