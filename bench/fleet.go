@@ -81,30 +81,13 @@ func runFleetOf(ctx context.Context, e *tenv, spec fleetSpec) error {
 	if err := e.setup(so, DaemonConfig{Protocol: "v1", ParallelParts: 4}); err != nil {
 		return err
 	}
-	files := e.count(spec.quickFiles, spec.files)
-	for i := range files {
-		if err := e.writeFile(i, v1Splats(i)); err != nil {
-			return err
-		}
+	files, total, err := e.writeFleetFiles(spec)
+	if err != nil {
+		return err
 	}
-	var total int64
-	for _, p := range e.files {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		total += fi.Size()
-	}
-	// Daemon 1 is the scenario's own (e.cfg, e.d); the peers share its inbox.
-	cfgs := []string{e.cfgPath}
-	states := []string{e.cfg.StateDir}
-	for i := 2; i <= spec.daemons; i++ {
-		c := DaemonConfig{Sim: e.sim, Dir: filepath.Join(e.dir, fmt.Sprintf("peer-%d", i)), Inbox: e.cfg.Inbox, Protocol: "v1", ParallelParts: 4}
-		p, err := c.Write()
-		if err != nil {
-			return err
-		}
-		cfgs, states = append(cfgs, p), append(states, c.StateDir)
+	cfgs, states, err := e.fleetConfigs(spec)
+	if err != nil {
+		return err
 	}
 	daemons := make([]*Daemon, len(cfgs))
 	defer func() {
@@ -140,6 +123,65 @@ func runFleetOf(ctx context.Context, e *tenv, spec fleetSpec) error {
 	// Every daemon's own job for every file must end too (a daemon that
 	// found a peer's session watches it, then sees it completed).
 	allDone := e.waitFleetJobs(ctx, cfgs, time.Minute)
+	e.stopFleet(daemons)
+	e.fleetVerdict(states)
+	if !allDone {
+		e.problem("not every daemon's job of every file was done within a minute of the last receipt")
+	}
+	e.fleetFigures(spec, files, total)
+	if first.IsZero() {
+		e.problem("no complete was made")
+		return nil
+	}
+	e.note("completes per window (answered@start s), as the simulator opens them: %v (full: %d each)", perWindow, fleetLimit)
+	took := finished.Sub(first)
+	ratio := took.Seconds() / minimum.Seconds()
+	e.note("fleet figure: time %.3f x the limit's minimum: first complete to last receipt %s, minimum %s = (ceil(%d/%d)-1) x %s (target <= %.1f)",
+		ratio, took.Round(100*time.Millisecond), minimum, files, fleetLimit, fleetWindow, fleetMaxTimeRatio)
+	if ratio > fleetMaxTimeRatio && !e.o.Quick {
+		e.problem("the fleet took %.3f x the limit's minimum (target <= %.1f)", ratio, fleetMaxTimeRatio)
+	}
+	return nil
+}
+
+// writeFleetFiles writes the scenario's files into the shared inbox and
+// returns how many and their total size.
+func (e *tenv) writeFleetFiles(spec fleetSpec) (files int, total int64, err error) {
+	files = e.count(spec.quickFiles, spec.files)
+	for i := range files {
+		if err := e.writeFile(i, v1Splats(i)); err != nil {
+			return 0, 0, err
+		}
+	}
+	for _, p := range e.files {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return 0, 0, err
+		}
+		total += fi.Size()
+	}
+	return files, total, nil
+}
+
+// fleetConfigs returns every daemon's config file and state dir: daemon 1
+// is the scenario's own (e.cfg), the peers share its inbox, each with its
+// own state.
+func (e *tenv) fleetConfigs(spec fleetSpec) (cfgs, states []string, err error) {
+	cfgs, states = []string{e.cfgPath}, []string{e.cfg.StateDir}
+	for i := 2; i <= spec.daemons; i++ {
+		c := DaemonConfig{Sim: e.sim, Dir: filepath.Join(e.dir, fmt.Sprintf("peer-%d", i)), Inbox: e.cfg.Inbox, Protocol: "v1", ParallelParts: 4}
+		p, err := c.Write()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfgs, states = append(cfgs, p), append(states, c.StateDir)
+	}
+	return cfgs, states, nil
+}
+
+// stopFleet stops every daemon with SIGTERM; one that does not stop
+// cleanly, or logged errors, is a problem of the scenario.
+func (e *tenv) stopFleet(daemons []*Daemon) {
 	for i, d := range daemons {
 		if err := d.Stop(30 * time.Second); err != nil {
 			e.problem("daemon %d did not stop cleanly on SIGTERM: %v", i+1, err)
@@ -148,11 +190,11 @@ func runFleetOf(ctx context.Context, e *tenv, spec fleetSpec) error {
 			e.problem("daemon %d logged %d errors, first: %s", i+1, len(errs), errs[0])
 		}
 	}
-	e.fleetVerdict(states)
-	if !allDone {
-		e.problem("not every daemon's job of every file was done within a minute of the last receipt")
-	}
+}
 
+// fleetFigures prints the fleet's 429s, completes per file and bytes to
+// storage from the simulator's counts, each against its target.
+func (e *tenv) fleetFigures(spec fleetSpec, files int, total int64) {
 	st := e.sim.Stats()
 	received, _, _ := sessionTotals(st)
 	sent := received + st.UploadBytes
@@ -173,19 +215,6 @@ func runFleetOf(ctx context.Context, e *tenv, spec fleetSpec) error {
 	if bytesRatio > fleetMaxBytesRatio {
 		e.problem("storage read %.3f x the files' size across the fleet (target <= %.1f)", bytesRatio, fleetMaxBytesRatio)
 	}
-	if first.IsZero() {
-		e.problem("no complete was made")
-		return nil
-	}
-	e.note("completes per window (answered@start s), as the simulator opens them: %v (full: %d each)", perWindow, fleetLimit)
-	took := finished.Sub(first)
-	ratio := took.Seconds() / minimum.Seconds()
-	e.note("fleet figure: time %.3f x the limit's minimum: first complete to last receipt %s, minimum %s = (ceil(%d/%d)-1) x %s (target <= %.1f)",
-		ratio, took.Round(100*time.Millisecond), minimum, files, fleetLimit, fleetWindow, fleetMaxTimeRatio)
-	if ratio > fleetMaxTimeRatio && !e.o.Quick {
-		e.problem("the fleet took %.3f x the limit's minimum (target <= %.1f)", ratio, fleetMaxTimeRatio)
-	}
-	return nil
 }
 
 // waitFleetJobs polls each daemon's jobs (`splatd jobs -json`) once a
