@@ -172,8 +172,7 @@ type oneShotParts struct {
 	urls   map[int]signedPart
 	next   int // the lowest part never signed
 
-	sentMu sync.Mutex
-	sent   map[int]int64 // bytes sent, by part
+	prog *partProgress // nil: no progress asked for
 }
 
 // sendParts sends every part of src into session s, ParallelParts at a
@@ -183,7 +182,10 @@ func (o *OneShotOptions) sendParts(ctx context.Context, c *api.Client, src *v1So
 	r := &oneShotParts{
 		o: o, c: c, src: src, id: s.ID, partSize: s.PartSize, parts: partCount(src.size, s.PartSize),
 		batch: min(api.MaxPartURLsPerCall, signAhead*o.ParallelParts),
-		urls:  make(map[int]signedPart), next: 1, sent: make(map[int]int64),
+		urls:  make(map[int]signedPart), next: 1,
+	}
+	if o.Progress != nil {
+		r.prog = &partProgress{size: src.size, report: o.Progress, inflight: make(map[int]int64)}
 	}
 	done := make([]api.CompletedPart, r.parts)
 	g, gctx := errgroup.WithContext(ctx)
@@ -198,6 +200,10 @@ func (o *OneShotOptions) sendParts(ctx context.Context, c *api.Client, src *v1So
 				return fmt.Errorf("part %d: %w", n, err)
 			}
 			done[n-1] = api.CompletedPart{PartNumber: n, ETag: etag}
+			if r.prog != nil {
+				_, length := partRange(src.size, s.PartSize, n)
+				r.prog.done(n, length)
+			}
 			return nil
 		})
 	}
@@ -244,15 +250,10 @@ func (r *oneShotParts) url(ctx context.Context, n int, fresh bool) (string, erro
 	for m := max(r.next, n+1); m <= r.parts && len(batch) < r.batch; m++ {
 		batch = append(batch, m)
 	}
-	pu, err := r.c.PartURLs(ctx, r.id, batch)
-	if err != nil {
+	if err := signPartURLs(ctx, r.c, r.id, batch, r.urls, r.o.Now); err != nil {
 		return "", err
 	}
 	r.next = max(r.next, batch[len(batch)-1]+1)
-	at := r.o.Now()
-	for _, u := range pu.URLs {
-		r.urls[u.PartNumber] = signedPart{url: u, at: at}
-	}
 	u, ok := r.urls[n]
 	if !ok {
 		return "", &api.ProtocolError{Route: api.RouteV1PartURLs, Reason: fmt.Sprintf("no URL for part %d", n)}
@@ -261,19 +262,11 @@ func (r *oneShotParts) url(ctx context.Context, n int, fresh bool) (string, erro
 	return u.url.URL, nil
 }
 
-// progress records part n's bytes sent so far and reports the file's.
+// progress records part n's bytes sent so far (0: it starts over).
 func (r *oneShotParts) progress(n int, sent int64) {
-	if r.o.Progress == nil {
-		return
+	if r.prog != nil {
+		r.prog.set(n, sent)
 	}
-	r.sentMu.Lock()
-	r.sent[n] = sent
-	var total int64
-	for _, b := range r.sent {
-		total += b
-	}
-	r.sentMu.Unlock()
-	r.o.Progress(min(total, r.src.size), r.src.size)
 }
 
 // PublishedAs is the path a file is published as: path itself, or

@@ -558,37 +558,48 @@ func (p *Pool) v1Sign(ctx context.Context, j state.Job, queue []int, urls map[in
 			break
 		}
 	}
-	pu, err := p.o.Client.PartURLs(ctx, j.V1.ID, batch)
+	err := signPartURLs(ctx, p.o.Client, j.V1.ID, batch, urls, p.o.Now)
 	switch state.HTTPStatus(err) {
 	case http.StatusNotFound:
 		return fmt.Errorf("%w: %w", errV1Lost, err)
 	case http.StatusConflict:
 		return fmt.Errorf("%w: %w", errV1Conflict, err)
 	}
+	return err
+}
+
+// signPartURLs signs the URLs of session id's parts batch (one call) into
+// urls, each stamped with when it was signed (signedPart.usable). The
+// pool's parts and the one-shot's both sign through it.
+func signPartURLs(ctx context.Context, c *api.Client, id string, batch []int, urls map[int]signedPart, now func() time.Time) error {
+	pu, err := c.PartURLs(ctx, id, batch)
 	if err != nil {
 		return err
 	}
-	at := p.o.Now()
+	at := now()
 	for _, u := range pu.URLs {
 		urls[u.PartNumber] = signedPart{url: u, at: at}
 	}
 	return nil
 }
 
-// partProgress adds up the bytes of a job's parts for Pool.Progress: the
-// parts stored before, and those in flight as they go.
+// partProgress adds up the bytes of a multipart upload's parts: those
+// stored before and those in flight as they go, for the pool's
+// Pool.Progress and the one-shot's progress bar alike. Its cost per report
+// is the parts in flight, not all the parts.
 type partProgress struct {
-	p        *Pool
-	id       uint64
-	path     string
 	size     int64
+	report   func(sent, size int64)
 	mu       sync.Mutex
 	base     int64
 	inflight map[int]int64
 }
 
 func newPartProgress(p *Pool, j state.Job) *partProgress {
-	pp := &partProgress{p: p, id: j.ID, path: j.Path, size: j.UploadSize(), inflight: make(map[int]int64)}
+	report := func(sent, size int64) {
+		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: size})
+	}
+	pp := &partProgress{size: j.UploadSize(), report: report, inflight: make(map[int]int64)}
 	for n, e := range j.V1.ETags {
 		if e != "" {
 			_, l := partRange(j.UploadSize(), j.V1.PartSize, n+1)
@@ -627,7 +638,7 @@ func (pp *partProgress) publishLocked() {
 	for _, b := range pp.inflight {
 		sent += b
 	}
-	pp.p.setProgress(pp.id, &Progress{Path: pp.path, Sent: min(sent, pp.size), Size: pp.size})
+	pp.report(min(sent, pp.size), pp.size)
 }
 
 // v1Intent: uploaded → publishing, the complete intent. After a refused
