@@ -117,23 +117,6 @@ func (jf *jobFile) restat() (fs.FileInfo, error) {
 // hash returns the sha256 of the descriptor's content, read from offset 0.
 func (jf *jobFile) hash(ctx context.Context) (string, error) { return trustfs.Hash(ctx, jf.f) }
 
-func copyCtx(ctx context.Context, w io.Writer, r io.Reader) error {
-	buf := make([]byte, 1<<20)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n, err := r.Read(buf)
-		w.Write(buf[:n])
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
 // fileSame reports whether fi is the file j recorded: same size and mtime,
 // and the same inode when j recorded one.
 func fileSame(fi fs.FileInfo, j state.Job) bool {

@@ -21,11 +21,10 @@ import (
 
 // demoFile is one sample the demo drops into the inbox, and what it expects.
 type demoFile struct {
-	name   string
-	how    string
-	want   state.Stage
-	write  func(path string) error
-	detail string
+	name  string
+	how   string
+	want  state.Stage
+	write func(path string) error
 }
 
 func cmdDemo(ctx context.Context, c *cli, args []string) int {

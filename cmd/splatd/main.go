@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -357,16 +356,6 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "# probe: the storage host %s is reachable (TLS verified); nothing was uploaded\n", host)
 	return exitOK
-}
-
-// sortedKeys is a small helper for stable output of maps.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // oneLine folds an error onto one line for tables and summaries.
