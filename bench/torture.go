@@ -88,6 +88,7 @@ func scenarios() []scenario {
 		{"fleet", runFleet},
 		{"hostile-folder", runHostileFolder},
 		{"fleet-5", runFleet5},
+		{"fleet-5-tight", runFleet5Tight},
 	}
 }
 
