@@ -1125,3 +1125,33 @@ func TestPacerShareMemory(t *testing.T) {
 		t.Errorf("a window seen late enough without others: expect %d, want 2 (halved)", c.expect)
 	}
 }
+
+// TestPacerPeersDoneFreeTheWindow: the end of a fleet's backlog. In one
+// window the others spend between our answers (6 of 12: peers); in the next
+// they spend 2 before our first answer and then stop. Two answers of ours in
+// a row without theirs say they are done: the share kept for them falls to
+// one slot, and we take the rest of the window at once instead of leaving
+// their 4 unused and waiting for the Reset.
+func TestPacerPeersDoneFreeTheWindow(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, Options{Jitter: -1})
+	t0 := clk.Now()
+	reset := t0.Add(10 * time.Second)
+	for _, left := range []int{11, 7, 3} { // ours 1..3; theirs 0, 3, 6
+		mustWait(t, p, routePublish)(windowResp(200, 12, left, reset, t0, ""))
+	}
+	clk.Advance(10 * time.Second)
+	t1, reset2 := clk.Now(), reset.Add(10*time.Second)
+	// The next window: theirs 2 before our first answer, then none. Each
+	// request must leave at once (receive fails after 10 s of real time).
+	for left := 9; left > 0; left-- {
+		rel := receive(t, waitAsync(context.Background(), p, routePublish)).release
+		rel(windowResp(200, 12, left, reset2, t1, ""))
+	}
+	if n := clk.askedCount(); n != 0 {
+		t.Fatalf("the pacer waited %d times: the others' share was kept after they stopped", n)
+	}
+	// One slot stays for the others; the next request waits for the Reset.
+	mustHoldFor(t, clk, p, routePublish, 10*time.Second, "wait with one slot left (until Reset)")
+}
