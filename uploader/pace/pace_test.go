@@ -1155,3 +1155,32 @@ func TestPacerPeersDoneFreeTheWindow(t *testing.T) {
 	// One slot stays for the others; the next request waits for the Reset.
 	mustHoldFor(t, clk, p, routePublish, 10*time.Second, "wait with one slot left (until Reset)")
 }
+
+// TestPacerReserveInALargeClass: the two rules that end a fleet's backlog
+// together, on the share kept for the others (package doc): in a class of
+// more than 10 per window, a daemon below its fair share of the window
+// (limit / (peers + 1)) takes a slot of the others' share while more than
+// one is left; and once the others are done (still) only one slot is kept.
+// A strict class of 5 keeps the whole share.
+func TestPacerReserveInALargeClass(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		c    class
+		want int
+	}{
+		{"below the fair share of 12/(2+1)", class{limit: 12, remaining: 10, expect: 10, peers: 2, own: 2}, 9},
+		{"at the fair share", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 4}, 10},
+		{"below it, one slot left", class{limit: 12, remaining: 1, expect: 10, peers: 2, own: 2}, 1},
+		{"no peers seen: no fair share", class{limit: 12, remaining: 10, expect: 10, own: 2}, 10},
+		{"the others done", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 2}, 1},
+		{"the others done, one answer only", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 1}, 8},
+		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, expect: 3, peers: 1, own: 1}, 3},
+		{"a strict class of 5: the others done", class{limit: 5, remaining: 3, expect: 3, peers: 1, own: 2, still: 2}, 3},
+	}
+	for _, tc := range cases {
+		if got := tc.c.reserve(); got != tc.want {
+			t.Errorf("%s: reserve %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
