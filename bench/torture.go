@@ -86,6 +86,7 @@ func scenarios() []scenario {
 		{"v1-sigkill", runV1Kill},
 		{"strict-sigkill", runStrictKill},
 		{"fleet", runFleet},
+		{"fleet-tight", runFleetTight},
 		{"hostile-folder", runHostileFolder},
 		{"fleet-5", runFleet5},
 		{"fleet-5-tight", runFleet5Tight},
