@@ -164,6 +164,10 @@ down() {
 	for c in $cs; do
 		code=$(podman inspect -f '{{.State.ExitCode}}' "$c")
 		[ "$code" = 0 ] || die "$c exited with code $code on SIGTERM (137: killed after the grace)"
+		# The follower (podman logs -f) has been seen to capture nothing
+		# at all under podman 4.3; the stopped container's whole log is
+		# still there until kube down, so read it again before judging.
+		grep -q 'stopped cleanly' "$work/$c.log" || podman logs "$c" >"$work/$c.log" 2>&1 || true
 		grep -q 'stopped cleanly' "$work/$c.log" || die "$c did not log \"stopped cleanly\" on SIGTERM"
 		n=$((n + 1))
 	done
