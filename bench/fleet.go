@@ -54,30 +54,16 @@ const (
 
 func runFleet(ctx context.Context, e *tenv) error { return runFleetOf(ctx, e, fleet3) }
 
-// runFleet5 is the five-daemon figure of the full run. The quick run (make
-// test) leaves it out: five more daemons built with -race on a test
-// machine, and the three-daemon fleet already runs the same code paths.
-func runFleet5(ctx context.Context, e *tenv) error {
-	if e.o.Quick {
-		return &skipError{reason: "the full run's figure only (fleet covers the quick run)"}
+// fullRunFleet is a fleet of the full run only. The quick run (make test)
+// leaves them out: more daemons built with -race on a test machine, and
+// fleet already runs the same code paths.
+func fullRunFleet(spec fleetSpec) func(context.Context, *tenv) error {
+	return func(ctx context.Context, e *tenv) error {
+		if e.o.Quick {
+			return &skipError{reason: "the full run's figure only (fleet covers the quick run)"}
+		}
+		return runFleetOf(ctx, e, spec)
 	}
-	return runFleetOf(ctx, e, fleet5)
-}
-
-// runFleetTight is fleet under the strict limit of 5 (full run only).
-func runFleetTight(ctx context.Context, e *tenv) error {
-	if e.o.Quick {
-		return &skipError{reason: "the full run's figure only (fleet covers the quick run)"}
-	}
-	return runFleetOf(ctx, e, fleet3Tight)
-}
-
-// runFleet5Tight is fleet-5 under the strict limit of 5 (full run only).
-func runFleet5Tight(ctx context.Context, e *tenv) error {
-	if e.o.Quick {
-		return &skipError{reason: "the full run's stress figure only"}
-	}
-	return runFleetOf(ctx, e, fleet5Tight)
 }
 
 // runFleetOf: N daemons, each with its own state directory and config,

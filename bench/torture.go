@@ -86,10 +86,10 @@ func scenarios() []scenario {
 		{"v1-sigkill", runV1Kill},
 		{"strict-sigkill", runStrictKill},
 		{"fleet", runFleet},
-		{"fleet-tight", runFleetTight},
+		{"fleet-tight", fullRunFleet(fleet3Tight)},
 		{"hostile-folder", runHostileFolder},
-		{"fleet-5", runFleet5},
-		{"fleet-5-tight", runFleet5Tight},
+		{"fleet-5", fullRunFleet(fleet5)},
+		{"fleet-5-tight", fullRunFleet(fleet5Tight)},
 	}
 }
 
