@@ -9,27 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/splatd/splatd/cmd/internal/configtest"
 )
 
 // startupConfig writes a config whose every part but extra is valid and
-// local: a watch folder, a state dir, a token file. It returns the path.
+// local (configtest.Write). It returns the path.
 func startupConfig(t *testing.T, token, extra string) string {
-	t.Helper()
-	dir := t.TempDir()
-	inbox, tokenFile := filepath.Join(dir, "inbox"), filepath.Join(dir, "token")
-	if err := os.MkdirAll(inbox, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fmt.Sprintf("api:\n  base_url: https://127.0.0.1:1\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\n%s",
-		tokenFile, inbox, filepath.Join(dir, "state"), extra)
-	p := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return configtest.Write(t, token, extra)
 }
 
 // runStart runs `splatd run -config cfg` as main does (dispatch), which must

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/cmd/internal/configtest"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
@@ -222,25 +223,11 @@ func BenchmarkReload(b *testing.B) {
 	}
 }
 
-// testConfig writes and loads a config whose every part but extra is valid
-// and local: a watch folder, a state dir, a token file.
+// testConfig writes (configtest.Write) and loads a config whose every part
+// but extra is valid and local.
 func testConfig(t *testing.T, token, extra string) *config.Config {
 	t.Helper()
-	dir := t.TempDir()
-	inbox, tokenFile := filepath.Join(dir, "inbox"), filepath.Join(dir, "token")
-	if err := os.MkdirAll(inbox, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	text := fmt.Sprintf("api:\n  base_url: https://127.0.0.1:1\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\n%s",
-		tokenFile, inbox, filepath.Join(dir, "state"), extra)
-	p := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(p, true)
+	cfg, err := config.Load(configtest.Write(t, token, extra), true)
 	if err != nil {
 		t.Fatal(err)
 	}
