@@ -224,3 +224,102 @@ func TestPacerFleetOfFive(t *testing.T) {
 		}
 	}
 }
+
+// folderRun: daemons pacers, one token, sharing one folder of files as the
+// daemons of a fleet do: each of a daemon's workers takes the next file
+// left, makes one request of the normal class (the upload session), uploads
+// it for 0.2–0.8 s, and then completes it with a request of a strict class
+// of limit per window. Unlike fleetRun's fixed backlogs, the daemons run out
+// of work at different moments, one of them holding the folder's last file.
+func folderRun(tb testing.TB, daemons, workers, files, limit int, window, rtt, spread time.Duration, seed uint64) (*fleetServer, float64) {
+	clk := newFakeClock()
+	srv := newFleetServer(clk, limit, window, daemons)
+	normal := newFleetServer(clk, 240, window, daemons)
+	pacers := make([]*Pacer, daemons)
+	for i := range pacers {
+		pacers[i] = New(Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(seed + uint64(i))})
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	starts := make([]time.Duration, daemons*workers)
+	for i := range starts {
+		starts[i] = time.Duration(rng.Float64() * float64(spread))
+	}
+	uploads := make([]time.Duration, files)
+	for i := range uploads {
+		uploads[i] = time.Duration((0.2 + 0.6*rng.Float64()) * float64(time.Second))
+	}
+	call := func(d int, route string, s *fleetServer) *http.Response {
+		rel, err := pacers[d].Wait(context.Background(), route, isRead(route))
+		if err != nil {
+			tb.Error(err)
+			return NotSent
+		}
+		sleepFake(clk, clk.Now().Add(rtt/2))
+		resp := s.handle(d)
+		sleepFake(clk, clk.Now().Add(rtt/2))
+		rel(resp)
+		return resp
+	}
+	var left atomic.Int32
+	left.Store(int32(files))
+	drive(tb, clk, daemons*workers, func(g int) {
+		d := g / workers
+		sleepFake(clk, clk.Now().Add(starts[g]))
+		for n := left.Add(-1); n >= 0; n = left.Add(-1) {
+			call(d, routeSigned, normal)
+			sleepFake(clk, clk.Now().Add(uploads[n]))
+			for call(d, routePublish, srv).StatusCode == http.StatusTooManyRequests {
+			}
+		}
+	})
+	minimum := time.Duration((files+limit-1)/limit-1) * window
+	return srv, srv.last.Sub(srv.first).Seconds() / minimum.Seconds()
+}
+
+// TestPacerFleetSharesAFolder: issue 21's fleet as make torture runs it,
+// three daemons of two workers on one folder of 30 files, 12 completes per
+// 10 s, on folderRun's model, 20 seeds. Asserted for daemons started within
+// 50 ms: no more than 3 responses 429 in any run, a median within 1.1 × the
+// limit's minimum, and at most 4 runs of 20 over 1.3 ×. Before the share of
+// what is left (package doc), 8 runs of 20 ended 1.47–1.50 ×: the daemon
+// with the last file kept its peers' share of the last window for them after
+// they had run out. Logged: the same for starts up to a second apart, and 31
+// files, where the windows' last slots (peers of them, and peers is the most
+// of the others' requests seen between two answers of ours, 3–5 here for two
+// other daemons) go unused and the last file waits a window in 8 (50 ms) and
+// 11 (1 s) runs of 20.
+func TestPacerFleetSharesAFolder(t *testing.T) {
+	t.Parallel()
+	for _, files := range []int{30, 31} {
+		for _, spread := range []time.Duration{50 * time.Millisecond, time.Second} {
+			var ratios []float64
+			worst, over := 0, 0
+			for seed := range uint64(20) {
+				srv, ratio := folderRun(t, 3, 2, files, 12, 10*time.Second, 60*time.Millisecond, spread, seed)
+				n429, ok := 0, 0
+				for d := range srv.ok {
+					n429, ok = n429+srv.r429[d], ok+srv.ok[d]
+				}
+				if ok != files {
+					t.Fatalf("seed %d: %d completes got through, want %d", seed, ok, files)
+				}
+				worst = max(worst, n429)
+				if ratio > 1.3 {
+					over++
+				}
+				ratios = append(ratios, ratio)
+			}
+			slices.Sort(ratios)
+			median := ratios[len(ratios)/2]
+			t.Logf("%d files, starts within %v: 429s per run at most %d; time over the minimum: median %.3f, worst %.3f, %d runs of 20 over 1.3",
+				files, spread, worst, median, ratios[len(ratios)-1], over)
+			if files != 30 || spread == time.Second {
+				continue
+			}
+			if worst > 3 || median > 1.1 || over > 4 {
+				t.Errorf("%d files, starts within %v: at most %d responses 429 per run (want <= 3), median %.3f (want <= 1.1), %d runs of 20 over 1.3 × the minimum (want <= 4)",
+					files, spread, worst, median, over)
+			}
+		}
+	}
+}

@@ -35,28 +35,34 @@
 // we decide (a fleet's daemons each send one request at a time in a strict
 // window, all of them on counts a round trip old).
 //
-// Two rules end a fleet's backlog together, in a class of more than 10 per
+// Three rules end a fleet's backlog together, in a class of more than 10 per
 // window (a fleet's daemons each on a count of its own window, seeing
 // different parts of it). A fair share: while our use of the window is below
 // limit / (peers + 1), a slot of the others' share is ours as long as more
 // than one is left; without it, the daemon that met a window late (its
 // Reset's jitter) sees the others' use at its highest, leaves them that much
-// of the next, and ends with the backlog's last files. And when the others
-// have been seen spending between our answers (peers) and two answers of
-// ours in a row show none of theirs (still), they are done with this window,
-// as a fleet's peers are at the end of a backlog: the reserve falls to one
-// slot. Three daemons on 30 files at 12 per 10 s (make torture's fleet)
-// ended 1.48–1.49 × the limit's minimum in 3 runs of 3 without the two
-// (their last file waited a window), and 0.97–1.02 × in 9 runs of 13 with
-// them; in the other 4 (1.47–1.51 ×) the daemon with the last file saw its
-// peers' last requests in its last answer, and had no answer after it to
-// see them stop. A neighbour that spends before our first answer or after
-// our last one never rises between two of ours, and keeps its share (peers
-// stays 0). In a smaller class every request waits for the
-// answer of the one before it, so an answer without the others' rise is a
-// round trip's gap rather than their end, and one slot taken is a 429: there
-// the share is kept (a fleet on a strict limit of 5 ends within 1.2 × the
-// minimum anyway).
+// of the next, and ends with the backlog's last files. Past it, a share of
+// what is left: we keep for the others no more than peers / (peers + 1) of
+// the window's rest, so that each of a fleet's daemons may take one of every
+// peers + 1 slots left while at least peers stay free for the requests that
+// may be in flight; without it, the daemon holding the backlog's last file
+// kept the share its peers spent in the window before and waited a whole
+// window for them after their last request. And when the others have been
+// seen spending between our answers (peers) and two answers of ours in a
+// row show none of theirs (still), they are done with this window, as a
+// fleet's peers are at the end of a backlog: the reserve falls to one slot.
+// Three daemons on 30 files at 12 per 10 s (make torture's fleet) ended
+// 1.48–1.49 × the limit's minimum in 3 runs of 3 with none of the three
+// (their last file waited a window), 0.97–1.02 × in 9 runs of 13 and
+// 1.47–1.51 × in 4 with the first and the last (the daemon with the last
+// file saw its peers' last requests in its last answer, and had no answer
+// after it to see them stop), and 1.01–1.02 × in 14 runs of 14 with all
+// three. A neighbour that spends before our first answer or after our last
+// one never rises between two of ours, and keeps its share (peers stays 0).
+// In a smaller class every request waits for the answer of the one before
+// it, so an answer without the others' rise is a round trip's gap rather
+// than their end, and one slot taken is a 429: there the share is kept (a
+// fleet on a strict limit of 5 ends within 1.2 × the minimum anyway).
 //
 // At a window's end what the others spent becomes expect if we looked at the
 // window as late as they were first seen in the last window they spent in
@@ -431,8 +437,9 @@ func (c *class) blocked(now time.Time) time.Duration {
 }
 
 // reserve is what the window keeps for the token's other clients (see the
-// package doc): in a class of more than carefulSlots, none of our fair share
-// and one slot once they are done with the window.
+// package doc): in a class of more than carefulSlots, none of our fair share,
+// past it no more than their share of what is left, and one slot once they
+// are done with the window.
 func (c *class) reserve() int {
 	e := c.expect
 	if e == 0 {
@@ -445,6 +452,9 @@ func (c *class) reserve() int {
 		r = min(1, e)
 	case c.own+c.inFlight < c.limit/(c.peers+1): // below our fair share
 		r = min(r, max(1, c.remaining-c.inFlight-1))
+	default: // our share of what is left
+		left := c.remaining - c.inFlight
+		r = min(r, left-left/(c.peers+1))
 	}
 	return r
 }

@@ -1156,12 +1156,13 @@ func TestPacerPeersDoneFreeTheWindow(t *testing.T) {
 	mustHoldFor(t, clk, p, routePublish, 10*time.Second, "wait with one slot left (until Reset)")
 }
 
-// TestPacerReserveInALargeClass: the two rules that end a fleet's backlog
+// TestPacerReserveInALargeClass: the rules that end a fleet's backlog
 // together, on the share kept for the others (package doc): in a class of
 // more than 10 per window, a daemon below its fair share of the window
 // (limit / (peers + 1)) takes a slot of the others' share while more than
-// one is left; and once the others are done (still) only one slot is kept.
-// A strict class of 5 keeps the whole share.
+// one is left; past it, it keeps for them no more than their share of what
+// is left (peers / (peers + 1) of it); and once the others are done (still)
+// only one slot is kept. A strict class of 5 keeps the whole share.
 func TestPacerReserveInALargeClass(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -1170,11 +1171,14 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		want int
 	}{
 		{"below the fair share of 12/(2+1)", class{limit: 12, remaining: 10, expect: 10, peers: 2, own: 2}, 9},
-		{"at the fair share", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 4}, 10},
+		{"at the fair share: a third of what is left is ours", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 4}, 6},
+		{"the same, one of ours in flight", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 3, inFlight: 1}, 5},
+		{"past it, as many left as peers plus one", class{limit: 12, remaining: 3, expect: 10, peers: 2, own: 6}, 2},
+		{"past it, as many left as peers", class{limit: 12, remaining: 2, expect: 10, peers: 2, own: 6}, 2},
 		{"below it, one slot left", class{limit: 12, remaining: 1, expect: 10, peers: 2, own: 2}, 1},
 		{"no peers seen: no fair share", class{limit: 12, remaining: 10, expect: 10, own: 2}, 10},
 		{"the others done", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 2}, 1},
-		{"the others done, one answer only", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 1}, 8},
+		{"the others done, one answer only", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 1}, 4},
 		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, expect: 3, peers: 1, own: 1}, 3},
 		{"a strict class of 5: the others done", class{limit: 5, remaining: 3, expect: 3, peers: 1, own: 2, still: 2}, 3},
 	}
