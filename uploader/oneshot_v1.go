@@ -268,13 +268,3 @@ func (r *oneShotParts) progress(n int, sent int64) {
 		r.prog.set(n, sent)
 	}
 }
-
-// PublishedAs is the path a file is published as: path itself, or
-// FOLDER.sog beside an unbundled SOG folder (path is its meta.json), whose
-// title template and sidecar are then the folder's, as for the daemon.
-func PublishedAs(path string) string {
-	if !splatfile.IsSOGFolder(path) {
-		return path
-	}
-	return filepath.Join(filepath.Dir(filepath.Dir(path)), folderName(path))
-}

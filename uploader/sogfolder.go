@@ -37,6 +37,26 @@ func folderName(path string) string {
 	return filepath.Base(path)
 }
 
+// PublishedAs is the path a file is published as: path itself, or
+// FOLDER.sog beside an unbundled SOG folder (path is its meta.json), whose
+// title template and sidecar are then the folder's, as for the daemon.
+func PublishedAs(path string) string { return PublishedAsIn("", path) }
+
+// PublishedAsIn is PublishedAs for a file of the watch folder root: a SOG
+// folder that is the root itself is published as root/FOLDER.sog, inside
+// it, so that its sidecar and folder settings are read from the watch
+// folder and never from the folder above it.
+func PublishedAsIn(root, path string) string {
+	if !splatfile.IsSOGFolder(path) {
+		return path
+	}
+	dir := filepath.Dir(path)
+	if root != "" && filepath.Clean(dir) == filepath.Clean(root) {
+		return filepath.Join(dir, folderName(path))
+	}
+	return filepath.Join(filepath.Dir(dir), folderName(path))
+}
+
 // stepCheckFolder: queued → ready for an unbundled SOG folder. The folder
 // must pass the check (a missing or short image waits like a short file)
 // and have been quiet for Settle; then its bundle is built and hashed.
@@ -67,8 +87,9 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 		return j, err
 	}
 	// Titles and sidecars are the folder's, as if it were FOLDER.sog beside
-	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar.
-	asFile := filepath.Join(filepath.Dir(f.Dir), folderName(j.Path))
+	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar
+	// (inside it when the folder is the watch folder itself).
+	asFile := PublishedAsIn(j.Root, j.Path)
 	params, err := p.publish.Load().resolve(asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}

@@ -302,7 +302,13 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	}
 	// A file inside a watched folder gets that folder's settings, as the
 	// daemon would give it.
-	req, err := a.cfg.ParamsFor(uploader.PublishedAs(path), fi.ModTime())
+	as := uploader.PublishedAs(path)
+	if w, ok := a.cfg.WatchOf(path); ok {
+		if abs, err := filepath.Abs(path); err == nil {
+			as = uploader.PublishedAsIn(w.Path, abs)
+		}
+	}
+	req, err := a.cfg.ParamsFor(as, fi.ModTime())
 	if err != nil {
 		return err
 	}
@@ -311,7 +317,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 		return err
 	}
 	defer cleanup()
-	bar := newProgress(c.stderr, filepath.Base(uploader.PublishedAs(path)))
+	bar := newProgress(c.stderr, filepath.Base(as))
 	sp, err := uploader.PublishFile(ctx, a.client, upload, req, uploader.OneShotOptions{
 		Protocol:        a.cfg.API.Protocol,
 		ParallelParts:   a.cfg.Upload.ParallelParts,

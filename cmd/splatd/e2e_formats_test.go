@@ -178,3 +178,44 @@ func TestE2ESPZLegacy(t *testing.T) {
 		t.Errorf("simulator: %d uploads, %d splats; want none", st.Uploads, len(sim.Splats()))
 	}
 }
+
+// TestE2ESOGFolderIsTheWatchFolder: an unbundled SOG folder that is itself
+// the watch folder is published as FOLDER.sog inside it: its title and
+// sidecar come from the folder (FOLDER/FOLDER.splat.yaml), and the sidecar
+// a FOLDER.sog beside it would have, outside the watch folder, is never
+// read.
+func TestE2ESOGFolderIsTheWatchFolder(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{PartSize: 64 << 10})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	cfg, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Base(e.inbox)
+	outside := filepath.Join(filepath.Dir(e.inbox), name+".splat.yaml")
+	if err := os.WriteFile(outside, []byte("title: read from outside the watch folder\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.inbox, name+".splat.yaml"), []byte("description: the folder's own sidecar\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	writeSOGFolderE2E(t, e.inbox, 2000, func() {})
+	meta := filepath.Join(e.inbox, "meta.json")
+	r := waitReceipt(t, meta, "done")
+	if want := bundleSHA256(t, e.inbox); r.SHA256 != want {
+		t.Errorf("receipt sha256 %s, want the folder's bundle's %s", r.SHA256, want)
+	}
+	sps := sim.Splats()
+	if len(sps) != 1 {
+		t.Fatalf("%d splats on the server, want 1", len(sps))
+	}
+	if sps[0].Title != name || sps[0].Description != "the folder's own sidecar" {
+		t.Errorf("splat titled %q, described %q; want the folder's name %q and its own sidecar's description", sps[0].Title, sps[0].Description, name)
+	}
+}
