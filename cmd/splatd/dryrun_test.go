@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // TestDryRun: `run -dry-run` predicts a run from the state and the
@@ -146,4 +148,76 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// TestDryRunSOGFolder: an unbundled SOG folder is judged as the daemon's
+// check step does: published (its title the folder's name, its sha256 and
+// size the bundle's), a copy of it is a duplicate, and a folder whose
+// images have not arrived waits. The dry run once called every folder
+// invalid: it checked meta.json as a splat file.
+func TestDryRunSOGFolder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	inbox := filepath.Join(dir, "inbox")
+	writeSOGFolderE2E(t, filepath.Join(inbox, "room"), 2000, func() {})
+	writeSOGFolderE2E(t, filepath.Join(inbox, "room2"), 2000, func() {})
+	half := filepath.Join(inbox, "half")
+	writeSOGFolderE2E(t, half, 1000, func() {})
+	entries, err := os.ReadDir(half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "meta.json" {
+			if err := os.Remove(filepath.Join(half, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid, protocol: v1}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n",
+		inbox, filepath.Join(dir, "state")))
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
+	}
+	out := stdout.String()
+	sum, size := bundleSHA256(t, filepath.Join(inbox, "room")), bundleSize(t, filepath.Join(inbox, "room"))
+	want := map[string][]string{
+		"room":  {"publish", `title "room"`, "sha256 " + sum[:12], state.HumanSize(size) + " "},
+		"room2": {"duplicate", "same content as " + filepath.Join(inbox, "room", "meta.json")},
+		"half":  {"wait", "incomplete", "waiting for"},
+	}
+	for folder, words := range want {
+		var l string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, filepath.Join(inbox, folder, "meta.json")+" ") {
+				l = line
+			}
+		}
+		if !strings.HasPrefix(l, words[0]+" ") {
+			t.Errorf("%s: %q, want action %s:\n%s", folder, l, words[0], out)
+		}
+		for _, w := range words[1:] {
+			if !strings.Contains(l, w) {
+				t.Errorf("%s: %q lacks %q", folder, l, w)
+			}
+		}
+	}
+}
+
+// bundleSize is the size of the bundle splatd builds from a folder.
+func bundleSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, err := splatfile.CheckSOGFolderIn(r, filepath.Join(dir, "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Size
 }

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher"
@@ -55,8 +58,8 @@ func DryRun(ctx context.Context, cfg *config.Config, out io.Writer, log zerolog.
 		if ctx.Err() != nil {
 			break
 		}
-		action, why := p.judge(ctx, f)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(f.Size), f.Path, strings.Join(strings.Fields(why), " "))
+		action, why, size := p.judge(ctx, f)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(size), f.Path, strings.Join(strings.Fields(why), " "))
 	}
 	tw.Flush()
 	p.summary(out)
@@ -126,17 +129,27 @@ func newPredictor(cfg *config.Config, known []JobView) *predictor {
 	return p
 }
 
-// judge returns what a run would do with f, and why.
-func (p *predictor) judge(ctx context.Context, f watcher.Listed) (string, string) {
-	action, why := p.decide(ctx, f)
+// judge returns what a run would do with f, why, and the size it would
+// upload (an unbundled SOG folder's: its bundle's).
+func (p *predictor) judge(ctx context.Context, f watcher.Listed) (action, why string, size int64) {
+	var folder *folderBundle
+	if splatfile.IsSOGFolder(f.Path) {
+		// Its job is the bundle the daemon builds: that is what is
+		// checked, hashed, compared with the state and counted.
+		folder = bundleOf(f.Root, f.Path)
+		if folder.err == nil {
+			f.Size = folder.info.Size
+		}
+	}
+	action, why = p.decide(ctx, f, folder)
 	p.counts[action]++
 	if action == actPublish {
 		p.bytes += f.Size
 	}
-	return action, why
+	return action, why, f.Size
 }
 
-func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, string) {
+func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folderBundle) (string, string) {
 	if f.Skip != "" {
 		return actSkip, f.Skip
 	}
@@ -144,6 +157,9 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, strin
 		// As the queue's enqueue: the same size and mtime, or a job that
 		// has not published yet (its worker notices a change itself).
 		same := j.Size == f.Size && (j.ModTime.IsZero() || j.ModTime.Equal(f.ModTime))
+		if folder != nil { // the job holds its bundle's size and time
+			same = folder.err == nil && j.Size == folder.info.Size && j.ModTime.Equal(folder.latest)
+		}
 		stored := state.Stage(j.Stage)
 		if j.StoredStage != "" {
 			stored = state.Stage(j.StoredStage)
@@ -158,15 +174,23 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, strin
 		p.seen[ev.SHA256] = f.Path
 		return actAdopt, fmt.Sprintf("its receipt says published (%s): recorded as done, not published again", ev.Receipt.Splat.URL)
 	}
-	info, err := checkIn(f.Root, f.Path)
+	var info splatfile.Info
+	var err error
+	if folder != nil {
+		info, err = folder.info, folder.err
+	} else {
+		info, err = checkIn(f.Root, f.Path)
+	}
 	if errors.Is(err, splatfile.ErrIncomplete) {
 		return actWait, "incomplete (waits for the rest, up to incomplete_timeout): " + splatfile.Reason(err)
 	}
 	if err != nil {
 		return actFail, "invalid, never uploaded: " + splatfile.Reason(err)
 	}
-	sum, err := HashFile(ctx, f.Root, f.Path)
-	if err != nil {
+	sum := ""
+	if folder != nil {
+		sum = folder.sha256
+	} else if sum, err = HashFile(ctx, f.Root, f.Path); err != nil {
 		return actFail, "cannot read: " + err.Error()
 	}
 	if j, ok := p.bySHA[sum]; ok {
@@ -176,7 +200,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed) (string, strin
 		return actDuplicate, "same content as " + first + ": published once"
 	}
 	p.seen[sum] = f.Path
-	params, err := p.cfg.ParamsFor(f.Path, f.ModTime)
+	params, err := p.cfg.ParamsFor(uploader.PublishedAsIn(f.Root, f.Path), f.ModTime)
 	if err != nil {
 		return actFail, "publish parameters: " + err.Error()
 	}
@@ -224,6 +248,34 @@ func checkIn(root, path string) (splatfile.Info, error) {
 	}
 	defer f.Close()
 	return splatfile.CheckFile(f, path)
+}
+
+// folderBundle is an unbundled SOG folder as the daemon's check step sees
+// it: its check, and the sha256 of the bundle built from it.
+type folderBundle struct {
+	info   splatfile.Info // Size: the bundle's
+	latest time.Time      // the folder's newest file: the bundle's time
+	sha256 string
+	err    error
+}
+
+// bundleOf checks the folder of meta through the watch folder root and
+// hashes its bundle as the daemon would build it (nothing is written).
+func bundleOf(root, meta string) *folderBundle {
+	dir, err := trustfs.OpenDir(root, filepath.Dir(meta))
+	if err != nil {
+		return &folderBundle{err: err}
+	}
+	defer dir.Close()
+	f, err := splatfile.CheckSOGFolderIn(dir, meta)
+	if err != nil {
+		return &folderBundle{info: f.Info, err: err}
+	}
+	h := sha256.New()
+	if err := splatfile.BuildSOGBundle(h, f); err != nil {
+		return &folderBundle{err: err}
+	}
+	return &folderBundle{info: f.Info, latest: f.Latest, sha256: hex.EncodeToString(h.Sum(nil))}
 }
 
 // HashFile is the sha256 of a file opened through its watch folder root
