@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,4 +221,30 @@ func bundleSize(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return f.Size
+}
+
+// TestDryRunSPZLegacy: under the legacy API an .spz fails, as the daemon's
+// sign step fails it, and under v1 it publishes.
+func TestDryRunSPZLegacy(t *testing.T) {
+	t.Parallel()
+	for _, protocol := range []string{"legacy", "v1"} {
+		dir := t.TempDir()
+		inbox := filepath.Join(dir, "inbox")
+		if err := os.MkdirAll(inbox, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFileWith(t, filepath.Join(inbox, "scan.spz"), func(w io.Writer) error { return splatfile.WriteSPZ(w, 3000, 4, 3) })
+		cfgPath := filepath.Join(dir, "config.yaml")
+		writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid, protocol: %s}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n",
+			protocol, inbox, filepath.Join(dir, "state")))
+		var stdout, stderr bytes.Buffer
+		c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+		if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+			t.Fatalf("%s: exit %d; stderr:\n%s", protocol, code, &stderr)
+		}
+		want := map[string]string{"legacy": "the legacy API takes .ply and .sog files, not spz", "v1": `spz, title "scan"`}[protocol]
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("%s: the line of scan.spz lacks %q:\n%s", protocol, want, &stdout)
+		}
+	}
 }

@@ -199,6 +199,10 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	if first, ok := p.seen[sum]; ok {
 		return actDuplicate, "same content as " + first + ": published once"
 	}
+	if p.cfg.API.Protocol != config.ProtocolV1 && !info.Kind.Legacy() {
+		// As the daemon's sign step: the legacy API has no such format.
+		return actFail, fmt.Sprintf("the legacy API takes .ply and .sog files, not %s: never uploaded (publish it with api.protocol: v1)", info.Kind)
+	}
 	p.seen[sum] = f.Path
 	params, err := p.cfg.ParamsFor(uploader.PublishedAsIn(f.Root, f.Path), f.ModTime)
 	if err != nil {
