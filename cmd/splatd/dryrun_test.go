@@ -248,3 +248,35 @@ func TestDryRunSPZLegacy(t *testing.T) {
 		}
 	}
 }
+
+// TestDryRunSaysEncode: a PLY whose folder asks publish.encode: sog is
+// said to be encoded before upload; a SOG is uploaded as it is.
+func TestDryRunSaysEncode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	inbox := filepath.Join(dir, "inbox")
+	writePLY(t, filepath.Join(inbox, "scan.ply"), 1000)
+	writeFileWith(t, filepath.Join(inbox, "ready.sog"), func(w io.Writer) error { return splatfile.WriteSOG(w, 1000) })
+	if err := os.WriteFile(filepath.Join(inbox, ".splat.yaml"), []byte("encode: sog\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid, protocol: v1}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n",
+		inbox, filepath.Join(dir, "state")))
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
+	}
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		switch {
+		case strings.Contains(l, "scan.ply") && !strings.Contains(l, "encoded to SOG before upload"):
+			t.Errorf("the PLY's line does not say it is encoded: %q", l)
+		case strings.Contains(l, "ready.sog") && strings.Contains(l, "encoded"):
+			t.Errorf("the SOG's line says it is encoded: %q", l)
+		}
+	}
+	if !strings.Contains(stdout.String(), "2 file(s) would be published") {
+		t.Errorf("stdout:\n%s", &stdout)
+	}
+}

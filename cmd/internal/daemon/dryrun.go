@@ -212,7 +212,11 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	if params.Listed {
 		listed = "listed"
 	}
-	return actPublish, fmt.Sprintf("%s, title %q, format %s, %s, sha256 %.12s", info.Kind, params.Title, orDefault(params.Format), listed, sum)
+	encoded := ""
+	if params.Encode == "sog" && info.Kind == splatfile.KindPLY {
+		encoded = ", encoded to SOG before upload" // as the daemon's encode step
+	}
+	return actPublish, fmt.Sprintf("%s%s, title %q, format %s, %s, sha256 %.12s", info.Kind, encoded, params.Title, orDefault(params.Format), listed, sum)
 }
 
 func orDefault(s string) string {
