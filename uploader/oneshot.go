@@ -27,8 +27,9 @@ type OneShotOptions struct {
 	PollInterval, PollMaxInterval, PollTimeout time.Duration
 	// Progress, when set, receives bytes sent of the file's size.
 	Progress func(sent, size int64)
-	// Stage, when set, is told each step as it starts ("sign", "upload",
-	// "publish", "processing"), each retry and each unknown task status.
+	// Stage, when set, is told each step as it starts ("sign" or "create",
+	// "upload", "publish", "processing"), each retry, each v1 "resync" (a
+	// session read again or created again) and each unknown task status.
 	Stage func(step, detail string)
 	// Policy is the retry rule; its one-shot patience (state.ProfileOneShot:
 	// 5 tries of each step) bounds the retries of network errors, timeouts,

@@ -164,3 +164,60 @@ func TestPublishFileV1ProcessingFailed(t *testing.T) {
 			sp, err, retries, e.sim.Stats().Completes)
 	}
 }
+
+// TestPublishFileV1Resyncs: a v1 one-shot whose session goes away under it
+// reads it again, as the daemon's jobs do, and still makes one splat: a
+// session that expires (404) or is canceled (409) before the complete, or
+// expires before its first part URL, is created again under a new key and
+// every part is sent again.
+func TestPublishFileV1Resyncs(t *testing.T) {
+	t.Parallel()
+	const parts = 4
+	cases := []struct {
+		name    string
+		at      string // the stage at which the session is taken away
+		expire  bool   // else canceled
+		status  string // the refusal the one-shot reports as it resyncs
+		wantPut int
+	}{
+		{"expired before complete", "publish", true, "404", 2 * parts},
+		{"canceled before complete", "publish", false, "409", 2 * parts},
+		{"expired before the parts", "upload", true, "404", parts},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newV1Env(t, apisim.Options{ProcessingDelay: -1})
+			path := e.writeParts("a.ply", parts)
+			var resyncs []string
+			done := false
+			sp, err := PublishFile(context.Background(), e.client, path, state.PublishParams{Title: "a"}, OneShotOptions{
+				Protocol: ProtocolV1, ParallelParts: 3, PollInterval: time.Millisecond, PollTimeout: time.Minute,
+				After: (&instantClock{}).after,
+				Stage: func(step, detail string) {
+					switch {
+					case step == "resync":
+						resyncs = append(resyncs, detail)
+					case step == c.at && !done:
+						done = true
+						ss := e.sim.Sessions()
+						id := ss[len(ss)-1].ID
+						if c.expire && !e.sim.ExpireUpload(id) || !c.expire && !e.sim.CancelUpload(id) {
+							t.Errorf("session %s could not be taken away", id)
+						}
+					}
+				},
+			})
+			if err != nil || sp.URL == "" {
+				t.Fatalf("PublishFile = %+v, %v; want the splat after a resync (%q)", sp, err, resyncs)
+			}
+			st := e.sim.Stats()
+			if st.V1Splats != 1 || st.Creates != 2 || st.PartPuts != c.wantPut {
+				t.Errorf("simulator: %d splats, %d creates, %d part PUTs; want 1, 2, %d", st.V1Splats, st.Creates, st.PartPuts, c.wantPut)
+			}
+			if len(resyncs) == 0 || !strings.Contains(strings.Join(resyncs, " "), c.status) {
+				t.Errorf("resync stages %q, want one naming the server's %s", resyncs, c.status)
+			}
+		})
+	}
+}
