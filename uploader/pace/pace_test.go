@@ -197,7 +197,6 @@ func (b *syncBuffer) String() string {
 
 // recorder is an Observer that keeps what the pacer reports.
 type recorder struct {
-	nopObserver
 	mu        sync.Mutex
 	remaining map[string]int
 	waited    time.Duration
