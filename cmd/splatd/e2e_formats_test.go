@@ -219,3 +219,37 @@ func TestE2ESOGFolderIsTheWatchFolder(t *testing.T) {
 		t.Errorf("splat titled %q, described %q; want the folder's name %q and its own sidecar's description", sps[0].Title, sps[0].Description, name)
 	}
 }
+
+// TestE2ESOGFolderAdoptedAfterStateLoss: a published SOG folder's receipt
+// is evidence of its bundle, so a daemon whose state directory was lost
+// adopts the folder instead of publishing it again (under the legacy API,
+// where nothing on the server would stop a second splat).
+func TestE2ESOGFolderAdoptedAfterStateLoss(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	meta := filepath.Join(e.inbox, "room", "meta.json")
+	writeSOGFolderE2E(t, filepath.Dir(meta), 2000, func() {})
+	r := waitReceipt(t, meta, "done")
+	if code := d.stop(); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+	if err := os.RemoveAll(e.stateDir); err != nil {
+		t.Fatal(err)
+	}
+	d = startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	waitFor(t, "the folder's job done again", func() bool {
+		jobs, _ := adminJobs(t, e.stateDir)
+		return len(jobs) == 1 && jobs[0].File == meta && jobs[0].Stage == "done"
+	})
+	if n := len(sim.Splats()); n != 1 {
+		t.Errorf("%d splats on the server, want 1: the folder was published again after the state was lost", n)
+	}
+	jobs, _ := adminJobs(t, e.stateDir)
+	if jobs[0].SHA256 != r.SHA256 {
+		t.Errorf("adopted job sha256 %s, want the receipt's (the bundle's) %s", jobs[0].SHA256, r.SHA256)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -99,15 +101,12 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 	if err != nil {
 		return ev, err
 	}
+	if splatfile.IsSOGFolder(file) && fi.Mode().IsRegular() {
+		return checkFolderIn(root, file, fi, ev, svc)
+	}
 	switch {
-	case r.Status != "done" && r.Status != "duplicate":
-		ev.Why = fmt.Sprintf("the receipt says %q, not done", r.Status)
-	case r.SHA256 == "":
-		ev.Why = "the receipt has no sha256"
-	case r.Protocol != "" && r.Protocol != svc.Protocol:
-		ev.Why = fmt.Sprintf("published through protocol %s, this daemon uses %s", r.Protocol, svc.Protocol)
-	case r.API != "" && svc.API != "" && r.API != svc.API:
-		ev.Why = fmt.Sprintf("published to %s, this daemon publishes to %s", r.API, svc.API)
+	case why(r, svc) != "":
+		ev.Why = why(r, svc)
 	case !fi.Mode().IsRegular():
 		ev.Why = "not a regular file"
 	case fi.Size() != r.Size:
@@ -135,6 +134,51 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 	}
 	if sum != r.SHA256 {
 		ev.Why = "the file has changed since (its sha256 differs from the receipt's)"
+		return ev, nil
+	}
+	ev.Done, ev.SHA256, ev.Size, ev.ModTime = true, sum, fi.Size(), fi.ModTime()
+	return ev, nil
+}
+
+// why says why receipt r is no evidence for this service, whatever the
+// file holds ("" when it may be).
+func why(r Receipt, svc Service) string {
+	switch {
+	case r.Status != "done" && r.Status != "duplicate":
+		return fmt.Sprintf("the receipt says %q, not done", r.Status)
+	case r.SHA256 == "":
+		return "the receipt has no sha256"
+	case r.Protocol != "" && r.Protocol != svc.Protocol:
+		return fmt.Sprintf("published through protocol %s, this daemon uses %s", r.Protocol, svc.Protocol)
+	case r.API != "" && svc.API != "" && r.API != svc.API:
+		return fmt.Sprintf("published to %s, this daemon publishes to %s", r.API, svc.API)
+	}
+	return ""
+}
+
+// checkFolderIn is CheckIn for an unbundled SOG folder (file is its
+// meta.json, fi its stat): its receipt names the bundle, so the folder is
+// checked and its bundle hashed (nothing is written). The evidence's Size
+// and ModTime are meta.json's, the folder's handle in the watcher's listing.
+func checkFolderIn(root, file string, fi fs.FileInfo, ev Evidence, svc Service) (Evidence, error) {
+	r := ev.Receipt
+	if ev.Why = why(r, svc); ev.Why != "" {
+		return ev, nil
+	}
+	dir, err := trustfs.OpenDir(root, filepath.Dir(file))
+	if err != nil {
+		return ev, err
+	}
+	defer dir.Close()
+	f, sum, err := splatfile.HashSOGFolderIn(dir, file)
+	switch {
+	case errors.Is(err, splatfile.ErrIncomplete):
+		ev.Why = "the folder is incomplete: " + err.Error()
+		return ev, nil
+	case err != nil:
+		return ev, err
+	case f.Size != r.Size || sum != r.SHA256:
+		ev.Why = "the folder has changed since (its bundle differs from the receipt's)"
 		return ev, nil
 	}
 	ev.Done, ev.SHA256, ev.Size, ev.ModTime = true, sum, fi.Size(), fi.ModTime()

@@ -1,8 +1,11 @@
 package after
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -158,4 +162,110 @@ func hashFileBytes(b []byte) (string, error) {
 	defer f.Close()
 	f.Write(b)
 	return trustfs.Hash(context.Background(), f)
+}
+
+// writeSOGFolder writes an unbundled SOG of n splats into dir: the entries
+// of a sample bundle as files.
+func writeSOGFolder(t *testing.T, dir string, n int) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := splatfile.WriteSOG(&b, n); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.Name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCheckReceiptOfASOGFolder: the receipt of an unbundled SOG folder
+// (beside its meta.json) names the bundle built from the folder, so it is
+// weighed against that bundle's sha256 and size: evidence while the folder
+// is unchanged, not once an image changed or went missing. It once compared
+// them with meta.json's own bytes, so a folder was never adopted and a lost
+// state directory published it again under the legacy API.
+func TestCheckReceiptOfASOGFolder(t *testing.T) {
+	t.Parallel()
+	svc := Service{Protocol: "legacy", API: "https://api.example"}
+	for _, tc := range []struct {
+		name string
+		edit func(t *testing.T, dir string, images []string)
+		done bool
+		why  string
+	}{
+		{"unchanged", func(*testing.T, string, []string) {}, true, ""},
+		{"an image changed", func(t *testing.T, dir string, images []string) {
+			p := filepath.Join(dir, images[0])
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)-1] ^= 0xff
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "the folder has changed since"},
+		{"an image missing", func(t *testing.T, dir string, images []string) {
+			if err := os.Remove(filepath.Join(dir, images[0])); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "incomplete"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "room")
+			writeSOGFolder(t, dir, 1000)
+			meta := filepath.Join(dir, splatfile.SOGMeta)
+			r, err := os.OpenRoot(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, sum, err := splatfile.HashSOGFolderIn(r, meta)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var images []string
+			for _, name := range f.Files {
+				if name != splatfile.SOGMeta {
+					images = append(images, name)
+				}
+			}
+			if err := WriteReceipt(ReceiptPath(meta), Receipt{Status: "done", SHA256: sum, Size: f.Size, Protocol: "legacy", API: svc.API}); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(t, dir, images)
+			ev, err := Check(context.Background(), meta, svc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Done != tc.done || !strings.Contains(ev.Why, tc.why) {
+				t.Errorf("Check = done %v why %q; want done %v why ~%q", ev.Done, ev.Why, tc.done, tc.why)
+			}
+			fi, err := os.Stat(meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Done && (ev.SHA256 != sum || ev.Size != fi.Size() || !ev.ModTime.Equal(fi.ModTime())) {
+				t.Errorf("evidence %+v: want the bundle's sha256 %s and meta.json's size %d and time (the watcher's listing)", ev, sum, fi.Size())
+			}
+		})
+	}
 }

@@ -2,7 +2,9 @@ package splatfile
 
 import (
 	"archive/zip"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -223,6 +225,22 @@ func checkWebPFile(r *os.Root, name string) (time.Time, error) {
 		return time.Time{}, invalidf("%s is %d bytes, %d more than its RIFF header declares", clip(name), fi.Size(), fi.Size()-want)
 	}
 	return fi.ModTime(), nil
+}
+
+// HashSOGFolderIn checks the folder whose meta.json is at metaPath, read
+// through dir (its folder), and returns it with the sha256 of the bundle
+// BuildSOGBundle makes from it: what a folder is published, deduplicated
+// and receipted as. Nothing is written.
+func HashSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, string, error) {
+	f, err := CheckSOGFolderIn(dir, metaPath)
+	if err != nil {
+		return f, "", err
+	}
+	h := sha256.New()
+	if err := BuildSOGBundle(h, f); err != nil {
+		return f, "", err
+	}
+	return f, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // BuildSOGBundle writes the bundled .sog of a checked folder to w: a ZIP of
