@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,16 +135,17 @@ func (p *predictor) judge(ctx context.Context, f watcher.Listed) (action, why st
 		// Its job is the bundle the daemon builds: that is what is
 		// checked, hashed, compared with the state and counted.
 		folder = bundleOf(f.Root, f.Path)
-		if folder.err == nil {
-			f.Size = folder.info.Size
-		}
 	}
 	action, why = p.decide(ctx, f, folder)
+	size = f.Size
+	if folder != nil && folder.err == nil {
+		size = folder.info.Size
+	}
 	p.counts[action]++
 	if action == actPublish {
-		p.bytes += f.Size
+		p.bytes += size
 	}
-	return action, why, f.Size
+	return action, why, size
 }
 
 func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folderBundle) (string, string) {
@@ -157,8 +156,8 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 		// As the queue's enqueue: the same size and mtime, or a job that
 		// has not published yet (its worker notices a change itself).
 		same := j.Size == f.Size && (j.ModTime.IsZero() || j.ModTime.Equal(f.ModTime))
-		if folder != nil { // the job holds its bundle's size and time
-			same = folder.err == nil && j.Size == folder.info.Size && j.ModTime.Equal(folder.latest)
+		if folder != nil { // a folder's job holds its bundle's size and time (adopted: meta.json's)
+			same = same || folder.err == nil && j.Size == folder.info.Size && j.ModTime.Equal(folder.latest)
 		}
 		stored := state.Stage(j.Stage)
 		if j.StoredStage != "" {
@@ -275,15 +274,11 @@ func bundleOf(root, meta string) *folderBundle {
 		return &folderBundle{err: err}
 	}
 	defer dir.Close()
-	f, err := splatfile.CheckSOGFolderIn(dir, meta)
+	f, sum, err := splatfile.HashSOGFolderIn(dir, meta)
 	if err != nil {
 		return &folderBundle{info: f.Info, err: err}
 	}
-	h := sha256.New()
-	if err := splatfile.BuildSOGBundle(h, f); err != nil {
-		return &folderBundle{err: err}
-	}
-	return &folderBundle{info: f.Info, latest: f.Latest, sha256: hex.EncodeToString(h.Sum(nil))}
+	return &folderBundle{info: f.Info, latest: f.Latest, sha256: sum}
 }
 
 // HashFile is the sha256 of a file opened through its watch folder root
