@@ -40,22 +40,12 @@ func folderName(path string) string {
 // PublishedAs is the path a file is published as: path itself, or
 // FOLDER.sog beside an unbundled SOG folder (path is its meta.json), whose
 // title template and sidecar are then the folder's, as for the daemon.
-func PublishedAs(path string) string { return PublishedAsIn("", path) }
+func PublishedAs(path string) string { return splatfile.FolderAsFile("", path) }
 
 // PublishedAsIn is PublishedAs for a file of the watch folder root: a SOG
 // folder that is the root itself is published as root/FOLDER.sog, inside
-// it, so that its sidecar and folder settings are read from the watch
-// folder and never from the folder above it.
-func PublishedAsIn(root, path string) string {
-	if !splatfile.IsSOGFolder(path) {
-		return path
-	}
-	dir := filepath.Dir(path)
-	if root != "" && filepath.Clean(dir) == filepath.Clean(root) {
-		return filepath.Join(dir, folderName(path))
-	}
-	return filepath.Join(filepath.Dir(dir), folderName(path))
-}
+// it (splatfile.FolderAsFile).
+func PublishedAsIn(root, path string) string { return splatfile.FolderAsFile(root, path) }
 
 // stepCheckFolder: queued → ready for an unbundled SOG folder. The folder
 // must pass the check (a missing or short image waits like a short file)

@@ -253,3 +253,29 @@ func TestE2ESOGFolderAdoptedAfterStateLoss(t *testing.T) {
 		t.Errorf("adopted job sha256 %s, want the receipt's (the bundle's) %s", jobs[0].SHA256, r.SHA256)
 	}
 }
+
+// TestE2ESOGFolderMoved: with on_success: move, a published SOG folder
+// moves whole (meta.json, its images, its receipt) to success_dir, and no
+// image is left in the watch folder.
+func TestE2ESOGFolderMoved(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	done := filepath.Join(t.TempDir(), "published")
+	e := newE2EEnv(t, sim, e2eConfig{extra: "after: {on_success: move, success_dir: " + done + "}\n"})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	room := filepath.Join(e.inbox, "room")
+	writeSOGFolderE2E(t, room, 2000, func() {})
+	want := bundleSHA256(t, room)
+	r := waitReceipt(t, filepath.Join(done, "room", "meta.json"), "done")
+	if r.SHA256 != want {
+		t.Errorf("receipt sha256 %s, want the bundle's %s", r.SHA256, want)
+	}
+	if got := bundleSHA256(t, filepath.Join(done, "room")); got != want {
+		t.Errorf("the moved folder bundles to %s, want %s: not all of it moved", got, want)
+	}
+	if _, err := os.Stat(room); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(room)
+		t.Errorf("the folder is still in the watch folder (%v), holding %d entries", err, len(entries))
+	}
+}

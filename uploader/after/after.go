@@ -193,11 +193,15 @@ func (a *Runner) act(j state.Job) (file, root string, actErr error) {
 	held := trustfs.ID{Dev: j.Dev, Ino: j.Ino}
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":
-		target, err := moveUnder(j.Path, j.Root, a.o.SuccessDir, held)
+		target, err := move(j.Path, j.Root, a.o.SuccessDir, held)
 		if err != nil {
 			return file, root, a.actionError(j, ActionMove, err)
 		}
 		return target, a.o.SuccessDir, nil
+	case j.Stage == state.Done && a.o.OnSuccess == "delete" && splatfile.IsSOGFolder(j.Path):
+		if err := removeFolder(j.Path, j.Root); err != nil {
+			return file, root, a.actionError(j, ActionDelete, err)
+		}
 	case j.Stage == state.Done && a.o.OnSuccess == "delete":
 		err := trustfs.RemoveIf(j.Root, j.Path, held)
 		switch {
@@ -210,7 +214,7 @@ func (a *Runner) act(j state.Job) (file, root string, actErr error) {
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
 		// moveUnder finds a file it moved before a crash at its target.
-		target, err := moveUnder(j.Path, j.Root, a.o.FailureDir, held)
+		target, err := move(j.Path, j.Root, a.o.FailureDir, held)
 		switch {
 		case errors.Is(err, errFileGone):
 		case err != nil:
@@ -220,6 +224,15 @@ func (a *Runner) act(j state.Job) (file, root string, actErr error) {
 		}
 	}
 	return file, root, nil
+}
+
+// move moves a job's file under dest (moveUnder), or its whole folder for
+// an unbundled SOG folder (moveFolderUnder).
+func move(file, root, dest string, held trustfs.ID) (string, error) {
+	if splatfile.IsSOGFolder(file) {
+		return moveFolderUnder(file, root, dest)
+	}
+	return moveUnder(file, root, dest, held)
 }
 
 // actionError is a failed move or delete; a file replaced since the job

@@ -158,6 +158,48 @@ func checkSOGFolder(r *os.Root, metaPath string) (SOGFolder, error) {
 	return out, nil
 }
 
+// SOGFolderFiles lists the files of the unbundled SOG folder dir that its
+// meta.json names, present or not, and meta.json last: what an after-action
+// moves or removes of a published folder (other files in it stay).
+func SOGFolderFiles(dir *os.Root) ([]string, error) {
+	f, fi, err := openIn(dir, SOGMeta)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() > maxMeta {
+		return nil, invalidf("meta.json is %d bytes, more than %d", fi.Size(), maxMeta)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxMeta))
+	if err != nil {
+		return nil, err
+	}
+	files, err := metaFiles(data)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	return append(slices.Compact(files), SOGMeta), nil
+}
+
+// FolderAsFile is the path an unbundled SOG folder (meta is its meta.json)
+// is published as, in the watch folder root: FOLDER.sog beside the folder,
+// or inside it when the folder is root itself, so that its title template
+// and sidecar (FOLDER.splat.yaml there) are those of that file and never
+// read from above the watch folder. A path that is not a folder's
+// meta.json is itself.
+func FolderAsFile(root, meta string) string {
+	if !IsSOGFolder(meta) {
+		return meta
+	}
+	dir := filepath.Dir(meta)
+	name := filepath.Base(dir) + ".sog"
+	if root != "" && filepath.Clean(dir) == filepath.Clean(root) {
+		return filepath.Join(dir, name)
+	}
+	return filepath.Join(filepath.Dir(dir), name)
+}
+
 // metaFiles lists the file names meta.json's sections name, each a plain
 // base name (no folder, no "..", not meta.json itself).
 func metaFiles(data []byte) ([]string, error) {

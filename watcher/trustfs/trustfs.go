@@ -209,6 +209,25 @@ func ReadSmall(root, path string, max int64) ([]byte, error) {
 	return b, nil
 }
 
+// RemoveEmptyDir removes the folder dir under root when it is empty; a
+// link there is left alone (an error), and so is a folder that is not
+// empty (an error too).
+func RemoveEmptyDir(root, dir string) error {
+	r, rel, err := open(root, dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fi, err := r.Lstat(rel)
+	if err != nil {
+		return classify(err, dir, root)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	return classify(r.Remove(rel), dir, root)
+}
+
 // RemoveIf removes path under root (the name, never what a link names)
 // when it is still the file want identifies (any non-folder when want is
 // zero). A path already gone is fs.ErrNotExist; another file there is a

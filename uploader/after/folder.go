@@ -1,0 +1,129 @@
+package after
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
+)
+
+// An unbundled SOG folder's job is its meta.json, but its after-actions
+// act on the folder: meta.json and every image it names move or go
+// together (splatfile.SOGFolderFiles), meta.json last, so that a crash in
+// between leaves the job's handle where it was and the action is simply
+// tried again; other files in the folder stay. A moved folder's sidecar
+// (FOLDER.splat.yaml, splatfile.FolderAsFile) travels with it, and the
+// folder left empty by a move is removed, unless it is the watch folder
+// itself. A deleted folder keeps its receipt, as a deleted file does.
+
+// moveFolderUnder moves the SOG folder of meta to the same relative place
+// under dest: the first of FOLDER, FOLDER.1, … there that holds no
+// meta.json (one that an interrupted move filled in part is used again),
+// file by file, never overwriting. It returns where meta.json now is.
+func moveFolderUnder(meta, root, dest string) (string, error) {
+	dir := filepath.Dir(meta)
+	rel := filepath.Base(dir)
+	if root != "" {
+		if r, err := filepath.Rel(root, dir); err == nil && r != "." && !strings.HasPrefix(r, "..") {
+			rel = r
+		}
+	}
+	base := filepath.Join(dest, rel)
+	d, err := trustfs.OpenDir(root, dir)
+	var names []string
+	if err == nil {
+		names, err = splatfile.SOGFolderFiles(d)
+		d.Close()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		// meta.json is gone: moved before a crash (it goes last), or
+		// removed by its owner.
+		if moved := lastWithMeta(base); moved != "" {
+			return moved, nil
+		}
+		return meta, fmt.Errorf("%w: %w", errFileGone, err)
+	}
+	if err != nil {
+		return meta, err
+	}
+	target := base
+	for i := 1; exists(filepath.Join(target, splatfile.SOGMeta)); i++ {
+		target = fmt.Sprintf("%s.%d", base, i)
+	}
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return meta, err
+	}
+	for _, name := range names {
+		src := filepath.Join(dir, name)
+		f, fi, err := trustfs.OpenRegular(root, src)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // moved before a crash, or never there
+		}
+		if err != nil {
+			return meta, err
+		}
+		err = moveOpen(root, src, f, fi, filepath.Join(target, name))
+		f.Close()
+		if err != nil {
+			return meta, err
+		}
+	}
+	sc := sidecar.Path(splatfile.FolderAsFile(root, meta))
+	if f, fi, err := trustfs.OpenRegular(root, sc); err == nil {
+		_ = moveOpen(root, sc, f, fi, freeName(sidecar.Path(target+".sog")))
+		f.Close()
+	}
+	if root == "" || filepath.Clean(dir) != filepath.Clean(root) {
+		_ = trustfs.RemoveEmptyDir(root, dir) // other files may stay in it
+	}
+	return filepath.Join(target, splatfile.SOGMeta), nil
+}
+
+// removeFolder removes the SOG folder of meta's files, meta.json last, and
+// its sidecar; the folder itself stays, with its receipt.
+func removeFolder(meta, root string) error {
+	dir := filepath.Dir(meta)
+	d, err := trustfs.OpenDir(root, dir)
+	var names []string
+	if err == nil {
+		names, err = splatfile.SOGFolderFiles(d)
+		d.Close()
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // removed before a crash (meta.json goes last)
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := trustfs.RemoveIf(root, filepath.Join(dir, name), trustfs.ID{}); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	_ = trustfs.RemoveIf(root, sidecar.Path(splatfile.FolderAsFile(root, meta)), trustfs.ID{})
+	return nil
+}
+
+// lastWithMeta is the meta.json of the last of base, base.1, … that holds
+// one ("" if none does): where a move interrupted after its last step put
+// the folder.
+func lastWithMeta(base string) string {
+	found := ""
+	for i, p := 0, base; exists(p); i, p = i+1, fmt.Sprintf("%s.%d", base, i+1) {
+		if m := filepath.Join(p, splatfile.SOGMeta); exists(m) {
+			found = m
+		}
+	}
+	return found
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
