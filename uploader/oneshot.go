@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -87,7 +89,12 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	if o.Protocol == ProtocolV1 {
 		return o.publishV1(ctx, c, path, params)
 	}
-	up, err := o.upload(ctx, c, path)
+	src, err := openSource(path, false)
+	if err != nil {
+		return Published{}, err
+	}
+	defer src.close()
+	up, err := o.upload(ctx, c, src, folderName(path))
 	if err != nil {
 		return Published{}, err
 	}
@@ -115,20 +122,80 @@ func legacyRecord(sp api.Splat) (Published, api.Outcome) {
 	return Published{ID: sp.ID, URL: sp.URL, Status: sp.Task.Status, Message: sp.Task.Message}, sp.Outcome()
 }
 
-// upload signs a URL and PUTs the file to it, signing again when storage
-// refuses the signature (expired or revoked).
-func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, path string) (api.Upload, error) {
-	f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
-	if err != nil {
-		return api.Upload{}, err
+// source is the file a one-shot uploads: the file itself, or the bundle
+// built from an unbundled SOG folder (path is its meta.json), under either
+// protocol.
+type source struct {
+	f      *os.File
+	size   int64
+	format api.SourceFormat
+	tmp    string // the bundle's folder, removed by close
+}
+
+func (s *source) close() {
+	if s.f != nil {
+		s.f.Close()
 	}
-	defer f.Close()
+	if s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
+}
+
+// openSource opens what is to be uploaded of path; with v1 it also checks
+// its content for the create's sourceFormat (a legacy upload is the file
+// as the caller checked it).
+func openSource(path string, v1 bool) (*source, error) {
+	src := &source{}
+	upload := path
+	if splatfile.IsSOGFolder(path) {
+		dir, err := trustfs.OpenDir("", filepath.Dir(path))
+		if err != nil {
+			return nil, err
+		}
+		defer dir.Close()
+		folder, err := splatfile.CheckSOGFolderIn(dir, path)
+		if err != nil {
+			return nil, err
+		}
+		if src.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
+			return nil, err
+		}
+		upload = filepath.Join(src.tmp, folderName(path))
+		if err := buildBundle(folder, upload); err != nil {
+			src.close()
+			return nil, fmt.Errorf("build the folder's bundle: %w", err)
+		}
+	}
+	f, fi, err := trustfs.OpenRegular("", upload) // no link, pipe or device
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	src.f, src.size = f, fi.Size()
+	if !v1 {
+		return src, nil
+	}
+	info, err := splatfile.CheckFile(f, upload)
+	if err == nil {
+		src.format, err = v1SourceFormat(string(info.Kind))
+	}
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	return src, nil
+}
+
+// upload signs a URL for name and PUTs src to it, signing again when
+// storage refuses the signature (expired or revoked).
+func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, src *source, name string) (api.Upload, error) {
+	f := src.f
 	var up api.Upload
 	sign := func() error {
 		o.Stage("sign", "")
 		return o.Retry(ctx, func() error {
 			var err error
-			up, err = c.SignedURL(ctx, filepath.Base(path))
+			up, err = c.SignedURL(ctx, name)
 			return err
 		})
 	}
@@ -138,13 +205,13 @@ func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, path string)
 	o.Stage("upload", "")
 	var progress func(int64)
 	if o.Progress != nil {
-		progress = func(sent int64) { o.Progress(sent, fi.Size()) }
+		progress = func(sent int64) { o.Progress(sent, src.size) }
 	}
-	err = o.Retry(ctx, func() error {
+	err := o.Retry(ctx, func() error {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
-		err := c.Put(ctx, up.URL, f, fi.Size(), progress)
+		err := c.Put(ctx, up.URL, f, src.size, progress)
 		if err != nil && o.Policy.Decide(ctx, err, 1, o.Now()).Action == state.Resign {
 			if serr := sign(); serr != nil {
 				return serr

@@ -8,16 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
-	"github.com/splatd/splatd/uploader/splatfile"
-	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // The one-shot under v1 (docs/api-v1.md) takes the daemon's steps without
@@ -39,64 +35,6 @@ func oneShotKey() (string, error) {
 	return "splatd-oneshot-" + hex.EncodeToString(b[:]), nil
 }
 
-// v1Source is the file a v1 one-shot uploads: the file itself, or the
-// bundle built from an unbundled SOG folder (path is its meta.json).
-type v1Source struct {
-	f      *os.File
-	size   int64
-	format api.SourceFormat
-	tmp    string // the bundle's folder, removed by close
-}
-
-func (s *v1Source) close() {
-	if s.f != nil {
-		s.f.Close()
-	}
-	if s.tmp != "" {
-		os.RemoveAll(s.tmp)
-	}
-}
-
-// openV1Source checks path and opens what is to be uploaded of it.
-func openV1Source(path string) (*v1Source, error) {
-	src := &v1Source{}
-	upload := path
-	if splatfile.IsSOGFolder(path) {
-		dir, err := trustfs.OpenDir("", filepath.Dir(path))
-		if err != nil {
-			return nil, err
-		}
-		defer dir.Close()
-		folder, err := splatfile.CheckSOGFolderIn(dir, path)
-		if err != nil {
-			return nil, err
-		}
-		if src.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
-			return nil, err
-		}
-		upload = filepath.Join(src.tmp, folderName(path))
-		if err := buildBundle(folder, upload); err != nil {
-			src.close()
-			return nil, fmt.Errorf("build the folder's bundle: %w", err)
-		}
-	}
-	f, fi, err := trustfs.OpenRegular("", upload) // no link, pipe or device
-	if err != nil {
-		src.close()
-		return nil, err
-	}
-	src.f, src.size = f, fi.Size()
-	info, err := splatfile.CheckFile(f, upload)
-	if err == nil {
-		src.format, err = v1SourceFormat(string(info.Kind))
-	}
-	if err != nil {
-		src.close()
-		return nil, err
-	}
-	return src, nil
-}
-
 // publishV1 is PublishFile under the v1 protocol. A complete refused with
 // 400, 409 or 404 makes it read the session again, as the daemon's jobs do
 // (maxResyncs times at most): a session gone or canceled is created again
@@ -104,7 +42,7 @@ func openV1Source(path string) (*v1Source, error) {
 // it does not list, and completed again. A part URL refused with 404 or 409
 // (the session gone or canceled under the parts) starts a new session too.
 func (o *OneShotOptions) publishV1(ctx context.Context, c *api.Client, path string, params state.PublishParams) (Published, error) {
-	src, err := openV1Source(path)
+	src, err := openSource(path, true)
 	if err != nil {
 		return Published{}, err
 	}
@@ -160,7 +98,7 @@ func (o *OneShotOptions) publishV1(ctx context.Context, c *api.Client, path stri
 }
 
 // createV1 creates the run's upload session for src under a new key.
-func (o *OneShotOptions) createV1(ctx context.Context, c *api.Client, src *v1Source, params state.PublishParams) (api.UploadSession, error) {
+func (o *OneShotOptions) createV1(ctx context.Context, c *api.Client, src *source, params state.PublishParams) (api.UploadSession, error) {
 	key, err := oneShotKey()
 	if err != nil {
 		return api.UploadSession{}, err
@@ -182,7 +120,7 @@ func (o *OneShotOptions) createV1(ctx context.Context, c *api.Client, src *v1Sou
 // one returns the parts it holds of the right size, which need not be sent
 // again. A session completed without naming its splat is an error: the
 // splat exists and only the server knows which it is.
-func (o *OneShotOptions) readV1Session(ctx context.Context, c *api.Client, src *v1Source, s *api.UploadSession) (map[int]string, error) {
+func (o *OneShotOptions) readV1Session(ctx context.Context, c *api.Client, src *source, s *api.UploadSession) (map[int]string, error) {
 	var got api.UploadSession
 	err := o.Retry(ctx, func() error {
 		var err error
@@ -236,7 +174,7 @@ func (o *OneShotOptions) serialise() {
 type oneShotParts struct {
 	o        *OneShotOptions
 	c        *api.Client
-	src      *v1Source
+	src      *source
 	id       string
 	partSize int64
 	parts    int
@@ -253,7 +191,7 @@ type oneShotParts struct {
 // holds (have), ParallelParts at a time, lowest first, and returns them all
 // with their ETags. The first part
 // that fails for good ends the others.
-func (o *OneShotOptions) sendParts(ctx context.Context, c *api.Client, src *v1Source, s api.UploadSession, have map[int]string) ([]api.CompletedPart, error) {
+func (o *OneShotOptions) sendParts(ctx context.Context, c *api.Client, src *source, s api.UploadSession, have map[int]string) ([]api.CompletedPart, error) {
 	r := &oneShotParts{
 		o: o, c: c, src: src, id: s.ID, partSize: s.PartSize, parts: partCount(src.size, s.PartSize),
 		batch: min(api.MaxPartURLsPerCall, signAhead*o.ParallelParts),

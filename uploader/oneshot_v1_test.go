@@ -110,11 +110,12 @@ func TestPublishFileV1GivesUp(t *testing.T) {
 	}
 }
 
-// TestPublishFileV1Folder: an unbundled SOG folder (its meta.json) is sent
-// as its bundle, and the bundle does not outlive the run.
-func TestPublishFileV1Folder(t *testing.T) {
+// TestPublishFileFolder: under either protocol an unbundled SOG folder
+// (its meta.json) is sent as its bundle, FOLDER.sog, and the bundle does
+// not outlive the run. The legacy one-shot once refused folders, which the
+// daemon publishes under legacy too.
+func TestPublishFileFolder(t *testing.T) {
 	t.Parallel()
-	e := newV1Env(t, apisim.Options{ProcessingDelay: -1})
 	var b bytes.Buffer
 	if err := splatfile.WriteSOG(&b, 300); err != nil {
 		t.Fatal(err)
@@ -123,33 +124,42 @@ func TestPublishFileV1Folder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "lobby")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil || os.WriteFile(filepath.Join(dir, f.Name), data, 0o644) != nil {
-			t.Fatal(f.Name, err)
-		}
-	}
-	meta := filepath.Join(dir, splatfile.SOGMeta)
-	if got := PublishedAs(meta); got != dir+".sog" {
-		t.Errorf("PublishedAs(%s) = %s, want %s.sog", meta, got, dir)
-	}
-	sp, err := PublishFile(context.Background(), e.client, meta, state.PublishParams{Title: "lobby"}, OneShotOptions{
-		Protocol: ProtocolV1, PollInterval: time.Millisecond, After: (&instantClock{}).after,
-	})
-	if err != nil || sp.URL == "" || e.sim.Stats().V1Splats != 1 {
-		t.Fatalf("PublishFile v1 of a SOG folder = %+v, %v, %d splats; want one splat", sp, err, e.sim.Stats().V1Splats)
-	}
-	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "splatd-publish-*", "lobby.sog")); len(left) != 0 {
-		t.Errorf("bundles left: %v", left)
+	for _, protocol := range []string{ProtocolLegacy, ProtocolV1} {
+		t.Run(protocol, func(t *testing.T) { // not parallel: the bundles-left check is global
+			e := newWorkerEnv(t, apisim.Options{ProcessingDelay: -1})
+			if protocol == ProtocolV1 {
+				e = newV1Env(t, apisim.Options{ProcessingDelay: -1})
+			}
+			dir := filepath.Join(t.TempDir(), "lobby")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range zr.File {
+				rc, err := f.Open()
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, err := io.ReadAll(rc)
+				rc.Close()
+				if err != nil || os.WriteFile(filepath.Join(dir, f.Name), data, 0o644) != nil {
+					t.Fatal(f.Name, err)
+				}
+			}
+			meta := filepath.Join(dir, splatfile.SOGMeta)
+			if got := PublishedAs(meta); got != dir+".sog" {
+				t.Errorf("PublishedAs(%s) = %s, want %s.sog", meta, got, dir)
+			}
+			sp, err := PublishFile(context.Background(), e.client, meta, state.PublishParams{Title: "lobby"}, OneShotOptions{
+				Protocol: protocol, PollInterval: time.Millisecond, After: (&instantClock{}).after,
+			})
+			splats := e.sim.Splats()
+			if err != nil || sp.URL == "" || len(splats) != 1 || splats[0].Format != "sog" {
+				t.Fatalf("PublishFile of a SOG folder = %+v, %v, splats %+v; want one sog splat", sp, err, splats)
+			}
+			if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "splatd-publish-*", "lobby.sog")); len(left) != 0 {
+				t.Errorf("bundles left: %v", left)
+			}
+		})
 	}
 }
 

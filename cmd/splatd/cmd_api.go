@@ -290,9 +290,6 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
 	}
-	if !v1 && info.Kind == splatfile.KindSOGFolder {
-		return fmt.Errorf("not publishable here: an unbundled SOG folder is published by the daemon (its watch folder) or with api.protocol: v1")
-	}
 	if !v1 && !info.Kind.Legacy() {
 		return fmt.Errorf("not publishable: the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", info.Kind)
 	}
