@@ -1,11 +1,8 @@
 package uploader
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,14 +113,6 @@ func TestPublishFileV1GivesUp(t *testing.T) {
 // daemon publishes under legacy too.
 func TestPublishFileFolder(t *testing.T) {
 	t.Parallel()
-	var b bytes.Buffer
-	if err := splatfile.WriteSOG(&b, 300); err != nil {
-		t.Fatal(err)
-	}
-	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, protocol := range []string{ProtocolLegacy, ProtocolV1} {
 		t.Run(protocol, func(t *testing.T) { // not parallel: the bundles-left check is global
 			e := newWorkerEnv(t, apisim.Options{ProcessingDelay: -1})
@@ -131,19 +120,8 @@ func TestPublishFileFolder(t *testing.T) {
 				e = newV1Env(t, apisim.Options{ProcessingDelay: -1})
 			}
 			dir := filepath.Join(t.TempDir(), "lobby")
-			if err := os.Mkdir(dir, 0o755); err != nil {
+			if err := splatfile.WriteSOGFolder(dir, 300); err != nil {
 				t.Fatal(err)
-			}
-			for _, f := range zr.File {
-				rc, err := f.Open()
-				if err != nil {
-					t.Fatal(err)
-				}
-				data, err := io.ReadAll(rc)
-				rc.Close()
-				if err != nil || os.WriteFile(filepath.Join(dir, f.Name), data, 0o644) != nil {
-					t.Fatal(f.Name, err)
-				}
 			}
 			meta := filepath.Join(dir, splatfile.SOGMeta)
 			if got := PublishedAs(meta); got != dir+".sog" {

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"archive/zip"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,30 +11,14 @@ import (
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
-// writeSOGFolderE2E writes an unbundled SOG of n splats into dir (the
-// entries of the sample bundle as files), meta.json first and the images
-// after it (between runs in between), as a slow copy would.
+// writeSOGFolderE2E writes an unbundled SOG of n splats into dir
+// (splatfile.SampleSOGFolder), meta.json first and the images after it
+// (between runs in between), as a slow copy would.
 func writeSOGFolderE2E(t *testing.T, dir string, n int, between func()) {
 	t.Helper()
-	var b bytes.Buffer
-	if err := splatfile.WriteSOG(&b, n); err != nil {
-		t.Fatal(err)
-	}
-	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	files, err := splatfile.SampleSOGFolder(n)
 	if err != nil {
 		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[f.Name], err = io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -59,20 +39,23 @@ func writeSOGFolderE2E(t *testing.T, dir string, n int, between func()) {
 // bundleSHA256 is the sha256 of the bundle splatd builds from a folder.
 func bundleSHA256(t *testing.T, dir string) string {
 	t.Helper()
+	sum, _ := bundleOf(t, dir)
+	return sum
+}
+
+// bundleOf is the sha256 and size of the bundle splatd builds from a folder.
+func bundleOf(t *testing.T, dir string) (string, int64) {
+	t.Helper()
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	f, err := splatfile.CheckSOGFolderIn(r, filepath.Join(dir, "meta.json"))
+	f, sum, err := splatfile.HashSOGFolderIn(r, filepath.Join(dir, "meta.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := sha256.New()
-	if err := splatfile.BuildSOGBundle(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return sum, f.Size
 }
 
 // TestE2EFormatsV1: under v1, an .spz and an unbundled SOG folder dropped
@@ -82,14 +65,7 @@ func bundleSHA256(t *testing.T, dir string) string {
 func TestE2EFormatsV1(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{PartSize: 64 << 10})
-	e := newE2EEnv(t, sim, e2eConfig{})
-	cfg, err := os.ReadFile(e.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e := newE2EEnv(t, sim, e2eConfig{protocol: "v1"})
 	d := startDaemon(t, e.cfgPath)
 	d.waitStarted()
 
@@ -187,14 +163,7 @@ func TestE2ESPZLegacy(t *testing.T) {
 func TestE2ESOGFolderIsTheWatchFolder(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{PartSize: 64 << 10})
-	e := newE2EEnv(t, sim, e2eConfig{})
-	cfg, err := os.ReadFile(e.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e := newE2EEnv(t, sim, e2eConfig{protocol: "v1"})
 	name := filepath.Base(e.inbox)
 	outside := filepath.Join(filepath.Dir(e.inbox), name+".splat.yaml")
 	if err := os.WriteFile(outside, []byte("title: read from outside the watch folder\n"), 0o644); err != nil {

@@ -35,12 +35,7 @@ func moveFolderUnder(meta, root, dest string) (string, error) {
 		}
 	}
 	base := filepath.Join(dest, rel)
-	d, err := trustfs.OpenDir(root, dir)
-	var names []string
-	if err == nil {
-		names, err = splatfile.SOGFolderFiles(d)
-		d.Close()
-	}
+	names, err := folderFiles(root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// meta.json is gone: moved before a crash (it goes last), or
 		// removed by its owner.
@@ -89,12 +84,7 @@ func moveFolderUnder(meta, root, dest string) (string, error) {
 // its sidecar; the folder itself stays, with its receipt.
 func removeFolder(meta, root string) error {
 	dir := filepath.Dir(meta)
-	d, err := trustfs.OpenDir(root, dir)
-	var names []string
-	if err == nil {
-		names, err = splatfile.SOGFolderFiles(d)
-		d.Close()
-	}
+	names, err := folderFiles(root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed before a crash (meta.json goes last)
 	}
@@ -108,6 +98,17 @@ func removeFolder(meta, root string) error {
 	}
 	_ = trustfs.RemoveIf(root, sidecar.Path(splatfile.FolderAsFile(root, meta)), trustfs.ID{})
 	return nil
+}
+
+// folderFiles lists the SOG folder dir's files (splatfile.SOGFolderFiles),
+// reading it through the watch folder root.
+func folderFiles(root, dir string) ([]string, error) {
+	d, err := trustfs.OpenDir(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return splatfile.SOGFolderFiles(d)
 }
 
 // lastWithMeta is the meta.json of the last of base, base.1, … that holds

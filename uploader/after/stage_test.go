@@ -1,11 +1,8 @@
 package after
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,34 +161,11 @@ func hashFileBytes(b []byte) (string, error) {
 	return trustfs.Hash(context.Background(), f)
 }
 
-// writeSOGFolder writes an unbundled SOG of n splats into dir: the entries
-// of a sample bundle as files.
+// writeSOGFolder writes an unbundled SOG of n splats into dir.
 func writeSOGFolder(t *testing.T, dir string, n int) {
 	t.Helper()
-	var b bytes.Buffer
-	if err := splatfile.WriteSOG(&b, n); err != nil {
+	if err := splatfile.WriteSOGFolder(dir, n); err != nil {
 		t.Fatal(err)
-	}
-	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.Name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

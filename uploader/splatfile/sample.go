@@ -3,11 +3,14 @@ package splatfile
 import (
 	"archive/zip"
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -168,6 +171,53 @@ func WriteSOG(w io.Writer, n int) error {
 		}
 	}
 	return zw.Close()
+}
+
+// SampleSOGFolder returns the files of an unbundled SOG of n splats: the
+// entries of WriteSOG's bundle by name.
+func SampleSOGFolder(n int) (map[string][]byte, error) {
+	var b bytes.Buffer
+	if err := WriteSOG(&b, n); err != nil {
+		return nil, err
+	}
+	zr, err := zip.NewReader(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		if err != nil {
+			return nil, err
+		}
+		files[f.Name], err = io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+// WriteSOGFolder writes an unbundled SOG of n splats (SampleSOGFolder) into
+// dir, made if missing: the images first and meta.json last, as a careful
+// copy would.
+func WriteSOGFolder(dir string, n int) error {
+	files, err := SampleSOGFolder(n)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, data := range files {
+		if name != SOGMeta {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, SOGMeta), files[SOGMeta], 0o644)
 }
 
 // placeholderWebP returns a RIFF WEBP container whose payload is filler
