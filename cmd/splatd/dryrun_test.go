@@ -127,15 +127,9 @@ func TestDryRunFreshState(t *testing.T) {
 	inbox := filepath.Join(dir, "inbox")
 	stateDir := filepath.Join(dir, "state")
 	writePLY(t, filepath.Join(inbox, "scan.ply"), 1000)
-	cfgPath := filepath.Join(dir, "config.yaml")
-	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n", inbox, stateDir))
-	var stdout, stderr bytes.Buffer
-	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
-		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
-	}
-	if !strings.Contains(stdout.String(), "fresh state") || !strings.Contains(stdout.String(), "1 file(s) would be published") {
-		t.Errorf("stdout:\n%s", &stdout)
+	out := dryRun(t, inbox, stateDir, "")
+	if !strings.Contains(out, "fresh state") || !strings.Contains(out, "1 file(s) would be published") {
+		t.Errorf("stdout:\n%s", out)
 	}
 	if _, err := os.Stat(stateDir); !os.IsNotExist(err) {
 		t.Errorf("the dry run made the state directory: %v", err)
@@ -175,16 +169,8 @@ func TestDryRunSOGFolder(t *testing.T) {
 			}
 		}
 	}
-	cfgPath := filepath.Join(dir, "config.yaml")
-	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid, protocol: v1}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n",
-		inbox, filepath.Join(dir, "state")))
-	var stdout, stderr bytes.Buffer
-	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
-		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
-	}
-	out := stdout.String()
-	sum, size := bundleSHA256(t, filepath.Join(inbox, "room")), bundleSize(t, filepath.Join(inbox, "room"))
+	out := dryRun(t, inbox, filepath.Join(dir, "state"), "v1")
+	sum, size := bundleOf(t, filepath.Join(inbox, "room"))
 	want := map[string][]string{
 		"room":  {"publish", `title "room"`, "sha256 " + sum[:12], state.HumanSize(size) + " "},
 		"room2": {"duplicate", "same content as " + filepath.Join(inbox, "room", "meta.json")},
@@ -208,19 +194,23 @@ func TestDryRunSOGFolder(t *testing.T) {
 	}
 }
 
-// bundleSize is the size of the bundle splatd builds from a folder.
-func bundleSize(t *testing.T, dir string) int64 {
+// dryRun runs `run -dry-run` on a config watching inbox with api.protocol
+// protocol ("" for the default) and state_dir stateDir, and returns what it
+// printed; it must exit 0.
+func dryRun(t *testing.T, inbox, stateDir, protocol string) string {
 	t.Helper()
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
+	api := "base_url: https://api.invalid"
+	if protocol != "" {
+		api += ", protocol: " + protocol
 	}
-	defer r.Close()
-	f, err := splatfile.CheckSOGFolderIn(r, filepath.Join(dir, "meta.json"))
-	if err != nil {
-		t.Fatal(err)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {%s}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n", api, inbox, stateDir))
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
 	}
-	return f.Size
+	return stdout.String()
 }
 
 // TestDryRunSPZLegacy: under the legacy API an .spz fails, as the daemon's
@@ -234,17 +224,10 @@ func TestDryRunSPZLegacy(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeFileWith(t, filepath.Join(inbox, "scan.spz"), func(w io.Writer) error { return splatfile.WriteSPZ(w, 3000, 4, 3) })
-		cfgPath := filepath.Join(dir, "config.yaml")
-		writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid, protocol: %s}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n",
-			protocol, inbox, filepath.Join(dir, "state")))
-		var stdout, stderr bytes.Buffer
-		c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-		if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
-			t.Fatalf("%s: exit %d; stderr:\n%s", protocol, code, &stderr)
-		}
+		stdout := dryRun(t, inbox, filepath.Join(dir, "state"), protocol)
 		want := map[string]string{"legacy": "the legacy API takes .ply and .sog files, not spz", "v1": `spz, title "scan"`}[protocol]
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("%s: the line of scan.spz lacks %q:\n%s", protocol, want, &stdout)
+		if !strings.Contains(stdout, want) {
+			t.Errorf("%s: the line of scan.spz lacks %q:\n%s", protocol, want, stdout)
 		}
 	}
 }
@@ -260,15 +243,8 @@ func TestDryRunSaysEncode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(inbox, ".splat.yaml"), []byte("encode: sog\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(dir, "config.yaml")
-	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid, protocol: v1}\nwatch:\n  - path: %s\nstate_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n",
-		inbox, filepath.Join(dir, "state")))
-	var stdout, stderr bytes.Buffer
-	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
-	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
-		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
-	}
-	for _, l := range strings.Split(stdout.String(), "\n") {
+	stdout := dryRun(t, inbox, filepath.Join(dir, "state"), "v1")
+	for _, l := range strings.Split(stdout, "\n") {
 		switch {
 		case strings.Contains(l, "scan.ply") && !strings.Contains(l, "encoded to SOG before upload"):
 			t.Errorf("the PLY's line does not say it is encoded: %q", l)
@@ -276,7 +252,7 @@ func TestDryRunSaysEncode(t *testing.T) {
 			t.Errorf("the SOG's line says it is encoded: %q", l)
 		}
 	}
-	if !strings.Contains(stdout.String(), "2 file(s) would be published") {
-		t.Errorf("stdout:\n%s", &stdout)
+	if !strings.Contains(stdout, "2 file(s) would be published") {
+		t.Errorf("stdout:\n%s", stdout)
 	}
 }

@@ -166,12 +166,7 @@ func TestE2EResumeLogAfterKill(t *testing.T) {
 	}
 	sim := newE2ESim(t, apisim.Options{StorageBandwidth: 1 << 20, Sleep: stall, PartSize: 1 << 20})
 	simp.Store(sim)
-	e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 1}\n"})
-	cfg, err := os.ReadFile(e.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeConfig(t, e.cfgPath, strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1))
+	e := newE2EEnv(t, sim, e2eConfig{protocol: "v1", extra: "upload: {parallel_parts: 1}\n"})
 	d := startDaemon(t, e.cfgPath)
 	d.waitStarted()
 	big := filepath.Join(e.inbox, "big.ply")

@@ -143,6 +143,7 @@ type e2eEnv struct {
 // e2eConfig holds the knobs the tests vary; zero values mean the defaults
 // written by writeConfig.
 type e2eConfig struct {
+	protocol    string // api.protocol; "" leaves the default (legacy)
 	workers     int
 	logLevel    string
 	noTokenFile bool   // leave api.token_file out (systemd credential test)
@@ -182,6 +183,9 @@ func newE2EEnv(t *testing.T, sim *apisim.Server, c e2eConfig) *e2eEnv {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "api:\n  base_url: %s\n  ca_file: %s\n  timeout: 30s\n", sim.URL(), sim.CAFile())
+	if c.protocol != "" {
+		fmt.Fprintf(&b, "  protocol: %s\n", c.protocol)
+	}
 	if !c.noTokenFile {
 		fmt.Fprintf(&b, "  token_file: %s\n", e.tokenFile)
 	}

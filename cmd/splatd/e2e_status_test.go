@@ -140,14 +140,7 @@ func TestE2ESplats(t *testing.T) {
 func TestE2EPublishAndDemoV1(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{PartSize: 64 << 10})
-	e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 3}\n"})
-	cfg, err := os.ReadFile(e.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(e.cfgPath, []byte(strings.Replace(string(cfg), "api:\n", "api:\n  protocol: v1\n", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e := newE2EEnv(t, sim, e2eConfig{protocol: "v1", extra: "upload: {parallel_parts: 3}\n"})
 	file := filepath.Join(e.dir, "big.ply")
 	writePLY(t, file, 8000) // several 64 KiB parts
 	code, out, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, file)
