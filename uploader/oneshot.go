@@ -161,7 +161,7 @@ func openSource(path string, v1 bool) (*source, error) {
 			return nil, err
 		}
 		upload = filepath.Join(src.tmp, folderName(path))
-		if err := buildBundle(folder, upload); err != nil {
+		if _, _, err := buildBundle(folder, upload); err != nil {
 			src.close()
 			return nil, fmt.Errorf("build the folder's bundle: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -68,13 +69,12 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
 		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
 	}
-	bundle := p.bundlePath(j.Path)
-	if err := buildBundle(f, bundle); err != nil {
-		return j, fmt.Errorf("build the folder's bundle: %w", err)
+	if err := ctx.Err(); err != nil {
+		return j, err // shutting down: the build is the long part
 	}
-	sum, fi, err := hashBundle(ctx, bundle)
+	sum, fi, err := buildBundle(f, p.bundlePath(j.Path))
 	if err != nil {
-		return j, err
+		return j, fmt.Errorf("build the folder's bundle: %w", err)
 	}
 	// Titles and sidecars are the folder's, as if it were FOLDER.sog beside
 	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar
@@ -106,41 +106,32 @@ func (p *Pool) dropBundle(j state.Job) {
 }
 
 // buildBundle writes the folder's bundle to dst atomically (a temporary
-// file renamed into place) and dates it with the folder's newest file, so
-// that the same folder gives the same bytes, size and time.
-// hashBundle is the sha256 (trustfs.Hash) and stat of a bundle just built.
-func hashBundle(ctx context.Context, path string) (string, os.FileInfo, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", nil, err
-	}
-	sum, err := trustfs.Hash(ctx, f)
-	return sum, fi, err
-}
-
-func buildBundle(f splatfile.SOGFolder, dst string) error {
+// file renamed into place), dated with the folder's newest file so that the
+// same folder gives the same bytes, size and time, and returns its sha256,
+// hashed as it is written, and its stat.
+func buildBundle(f splatfile.SOGFolder, dst string) (string, os.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return err
+		return "", nil, err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".bundle-*")
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	defer os.Remove(tmp.Name())
-	if err := splatfile.BuildSOGBundle(tmp, f); err != nil {
+	h := sha256.New()
+	if err := splatfile.BuildSOGBundle(io.MultiWriter(tmp, h), f); err != nil {
 		tmp.Close()
-		return err
+		return "", nil, err
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return "", nil, err
 	}
 	if err := os.Chtimes(tmp.Name(), f.Latest, f.Latest); err != nil {
-		return err
+		return "", nil, err
 	}
-	return os.Rename(tmp.Name(), dst)
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", nil, err
+	}
+	fi, err := os.Stat(dst)
+	return hex.EncodeToString(h.Sum(nil)), fi, err
 }

@@ -58,7 +58,7 @@ func CheckSOGFolder(metaPath string) (SOGFolder, error) {
 		return SOGFolder{}, withPath(metaPath, err)
 	}
 	defer r.Close()
-	f, err := checkSOGFolder(r, metaPath)
+	f, err := checkSOGFolder(r, metaPath, nil)
 	f.root = nil // closed: CheckSOGFolderIn's folder can be bundled
 	return f, withPath(metaPath, err)
 }
@@ -67,7 +67,7 @@ func CheckSOGFolder(metaPath string) (SOGFolder, error) {
 // os.Root (the daemon opens it through its watch folder); the result can be
 // bundled (BuildSOGBundle) while dir stays open.
 func CheckSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, error) {
-	f, err := checkSOGFolder(dir, metaPath)
+	f, err := checkSOGFolder(dir, metaPath, nil)
 	return f, withPath(metaPath, err)
 }
 
@@ -100,32 +100,45 @@ func openIn(r *os.Root, name string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-func checkSOGFolder(r *os.Root, metaPath string) (SOGFolder, error) {
-	dir := filepath.Dir(metaPath)
+// readMeta reads the folder r's meta.json: a regular file, not empty, of
+// at most maxMeta bytes.
+func readMeta(r *os.Root) ([]byte, fs.FileInfo, error) {
 	fi, err := r.Lstat(SOGMeta)
 	if err != nil {
-		return SOGFolder{}, err
+		return nil, nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return SOGFolder{}, invalidf("not a regular file")
+		return nil, nil, invalidf("not a regular file")
 	}
 	if fi.Size() == 0 {
-		return SOGFolder{}, errEmpty
+		return nil, nil, errEmpty
 	}
 	if fi.Size() > maxMeta {
-		return SOGFolder{}, invalidf("meta.json is %d bytes, more than %d", fi.Size(), maxMeta)
+		return nil, nil, invalidf("meta.json is %d bytes, more than %d", fi.Size(), maxMeta)
 	}
 	mf, _, err := openIn(r, SOGMeta)
 	if err != nil {
-		return SOGFolder{}, err
+		return nil, nil, err
 	}
+	defer mf.Close()
 	data, err := io.ReadAll(io.LimitReader(mf, maxMeta+1))
-	mf.Close()
 	if err != nil {
-		return SOGFolder{}, err
+		return nil, nil, err
 	}
 	if int64(len(data)) > maxMeta {
-		return SOGFolder{}, invalidf("meta.json is more than %d bytes", maxMeta)
+		return nil, nil, invalidf("meta.json is more than %d bytes", maxMeta)
+	}
+	return data, fi, nil
+}
+
+// checkSOGFolder checks the folder r and sizes its bundle by writing it
+// once, to bundle too when it is not nil (HashSOGFolderIn hashes it there:
+// one read of the images for both).
+func checkSOGFolder(r *os.Root, metaPath string, bundle io.Writer) (SOGFolder, error) {
+	dir := filepath.Dir(metaPath)
+	data, fi, err := readMeta(r)
+	if err != nil {
+		return SOGFolder{}, err
 	}
 	files, err := metaFiles(data)
 	if err != nil {
@@ -151,7 +164,11 @@ func checkSOGFolder(r *os.Root, metaPath string) (SOGFolder, error) {
 	slices.Sort(all)
 	out := SOGFolder{root: r, Dir: dir, Files: slices.Compact(all), Latest: latest}
 	var cw countWriter
-	if err := writeBundle(&cw, r, out.Files); err != nil {
+	w := io.Writer(&cw)
+	if bundle != nil {
+		w = io.MultiWriter(&cw, bundle)
+	}
+	if err := writeBundle(w, r, out.Files); err != nil {
 		return SOGFolder{}, err
 	}
 	out.Info = Info{Kind: KindSOGFolder, Vertices: n, Size: cw.n}
@@ -162,15 +179,7 @@ func checkSOGFolder(r *os.Root, metaPath string) (SOGFolder, error) {
 // meta.json names, present or not, and meta.json last: what an after-action
 // moves or removes of a published folder (other files in it stay).
 func SOGFolderFiles(dir *os.Root) ([]string, error) {
-	f, fi, err := openIn(dir, SOGMeta)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi.Size() > maxMeta {
-		return nil, invalidf("meta.json is %d bytes, more than %d", fi.Size(), maxMeta)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxMeta))
+	data, _, err := readMeta(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -269,18 +278,15 @@ func checkWebPFile(r *os.Root, name string) (time.Time, error) {
 	return fi.ModTime(), nil
 }
 
-// HashSOGFolderIn checks the folder whose meta.json is at metaPath, read
-// through dir (its folder), and returns it with the sha256 of the bundle
-// BuildSOGBundle makes from it: what a folder is published, deduplicated
-// and receipted as. Nothing is written.
+// HashSOGFolderIn is CheckSOGFolderIn that also returns the sha256 of the
+// bundle BuildSOGBundle makes from the folder: what a folder is published,
+// deduplicated and receipted as. The images are read once; nothing is
+// written.
 func HashSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, string, error) {
-	f, err := CheckSOGFolderIn(dir, metaPath)
-	if err != nil {
-		return f, "", err
-	}
 	h := sha256.New()
-	if err := BuildSOGBundle(h, f); err != nil {
-		return f, "", err
+	f, err := checkSOGFolder(dir, metaPath, h)
+	if err != nil {
+		return f, "", withPath(metaPath, err)
 	}
 	return f, hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -263,5 +264,26 @@ func TestCheckSOGTrailing(t *testing.T) {
 		}
 		_, err := Check(path)
 		assertOutcome(t, err, "invalid", "bytes after the ZIP's end record")
+	}
+}
+
+// TestHashSOGFolderIn: the sha256 HashSOGFolderIn computes while it checks
+// (one read of the images) is the sha256 of the bundle BuildSOGBundle
+// writes, and its size is the bundle's.
+func TestHashSOGFolderIn(t *testing.T) {
+	t.Parallel()
+	meta := writeSOGDir(t, 300)
+	r, err := os.OpenRoot(filepath.Dir(meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f, sum, err := HashSOGFolderIn(r, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, want := bundleSum(t, f)
+	if sum != hex.EncodeToString(want[:]) || f.Size != int64(len(b)) {
+		t.Errorf("HashSOGFolderIn = %s, size %d; the built bundle's sha256 is %x, size %d", sum, f.Size, want, len(b))
 	}
 }
