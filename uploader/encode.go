@@ -28,13 +28,20 @@ import (
 // hash (from the descriptor it hashed), uploadFile (jobfile.go) for the bytes
 // to send and uploadName for their name.
 
+// Encodes reports whether a file of kind is encoded before upload under the
+// publish parameter encode: a plain PLY, when an encoding is asked for (the
+// dry run says so with the same rule).
+func Encodes(kind splatfile.Kind, encode string) bool {
+	return encode != "" && kind == splatfile.KindPLY
+}
+
 // encodeForUpload returns the encoding j asks for, made or found again, or
 // nil when j uploads its own file (no encode asked, or the file is not a
 // plain PLY: a SOG is already one, and a compressed PLY is uploaded as the
 // producer made it). changed is the file's new stat when it changed while
 // it was encoded.
 func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (enc *state.Encoded, changed fs.FileInfo, err error) {
-	if j.Params.Encode == "" || j.Kind != string(splatfile.KindPLY) {
+	if !Encodes(splatfile.Kind(j.Kind), j.Params.Encode) {
 		return nil, nil, nil
 	}
 	if j.Params.Encode != "sog" {

@@ -196,8 +196,8 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // stepSign: ready → signed.
 func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
-	if k := splatfile.Kind(j.Kind); !k.Legacy() {
-		return j, &workerFileError{fmt.Errorf("the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", k)}
+	if err := splatfile.Kind(j.Kind).CheckLegacy(); err != nil {
+		return j, &workerFileError{err}
 	}
 	up, err := p.o.Client.SignedURL(ctx, uploadName(j))
 	if err != nil {

@@ -290,8 +290,8 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
 	}
-	if !v1 && !info.Kind.Legacy() {
-		return fmt.Errorf("not publishable: the legacy API takes .ply and .sog files, not %s: publish it with api.protocol: v1", info.Kind)
+	if err := info.Kind.CheckLegacy(); !v1 && err != nil {
+		return fmt.Errorf("not publishable: %w", err)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {

@@ -58,6 +58,20 @@ func (k Kind) SourceFormat() string {
 	return ""
 }
 
+// ErrNotLegacy is the refusal of a kind the legacy API does not take
+// (Kind.CheckLegacy); the daemon's sign step, `splatd publish` and the dry
+// run all give it.
+var ErrNotLegacy = errors.New("the legacy API takes .ply and .sog files")
+
+// CheckLegacy returns nil when the legacy API takes a file of kind k, else
+// ErrNotLegacy naming k and the way out.
+func (k Kind) CheckLegacy() error {
+	if k.Legacy() {
+		return nil
+	}
+	return fmt.Errorf("%w, not %s: publish it with api.protocol: v1", ErrNotLegacy, k)
+}
+
 // Legacy reports whether the legacy API takes a file of this kind: its
 // upload is a .ply or a .sog, which the service converts.
 func (k Kind) Legacy() bool {

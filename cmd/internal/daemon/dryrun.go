@@ -198,9 +198,8 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	if first, ok := p.seen[sum]; ok {
 		return actDuplicate, "same content as " + first + ": published once"
 	}
-	if p.cfg.API.Protocol != config.ProtocolV1 && !info.Kind.Legacy() {
-		// As the daemon's sign step: the legacy API has no such format.
-		return actFail, fmt.Sprintf("the legacy API takes .ply and .sog files, not %s: never uploaded (publish it with api.protocol: v1)", info.Kind)
+	if err := info.Kind.CheckLegacy(); p.cfg.API.Protocol != config.ProtocolV1 && err != nil {
+		return actFail, "never uploaded: " + err.Error() // as the daemon's sign step
 	}
 	p.seen[sum] = f.Path
 	params, err := p.cfg.ParamsFor(uploader.PublishedAsIn(f.Root, f.Path), f.ModTime)
@@ -212,8 +211,8 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 		listed = "listed"
 	}
 	encoded := ""
-	if params.Encode == "sog" && info.Kind == splatfile.KindPLY {
-		encoded = ", encoded to SOG before upload" // as the daemon's encode step
+	if uploader.Encodes(info.Kind, params.Encode) {
+		encoded = ", encoded to SOG before upload"
 	}
 	return actPublish, fmt.Sprintf("%s%s, title %q, format %s, %s, sha256 %.12s", info.Kind, encoded, params.Title, orDefault(params.Format), listed, sum)
 }
