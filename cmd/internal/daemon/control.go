@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -60,7 +62,9 @@ var ControlOps = map[string]ControlOp{
 }
 
 // FindJob resolves ID|PATH to a job: a number is a job id, anything else a
-// file path (the latest job for it).
+// file path (the latest job for it). An unbundled SOG folder's job is its
+// meta.json's, and is found by the folder's own path too, or by the name it
+// is published as (FOLDER.sog beside it), as an operator names it.
 func FindJob(st *queue.Store, ref string) (state.Job, error) {
 	if id, err := strconv.ParseUint(ref, 10, 64); err == nil {
 		j, err := st.Get(id)
@@ -74,6 +78,12 @@ func FindJob(st *queue.Store, ref string) (state.Job, error) {
 		return state.Job{}, err
 	}
 	j, err := st.JobByPath(abs)
+	if errors.Is(err, queue.ErrNotFound) && !splatfile.IsSOGFolder(abs) {
+		j, err = st.JobByPath(filepath.Join(abs, splatfile.SOGMeta)) // the folder
+	}
+	if errors.Is(err, queue.ErrNotFound) && strings.HasSuffix(abs, ".sog") {
+		j, err = st.JobByPath(filepath.Join(strings.TrimSuffix(abs, ".sog"), splatfile.SOGMeta)) // FOLDER.sog
+	}
 	if errors.Is(err, queue.ErrNotFound) {
 		return j, fmt.Errorf("no job for %s (see splatd jobs)", abs)
 	}
