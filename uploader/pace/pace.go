@@ -26,60 +26,43 @@
 // The share factor is expect, the requests the token's other clients are
 // expected to spend per window. What an answer's count shows beyond our own
 // requests is theirs (a lower bound); a 429 shows the window spent, so all of
-// it that is not ours is theirs. The reserve is the larger of what expect
-// leaves them to spend in this window (the first time they show up, as much
-// again as they have spent), one slot while anyone else is around (a
-// neighbour spending it between our count and our request would turn it into
-// our 429), and peers: the most requests of theirs seen counted between two
-// answers of ours, which is what may be in flight towards the server while
-// we decide (a fleet's daemons each send one request at a time in a strict
-// window, all of them on counts a round trip old).
+// it that is not ours is theirs. The reserve, what a window keeps for them,
+// is the largest of:
+//   - what expect leaves them to spend in this window (the first time they
+//     show up, as much again as they have spent);
+//   - one slot while anyone else is around: a neighbour spending it between
+//     our count and our request would turn it into our 429;
+//   - peers, the most requests of theirs counted between two answers of ours:
+//     what may be in flight towards the server while we decide (a fleet's
+//     daemons send on counts a round trip old).
 //
-// Three rules end a fleet's backlog together, in a class of more than 10 per
-// window (a fleet's daemons each on a count of its own window, seeing
-// different parts of it). A fair share: while our use of the window is below
-// limit / (peers + 1), a slot of the others' share is ours as long as more
-// than one is left; without it, the daemon that met a window late (its
-// Reset's jitter) sees the others' use at its highest, leaves them that much
-// of the next, and ends with the backlog's last files. Past it, a share of
-// what is left: we keep for the others no more than peers / (peers + 1) of
-// the window's rest, so that each of a fleet's daemons may take one of every
-// peers + 1 slots left while at least peers stay free for the requests that
-// may be in flight; without it, the daemon holding the backlog's last file
-// kept the share its peers spent in the window before and waited a whole
-// window for them after their last request. And when the others have been
-// seen spending between our answers (peers) and two answers of ours in a
-// row show none of theirs (still), they are done with this window, as a
-// fleet's peers are at the end of a backlog: the reserve falls to one slot.
-// Three daemons on 30 files at 12 per 10 s (make torture's fleet) ended
-// 1.48–1.49 × the limit's minimum in 3 runs of 3 with none of the three
-// (their last file waited a window), 0.97–1.02 × in 9 runs of 13 and
-// 1.47–1.51 × in 4 with the first and the last (the daemon with the last
-// file saw its peers' last requests in its last answer, and had no answer
-// after it to see them stop), and 0.97–1.02 × in 25 runs of 26 with all
-// three (in the other, 1.51 ×, the windows took 10, 10 and 9 completes of
-// 12, and the last file waited for a fourth). A neighbour that spends before our first answer or after our last
-// one never rises between two of ours, and keeps its share (peers stays 0).
-// In a smaller class every request waits for the answer of the one before
-// it, so an answer without the others' rise is a round trip's gap rather
-// than their end, and one slot taken is a 429: there the share is kept (a
-// fleet on a strict limit of 5 ends within 1.2 × the minimum anyway).
+// Two rules let a fleet's daemons end a shared backlog together, in a class
+// of more than 10 per window, once peers is seen (in a smaller class every
+// request waits for the answer of the one before it, and one slot taken is a
+// 429, so the share is kept whole):
+//   - a fair share: while our use of the window is below limit / (peers + 1),
+//     a slot of the others' share is ours while more than one is left, so a
+//     daemon that met the window late (its Reset's jitter) does not leave the
+//     others the most they ever spent and end with the backlog's last files;
+//   - a share of what is left: past it, we keep for the others no more than
+//     peers / (peers + 1) of the window's rest, so each daemon may take one of
+//     every peers + 1 slots left while peers stay free for what is in flight,
+//     and the daemon holding the last file does not keep a window for peers
+//     that have run out.
 //
 // At a window's end what the others spent becomes expect if we looked at the
 // window as late as they were first seen in the last window they spent in
 // (within the jitter: clients meet a Reset that far apart); when they did
 // not show, expect halves instead of vanishing (their first requests may
-// have landed just after our look), so a daemon whose peers have finished
-// gets whole windows back within a few. If we stopped looking earlier, they
-// may have spent more than we saw, and expect only grows: a neighbour that
-// spends late in each window keeps its share, for ten windows without a
-// sighting (then it halves all the same). expect never exceeds limit − 2, so
-// that we look at every window at least once after our first request: a
-// daemon left only its first request per window could never see its peers
-// go. The cost: a fleet of as many daemons as the limit (five on 5 per
-// window) spends each window on the daemons' first requests alone, and a
-// second slot taken by one of them turns a later daemon's first request into
-// a 429: about two per window (TestPacerFleetOfFive).
+// have landed just after our look). If we stopped looking earlier, they may
+// have spent more than we saw, and expect only grows: a neighbour that spends
+// late in each window keeps its share, for ten windows without a sighting
+// (then it halves all the same). expect never exceeds limit − 2, so that we
+// look at every window at least once after our first request: a daemon left
+// only its first request per window could never see its peers go. The cost:
+// a fleet of as many daemons as the limit (five on 5 per window) spends each
+// window on the daemons' first requests alone, and draws about two 429s per
+// window (TestPacerFleetOfFive).
 //
 // A 429 is the caller's error to retry through the one retry rule
 // (state.Policy); the pacer only learns from it: the window is spent until
@@ -100,7 +83,6 @@
 //	           if more                                       routes not yet in a class, which may be in this one)
 //	expect     the window's end (see above)                  the share factor: the others' use per window
 //	peers      the others' use between two answers of ours   what may be in flight while we decide; 0 after a window without others
-//	still      our later answers in a row without others'   two in a row (with peers, in a large class): the others are done
 //	late       the first sighting of others in a window      how late in a window they show up
 //	look       each counted answer                           how late in this window we looked
 //	quiet      +1 per window without others, 0 with          after 10, a late neighbour unseen is forgotten too
@@ -240,7 +222,6 @@ type class struct {
 	quiet     int           // windows in a row in which no others were seen
 	peers     int           // the most others' requests counted between two answers of ours
 	stale     bool
-	still     int // our answers in a row, after the window's first, without the others rising
 }
 
 // ticket is one admitted request.
@@ -439,8 +420,7 @@ func (c *class) blocked(now time.Time) time.Duration {
 
 // reserve is what the window keeps for the token's other clients (see the
 // package doc): in a class of more than carefulSlots, none of our fair share,
-// past it no more than their share of what is left, and one slot once they
-// are done with the window.
+// and past it no more than their share of what is left.
 func (c *class) reserve() int {
 	e := c.expect
 	if e == 0 {
@@ -449,8 +429,6 @@ func (c *class) reserve() int {
 	r := max(e-c.others, min(1, e), c.peers)
 	switch {
 	case c.limit <= carefulSlots || c.peers == 0:
-	case c.still >= 2: // the others are done with this window
-		r = min(1, e)
 	case c.own+c.inFlight < c.limit/(c.peers+1): // below our fair share
 		r = min(r, max(1, c.remaining-c.inFlight-1))
 	default: // our share of what is left
@@ -476,7 +454,7 @@ func (c *class) roll(slack time.Duration) {
 		c.peers = 0
 	}
 	c.expect = min(c.expect, c.limit-2)
-	c.own, c.others, c.look, c.still = 0, 0, never, 0
+	c.own, c.others, c.look = 0, 0, never
 }
 
 func (p *Pacer) classOf(limit int) *class {
@@ -580,12 +558,6 @@ func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
 		f := c.limit - h.remaining - c.own - c.inFlight - p.probesOutside(c)
 		if looked && f > c.others {
 			c.peers = max(c.peers, f-c.others)
-		}
-		if looked && counted {
-			c.still++
-			if f > c.others {
-				c.still = 0
-			}
 		}
 		if counted && c.stale && f > c.others {
 			// The first answer to a window saved before a restart: what

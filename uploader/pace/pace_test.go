@@ -1125,43 +1125,13 @@ func TestPacerShareMemory(t *testing.T) {
 	}
 }
 
-// TestPacerPeersDoneFreeTheWindow: the end of a fleet's backlog. In one
-// window the others spend between our answers (6 of 12: peers); in the next
-// they spend 2 before our first answer and then stop. Two answers of ours in
-// a row without theirs say they are done: the share kept for them falls to
-// one slot, and we take the rest of the window at once instead of leaving
-// their 4 unused and waiting for the Reset.
-func TestPacerPeersDoneFreeTheWindow(t *testing.T) {
-	t.Parallel()
-	clk := newFakeClock()
-	p := newTestPacer(t, clk, Options{Jitter: -1})
-	t0 := clk.Now()
-	reset := t0.Add(10 * time.Second)
-	for _, left := range []int{11, 7, 3} { // ours 1..3; theirs 0, 3, 6
-		mustWait(t, p, routePublish)(windowResp(200, 12, left, reset, t0, ""))
-	}
-	clk.Advance(10 * time.Second)
-	t1, reset2 := clk.Now(), reset.Add(10*time.Second)
-	// The next window: theirs 2 before our first answer, then none. Each
-	// request must leave at once (receive fails after 10 s of real time).
-	for left := 9; left > 0; left-- {
-		rel := receive(t, waitAsync(context.Background(), p, routePublish)).release
-		rel(windowResp(200, 12, left, reset2, t1, ""))
-	}
-	if n := clk.askedCount(); n != 0 {
-		t.Fatalf("the pacer waited %d times: the others' share was kept after they stopped", n)
-	}
-	// One slot stays for the others; the next request waits for the Reset.
-	mustHoldFor(t, clk, p, routePublish, 10*time.Second, "wait with one slot left (until Reset)")
-}
-
 // TestPacerReserveInALargeClass: the rules that end a fleet's backlog
 // together, on the share kept for the others (package doc): in a class of
 // more than 10 per window, a daemon below its fair share of the window
 // (limit / (peers + 1)) takes a slot of the others' share while more than
 // one is left; past it, it keeps for them no more than their share of what
-// is left (peers / (peers + 1) of it); and once the others are done (still)
-// only one slot is kept. A strict class of 5 keeps the whole share.
+// is left (peers / (peers + 1) of it). A strict class of 5 keeps the whole
+// share.
 func TestPacerReserveInALargeClass(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -1176,10 +1146,7 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		{"past it, as many left as peers", class{limit: 12, remaining: 2, expect: 10, peers: 2, own: 6}, 2},
 		{"below it, one slot left", class{limit: 12, remaining: 1, expect: 10, peers: 2, own: 2}, 1},
 		{"no peers seen: no fair share", class{limit: 12, remaining: 10, expect: 10, own: 2}, 10},
-		{"the others done", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 2}, 1},
-		{"the others done, one answer only", class{limit: 12, remaining: 6, expect: 10, peers: 2, own: 4, others: 2, still: 1}, 4},
 		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, expect: 3, peers: 1, own: 1}, 3},
-		{"a strict class of 5: the others done", class{limit: 5, remaining: 3, expect: 3, peers: 1, own: 2, still: 2}, 3},
 	}
 	for _, tc := range cases {
 		if got := tc.c.reserve(); got != tc.want {
