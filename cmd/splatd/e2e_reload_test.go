@@ -142,3 +142,64 @@ func needSh(t *testing.T) {
 		t.Skip("no sh")
 	}
 }
+
+// TestE2EReloadFollowSymlinks: follow_symlinks turned on by a reload, and a
+// watch folder added by one with it on, apply to the jobs as they do to the
+// watcher: a link that stays inside its folder, there before the reload or
+// made after it, is published without a restart (the worker pool kept the
+// folders of the start: the watcher handed the link over and its job failed
+// as "a symbolic link").
+func TestE2EReloadFollowSymlinks(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	base := readFile(t, e.cfgPath)
+	link := func(dir, name string, size int) string {
+		t.Helper()
+		hidden := filepath.Join(dir, ".takes")
+		if err := os.MkdirAll(hidden, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writePLY(t, filepath.Join(hidden, name), size)
+		l := filepath.Join(dir, name)
+		if err := os.Symlink(filepath.Join(".takes", name), l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	reload := func(cfg string) {
+		t.Helper()
+		writeConfig(t, e.cfgPath, cfg)
+		if code, out, errOut := runCLI(t, nil, "reload", "-config", e.cfgPath); code != 0 || !strings.Contains(out, "watch") {
+			t.Fatalf("reload: exit %d, stdout %q, stderr %q; want watch applied", code, out, errOut)
+		}
+	}
+
+	// A link inside the folder, not followed at start.
+	a := link(e.inbox, "a.ply", 1100)
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+
+	on := strings.Replace(base, "    recursive: true\n", "    recursive: true\n    follow_symlinks: true\n", 1)
+	if on == base {
+		t.Fatal("the test config has no watch entry to edit")
+	}
+	reload(on)
+	for _, l := range []string{a, link(e.inbox, "b.ply", 1200)} {
+		if r := waitReceipt(t, l, "done"); r.Splat.ID == "" {
+			t.Errorf("%s (a link inside the folder, follow_symlinks on by reload): receipt %+v", l, r)
+		}
+	}
+
+	extra := filepath.Join(e.dir, "extra")
+	if err := os.MkdirAll(extra, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reload(strings.Replace(on, "watch:\n", fmt.Sprintf("watch:\n  - path: %s\n    follow_symlinks: true\n", extra), 1))
+	if r := waitReceipt(t, link(extra, "c.ply", 1300), "done"); r.Splat.ID == "" {
+		t.Errorf("c.ply (a link in a folder added by reload with follow_symlinks): receipt %+v", r)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
+	}
+}

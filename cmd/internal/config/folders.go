@@ -290,14 +290,15 @@ func webhookProblem(s string) string {
 	}
 }
 
-// FollowSymlinks says which watch roots follow symbolic links that stay
-// inside them (follow_symlinks); elsewhere a link fails its job.
-func (c *Config) FollowSymlinks() func(root string) bool {
-	follow := make(map[string]bool, len(c.Watch))
+// FollowsSymlinks says whether the watch root follows symbolic links that
+// stay inside it (follow_symlinks); elsewhere a link fails its job.
+func (c *Config) FollowsSymlinks(root string) bool {
 	for _, w := range c.Watch {
-		follow[w.Path] = w.FollowSymlinks
+		if w.Path == root {
+			return w.FollowSymlinks
+		}
 	}
-	return func(root string) bool { return follow[root] }
+	return false
 }
 
 // WatchOf returns the innermost watch entry holding path, for a one-shot

@@ -150,7 +150,7 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 		writeJSON(w, map[string]int{"retried": n})
 	})
 	mux.HandleFunc("POST /v1/adopt", func(w http.ResponseWriter, r *http.Request) {
-		rep, err := AdoptDir(r.Context(), d.store, d.cfg, r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
+		rep, err := AdoptDir(r.Context(), d.store, d.config(), r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

@@ -173,15 +173,17 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 	cfg := d.cfg
 	d.actions.Store(d.afterRunners(cfg))
 	return uploader.NewPool(uploader.PoolOptions{
-		Store:          d.store,
-		Client:         d.client,
-		Workers:        cfg.Workers,
-		Protocol:       cfg.API.Protocol,
-		ParallelParts:  cfg.Upload.ParallelParts,
-		Publish:        cfg.Publish.Params(),
-		EncodeDir:      filepath.Join(cfg.StateDir, "encoded"),
-		Params:         paramsOf(cfg),
-		FollowSymlinks: cfg.FollowSymlinks(),
+		Store:         d.store,
+		Client:        d.client,
+		Workers:       cfg.Workers,
+		Protocol:      cfg.API.Protocol,
+		ParallelParts: cfg.Upload.ParallelParts,
+		Publish:       cfg.Publish.Params(),
+		EncodeDir:     filepath.Join(cfg.StateDir, "encoded"),
+		Params:        paramsOf(cfg),
+		// The config in force: a reload may add a root, or change whether
+		// one follows links.
+		FollowSymlinks: func(root string) bool { return d.config().FollowsSymlinks(root) },
 		OnUncertain:    cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),

@@ -100,8 +100,14 @@ func (r *ReloadResult) notApplied(prefix string, err error) {
 func (d *Daemon) applyReload(res *ReloadResult, old, nw *config.Config) *config.Config {
 	eff := *old
 	if res.changed("watch") {
+		// The pool reads follow_symlinks from the config in force: it has the
+		// new roots before the watcher hands it a file of theirs.
+		pre := eff
+		pre.Watch = nw.Watch
+		d.live.Store(&pre)
 		if err := d.watch.SetRoots(nw.Roots()); err != nil {
 			res.notApplied("watch", err)
+			d.live.Store(old)
 		} else {
 			eff.Watch = nw.Watch
 		}
