@@ -362,8 +362,10 @@ func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
 		return err
 	}
 	// Keep the path index on the size and mtime the job last saw, so an
-	// unchanged file stays Known after a re-hash.
-	if j.Size != old.Size || !j.ModTime.Equal(old.ModTime) {
+	// unchanged file stays Known after a re-hash. A checked SOG folder's
+	// are its bundle's: the index keeps its meta.json's, which the watcher
+	// compares.
+	if (j.Size != old.Size || !j.ModTime.Equal(old.ModTime)) && j.Kind != state.KindSOGFolder {
 		paths := tx.Bucket(bucketPaths)
 		var pe pathEntry
 		ok, err := getJSON(paths, []byte(j.Path), &pe)

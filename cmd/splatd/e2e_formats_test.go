@@ -248,3 +248,47 @@ func TestE2ESOGFolderMoved(t *testing.T) {
 		t.Errorf("the folder is still in the watch folder (%v), holding %d entries", err, len(entries))
 	}
 }
+
+// TestE2ESOGFolderKnownAfterRestart: a published SOG folder is known to the
+// state after a restart, as a file is: no second job (adopted from its own
+// receipt), and no warning that the folder holds receipts the state did not
+// know.
+func TestE2ESOGFolderKnownAfterRestart(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	meta := filepath.Join(e.inbox, "room", "meta.json")
+	writeSOGFolderE2E(t, filepath.Dir(meta), 2000, func() {})
+	waitReceipt(t, meta, "done")
+	if code := d.stop(); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+	d = startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	// A file written after the restart is published once the startup scan
+	// has handed over everything before it.
+	after := filepath.Join(e.inbox, "after.ply")
+	writePLY(t, after, 1500)
+	waitReceipt(t, after, "done")
+	jobs, _ := adminJobs(t, e.stateDir)
+	n := 0
+	for _, j := range jobs {
+		if j.File == meta {
+			n++
+			if j.Adopted {
+				t.Errorf("job %d: the folder adopted from its own receipt after a restart", j.ID)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d jobs for the folder after a restart, want 1: %+v", n, jobs)
+	}
+	if strings.Contains(d.log(), "did not know") {
+		t.Errorf("the restart warned of receipts the state did not know:\n%s", d.log())
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("daemon exit %d", code)
+	}
+}

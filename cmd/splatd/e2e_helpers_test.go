@@ -563,6 +563,7 @@ type e2eJob struct {
 	Sent     int64  `json:"sent"`
 	URL      string `json:"url"`
 	Error    string `json:"error"`
+	Adopted  bool   `json:"adopted"`
 }
 
 // adminJobs asks the daemon's admin socket directly (no process spawn), for
