@@ -257,6 +257,7 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 	}
 	failed := 0
 	for _, path := range pos {
+		path = sogFolderMeta(path)
 		if !*force {
 			where, url, err := prior.find(path)
 			if err != nil {
@@ -282,6 +283,18 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// sogFolderMeta names an unbundled SOG folder given by its own path by its
+// meta.json, as the daemon's job does; any other path is itself.
+func sogFolderMeta(path string) string {
+	meta := filepath.Join(path, splatfile.SOGMeta)
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		if _, err := os.Lstat(meta); err == nil {
+			return meta
+		}
+	}
+	return path
 }
 
 func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {

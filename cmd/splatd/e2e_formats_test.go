@@ -292,3 +292,39 @@ func TestE2ESOGFolderKnownAfterRestart(t *testing.T) {
 		t.Errorf("daemon exit %d", code)
 	}
 }
+
+// TestE2EPublishKnowsAPublishedSOGFolder: `splatd publish` weighs an
+// unbundled SOG folder by its bundle's sha256, as the daemon records it, so
+// a folder the daemon published is not published again, whether it is named
+// by its meta.json or by the folder itself; -force publishes it, given as
+// a folder.
+func TestE2EPublishKnowsAPublishedSOGFolder(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	room := filepath.Join(e.inbox, "room")
+	meta := filepath.Join(room, "meta.json")
+	writeSOGFolderE2E(t, room, 2000, func() {})
+	r := waitReceipt(t, meta, "done")
+	for _, arg := range []string{meta, room} {
+		code, out, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, arg)
+		if code != 0 || !strings.Contains(errOut, "already published") || !strings.Contains(out, r.Splat.URL) {
+			t.Errorf("publish %s: exit %d, stdout %q, stderr %q; want already published as %s", arg, code, out, errOut, r.Splat.URL)
+		}
+	}
+	if n := len(sim.Splats()); n != 1 {
+		t.Fatalf("%d splats after publish without -force, want 1", n)
+	}
+	code, out, errOut := runCLI(t, nil, "publish", "-force", "-config", e.cfgPath, room)
+	if code != 0 || strings.Contains(errOut, "already published") {
+		t.Errorf("publish -force %s: exit %d, stdout %q, stderr %q", room, code, out, errOut)
+	}
+	if n := len(sim.Splats()); n != 2 {
+		t.Errorf("%d splats after publish -force of the folder, want 2", n)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("daemon exit %d", code)
+	}
+}

@@ -65,7 +65,7 @@ func commands() []command {
 		{"run", "[-config FILE] [-dry-run]", "run the daemon: watch folders and publish every finished file once", cmdRun},
 		{"demo", "[-keep] [-dir DIR] [-protocol legacy|v1]", "simulator + daemon + sample files in a temporary folder, through either API protocol", cmdDemo},
 		{"sim", "[-listen ADDR] [-dir DIR]", "run the API simulator alone; prints its base URL, CA file and token", cmdSim},
-		{"publish", "[-config FILE] [-force] FILE...", "publish files once, in the foreground, with progress; content the daemon or a receipt shows published is not sent again unless -force", cmdPublish},
+		{"publish", "[-config FILE] [-force] FILE|FOLDER...", "publish files (or unbundled SOG folders) once, in the foreground, with progress; content the daemon or a receipt shows published is not sent again unless -force; records nothing itself", cmdPublish},
 		{"checkpoints", "[-config FILE] BRANCH [-limit N] [-all] [-json]", "list a branch's checkpoints, newest first", cmdCheckpoints},
 		{"jobs", "[-config FILE] [-state STAGE] [-limit N] [-all] [-watch] [-json]", "list the live jobs and the last finished ones (with upload rate and ETA); -watch follows", cmdJobs},
 		{"retry", "[-config FILE] ID|-failed", "re-queue a failed or held job, try a job waiting for a retry now, or re-queue all failed jobs; a done job is published again (a new publish, on purpose)", cmdRetry},

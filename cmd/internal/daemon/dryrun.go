@@ -281,8 +281,13 @@ func bundleOf(root, meta string) *folderBundle {
 }
 
 // HashFile is the sha256 of a file opened through its watch folder root
-// ("": its own folder), as the daemon hashes it.
+// ("": its own folder), as the daemon hashes it: for an unbundled SOG
+// folder's meta.json, that of the bundle built from the folder.
 func HashFile(ctx context.Context, root, path string) (string, error) {
+	if splatfile.IsSOGFolder(path) {
+		b := bundleOf(root, path)
+		return b.sha256, b.err
+	}
 	f, _, err := trustfs.OpenRegular(root, path)
 	if err != nil {
 		return "", err
