@@ -17,11 +17,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
-	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
 
 	"github.com/splatd/splatd/state"
@@ -475,8 +475,8 @@ func (c *Config) validateAPI() Errors {
 		}
 	}
 	if c.API.CAFile != "" {
-		if _, err := os.Stat(c.API.CAFile); err != nil {
-			errs.add("api.ca_file", "%v", err)
+		if _, err := c.RootCAs(); err != nil {
+			errs.add("api.ca_file", "%v", strings.TrimPrefix(err.Error(), "api.ca_file: "))
 		}
 	}
 	return errs
@@ -682,18 +682,26 @@ func (c *Config) validateAfterDirs() Errors {
 func (c *Config) validateMetrics() Errors {
 	var errs Errors
 	if c.Metrics.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+		_, port, err := net.SplitHostPort(c.Metrics.Listen)
+		if n, perr := strconv.ParseUint(port, 10, 16); err == nil && (perr != nil || n > 65535) {
+			err = fmt.Errorf("port %q is not a number from 0 to 65535", port)
+		}
+		if err != nil {
 			errs.add("metrics.listen", "want host:port or empty to turn it off: %v", err)
 		}
 	}
 	return errs
 }
 
+// logLevels are log.level's values (zerolog takes more: fatal, panic,
+// disabled, numbers; none of them is a level to run a daemon at).
+var logLevels = []string{"trace", "debug", "info", "warn", "error"}
+
 // validateLog checks the log section.
 func (c *Config) validateLog() Errors {
 	var errs Errors
-	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
-		errs.add("log.level", "must be one of trace, debug, info, warn, error (got %q)", c.Log.Level)
+	if !slices.Contains(logLevels, c.Log.Level) {
+		errs.add("log.level", "must be one of %s (got %q)", strings.Join(logLevels, ", "), c.Log.Level)
 	}
 	switch c.Log.Format {
 	case "auto", "json", "console":
