@@ -177,7 +177,7 @@ func findAdoptions(ctx context.Context, st Ledger, abs string, o AdoptOptions, r
 func rootOf(roots []string, file, fallback string) string {
 	best := ""
 	for _, r := range roots {
-		if rel, err := filepath.Rel(r, file); err == nil && !strings.HasPrefix(rel, "..") && len(r) > len(best) {
+		if _, in := trustfs.Within(r, file); in && len(r) > len(best) {
 			best = r
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
@@ -30,7 +29,7 @@ func moveFolderUnder(meta, root, dest string) (string, error) {
 	dir := filepath.Dir(meta)
 	rel := filepath.Base(dir)
 	if root != "" {
-		if r, err := filepath.Rel(root, dir); err == nil && r != "." && !strings.HasPrefix(r, "..") {
+		if r, in := trustfs.Within(root, dir); in && r != "." {
 			rel = r
 		}
 	}

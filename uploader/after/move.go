@@ -28,7 +28,7 @@ var errFileGone = errors.New("file is gone")
 func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
 	rel := filepath.Base(file)
 	if root != "" {
-		if r, err := filepath.Rel(root, file); err == nil && !strings.HasPrefix(r, "..") {
+		if r, in := trustfs.Within(root, file); in {
 			rel = r
 		}
 	}

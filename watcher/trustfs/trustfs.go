@@ -105,14 +105,23 @@ func KindOf(m fs.FileMode) string {
 // ID identifies a file (its device and inode).
 type ID struct{ Dev, Ino uint64 }
 
+// Within returns path relative to root, and whether path is root or lies
+// below it, by name alone (links are not looked at). A name that only
+// begins with two dots ("..done") is below.
+func Within(root, path string) (string, bool) {
+	rel, err := filepath.Rel(root, path)
+	return rel, err == nil && filepath.IsLocal(rel)
+}
+
 // open opens root (path's own folder when root is "") as an os.Root and
 // returns path relative to it. A path outside root is an *EscapeError.
 func open(root, path string) (*os.Root, string, error) {
 	if root == "" {
 		root = filepath.Dir(path)
 	}
-	rel, err := filepath.Rel(root, path)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+	rel, ok := Within(root, path)
+	if !ok || rel == "." {
+		_, err := filepath.Rel(root, path)
 		return nil, "", &EscapeError{Path: path, Root: root, Err: err}
 	}
 	r, err := os.OpenRoot(root)

@@ -141,3 +141,27 @@ func TestWriteAtomicReplacesLink(t *testing.T) {
 		t.Error("a file appeared outside")
 	}
 }
+
+// TestWithin: a name below root is within it even when it begins with two
+// dots; ".." and what lies beyond it are not.
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		path string
+		rel  string
+		in   bool
+	}{
+		{"/srv/in", ".", true},
+		{"/srv/in/a.ply", "a.ply", true},
+		{"/srv/in/..published", "..published", true},
+		{"/srv/in/..d/x.ply", "..d/x.ply", true},
+		{"/srv", "..", false},
+		{"/srv/other", "../other", false},
+		{"/srv/in2/a.ply", "../in2/a.ply", false},
+	} {
+		rel, in := Within("/srv/in", tc.path)
+		if in != tc.in || (in && rel != tc.rel) {
+			t.Errorf("Within(/srv/in, %s) = %q, %v; want %q, %v", tc.path, rel, in, tc.rel, tc.in)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Config is the YAML configuration file. Every key and its default is
@@ -664,7 +665,7 @@ func (c *Config) validateAfterDirs() Errors {
 			continue
 		}
 		for i, w := range c.Watch {
-			if rel, err := filepath.Rel(w.Path, abs); err == nil && !strings.HasPrefix(rel, "..") {
+			if _, in := trustfs.Within(w.Path, abs); in {
 				// A moved file would be found again and moved again.
 				errs.add(d.key, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, i, w.Path)
 			}

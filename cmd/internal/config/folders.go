@@ -15,6 +15,7 @@ import (
 	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/watcher"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // FolderAfter is a watch entry's own after block, laid over the global one
@@ -213,7 +214,7 @@ func (c *Config) validateFolders() Errors {
 				continue
 			}
 			for j, o := range c.Watch {
-				if rel, err := filepath.Rel(o.Path, abs); err == nil && !strings.HasPrefix(rel, "..") {
+				if _, in := trustfs.Within(o.Path, abs); in {
 					// A moved file would be found again and moved again.
 					bad(key+".after."+d.name, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, j, o.Path)
 				}
