@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // maxRetry bounds how long a missing or unreadable root waits between tries.
@@ -138,8 +140,9 @@ func (w *Watcher) scanRoot(r *root) {
 func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 	// Through an os.Root on the watch root: a subfolder swapped for a link
 	// to somewhere else while the walk runs is not listed, and no stat
-	// follows a link out of the root. The root itself may be a link.
-	rt, err := os.OpenRoot(r.path)
+	// follows a link out of the root. The root itself may be a link, unless
+	// it lies in another watch root (trustfs.OpenRoot).
+	rt, err := trustfs.OpenRoot(r.path)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Watch modes of a Root.
@@ -239,6 +241,11 @@ func buildRoots(cfgs []Root) ([]*root, error) {
 		roots = append(roots, r)
 	}
 	slices.SortStableFunc(roots, func(a, b *root) int { return len(b.path) - len(a.path) })
+	paths := make([]string, len(roots))
+	for i, r := range roots {
+		paths[i] = r.path
+	}
+	trustfs.SetWatchFolders(paths) // a root inside another is opened through it
 	return roots, nil
 }
 

@@ -64,3 +64,66 @@ func TestE2EHostileFolderPipes(t *testing.T) {
 		t.Errorf("splatd exited %d after SIGTERM, want 0", code)
 	}
 }
+
+// TestE2ENestedWatchFolderSwappedForALink: a watch folder inside another
+// one is in that folder's hands: a writer of the outer folder replaces the
+// inner one by a link to a folder outside (mv client-a .old; ln -s /outside
+// client-a). Opened by its own path, the inner folder followed the link: a
+// file outside was published, then deleted by on_success: delete, and a
+// receipt was written beside it. Now the inner folder is opened through the
+// outer one and refused; the outside folder is untouched, and the daemon
+// goes on publishing.
+func TestE2ENestedWatchFolderSwappedForALink(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{extra: "after: {on_success: delete}\n"})
+	inner := filepath.Join(e.inbox, "client-a")
+	outside := filepath.Join(e.dir, "outside")
+	for _, d := range []string{inner, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := filepath.Join(outside, "secret.ply")
+	writePLY(t, secret, 1400)
+	cfg := readFile(t, e.cfgPath)
+	cfg = strings.Replace(cfg, "watch:\n", "watch:\n  - path: "+inner+"\n    mode: poll\n    poll_interval: 200ms\n", 1)
+	writeConfig(t, e.cfgPath, cfg)
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+
+	first := filepath.Join(inner, "first.ply")
+	writePLY(t, first, 1100)
+	if r := waitReceipt(t, first, "done", "failed"); r.Status != "done" {
+		t.Fatalf("first.ply in the inner folder: %s (%s)", r.Status, r.Message)
+	}
+
+	if err := os.Rename(inner, filepath.Join(e.inbox, ".old-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, inner); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the daemon to refuse the inner folder, now a link out of the outer one (or to take the file outside)", func() bool {
+		_, gone := os.Stat(secret)
+		_, receipt := os.Lstat(secret + ".splat.json")
+		return strings.Contains(d.log(), "leads out of the watch folder "+e.inbox) || gone != nil || receipt == nil
+	})
+	later := filepath.Join(e.inbox, "later.ply")
+	writePLY(t, later, 1200)
+	if r := waitReceipt(t, later, "done", "failed"); r.Status != "done" {
+		t.Errorf("later.ply: %s (%s)", r.Status, r.Message)
+	}
+	if _, err := os.Stat(secret); err != nil {
+		t.Errorf("the file outside the watch folders: %v (deleted by on_success: delete?)", err)
+	}
+	if _, err := os.Lstat(secret + ".splat.json"); err == nil {
+		t.Error("a receipt was written in the folder outside")
+	}
+	if n := len(sim.Splats()); n != 2 {
+		t.Errorf("%d splats, want 2 (first.ply and later.ply; not the file outside)", n)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
+	}
+}

@@ -11,6 +11,14 @@
 // Functions take the watch folder (root) and an absolute path under it. An
 // empty root means the path's own folder: a file named on the command line
 // is still opened without following a link at its last component.
+//
+// A watch folder inside another one (SetWatchFolders) is opened through the
+// outermost folder holding it: the names between the two are in the outer
+// folder, and so are untrusted too. A writer of the outer folder who
+// replaces the inner one by a link to elsewhere (mv a a.old; ln -s /etc a)
+// then gets every access to it refused, where opening the inner folder by
+// its path would follow the link. The outermost folder's own path is the
+// operator's: it may be a link, as configured.
 package trustfs
 
 import (
@@ -25,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -113,6 +122,49 @@ func Within(root, path string) (string, bool) {
 	return rel, err == nil && filepath.IsLocal(rel)
 }
 
+// folders are the watch folders, for openRoot to find the folder a nested
+// one lies in.
+var folders atomic.Pointer[[]string]
+
+// SetWatchFolders names the watch folders (absolute paths); the watcher
+// calls it with its roots, at start and when they change.
+func SetWatchFolders(paths []string) {
+	clean := make([]string, len(paths))
+	for i, p := range paths {
+		clean[i] = filepath.Clean(p)
+	}
+	folders.Store(&clean)
+}
+
+// OpenRoot opens the watch folder root as an os.Root: through the outermost
+// watch folder that holds it, if any, so that no link between the two leads
+// out of that folder (an *EscapeError).
+func OpenRoot(root string) (*os.Root, error) {
+	root = filepath.Clean(root)
+	outer := ""
+	if list := folders.Load(); list != nil {
+		for _, f := range *list {
+			if rel, in := Within(f, root); in && rel != "." && (outer == "" || len(f) < len(outer)) {
+				outer = f
+			}
+		}
+	}
+	if outer == "" {
+		return os.OpenRoot(root)
+	}
+	o, err := os.OpenRoot(outer)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	rel, _ := Within(outer, root)
+	r, err := o.OpenRoot(rel)
+	if err != nil {
+		return nil, classify(err, root, outer)
+	}
+	return r, nil
+}
+
 // open opens root (path's own folder when root is "") as an os.Root and
 // returns path relative to it. A path outside root is an *EscapeError.
 func open(root, path string) (*os.Root, string, error) {
@@ -124,7 +176,7 @@ func open(root, path string) (*os.Root, string, error) {
 		_, err := filepath.Rel(root, path)
 		return nil, "", &EscapeError{Path: path, Root: root, Err: err}
 	}
-	r, err := os.OpenRoot(root)
+	r, err := OpenRoot(root)
 	if err != nil {
 		return nil, "", err
 	}
@@ -396,8 +448,11 @@ func Hash(ctx context.Context, f *os.File) (string, error) {
 // or link from root to dir leads out of root, and nothing opened through
 // the result leads out of dir.
 func OpenDir(root, dir string) (*os.Root, error) {
-	if root == "" || filepath.Clean(root) == filepath.Clean(dir) {
+	if root == "" {
 		return os.OpenRoot(dir)
+	}
+	if filepath.Clean(root) == filepath.Clean(dir) {
+		return OpenRoot(dir)
 	}
 	r, rel, err := open(root, dir)
 	if err != nil {

@@ -165,3 +165,71 @@ func TestWithin(t *testing.T) {
 		}
 	}
 }
+
+// TestNestedWatchFolderOpenedThroughTheOuter: a watch folder inside another
+// one is opened through the outer one, so that the outer folder's writer
+// who replaces it by a link to a folder outside gets every access refused;
+// a link that stays inside the outer folder still works, and a folder that
+// lies in no other one is opened by its path, a link or not (the operator's
+// choice).
+func TestNestedWatchFolderOpenedThroughTheOuter(t *testing.T) {
+	// Not parallel: SetWatchFolders is the process's.
+	dir := t.TempDir()
+	outer, outside := filepath.Join(dir, "share"), filepath.Join(dir, "outside")
+	inner := filepath.Join(outer, "client-a")
+	for _, d := range []string{inner, outside, filepath.Join(outer, "other")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(outside, "secret.ply"), filepath.Join(outer, "other", "mine.ply")} {
+		if err := os.WriteFile(f, []byte("ply\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	SetWatchFolders([]string{outer, inner})
+	t.Cleanup(func() { SetWatchFolders(nil) })
+	swap := func(target string) {
+		t.Helper()
+		if err := os.RemoveAll(inner); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, inner); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	swap(outside)
+	var esc *EscapeError
+	if _, _, err := OpenRegular(inner, filepath.Join(inner, "secret.ply")); !errors.As(err, &esc) {
+		t.Errorf("open through a link out of the outer folder: %v, want an EscapeError", err)
+	}
+	if err := WriteAtomic(inner, filepath.Join(inner, "secret.ply.splat.json"), []byte("{}"), 0o644); !errors.As(err, &esc) {
+		t.Errorf("write through a link out of the outer folder: %v, want an EscapeError", err)
+	}
+	if _, err := os.Lstat(filepath.Join(outside, "secret.ply.splat.json")); err == nil {
+		t.Error("a file was written outside")
+	}
+	if r, err := OpenRoot(inner); !errors.As(err, &esc) {
+		if r != nil {
+			r.Close()
+		}
+		t.Errorf("OpenRoot of the swapped folder: %v, want an EscapeError", err)
+	}
+
+	swap("other") // relative: os.Root takes no absolute link
+	if f, _, err := OpenRegular(inner, filepath.Join(inner, "mine.ply")); err != nil {
+		t.Errorf("open through a link inside the outer folder: %v", err)
+	} else {
+		f.Close()
+	}
+
+	// Not a nested folder: its own path may be a link (as configured).
+	SetWatchFolders([]string{inner})
+	swap(outside)
+	if f, _, err := OpenRegular(inner, filepath.Join(inner, "secret.ply")); err != nil {
+		t.Errorf("a watch folder that is itself a link, in no other: %v", err)
+	} else {
+		f.Close()
+	}
+}
