@@ -104,10 +104,10 @@ func printAdopt(c *cli, rep daemon.AdoptReport, asJSON bool) {
 		if a.Job != 0 {
 			job = fmt.Sprintf("job %d, ", a.Job)
 		}
-		fmt.Fprintf(c.stdout, "%s %s (%ssplat %s %s)\n", verb, a.File, job, a.Splat, a.URL)
+		fmt.Fprintf(c.stdout, "%s %s (%ssplat %s %s)\n", verb, daemon.Shown(a.File), job, a.Splat, daemon.Shown(a.URL))
 	}
 	for _, s := range rep.Skipped {
-		fmt.Fprintf(c.stdout, "not adopted %s: %s\n", s.File, s.Why)
+		fmt.Fprintf(c.stdout, "not adopted %s: %s\n", daemon.Shown(s.File), oneLine(s.Why))
 	}
 	fmt.Fprintf(c.stdout, "%s %d file(s) as done; %d already known; %d receipt(s) not evidence\n", verb, len(rep.Adopted), rep.Known, len(rep.Skipped))
 }

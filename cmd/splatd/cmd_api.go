@@ -204,15 +204,15 @@ func cmdValidate(ctx context.Context, c *cli, args []string) int {
 		switch {
 		case errors.Is(err, splatfile.ErrIncomplete):
 			failed++
-			fmt.Fprintf(c.stdout, "%s: incomplete: %s\n", p, oneLine(splatfile.Reason(err)))
+			fmt.Fprintf(c.stdout, "%s: incomplete: %s\n", daemon.Shown(p), oneLine(splatfile.Reason(err)))
 		case errors.As(err, new(*splatfile.InvalidError)):
 			failed++
-			fmt.Fprintf(c.stdout, "%s: invalid: %s\n", p, oneLine(splatfile.Reason(err)))
+			fmt.Fprintf(c.stdout, "%s: invalid: %s\n", daemon.Shown(p), oneLine(splatfile.Reason(err)))
 		case err != nil: // not the content: the file cannot be read
 			failed++
-			fmt.Fprintf(c.stdout, "%s: error: %s\n", p, oneLine(err.Error()))
+			fmt.Fprintf(c.stdout, "%s: error: %s\n", daemon.Shown(p), oneLine(err.Error()))
 		default:
-			fmt.Fprintf(c.stdout, "%s: ok: %s\n", p, describe(info))
+			fmt.Fprintf(c.stdout, "%s: ok: %s\n", daemon.Shown(p), describe(info))
 		}
 	}
 	if failed > 0 {
@@ -262,18 +262,18 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 			where, url, err := prior.find(path)
 			if err != nil {
 				failed++
-				fmt.Fprintf(c.stderr, "%s: failed: %s\n", path, err)
+				fmt.Fprintf(c.stderr, "%s: failed: %s\n", daemon.Shown(path), oneLine(err.Error()))
 				continue
 			}
 			if where != "" {
-				fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", path, url, where)
-				fmt.Fprintf(c.stdout, "%s\t%s\n", path, url)
+				fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", daemon.Shown(path), url, daemon.Shown(where))
+				fmt.Fprintf(c.stdout, "%s\t%s\n", daemon.Shown(path), url)
 				continue
 			}
 		}
 		if err := publishOne(ctx, c, a, path); err != nil {
 			failed++
-			fmt.Fprintf(c.stderr, "%s: failed: %s\n", path, err)
+			fmt.Fprintf(c.stderr, "%s: failed: %s\n", daemon.Shown(path), oneLine(err.Error()))
 		}
 		if ctx.Err() != nil {
 			return exitFailure
@@ -345,7 +345,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 		}
 		return errors.New(a.explain(err))
 	}
-	fmt.Fprintf(c.stdout, "%s\t%s\n", path, sp.URL)
+	fmt.Fprintf(c.stdout, "%s\t%s\n", daemon.Shown(path), sp.URL)
 	return nil
 }
 

@@ -171,7 +171,7 @@ func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTAGE\tATTEMPTS\tAGE\tPROGRESS\tFILE\tRESULT")
 	for _, v := range views {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), progressText(v), v.File, resultText(v))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), progressText(v), daemon.Shown(v.File), resultText(v))
 	}
 	tw.Flush()
 }
@@ -212,6 +212,7 @@ func resultText(v daemon.JobView) string {
 	if v.AfterError != "" {
 		result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))
 	}
+	result = daemon.Shown(result)
 	if len(result) > 100 {
 		result = result[:97] + "..."
 	}

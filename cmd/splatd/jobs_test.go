@@ -151,3 +151,20 @@ func TestCLINits(t *testing.T) {
 		t.Errorf("config -h:\n%s", out)
 	}
 }
+
+// TestJobsTableEscapesNames: a file name (and an error quoting it) with a
+// newline, a control character and an ANSI escape, as a folder writer may
+// choose, reaches the terminal escaped: one line per job, no raw escape.
+func TestJobsTableEscapesNames(t *testing.T) {
+	t.Parallel()
+	name := "/in/nl\nname\x01\x1b[31m.ply"
+	var b strings.Builder
+	printJobs(&b, []daemon.JobView{{ID: 1, File: name, Stage: "failed", Error: name + ": invalid\x1b[2J"}}, time.Now())
+	out := b.String()
+	if strings.ContainsAny(out, "\x01\x1b") || strings.Count(out, "\n") != 2 {
+		t.Errorf("jobs table with a hostile name:\n%q\nwant a header and one line, no control character", out)
+	}
+	if !strings.Contains(out, `/in/nl\nname\x01\x1b[31m.ply`) {
+		t.Errorf("jobs table %q does not show the name escaped", out)
+	}
+}

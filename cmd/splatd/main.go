@@ -359,4 +359,6 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 }
 
 // oneLine folds an error onto one line for tables and summaries.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine is s on one line, safe for a terminal (daemon.Shown): errors quote
+// file names a folder writer chose.
+func oneLine(s string) string { return daemon.Shown(strings.Join(strings.Fields(s), " ")) }

@@ -57,7 +57,7 @@ func DryRun(ctx context.Context, cfg *config.Config, out io.Writer, log zerolog.
 			break
 		}
 		action, why, size := p.judge(ctx, f)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(size), f.Path, strings.Join(strings.Fields(why), " "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(size), Shown(f.Path), Shown(strings.Join(strings.Fields(why), " ")))
 	}
 	tw.Flush()
 	p.summary(out)

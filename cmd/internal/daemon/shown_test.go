@@ -1,0 +1,21 @@
+package daemon
+
+import "testing"
+
+// TestShown: what a folder writer puts in a file name reaches a terminal
+// as escapes, never as a newline, a cursor move or a colour; a name with
+// spaces and accents is left as it is.
+func TestShown(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"/in/scan 1 é.ply":             "/in/scan 1 é.ply",
+		"/in/nl\nname\x01\x1b[31m.ply": `/in/nl\nname\x01\x1b[31m.ply`,
+		"/in/c1-\u009b2J.ply":          `/in/c1-\u009b2J.ply`,
+		"/in/bad-\xff.ply":             `/in/bad-\xff.ply`,
+		"tab\there":                    `tab\there`,
+	} {
+		if got := Shown(in); got != want {
+			t.Errorf("Shown(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
