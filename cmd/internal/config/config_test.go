@@ -179,17 +179,21 @@ func TestDecodeAndValidationProblemsTogether(t *testing.T) {
 // is set; under legacy, nothing.
 func TestProtocolNotes(t *testing.T) {
 	t.Parallel()
-	cfg, err := Parse([]byte("api: {protocol: v1}\npublish: {listed: true, format: compressed.ply, settings: {camera: {fov: 40}}}\n"))
+	cfg, err := Parse([]byte("api: {protocol: v1}\npublish: {listed: true, format: compressed.ply, settings: {camera: {fov: 40}}}\n" +
+		"watch: [{path: /a}, {path: /b, publish: {listed: false, format: sog, settings: {camera: {fov: 10}}}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	notes := strings.Join(cfg.ProtocolNotes(), "\n")
-	for _, key := range []string{"publish.listed", "publish.format", "publish.settings"} {
+	for _, key := range []string{"publish.listed", "publish.format", "publish.settings", "watch[1].publish.listed", "watch[1].publish.format", "watch[1].publish.settings"} {
 		if !strings.Contains(notes, key+": has no effect") {
 			t.Errorf("notes %q do not name %s", notes, key)
 		}
 	}
-	plain, err := Parse([]byte("api: {protocol: v1}\n"))
+	if strings.Contains(notes, "watch[0]") {
+		t.Errorf("notes %q name watch[0], which sets no publish key", notes)
+	}
+	plain, err := Parse([]byte("api: {protocol: v1}\nwatch: [{path: /a, publish: {title: x}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

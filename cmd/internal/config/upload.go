@@ -60,5 +60,17 @@ func (c *Config) ProtocolNotes() []string {
 	if c.Publish.OnUncertain != def.Publish.OnUncertain {
 		notes = append(notes, "publish.on_uncertain: has no effect under api.protocol v1 (a v1 publish has no uncertain outcome)")
 	}
+	for i, w := range c.Watch {
+		key := fmt.Sprintf("watch[%d].publish.", i)
+		if w.Publish.Listed != nil {
+			note(key + "listed")
+		}
+		if w.Publish.Format != nil {
+			note(key + "format")
+		}
+		if w.Publish.Settings != nil {
+			note(key + "settings")
+		}
+	}
 	return notes
 }
