@@ -136,7 +136,7 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 			return
 		}
 		for i := range views {
-			views[i].URL = d.cfg.TrustedViewerURL(views[i].URL)
+			views[i].URL = shownViewerURL(d.cfg, views[i].URL, views[i].Adopted)
 		}
 		writeJSON(w, views)
 	})

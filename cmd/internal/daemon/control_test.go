@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 )
 
@@ -50,6 +51,28 @@ func TestFindJobNamesASOGFolder(t *testing.T) {
 			t.Errorf("FindJob(%s) = job %d %s, %v; want no job", ref, j.ID, j.Path, err)
 		case want != "" && (err != nil || j.Path != want):
 			t.Errorf("FindJob(%s) = %s, %v; want %s", ref, j.Path, err, want)
+		}
+	}
+}
+
+// TestShownViewerURL: the API's own viewer link is shown as it is, even on
+// a host api.viewer_hosts does not name (a deployment whose viewer lives
+// elsewhere lost every link before); a link from a receipt (adopted) only
+// while it points to a viewer host.
+func TestShownViewerURL(t *testing.T) {
+	t.Parallel()
+	cfg := &config.Config{API: config.API{BaseURL: "https://api.example.com", ViewerHosts: []string{"viewer.example.com"}}}
+	for _, tc := range []struct {
+		url     string
+		adopted bool
+		want    string
+	}{
+		{"https://view.example.org/scene/a", false, "https://view.example.org/scene/a"},
+		{"https://view.example.org/scene/a", true, ""},
+		{"https://viewer.example.com/scene/a", true, "https://viewer.example.com/scene/a"},
+	} {
+		if got := shownViewerURL(cfg, tc.url, tc.adopted); got != tc.want {
+			t.Errorf("shownViewerURL(%s, adopted %v) = %q, want %q", tc.url, tc.adopted, got, tc.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/metrics"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
@@ -61,7 +62,7 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 	out := metrics.JobList{Total: len(jobs)}
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
-		view.ViewerURL = v.d.cfg.TrustedViewerURL(view.ViewerURL)
+		view.ViewerURL = shownViewerURL(v.d.cfg, view.ViewerURL, j.Adopted)
 		if p, ok := progress[j.ID]; ok && !j.Stage.Final() {
 			view.Uploading(metrics.Progress{Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()})
 		}
@@ -77,4 +78,17 @@ func (d *Daemon) uploadsInFlight() int64 {
 		n += max(p.Size-p.Sent, 0)
 	}
 	return n
+}
+
+// shownViewerURL is the viewer link the status page and `splatd jobs` show:
+// the API's answer as it is, and a link read from a receipt (an adopted
+// job) only while it points to a viewer host (api.viewer_hosts). Links from
+// receipts were weighed when they were read; this weighs them again against
+// the viewer hosts in force. A link the API gave is the API's, wherever its
+// viewer lives.
+func shownViewerURL(cfg *config.Config, url string, adopted bool) string {
+	if !adopted {
+		return url
+	}
+	return cfg.TrustedViewerURL(url)
 }
