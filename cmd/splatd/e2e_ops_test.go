@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,5 +189,27 @@ func TestE2EUnremovableSourceUnderMove(t *testing.T) {
 	}
 	if code := d.stop(); code != 0 {
 		t.Fatalf("splatd exited %d", code)
+	}
+}
+
+// TestE2EMaxServerWaitCapsThePacer: a 429 asking for an hour (Retry-After:
+// 3600) holds the route's class for no longer than api.max_server_wait, in
+// the pacer as in the retry rule. The pacer capped it at its own two
+// minutes, whatever the config said.
+func TestE2EMaxServerWaitCapsThePacer(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	sim.SetFaults(apisim.Faults{Errors: map[string]int{apisim.RoutePublish: 1}, ErrorStatus: http.StatusTooManyRequests, ErrorRetryAfter: "3600"})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	writeConfig(t, e.cfgPath, strings.Replace(readFile(t, e.cfgPath), "  timeout: 30s\n", "  timeout: 30s\n  max_server_wait: 2s\n", 1))
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	f := filepath.Join(e.inbox, "held.ply")
+	writePLY(t, f, 1100)
+	if r := waitReceipt(t, f, "done", "failed"); r.Status != "done" {
+		t.Errorf("held.ply: %s (%s)", r.Status, r.Message)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
 	}
 }

@@ -126,6 +126,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	// drawing a 429 (the lock on the state file makes it this daemon's).
 	d.pacer = pace.New(pace.Options{
 		StateFile: filepath.Join(cfg.StateDir, pacerStateFile),
+		MaxWait:   cfg.API.MaxServerWait.D(), // a Reset or Retry-After beyond it is capped, as the retry rule caps it
 		Observer:  d.m,
 		Logger:    log.With().Str("component", "pacer").Logger(),
 	})
@@ -543,6 +544,9 @@ func NewClient(cfg *config.Config, version string, token *api.Token, pacer api.P
 	roots, err := cfg.RootCAs()
 	if err != nil {
 		return nil, err
+	}
+	if pacer == nil { // a one-shot's: in memory, with the daemon's cap
+		pacer = pace.New(pace.Options{MaxWait: cfg.API.MaxServerWait.D(), Observer: obs, Logger: log})
 	}
 	return api.NewClient(api.ClientOptions{
 		BaseURL:     cfg.API.BaseURL,
