@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +11,8 @@ import (
 
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 )
 
 // TestFindJobNamesASOGFolder: an unbundled SOG folder's job is its
@@ -74,5 +78,27 @@ func TestShownViewerURL(t *testing.T) {
 		if got := shownViewerURL(cfg, tc.url, tc.adopted); got != tc.want {
 			t.Errorf("shownViewerURL(%s, adopted %v) = %q, want %q", tc.url, tc.adopted, got, tc.want)
 		}
+	}
+}
+
+// TestPeerReceiptFollowsReload: whether a fleet daemon waits for a peer's
+// receipt follows after.receipt as reloaded: off, it replays complete at
+// once (errNoReceipts); on again, it looks for the receipt.
+func TestPeerReceiptFollowsReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a.ply")
+	if err := os.WriteFile(file, []byte("ply\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := state.Job{Path: file, Root: dir, SHA256: strings.Repeat("0", 64), Size: 4}
+	d := &Daemon{}
+	d.live.Store(&config.Config{After: config.After{Receipt: false}})
+	if _, err := d.peerReceipt(j); !errors.Is(err, errNoReceipts) {
+		t.Errorf("receipts off: %v, want errNoReceipts", err)
+	}
+	d.live.Store(&config.Config{After: config.After{Receipt: true}})
+	if _, err := d.peerReceipt(j); !errors.Is(err, uploader.ErrNoPeerReceipt) {
+		t.Errorf("receipts on, none yet: %v, want ErrNoPeerReceipt", err)
 	}
 }

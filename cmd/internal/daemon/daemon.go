@@ -197,7 +197,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		IncompleteTimeout: cfg.IncompleteWait(),
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
-		PeerReceipt:       peerReceipt(cfg),
+		PeerReceipt:       d.peerReceipt,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.o.OnTransition != nil {

@@ -265,6 +265,19 @@ func (d *Daemon) settingsChanged(path string) {
 	}()
 }
 
+// errNoReceipts: after.receipt is off in the config in force, so no peer's
+// receipt is looked for; the pool replays complete at once.
+var errNoReceipts = errors.New("receipts are off (after.receipt: false): no peer's receipt to wait for")
+
+// peerReceipt is PoolOptions.PeerReceipt on the config in force (a reload
+// may turn receipts on or off).
+func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
+	if f := peerReceipt(d.config()); f != nil {
+		return f(j)
+	}
+	return uploader.PeerOutcome{}, errNoReceipts
+}
+
 // peerReceipt is the pool's PeerReceipt: the outcome a fleet peer's
 // receipt gives for j's content (after.PeerEvidence), ErrNoPeerReceipt
 // while there is none that proves it, the stat error when the file is gone
