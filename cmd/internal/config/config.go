@@ -361,6 +361,7 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
 				fields[name] = i
 			}
 		}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key, val := n.Content[i], n.Content[i+1]
 			child := joinPath(path, key.Value)
@@ -369,6 +370,13 @@ func decodeStrict(n *yaml.Node, v reflect.Value, path string, errs *Errors) {
 				*errs = append(*errs, fmt.Sprintf("%s: unknown key (line %d)", child, key.Line))
 				continue
 			}
+			// A key given twice (a block appended to a file that had it)
+			// would have the second replace or merge into the first.
+			if first, dup := seen[key.Value]; dup {
+				*errs = append(*errs, fmt.Sprintf("%s: given twice (lines %d and %d); keep one", child, first, key.Line))
+				continue
+			}
+			seen[key.Value] = key.Line
 			decodeStrict(val, v.Field(idx), child, errs)
 		}
 		return
