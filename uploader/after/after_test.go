@@ -242,3 +242,37 @@ func TestRunnersChooseTheJobsRoot(t *testing.T) {
 		t.Errorf("Receipt = %+v", r)
 	}
 }
+
+// TestRemoveOwnReceipt: only the receipt a job wrote for its content goes;
+// one of another job, of other content, or none at all stays as it is.
+func TestRemoveOwnReceipt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a.ply")
+	sha := strings.Repeat("a", 64)
+	write := func(job uint64, sum string) {
+		t.Helper()
+		if err := WriteReceipt(ReceiptPath(file), Receipt{File: file, SHA256: sum, Status: "done", Job: job}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := RemoveOwnReceipt(dir, file, 7, sha); ok || err != nil {
+		t.Errorf("no receipt: %v, %v; want false, nil", ok, err)
+	}
+	for _, other := range []struct {
+		job uint64
+		sum string
+	}{{8, sha}, {7, strings.Repeat("b", 64)}} {
+		write(other.job, other.sum)
+		if ok, err := RemoveOwnReceipt(dir, file, 7, sha); ok || err != nil {
+			t.Errorf("receipt of job %d, sha %.8s: removed %v, %v; want it kept", other.job, other.sum, ok, err)
+		}
+	}
+	write(7, sha)
+	if ok, err := RemoveOwnReceipt(dir, file, 7, sha); !ok || err != nil {
+		t.Errorf("the job's own receipt: %v, %v; want removed", ok, err)
+	}
+	if _, err := os.Lstat(ReceiptPath(file)); !os.IsNotExist(err) {
+		t.Errorf("the receipt is still there: %v", err)
+	}
+}

@@ -184,3 +184,25 @@ func checkFolderIn(root, file string, fi fs.FileInfo, ev Evidence, svc Service) 
 	ev.Done, ev.SHA256, ev.Size, ev.ModTime = true, sum, fi.Size(), fi.ModTime()
 	return ev, nil
 }
+
+// RemoveOwnReceipt removes the receipt beside file (through its watch
+// folder root) when it is job's own for this content: written for job, of
+// sha256. `splatd forget` uses it, so that the forgotten file is found
+// again as new and published again, not adopted back from the receipt the
+// job left. Any other receipt (a peer's, an older job's, a writer's) stays.
+func RemoveOwnReceipt(root, file string, job uint64, sha256 string) (bool, error) {
+	r, err := readReceiptIn(root, file)
+	if errors.Is(err, ErrNoReceipt) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if r.Job != job || r.SHA256 != sha256 || job == 0 {
+		return false, nil
+	}
+	if err := trustfs.RemoveIf(root, ReceiptPath(file), trustfs.ID{}); err != nil {
+		return false, err
+	}
+	return true, nil
+}

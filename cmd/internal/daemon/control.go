@@ -11,6 +11,7 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -53,10 +54,21 @@ var ControlOps = map[string]ControlOp{
 		},
 	},
 	"forget": {
-		name:  "forget",
-		apply: func(st *queue.Store, j state.Job) (state.Job, error) { return st.Forget(j.ID) },
+		name: "forget",
+		apply: func(st *queue.Store, j state.Job) (state.Job, error) {
+			j, err := st.Forget(j.ID)
+			if err != nil {
+				return j, err
+			}
+			// The receipt the job left beside the file would have it
+			// adopted back at once (published, same content).
+			if _, err := after.RemoveOwnReceipt(j.Root, j.Path, j.ID, j.SHA256); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return j, fmt.Errorf("job %d forgotten, but its receipt stays (the file will be adopted back from it): %w", j.ID, err)
+			}
+			return j, nil
+		},
 		done: func(j state.Job) string {
-			return fmt.Sprintf("job %d forgotten: %s is found again as a new file, and its content may be published again", j.ID, j.Path)
+			return fmt.Sprintf("job %d forgotten (with the receipt it left): %s is found again as a new file, and its content may be published again", j.ID, Shown(j.Path))
 		},
 	},
 }
