@@ -54,6 +54,12 @@ func cmdDemo(ctx context.Context, c *cli, args []string) int {
 			defer os.RemoveAll(d)
 		}
 	}
+	// The demo shows samples published once: on an earlier run's state they
+	// would be known already, and the simulator (a new one) would see none.
+	if _, err := os.Stat(filepath.Join(*dir, "state")); err == nil {
+		fmt.Fprintf(c.stderr, "demo: %s holds an earlier demo's state; remove the folder or choose another -dir\n", *dir)
+		return exitFailure
+	}
 	dm, err := newDemo(c, *dir, *protocol)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "demo: %v\n", err)

@@ -1164,9 +1164,15 @@ func TestE2ESidecarsAndAfterActions(t *testing.T) {
 // three samples, rejects the invalid one with its reason and exits 0.
 func TestE2EDemo(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runCLI(t, nil, "demo", "-dir", t.TempDir())
+	dir := t.TempDir()
+	code, out, errOut := runCLI(t, nil, "demo", "-dir", dir)
 	if code != 0 {
 		t.Fatalf("splatd demo exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	// Again in the same folder: the samples are known there, so the demo
+	// refuses instead of passing with nothing published.
+	if code, out2, errOut := runCLI(t, nil, "demo", "-dir", dir); code == 0 || !strings.Contains(errOut, "earlier demo") {
+		t.Errorf("a second demo in %s: exit %d, stdout %q, stderr %q; want a refusal naming the earlier demo", dir, code, out2, errOut)
 	}
 	for _, want := range []string{"lobby.ply", "statue.compressed.ply", "garden.sog", "processing → done", "/view?id=",
 		"broken.ply               queued     → failed      invalid file:", "demo passed", "0 storage requests with an Authorization header"} {
