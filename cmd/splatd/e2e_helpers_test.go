@@ -564,6 +564,7 @@ type e2eJob struct {
 	URL      string `json:"url"`
 	Error    string `json:"error"`
 	Adopted  bool   `json:"adopted"`
+	AfterErr string `json:"after_error"`
 }
 
 // adminJobs asks the daemon's admin socket directly (no process spawn), for

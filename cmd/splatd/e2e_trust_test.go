@@ -3,6 +3,7 @@
 package main
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,48 @@ func TestE2ENestedWatchFolderSwappedForALink(t *testing.T) {
 	}
 	if n := len(sim.Splats()); n != 2 {
 		t.Errorf("%d splats, want 2 (first.ply and later.ply; not the file outside)", n)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
+	}
+}
+
+// TestE2ELongestNames: a file whose name is as long as the file system
+// allows (255 bytes) has no room for a sidecar or a receipt name. It is
+// published: the sidecar it cannot have is absent (it failed with "file
+// name too long"), and the receipt is left out with a warning instead of
+// being retried for ever (the after-action kept /readyz degraded).
+func TestE2ELongestNames(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	d := startDaemon(t, e.cfgPath)
+	addr := d.waitStarted()
+	long := filepath.Join(e.inbox, strings.Repeat("L", 251)+".ply")
+	writePLY(t, long, 1100)
+	var job e2eJob
+	waitFor(t, "the long name's job to end", func() bool {
+		jobs, _ := adminJobs(t, e.stateDir)
+		for _, j := range jobs {
+			if j.File == long && (j.Stage == "done" || j.Stage == "failed") {
+				job = j
+				return true
+			}
+		}
+		return false
+	})
+	if job.Stage != "done" {
+		t.Fatalf("the longest name: %s (%s), want done", job.Stage, job.Error)
+	}
+	waitFor(t, "the warning that its receipt is not written", func() bool { return strings.Contains(d.log(), "receipt not written") })
+	jobs, _ := adminJobs(t, e.stateDir)
+	for _, j := range jobs {
+		if j.AfterErr != "" {
+			t.Errorf("job %d: after-action failing (%s), want it finished without a receipt", j.ID, j.AfterErr)
+		}
+	}
+	if code, body := httpGet(t, "http://"+addr+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz %d %q, want 200", code, body)
 	}
 	if code := d.stop(); code != 0 {
 		t.Errorf("splatd exited %d", code)

@@ -166,9 +166,10 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		// record that it was published and may be gone.
 		err := writeReceiptIn(fileRoot, ReceiptPath(file), rec)
 		switch {
-		case errors.As(err, new(*trustfs.EscapeError)):
-			// The file's folder is now a link out of the watch folder: no
-			// receipt is written there, and no retry would make it safe.
+		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
+			// The file's folder is now a link out of the watch folder, or
+			// the file's name leaves no room for ".splat.json": no receipt
+			// is written, and no retry would help.
 			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
 		case err != nil:
 			if actErr == nil {

@@ -183,9 +183,28 @@ func open(root, path string) (*os.Root, string, error) {
 	return r, rel, nil
 }
 
+// NameTooLongError is a name longer than the file system allows
+// (ENAMETOOLONG): no such file can exist, so a lookup takes it as absent
+// (errors.Is fs.ErrNotExist), and a write of it can never succeed.
+type NameTooLongError struct{ Path string }
+
+func (e *NameTooLongError) Error() string {
+	return fmt.Sprintf("%s: name longer than the file system allows", e.Path)
+}
+
+// Is makes a lookup of such a name find nothing, as it would any other
+// missing file.
+func (e *NameTooLongError) Is(target error) bool { return target == fs.ErrNotExist }
+
+// Invalid: retrying cannot help.
+func (e *NameTooLongError) Invalid() bool { return true }
+
 // classify turns an os.Root error into an *EscapeError when it says the
-// path escapes the root.
+// path escapes the root, and into a *NameTooLongError for ENAMETOOLONG.
 func classify(err error, path, root string) error {
+	if errors.Is(err, syscall.ENAMETOOLONG) {
+		return &NameTooLongError{Path: path}
+	}
 	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
 		if root == "" {
 			root = filepath.Dir(path)
@@ -321,11 +340,13 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 		return err
 	}
 	defer r.Close()
-	dir, base := filepath.Split(rel)
+	dir, _ := filepath.Split(rel)
 	var tmp string
 	var f *os.File
 	for i := 0; ; i++ {
-		tmp = filepath.Join(dir, fmt.Sprintf(".%s.tmp-%016x", base, rand.Uint64()))
+		// Not derived from base: a name near the file system's limit
+		// must not fail for the temporary name alone.
+		tmp = filepath.Join(dir, fmt.Sprintf(".splatd-tmp-%016x", rand.Uint64()))
 		f, err = r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err == nil {
 			break
