@@ -56,7 +56,11 @@ func (s *Store) Cancel(id uint64) (state.Job, error) {
 		}
 		j.Uncertain, j.Finalized = false, false
 		j.LastError, j.LastStatus, j.FailReason = "", 0, ""
-		j.TaskMessage = "canceled by an operator (splatd cancel) at stage " + string(old.Stage)
+		at := string(old.Stage)
+		if old.Stage == state.Signed {
+			at += " (uploading, as splatd jobs shows it)" // a signed job's bytes go out in that stage
+		}
+		j.TaskMessage = "canceled by an operator (splatd cancel) at stage " + at
 		j.Upload = state.Upload{} // a signed URL is a secret with no further use
 		j.NextAttempt = now
 		out = j
