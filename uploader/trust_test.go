@@ -172,3 +172,35 @@ func TestTrustFIFOAndFolderFail(t *testing.T) {
 }
 
 func mkfifo(path string) error { return syscall.Mkfifo(path, 0o644) }
+
+// TestTrustDeepSettingsFailJob: a sidecar whose settings nest 9998 levels
+// fails its own job, naming the sidecar and the problem; the other file
+// publishes and the queue stays readable. On main the job was stored with
+// those settings and the store could not read it back: every claim, list
+// and stats failed from then on.
+func TestTrustDeepSettingsFailJob(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	deep := e.writePLY("d.ply", 10)
+	ok := e.writePLY("ok.ply", 11)
+	n := 9998
+	if err := os.WriteFile(filepath.Join(e.files, "d.splat.yaml"), []byte("settings:\n  a: "+strings.Repeat("[", n)+strings.Repeat("]", n)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(deep, ok)
+	if err := e.run(e.options(2)); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range e.jobs() {
+		switch j.Path {
+		case deep:
+			if j.Stage != state.Failed || !strings.Contains(j.FailReason+j.LastError, "d.splat.yaml: settings: nested more than 32 levels deep") {
+				t.Errorf("d.ply: stage %s, reason %q; want failed naming the sidecar and its depth", j.Stage, j.FailReason+j.LastError)
+			}
+		case ok:
+			if j.Stage != state.Done {
+				t.Errorf("ok.ply: stage %s (%s), want done", j.Stage, j.LastError)
+			}
+		}
+	}
+}

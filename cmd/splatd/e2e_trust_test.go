@@ -170,3 +170,38 @@ func TestE2ELongestNames(t *testing.T) {
 		t.Errorf("splatd exited %d", code)
 	}
 }
+
+// TestE2EDeepSidecarSettings is the reviewer's reproduction: a sidecar
+// d.splat.yaml whose settings nest 9998 levels (YAML takes 10000) beside
+// d.ply. On main the job was stored with them and could not be read back:
+// every claim, `splatd jobs` and stats failed from then on, and the
+// watchdog killed the daemon at every start. Now d.ply fails saying why,
+// the other file publishes, `splatd jobs` answers and SIGTERM stops it.
+func TestE2EDeepSidecarSettings(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{workers: 2})
+	deep := filepath.Join(e.inbox, "d.ply")
+	ok := filepath.Join(e.inbox, "ok.ply")
+	n := 9998
+	if err := os.WriteFile(filepath.Join(e.inbox, "d.splat.yaml"), []byte("settings:\n  a: "+strings.Repeat("[", n)+strings.Repeat("]", n)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writePLY(t, deep, 1000)
+	writePLY(t, ok, 1001)
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+
+	if rc := waitReceipt(t, deep, "done", "failed", "duplicate"); rc.Status != "failed" || !strings.Contains(rc.Message, "d.splat.yaml: settings: nested more than 32 levels deep") {
+		t.Errorf("d.ply: %s (%s), want failed naming the sidecar and its depth", rc.Status, rc.Message)
+	}
+	if rc := waitReceipt(t, ok, "done", "failed", "duplicate"); rc.Status != "done" {
+		t.Errorf("ok.ply: %s (%s), want done", rc.Status, rc.Message)
+	}
+	if code, out, errOut := runCLI(t, nil, "jobs", "-config", e.cfgPath); code != 0 || !strings.Contains(out, "nested more than 32 levels") {
+		t.Errorf("jobs: exit %d, stdout:\n%s\nstderr %q", code, out, errOut)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d after SIGTERM, want 0", code)
+	}
+}

@@ -13,13 +13,16 @@ import (
 )
 
 // FuzzSidecar feeds arbitrary bytes to the sidecar reader through Resolve:
-// it never panics, never accepts more than trustfs.SmallMax bytes, and a
-// title or description it accepts is within the service's limits.
+// it never panics, never accepts more than trustfs.SmallMax bytes, a
+// title or description it accepts is within the service's limits, and
+// what it accepts is stored in a job record that reads back.
 func FuzzSidecar(f *testing.F) {
 	f.Add([]byte("title: Scan\ndescription: a room\nlisted: true\nformat: sog\nsettings: {camera: {fov: 60}}\n"))
 	f.Add([]byte("title: ''\n"))
 	f.Add([]byte("- a\n- b\n"))
 	f.Add([]byte("settings: &a [*a]\n"))
+	f.Add([]byte("settings:\n  a: " + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + "\n"))
+	f.Add([]byte("settings: {a: {1: b}, c: .nan}\n"))
 	f.Add([]byte("title: " + strings.Repeat("é", 200) + "\n"))
 	f.Add([]byte("\x00\xff{{"))
 	root := f.TempDir()
@@ -95,5 +98,12 @@ func checkLimits(t *testing.T, p state.PublishParams) {
 	}
 	if n := utf8.RuneCountInString(p.Description); n > MaxDescription {
 		t.Fatalf("description of %d characters", n)
+	}
+	b, err := state.Job{ID: 1, Stage: state.Ready, Params: p}.Marshal()
+	if err != nil {
+		t.Fatalf("parameters the job record cannot hold: %v", err)
+	}
+	if _, err := state.Unmarshal(b); err != nil {
+		t.Fatalf("a job record that does not read back: %v", err)
 	}
 }

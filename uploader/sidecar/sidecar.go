@@ -193,6 +193,15 @@ func read(root, path, name string) (Overrides, error) {
 		}
 		if err := v.Decode(target); err != nil {
 			bad(k.Value, v.Line, "want %s", map[string]string{"title": "text", "description": "text", "listed": "true or false", "format": "sog or compressed.ply", "settings": "a mapping", "encode": "sog or off"}[k.Value])
+			continue
+		}
+		// Settings are stored with the job: what the job record could not
+		// hold (or read back) fails this file here, not the queue later.
+		if k.Value == "settings" {
+			if err := CheckSettings(sc.Settings); err != nil {
+				bad(k.Value, v.Line, "%v", err)
+				sc.Settings = nil
+			}
 		}
 	}
 	if sc.Format != nil && *sc.Format != "sog" && *sc.Format != "compressed.ply" {

@@ -616,6 +616,9 @@ func (c *Config) validatePublish() Errors {
 	if !sidecar.ValidEncode(c.Publish.Encode) {
 		errs.add("publish.encode", "must be sog or off (got %q)", c.Publish.Encode)
 	}
+	if err := sidecar.CheckSettings(c.Publish.Settings); err != nil {
+		errs.add("publish.settings", "%v", err)
+	}
 	return errs
 }
 

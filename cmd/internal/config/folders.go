@@ -186,6 +186,9 @@ func (c *Config) validateFolders() Errors {
 		if p.Encode != nil && !sidecar.ValidEncode(*p.Encode) {
 			bad(key+".publish.encode", "must be sog or off (got %q)", *p.Encode)
 		}
+		if err := sidecar.CheckSettings(p.Settings); err != nil {
+			bad(key+".publish.settings", "%v", err)
+		}
 
 		a := &w.After
 		if a.OnSuccess != nil && *a.OnSuccess != "keep" && *a.OnSuccess != "delete" && *a.OnSuccess != "move" {

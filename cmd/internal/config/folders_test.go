@@ -19,6 +19,7 @@ func TestFolderConfigProblems(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"folder format", "publish: {format: ply}", "watch[1].publish.format: must be sog or compressed.ply"},
 		{"folder encode", "publish: {encode: webp}", "watch[1].publish.encode: must be sog or off"},
+		{"folder settings too deep", "publish: {settings: {a: " + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "}}", "watch[1].publish.settings: nested more than 32 levels deep"},
 		{"folder title field", "publish: {title: \"{{.Stemm}}\"}", "watch[1].publish.title: template: title:1:2: executing"},
 		{"folder title syntax", "publish: {title: \"{{.Stem\"}", "watch[1].publish.title: bad template"},
 		{"folder unknown publish key", "publish: {on_uncertain: hold}", "watch[1].publish.on_uncertain: unknown key"},

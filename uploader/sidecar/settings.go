@@ -1,0 +1,68 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// MaxSettingsDepth is how deep publish settings may nest mappings and
+// lists, the settings' own mapping counting as level 1. Settings are stored
+// in the job record (JSON, a few levels below its top), and Go's JSON
+// decoder refuses input nested more than 10000 levels while YAML accepts
+// as many: a sidecar nested 9998 levels deep made a job the store wrote
+// and could never read back. Real viewer settings nest a handful of levels
+// (the defaults three: settings, camera, position; an animation track six);
+// 32 leaves them ample room and keeps every job record far from any
+// decoder's limit.
+const MaxSettingsDepth = 32
+
+var errTooDeep = fmt.Errorf("nested more than %d levels deep", MaxSettingsDepth)
+
+// CheckSettings says what keeps settings from being stored with a job:
+// nesting deeper than MaxSettingsDepth, a key that is not text (YAML's
+// `{1: x}` below the top), or a value JSON cannot hold (.inf, .nan). nil
+// when nothing. Everything a sidecar or the config gives as settings is
+// checked with it before a job stores it.
+func CheckSettings(m map[string]any) error {
+	if m == nil {
+		return nil
+	}
+	if err := checkValue(m, 1); err != nil {
+		return err
+	}
+	if _, err := json.Marshal(m); err != nil {
+		return fmt.Errorf("cannot be stored as JSON: %v", err)
+	}
+	return nil
+}
+
+// checkValue walks v, a value at nesting level depth, and stops at the
+// first mapping or list past the bound: the walk never goes deeper than
+// MaxSettingsDepth+1 levels, however deep v is.
+func checkValue(v any, depth int) error {
+	switch v := v.(type) {
+	case map[string]any:
+		if depth > MaxSettingsDepth {
+			return errTooDeep
+		}
+		for _, c := range v {
+			if err := checkValue(c, depth+1); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if depth > MaxSettingsDepth {
+			return errTooDeep
+		}
+		for _, c := range v {
+			if err := checkValue(c, depth+1); err != nil {
+				return err
+			}
+		}
+	case map[any]any:
+		for k := range v {
+			return fmt.Errorf("keys must be text (got %v)", k)
+		}
+	}
+	return nil
+}
