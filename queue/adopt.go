@@ -74,7 +74,7 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 			return state.Job{}, nil // known as it is
 		}
 		old, err := getJob(tx, pe.Job)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, ErrNotFound) && !s.skip(err) {
 			return state.Job{}, err
 		}
 		if err == nil && !old.Stage.Final() {
@@ -114,7 +114,7 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 	if ok && !he.Pruned {
 		owner, err := getJob(tx, he.Job)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrNotFound) || s.skip(err):
 			take = true
 		case err != nil:
 			return state.Job{}, err

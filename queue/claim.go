@@ -44,6 +44,9 @@ func (s *Store) Claim(now time.Time) (job state.Job, ok bool, err error) {
 				continue
 			}
 			j, err := getJob(tx, id)
+			if s.skip(err) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -88,7 +91,7 @@ func (s *Store) NextDue() (at time.Time, ok bool) {
 		c := tx.Bucket(bucketDue).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			t, id := splitTimeKey(k)
-			if _, held := s.claimed[id]; !held {
+			if _, held := s.claimed[id]; !held && !s.isUnreadable(id) {
 				at, ok = t, true
 				return nil
 			}
@@ -121,6 +124,12 @@ func (s *Store) Commit(j state.Job, from state.Stage) (state.Job, error) {
 	var finished bool
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		stored, err := getJob(tx, j.ID)
+		if errors.Is(err, ErrUnreadable) {
+			// The worker's job is dropped as if an operator had changed it:
+			// retrying this commit cannot help.
+			s.skip(err)
+			return fmt.Errorf("commit job %d: %w: %w", j.ID, ErrConflict, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -180,11 +189,12 @@ func (s *Store) dedupe(tx *bolt.Tx, j state.Job, from state.Stage, now time.Time
 	if found && he.Job != j.ID {
 		owner, err := getJob(tx, he.Job)
 		switch {
-		case errors.Is(err, ErrNotFound) || he.Pruned:
+		case errors.Is(err, ErrNotFound) || he.Pruned || s.skip(err):
 			if he.Pruned {
 				return duplicate(j, state.Job{ID: he.Job, SplatID: he.SplatID, SplatHash: he.Hash, ViewerURL: he.URL}, now), nil
 			}
-			// A dangling entry (pruned failed owner): take it over.
+			// A dangling entry (pruned failed owner, or an owner whose
+			// record cannot be read): take it over.
 		case err != nil:
 			return j, err
 		case owner.SHA256 != j.SHA256 || owner.Stage == state.Failed || owner.Stage == state.Canceled:
@@ -246,6 +256,9 @@ func (s *Store) Prune() (int, error) {
 		for _, k := range victims {
 			_, id := splitTimeKey(k)
 			j, err := getJob(tx, id)
+			if s.skip(err) {
+				continue // kept until an operator forgets it
+			}
 			if err != nil {
 				return err
 			}

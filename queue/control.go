@@ -119,6 +119,11 @@ func (s *Store) Forget(id uint64) (state.Job, error) {
 	var out state.Job
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		j, err := getJob(tx, id)
+		if errors.Is(err, ErrUnreadable) {
+			// No worker holds it (Claim skips it): forgotten at any stage.
+			out, err = forgetUnreadable(tx, id)
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -151,5 +156,10 @@ func (s *Store) Forget(id uint64) (state.Job, error) {
 		}
 		return shas.Delete([]byte(j.SHA256))
 	})
+	if err == nil {
+		s.badMu.Lock()
+		delete(s.unreadable, id)
+		s.badMu.Unlock()
+	}
 	return out, err
 }

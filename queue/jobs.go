@@ -73,7 +73,7 @@ func (s *Store) enqueue(tx *bolt.Tx, c Candidate, now time.Time) (bool, error) {
 		if err == nil && !old.Stage.Final() && !old.Stage.Published() {
 			return false, nil
 		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, ErrNotFound) && !s.skip(err) {
 			return false, err
 		}
 	}
@@ -134,8 +134,10 @@ func (s *Store) List(f Filter) ([]state.Job, error) {
 		if len(f.Stages) == 0 {
 			c := tx.Bucket(bucketJobs).Cursor()
 			for k, v := c.First(); k != nil && (f.Limit <= 0 || len(out) < f.Limit); k, v = c.Next() {
-				j, err := state.Unmarshal(v)
-				if err != nil {
+				j, err := decodeJob(idOf(k), v)
+				if s.skip(err) {
+					j = unreadableJob(tx, err)
+				} else if err != nil {
 					return err
 				}
 				out = append(out, j)
@@ -160,7 +162,9 @@ func (s *Store) List(f Filter) ([]state.Job, error) {
 				break
 			}
 			j, err := getJob(tx, id)
-			if err != nil {
+			if s.skip(err) {
+				j = unreadableJob(tx, err)
+			} else if err != nil {
 				return err
 			}
 			out = append(out, j)
@@ -200,18 +204,21 @@ func (s *Store) Stats() (Stats, error) {
 			if stg.Finished() || n == 0 {
 				continue
 			}
-			// Ids grow with enqueue time, so the first id of each stage is
-			// its oldest job.
-			k, _ := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor().First()
-			if k == nil {
-				continue
-			}
-			j, err := getJob(tx, binary.BigEndian.Uint64(k))
-			if err != nil {
-				return err
-			}
-			if st.OldestUnfinished.IsZero() || j.CreatedAt.Before(st.OldestUnfinished) {
-				st.OldestUnfinished = j.CreatedAt
+			// Ids grow with enqueue time, so the first readable id of each
+			// stage is its oldest job.
+			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				j, err := getJob(tx, binary.BigEndian.Uint64(k))
+				if s.skip(err) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				if st.OldestUnfinished.IsZero() || j.CreatedAt.Before(st.OldestUnfinished) {
+					st.OldestUnfinished = j.CreatedAt
+				}
+				break
 			}
 		}
 		return nil
@@ -248,6 +255,9 @@ func (s *Store) RetryFailed() (int, error) {
 		now := s.o.Now()
 		for _, id := range stageIDs(tx, state.Failed) {
 			j, err := getJob(tx, id)
+			if s.skip(err) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -391,6 +401,9 @@ func (s *Store) Unfinalized() ([]state.Job, error) {
 			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				j, err := getJob(tx, binary.BigEndian.Uint64(k))
+				if s.skip(err) {
+					continue
+				}
 				if err != nil {
 					return err
 				}

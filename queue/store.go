@@ -167,6 +167,12 @@ type Store struct {
 	mu       sync.Mutex
 	claimed  map[uint64]struct{}
 	finished int // jobs finished since the last retention pass
+
+	// unreadable holds the ids of the job records found undecodable
+	// (unreadable.go), each reported once; badMu guards it and is never
+	// held while another lock is taken.
+	badMu      sync.Mutex
+	unreadable map[uint64]struct{}
 }
 
 // Open opens (creating if needed) the store in directory dir, lays out the
@@ -202,7 +208,7 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s := &Store{db: db, dir: dir, o: o, log: o.Logger,
-		claimed: make(map[uint64]struct{})}
+		claimed: make(map[uint64]struct{}), unreadable: make(map[uint64]struct{})}
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -251,6 +257,9 @@ func (s *Store) init() error {
 		now := s.o.Now()
 		for _, id := range stageIDs(tx, state.Publishing) {
 			j, err := getJob(tx, id)
+			if s.skip(err) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -359,7 +368,7 @@ func getJob(tx *bolt.Tx, id uint64) (state.Job, error) {
 		return state.Job{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
 	}
 	// Unmarshal copies out of the mmap: the job stays valid after the txn.
-	return state.Unmarshal(v)
+	return decodeJob(id, v)
 }
 
 func putJob(tx *bolt.Tx, j state.Job) error {

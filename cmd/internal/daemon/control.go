@@ -68,7 +68,10 @@ var ControlOps = map[string]ControlOp{
 			return j, nil
 		},
 		done: func(j state.Job) string {
-			return fmt.Sprintf("job %d forgotten (with the receipt it left): %s is found again as a new file, and its content may be published again", j.ID, Shown(j.Path))
+			if j.Path == "" {
+				return fmt.Sprintf("job %d forgotten", j.ID)
+			}
+			return fmt.Sprintf("job %d forgotten: %s is found again as a new file (the receipt the job left beside it is removed), and its content may be published again", j.ID, Shown(j.Path))
 		},
 	},
 }
@@ -102,9 +105,14 @@ func FindJob(st *queue.Store, ref string) (state.Job, error) {
 	return j, err
 }
 
-// Control applies op to the job ref names.
+// Control applies op to the job ref names. A job whose stored record
+// cannot be read can only be forgotten: forget is what its error advises.
 func Control(st *queue.Store, op ControlOp, ref string) (state.Job, error) {
 	j, err := FindJob(st, ref)
+	var ue *queue.UnreadableError
+	if op.name == "forget" && errors.As(err, &ue) {
+		j, err = state.Job{ID: ue.ID}, nil
+	}
 	if err != nil {
 		return j, err
 	}
@@ -143,7 +151,9 @@ func (d *Daemon) adminControl(w http.ResponseWriter, r *http.Request) {
 		d.pool.Wake()
 	case "forget":
 		log.Msg("job forgotten by an operator")
-		d.watch.Rediscover(j.Path)
+		if j.Path != "" { // a record that could not be read may name none
+			d.watch.Rediscover(j.Path)
+		}
 	}
 	writeJSON(w, j)
 }

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
@@ -100,5 +103,60 @@ func TestPeerReceiptFollowsReload(t *testing.T) {
 	d.live.Store(&config.Config{After: config.After{Receipt: true}})
 	if _, err := d.peerReceipt(j); !errors.Is(err, uploader.ErrNoPeerReceipt) {
 		t.Errorf("receipts on, none yet: %v, want ErrNoPeerReceipt", err)
+	}
+}
+
+// TestForgetUnreadableRecord: `splatd forget` removes a job whose stored
+// record cannot be read (here nested past the JSON decoder's depth, as a
+// sidecar's settings once made it), by id or by its file's path; the other
+// controls say that forget is the way.
+func TestForgetUnreadableRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	st, err := queue.Open(stateDir, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(dir, "in", "a.ply"), filepath.Join(dir, "in", "b.ply")
+	now := time.Now()
+	if _, err := st.EnqueueBatch(context.Background(), []queue.Candidate{{Path: a, Size: 1, ModTime: now}, {Path: b, Size: 1, ModTime: now}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := bolt.Open(filepath.Join(stateDir, queue.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := `{"v":1,"params":{"settings":{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}}}`
+	err = db.Update(func(tx *bolt.Tx) error {
+		for id := uint64(1); id <= 2; id++ {
+			if err := tx.Bucket([]byte("jobs")).Put(binary.BigEndian.AppendUint64(nil, id), []byte(deep)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = queue.Open(stateDir, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+
+	if _, err := Control(st, ControlOps["cancel"], "1"); err == nil || !strings.Contains(err.Error(), "splatd forget 1") {
+		t.Errorf("cancel of an unreadable job = %v; want an error advising splatd forget 1", err)
+	}
+	for ref, want := range map[string]string{"1": "job 1 forgotten: " + a, b: "job 2 forgotten: " + b} {
+		j, err := Control(st, ControlOps["forget"], ref)
+		if err != nil || !strings.HasPrefix(ControlOps["forget"].Done(j), want) {
+			t.Errorf("forget %s = %q, %v; want %q", ref, ControlOps["forget"].Done(j), err, want)
+		}
+	}
+	if jobs, err := st.List(queue.Filter{}); err != nil || len(jobs) != 0 {
+		t.Errorf("List after forget = %d jobs, %v", len(jobs), err)
 	}
 }
