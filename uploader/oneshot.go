@@ -89,7 +89,7 @@ func PublishFile(ctx context.Context, c *api.Client, path string, params state.P
 	if o.Protocol == ProtocolV1 {
 		return o.publishV1(ctx, c, path, params)
 	}
-	src, err := openSource(path, false)
+	src, err := openSource(ctx, path, false)
 	if err != nil {
 		return Published{}, err
 	}
@@ -144,7 +144,7 @@ func (s *source) close() {
 // openSource opens what is to be uploaded of path; with v1 it also checks
 // its content for the create's sourceFormat (a legacy upload is the file
 // as the caller checked it).
-func openSource(path string, v1 bool) (*source, error) {
+func openSource(ctx context.Context, path string, v1 bool) (*source, error) {
 	src := &source{}
 	upload := path
 	if splatfile.IsSOGFolder(path) {
@@ -161,7 +161,7 @@ func openSource(path string, v1 bool) (*source, error) {
 			return nil, err
 		}
 		upload = filepath.Join(src.tmp, folderName(path))
-		if _, _, err := buildBundle(folder, upload); err != nil {
+		if _, _, err := buildBundle(ctx, folder, upload); err != nil {
 			src.close()
 			return nil, fmt.Errorf("build the folder's bundle: %w", err)
 		}

@@ -42,7 +42,7 @@ func oneShotKey() (string, error) {
 // it does not list, and completed again. A part URL refused with 404 or 409
 // (the session gone or canceled under the parts) starts a new session too.
 func (o *OneShotOptions) publishV1(ctx context.Context, c *api.Client, path string, params state.PublishParams) (Published, error) {
-	src, err := openSource(path, true)
+	src, err := openSource(ctx, path, true)
 	if err != nil {
 		return Published{}, err
 	}

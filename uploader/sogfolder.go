@@ -69,11 +69,15 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
 		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
 	}
-	if err := ctx.Err(); err != nil {
-		return j, err // shutting down: the build is the long part
-	}
-	sum, fi, err := buildBundle(f, p.bundlePath(j.Path))
+	// The build is the long part and has no side effect to finish: it
+	// stops as soon as the pool drains, and the job stays queued.
+	bctx, stop := p.untilDrain(ctx)
+	defer stop()
+	sum, fi, err := buildBundle(bctx, f, p.bundlePath(j.Path))
 	if err != nil {
+		if errors.Is(context.Cause(bctx), errDrained) && ctx.Err() == nil {
+			return j, errDrained
+		}
 		return j, fmt.Errorf("build the folder's bundle: %w", err)
 	}
 	// Titles and sidecars are the folder's, as if it were FOLDER.sog beside
@@ -108,8 +112,9 @@ func (p *Pool) dropBundle(j state.Job) {
 // buildBundle writes the folder's bundle to dst atomically (a temporary
 // file renamed into place), dated with the folder's newest file so that the
 // same folder gives the same bytes, size and time, and returns its sha256,
-// hashed as it is written, and its stat.
-func buildBundle(f splatfile.SOGFolder, dst string) (string, os.FileInfo, error) {
+// hashed as it is written, and its stat. When ctx ends, the build stops
+// within a MiB and the temporary file is removed.
+func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string) (string, os.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", nil, err
 	}
@@ -119,7 +124,7 @@ func buildBundle(f splatfile.SOGFolder, dst string) (string, os.FileInfo, error)
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
-	if err := splatfile.BuildSOGBundle(io.MultiWriter(tmp, h), f); err != nil {
+	if err := splatfile.BuildSOGBundle(ctx, io.MultiWriter(tmp, h), f); err != nil {
 		tmp.Close()
 		return "", nil, err
 	}

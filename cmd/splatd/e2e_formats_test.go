@@ -51,7 +51,7 @@ func bundleOf(t *testing.T, dir string) (string, int64) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	f, sum, err := splatfile.HashSOGFolderIn(r, filepath.Join(dir, "meta.json"))
+	f, sum, err := splatfile.HashSOGFolderIn(t.Context(), r, filepath.Join(dir, "meta.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 		return ev, err
 	}
 	if splatfile.IsSOGFolder(file) && fi.Mode().IsRegular() {
-		return checkFolderIn(root, file, fi, ev, svc)
+		return checkFolderIn(ctx, root, file, fi, ev, svc)
 	}
 	switch {
 	case why(r, svc) != "":
@@ -158,9 +158,12 @@ func why(r Receipt, svc Service) string {
 
 // checkFolderIn is CheckIn for an unbundled SOG folder (file is its
 // meta.json, fi its stat): its receipt names the bundle, so the folder is
-// checked and its bundle hashed (nothing is written). The evidence's Size
-// and ModTime are meta.json's, the folder's handle in the watcher's listing.
-func checkFolderIn(root, file string, fi fs.FileInfo, ev Evidence, svc Service) (Evidence, error) {
+// checked and its bundle hashed (nothing is written), once the bundle's
+// size, known from the files' stat, is the receipt's: a folder whose images
+// are sparse gigabytes is not read for a receipt that cannot match. The
+// evidence's Size and ModTime are meta.json's, the folder's handle in the
+// watcher's listing.
+func checkFolderIn(ctx context.Context, root, file string, fi fs.FileInfo, ev Evidence, svc Service) (Evidence, error) {
 	r := ev.Receipt
 	if ev.Why = why(r, svc); ev.Why != "" {
 		return ev, nil
@@ -170,14 +173,22 @@ func checkFolderIn(root, file string, fi fs.FileInfo, ev Evidence, svc Service) 
 		return ev, err
 	}
 	defer dir.Close()
-	f, sum, err := splatfile.HashSOGFolderIn(dir, file)
+	f, err := splatfile.CheckSOGFolderIn(dir, file)
 	switch {
 	case errors.Is(err, splatfile.ErrIncomplete):
 		ev.Why = "the folder is incomplete: " + err.Error()
 		return ev, nil
 	case err != nil:
 		return ev, err
-	case f.Size != r.Size || sum != r.SHA256:
+	case f.Size != r.Size:
+		ev.Why = fmt.Sprintf("the folder has changed since (its bundle is %d bytes, the receipt says %d)", f.Size, r.Size)
+		return ev, nil
+	}
+	sum, err := splatfile.HashSOGBundle(ctx, f)
+	switch {
+	case err != nil:
+		return ev, fmt.Errorf("%s: %w", file, err)
+	case sum != r.SHA256:
 		ev.Why = "the folder has changed since (its bundle differs from the receipt's)"
 		return ev, nil
 	}

@@ -2,6 +2,7 @@ package after
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -196,6 +197,18 @@ func TestCheckReceiptOfASOGFolder(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, false, "the folder has changed since"},
+		{"an image swapped for sparse gigabytes", func(t *testing.T, dir string, images []string) {
+			// Sized from its stat and refused unread: the bundle's size
+			// is not the receipt's.
+			p := filepath.Join(dir, images[0])
+			const size = 3 << 30
+			if err := os.WriteFile(p, append(binary.LittleEndian.AppendUint32([]byte("RIFF"), size-8), "WEBP"...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(p, size); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "the folder has changed since (its bundle is"},
 		{"an image missing", func(t *testing.T, dir string, images []string) {
 			if err := os.Remove(filepath.Join(dir, images[0])); err != nil {
 				t.Fatal(err)
@@ -211,7 +224,7 @@ func TestCheckReceiptOfASOGFolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, sum, err := splatfile.HashSOGFolderIn(r, meta)
+			f, sum, err := splatfile.HashSOGFolderIn(t.Context(), r, meta)
 			r.Close()
 			if err != nil {
 				t.Fatal(err)

@@ -220,6 +220,39 @@ func WriteSOGFolder(dir string, n int) error {
 	return os.WriteFile(filepath.Join(dir, SOGMeta), files[SOGMeta], 0o644)
 }
 
+// WriteSparseSOGFolder writes an unbundled SOG of n splats into dir, as
+// WriteSOGFolder, with each image then made a sparse file of imageSize
+// bytes: a RIFF header declaring that size and a hole. It passes the check
+// and costs nothing on disk, as a hostile folder's images can: the tests of
+// what bounds a folder's bundle use it.
+func WriteSparseSOGFolder(dir string, n int, imageSize int64) error {
+	if imageSize < 12 || imageSize-8 > math.MaxUint32 {
+		return fmt.Errorf("splatfile: a WebP image is 12 bytes to 4 GiB, not %d", imageSize)
+	}
+	if err := WriteSOGFolder(dir, n); err != nil {
+		return err
+	}
+	files, err := SampleSOGFolder(n)
+	if err != nil {
+		return err
+	}
+	head := binary.LittleEndian.AppendUint32([]byte("RIFF"), uint32(imageSize-8))
+	head = append(head, "WEBP"...)
+	for name := range files {
+		if name == SOGMeta {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, head, 0o644); err != nil {
+			return err
+		}
+		if err := os.Truncate(p, imageSize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // placeholderWebP returns a RIFF WEBP container whose payload is filler
 // sized to the image side; it is not decodable.
 func placeholderWebP(side int, fill byte) []byte {

@@ -2,6 +2,7 @@ package splatfile
 
 import (
 	"archive/zip"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -45,20 +46,23 @@ type SOGFolder struct {
 	Dir    string
 	Files  []string  // meta.json and the images it names, sorted
 	Latest time.Time // the newest modification time among Files
+	sizes  []int64   // each file's size when checked, as Files
 }
 
 // CheckSOGFolder checks the folder whose meta.json is at metaPath: meta.json
 // is a SOG meta (as in a bundle), every file it names is a plain name in the
 // same folder, and each is a complete WebP (RIFF size matching the file). A
 // named image that is missing or still short makes the folder incomplete.
-// Info.Size is the size of the bundle BuildSOGBundle makes from it.
+// Info.Size is the size of the bundle BuildSOGBundle makes from it, known
+// from the files' stat: of each image only its 12-byte header is read, so a
+// folder of sparse gigabytes is sized, and can be refused, at no cost.
 func CheckSOGFolder(metaPath string) (SOGFolder, error) {
 	r, err := os.OpenRoot(filepath.Dir(metaPath))
 	if err != nil {
 		return SOGFolder{}, withPath(metaPath, err)
 	}
 	defer r.Close()
-	f, err := checkSOGFolder(r, metaPath, nil)
+	f, err := checkSOGFolder(r, metaPath)
 	f.root = nil // closed: CheckSOGFolderIn's folder can be bundled
 	return f, withPath(metaPath, err)
 }
@@ -67,7 +71,7 @@ func CheckSOGFolder(metaPath string) (SOGFolder, error) {
 // os.Root (the daemon opens it through its watch folder); the result can be
 // bundled (BuildSOGBundle) while dir stays open.
 func CheckSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, error) {
-	f, err := checkSOGFolder(dir, metaPath, nil)
+	f, err := checkSOGFolder(dir, metaPath)
 	return f, withPath(metaPath, err)
 }
 
@@ -131,10 +135,9 @@ func readMeta(r *os.Root) ([]byte, fs.FileInfo, error) {
 	return data, fi, nil
 }
 
-// checkSOGFolder checks the folder r and sizes its bundle by writing it
-// once, to bundle too when it is not nil (HashSOGFolderIn hashes it there:
-// one read of the images for both).
-func checkSOGFolder(r *os.Root, metaPath string, bundle io.Writer) (SOGFolder, error) {
+// checkSOGFolder checks the folder r and sizes its bundle from its files'
+// stat (bundleSize), reading meta.json and the images' headers only.
+func checkSOGFolder(r *os.Root, metaPath string) (SOGFolder, error) {
 	dir := filepath.Dir(metaPath)
 	data, fi, err := readMeta(r)
 	if err != nil {
@@ -145,15 +148,16 @@ func checkSOGFolder(r *os.Root, metaPath string, bundle io.Writer) (SOGFolder, e
 		return SOGFolder{}, err
 	}
 	present := map[string]bool{SOGMeta: true}
+	sizeOf := map[string]int64{SOGMeta: fi.Size()}
 	latest := fi.ModTime()
 	for _, name := range files {
-		mt, err := checkWebPFile(r, name)
+		ifi, err := checkWebPFile(r, name)
 		if err != nil {
 			return SOGFolder{}, err
 		}
-		present[name] = true
-		if mt.After(latest) {
-			latest = mt
+		present[name], sizeOf[name] = true, ifi.Size()
+		if ifi.ModTime().After(latest) {
+			latest = ifi.ModTime()
 		}
 	}
 	n, err := checkMeta(data, present)
@@ -163,15 +167,10 @@ func checkSOGFolder(r *os.Root, metaPath string, bundle io.Writer) (SOGFolder, e
 	all := append([]string{SOGMeta}, files...)
 	slices.Sort(all)
 	out := SOGFolder{root: r, Dir: dir, Files: slices.Compact(all), Latest: latest}
-	var cw countWriter
-	w := io.Writer(&cw)
-	if bundle != nil {
-		w = io.MultiWriter(&cw, bundle)
+	for _, name := range out.Files {
+		out.sizes = append(out.sizes, sizeOf[name])
 	}
-	if err := writeBundle(w, r, out.Files); err != nil {
-		return SOGFolder{}, err
-	}
-	out.Info = Info{Kind: KindSOGFolder, Vertices: n, Size: cw.n}
+	out.Info = Info{Kind: KindSOGFolder, Vertices: n, Size: bundleSize(out.Files, out.sizes)}
 	return out, nil
 }
 
@@ -236,71 +235,85 @@ func metaFiles(data []byte) ([]string, error) {
 }
 
 // checkWebPFile checks that the regular file at path is a whole WebP: a
-// RIFF header whose size is the file's. It returns its modification time.
-func checkWebPFile(r *os.Root, name string) (time.Time, error) {
+// RIFF header whose size is the file's. It returns its stat; only the
+// header is read.
+func checkWebPFile(r *os.Root, name string) (fs.FileInfo, error) {
 	fi, err := r.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return time.Time{}, incompletef("waiting for %s, which meta.json names", clip(name))
+		return nil, incompletef("waiting for %s, which meta.json names", clip(name))
 	}
 	if err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return time.Time{}, invalidf("%s is not a regular file", clip(name))
+		return nil, invalidf("%s is not a regular file", clip(name))
 	}
 	f, fi, err := openIn(r, name)
 	if err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
 	defer f.Close()
 	head := make([]byte, 12)
 	n, err := io.ReadFull(f, head)
 	head = head[:n]
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return time.Time{}, err
+		return nil, err
 	}
 	riff := []byte("RIFF\x00\x00\x00\x00WEBP")
 	for i, c := range head {
 		if (i < 4 || i >= 8) && c != riff[i] {
-			return time.Time{}, invalidf("%s is not a WebP image (starts with %s)", clip(name), quoteStart(head))
+			return nil, invalidf("%s is not a WebP image (starts with %s)", clip(name), quoteStart(head))
 		}
 	}
 	if n < 12 {
-		return time.Time{}, incompletef("%s is %d bytes so far", clip(name), n)
+		return nil, incompletef("%s is %d bytes so far", clip(name), n)
 	}
 	want := int64(binary.LittleEndian.Uint32(head[4:])) + 8
 	switch {
 	case fi.Size() < want:
-		return time.Time{}, incompletef("%s is %d of %d bytes", clip(name), fi.Size(), want)
+		return nil, incompletef("%s is %d of %d bytes", clip(name), fi.Size(), want)
 	case fi.Size() > want:
-		return time.Time{}, invalidf("%s is %d bytes, %d more than its RIFF header declares", clip(name), fi.Size(), fi.Size()-want)
+		return nil, invalidf("%s is %d bytes, %d more than its RIFF header declares", clip(name), fi.Size(), fi.Size()-want)
 	}
-	return fi.ModTime(), nil
+	return fi, nil
 }
 
 // HashSOGFolderIn is CheckSOGFolderIn that also returns the sha256 of the
-// bundle BuildSOGBundle makes from the folder: what a folder is published,
-// deduplicated and receipted as. The images are read once; nothing is
-// written.
-func HashSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, string, error) {
-	h := sha256.New()
-	f, err := checkSOGFolder(dir, metaPath, h)
+// bundle BuildSOGBundle makes from the folder (HashSOGBundle): what a folder
+// is published, deduplicated and receipted as. Nothing is written. A caller
+// that bounds the bundle's size checks, bounds, then hashes instead.
+func HashSOGFolderIn(ctx context.Context, dir *os.Root, metaPath string) (SOGFolder, string, error) {
+	f, err := CheckSOGFolderIn(dir, metaPath)
 	if err != nil {
-		return f, "", withPath(metaPath, err)
+		return f, "", err
 	}
-	return f, hex.EncodeToString(h.Sum(nil)), nil
+	sum, err := HashSOGBundle(ctx, f)
+	return f, sum, withPath(metaPath, err)
+}
+
+// HashSOGBundle returns the sha256 of the bundle BuildSOGBundle makes from
+// a checked folder: the images are read once, and nothing is written.
+func HashSOGBundle(ctx context.Context, f SOGFolder) (string, error) {
+	h := sha256.New()
+	if err := BuildSOGBundle(ctx, h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // BuildSOGBundle writes the bundled .sog of a checked folder to w: a ZIP of
 // its files under their own names, sorted, stored, all dated bundleTime.
-// The same files give the same bytes. Files are read again here; one that
-// changed size since the check fails the build.
-func BuildSOGBundle(w io.Writer, f SOGFolder) error {
+// The same files give the same bytes. Files are read again here, each up to
+// its size when checked, checking ctx every MiB (a bundle may be tens of
+// gigabytes and a shutdown must not wait for it); one whose size changed
+// since the check fails the build, so that it writes at most the Size the
+// check found (and its caller bounded).
+func BuildSOGBundle(ctx context.Context, w io.Writer, f SOGFolder) error {
 	if f.root == nil {
 		return fmt.Errorf("%s: the folder is closed (check it with CheckSOGFolderIn)", f.Dir)
 	}
 	var cw countWriter
-	if err := writeBundle(io.MultiWriter(w, &cw), f.root, f.Files); err != nil {
+	if err := writeBundle(ctx, io.MultiWriter(w, &cw), f.root, f.Files, f.sizes); err != nil {
 		return err
 	}
 	if cw.n != f.Size {
@@ -309,27 +322,101 @@ func BuildSOGBundle(w io.Writer, f SOGFolder) error {
 	return nil
 }
 
-func writeBundle(w io.Writer, r *os.Root, files []string) error {
+// bundleHeader is the ZIP header of a bundle's entry name: stored, with the
+// fixed time and mode that keep a bundle's bytes reproducible.
+func bundleHeader(name string) *zip.FileHeader {
+	h := &zip.FileHeader{Name: name, Method: zip.Store, Modified: bundleTime}
+	h.SetMode(0o644)
+	return h
+}
+
+// writeBundle writes the bundle of files to w, each entry as long as
+// sizes says: the file's size when the folder was checked.
+func writeBundle(ctx context.Context, w io.Writer, r *os.Root, files []string, sizes []int64) error {
 	zw := zip.NewWriter(w)
-	for _, name := range files {
-		src, fi, err := openIn(r, name)
-		if err != nil {
-			return err
-		}
-		h := &zip.FileHeader{Name: name, Method: zip.Store, Modified: bundleTime}
-		h.SetMode(0o644)
-		fw, err := zw.CreateHeader(h)
-		if err == nil {
-			_, err = io.Copy(fw, io.LimitReader(src, fi.Size()))
-		}
-		src.Close()
-		if err != nil {
+	buf := make([]byte, 1<<20) // ctxReader checks ctx once per buffer: every MiB
+	for i, name := range files {
+		if err := writeEntry(ctx, zw, r, name, sizes[i], buf); err != nil {
 			return err
 		}
 	}
 	return zw.Close()
 }
 
+func writeEntry(ctx context.Context, zw *zip.Writer, r *os.Root, name string, size int64, buf []byte) error {
+	src, fi, err := openIn(r, name)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if fi.Size() != size {
+		return fmt.Errorf("%s changed since the folder was checked (%d bytes, %d then)", clip(name), fi.Size(), size)
+	}
+	fw, err := zw.CreateHeader(bundleHeader(name))
+	if err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(fw, io.LimitReader(ctxReader{ctx, src}, size), buf)
+	if err == nil && n != size {
+		err = fmt.Errorf("%s changed while the bundle was built (%d bytes read, %d checked)", clip(name), n, size)
+	}
+	return err
+}
+
+// ctxReader reads r while ctx lasts: each Read first checks ctx.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
 type countWriter struct{ n int64 }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// The sizes of the records archive/zip writes for a bundle's entries
+// (stored, dated, through CreateHeader: the sizes follow the data, in a
+// data descriptor).
+const (
+	zipLocal        = 30 + 9  // local header, with its extended timestamp
+	zipCentral      = 46 + 9  // central directory record, with its timestamp
+	zipDescriptor   = 16      // data descriptor
+	zipDescriptor64 = 24      // data descriptor of an entry of 4 GiB or more
+	zipExtra64      = 28      // a central record's ZIP64 extra field
+	zipEnd          = 22      // end of central directory record
+	zipEnd64        = 56 + 20 // ZIP64 end of central directory record and locator
+	zipMax32        = 1<<32 - 1
+)
+
+// bundleSize is the size of the bundle writeBundle makes of files of these
+// names and sizes, as archive/zip lays it out: per entry a local header with
+// its name, the data and a data descriptor (the ZIP64 one for an entry of
+// 4 GiB or more); per entry a central directory record with its name (and
+// a ZIP64 extra when the entry is that large or starts past 4 GiB); the end
+// record (and the ZIP64 end records when the directory starts or spans
+// past 4 GiB). BuildSOGBundle checks the figure against the bytes written.
+func bundleSize(names []string, sizes []int64) int64 {
+	var off, dir int64
+	for i, name := range names {
+		big := sizes[i] >= zipMax32
+		dir += zipCentral + int64(len(name))
+		if big || off >= zipMax32 {
+			dir += zipExtra64
+		}
+		off += zipLocal + int64(len(name)) + sizes[i] + zipDescriptor
+		if big {
+			off += zipDescriptor64 - zipDescriptor
+		}
+	}
+	end := int64(zipEnd)
+	if len(names) >= 1<<16-1 || dir >= zipMax32 || off >= zipMax32 {
+		end += zipEnd64
+	}
+	return off + dir + end
+}

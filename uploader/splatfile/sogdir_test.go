@@ -49,7 +49,7 @@ func bundleSum(t *testing.T, f SOGFolder) ([]byte, [32]byte) {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := BuildSOGBundle(&b, f); err != nil {
+	if err := BuildSOGBundle(t.Context(), &b, f); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes(), sha256.Sum256(b.Bytes())
@@ -136,7 +136,7 @@ func TestCheckSOGFolderNoLinks(t *testing.T) {
 	if err := os.Symlink(outside, img); err != nil {
 		t.Fatal(err)
 	}
-	if err := BuildSOGBundle(io.Discard, f); err == nil {
+	if err := BuildSOGBundle(t.Context(), io.Discard, f); err == nil {
 		t.Error("a bundle was built through an image swapped for a link out of the folder")
 	}
 	if _, err := CheckSOGFolder(meta); err == nil {
@@ -267,9 +267,9 @@ func TestCheckSOGTrailing(t *testing.T) {
 	}
 }
 
-// TestHashSOGFolderIn: the sha256 HashSOGFolderIn computes while it checks
-// (one read of the images) is the sha256 of the bundle BuildSOGBundle
-// writes, and its size is the bundle's.
+// TestHashSOGFolderIn: the sha256 HashSOGFolderIn computes (nothing
+// written) is the sha256 of the bundle BuildSOGBundle writes, and the size
+// the check found from the files' stat is the bundle's.
 func TestHashSOGFolderIn(t *testing.T) {
 	t.Parallel()
 	meta := writeSOGDir(t, 300)
@@ -278,7 +278,7 @@ func TestHashSOGFolderIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	f, sum, err := HashSOGFolderIn(r, meta)
+	f, sum, err := HashSOGFolderIn(t.Context(), r, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func (p *predictor) judge(ctx context.Context, f watcher.Listed) (action, why st
 	if splatfile.IsSOGFolder(f.Path) {
 		// Its job is the bundle the daemon builds: that is what is
 		// checked, hashed, compared with the state and counted.
-		folder = bundleOf(f.Root, f.Path)
+		folder = bundleOf(ctx, f.Root, f.Path)
 	}
 	action, why = p.decide(ctx, f, folder)
 	size = f.Size
@@ -267,13 +267,13 @@ type folderBundle struct {
 
 // bundleOf checks the folder of meta through the watch folder root and
 // hashes its bundle as the daemon would build it (nothing is written).
-func bundleOf(root, meta string) *folderBundle {
+func bundleOf(ctx context.Context, root, meta string) *folderBundle {
 	dir, err := trustfs.OpenDir(root, filepath.Dir(meta))
 	if err != nil {
 		return &folderBundle{err: err}
 	}
 	defer dir.Close()
-	f, sum, err := splatfile.HashSOGFolderIn(dir, meta)
+	f, sum, err := splatfile.HashSOGFolderIn(ctx, dir, meta)
 	if err != nil {
 		return &folderBundle{info: f.Info, err: err}
 	}
@@ -285,7 +285,7 @@ func bundleOf(root, meta string) *folderBundle {
 // folder's meta.json, that of the bundle built from the folder.
 func HashFile(ctx context.Context, root, path string) (string, error) {
 	if splatfile.IsSOGFolder(path) {
-		b := bundleOf(root, path)
+		b := bundleOf(ctx, root, path)
 		return b.sha256, b.err
 	}
 	f, _, err := trustfs.OpenRegular(root, path)

@@ -1,0 +1,130 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// enqueueFolder writes an unbundled SOG folder of five sparse images of
+// imageSize bytes each at e.files/rel and queues its meta.json under the
+// watch root root.
+func (e *workerEnv) enqueueFolder(rel, root string, imageSize int64) string {
+	e.t.Helper()
+	dir := filepath.Join(e.files, rel)
+	if err := splatfile.WriteSparseSOGFolder(dir, 100, imageSize); err != nil {
+		e.t.Fatal(err)
+	}
+	meta := filepath.Join(dir, splatfile.SOGMeta)
+	fi, err := os.Stat(meta)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.store.EnqueueBatch(context.Background(), []queue.Candidate{{Path: meta, Root: root, Size: fi.Size(), ModTime: fi.ModTime()}}); err != nil {
+		e.t.Fatal(err)
+	}
+	return meta
+}
+
+// cancelOnPoll is a context that ends at its n-th poll of Err: a build
+// that checks it between reads is cancelled part-way, with no timing.
+type cancelOnPoll struct {
+	context.Context
+	cancel context.CancelFunc
+	left   atomic.Int32
+}
+
+func newCancelOnPoll(t *testing.T, n int32) *cancelOnPoll {
+	ctx, cancel := context.WithCancel(t.Context())
+	c := &cancelOnPoll{Context: ctx, cancel: cancel}
+	c.left.Store(n)
+	return c
+}
+
+func (c *cancelOnPoll) Err() error {
+	if c.left.Add(-1) == 0 {
+		c.cancel()
+	}
+	return c.Context.Err()
+}
+
+// checkedSparseFolder writes a folder of five sparse images of imageSize
+// bytes and returns it checked, open until the test ends.
+func checkedSparseFolder(t *testing.T, imageSize int64) splatfile.SOGFolder {
+	t.Helper()
+	dir := t.TempDir()
+	if err := splatfile.WriteSparseSOGFolder(dir, 100, imageSize); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	f, err := splatfile.CheckSOGFolderIn(r, filepath.Join(dir, splatfile.SOGMeta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestBuildBundleCancelled: a build whose context ends part-way (a
+// SIGTERM) returns the context's error at its next MiB, and leaves neither
+// its temporary file nor a bundle. It once read every image to the end
+// (io.Copy), for minutes on a folder of sparse gigabytes, past systemd's
+// stop timeout.
+func TestBuildBundleCancelled(t *testing.T) {
+	t.Parallel()
+	f := checkedSparseFolder(t, 16<<20)
+	dir := t.TempDir()
+	ctx := newCancelOnPoll(t, 20) // in the second image
+	_, _, err := buildBundle(ctx, f, filepath.Join(dir, "b.sog"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("buildBundle = %v, want the context's error", err)
+	}
+	if polls := 20 - ctx.left.Load(); polls != 20 {
+		t.Errorf("the context was polled %d times; the build should stop at the poll that ended it, the 20th", polls)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("left %v in the bundle folder", entries)
+	}
+}
+
+// TestCheckFolderStopsWhenThePoolDrains: a folder's build stops as soon as
+// the pool drains for shutdown, not at the end of its grace: nothing is
+// committed (errDrained), the job stays queued, and no bundle or temporary
+// file is left.
+func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	meta := e.enqueueFolder("room", e.files, 16<<20)
+	o := e.options(1)
+	o.BundleDir = filepath.Join(e.stateDir, "sog-bundles")
+	o.Now = func() time.Time { return time.Now().Add(time.Hour) } // the folder has settled
+	p, err := NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.draining.Store(true)
+	close(p.drainCh)
+	j, err := e.store.JobByPath(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := p.stepCheckFolder(t.Context(), j)
+	if !errors.Is(err, errDrained) || next.Stage != state.Queued {
+		t.Fatalf("stepCheckFolder while draining = %s, %v; want queued, errDrained", next.Stage, err)
+	}
+	if entries, _ := os.ReadDir(o.BundleDir); len(entries) != 0 {
+		t.Errorf("left %v in the bundle folder", entries)
+	}
+}
