@@ -76,3 +76,14 @@ func HumanSize(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
+
+// OutsideBounds says why size is outside a watch entry's min_size and
+// max_size (0: no bound), "" when it is inside: the one verdict for the
+// watcher's files and for the bundles of unbundled SOG folders, whose
+// meta.json alone says nothing of what is published.
+func OutsideBounds(size, minSize, maxSize int64) string {
+	if size < minSize || (maxSize > 0 && size > maxSize) {
+		return fmt.Sprintf("outside the folder's size bounds (min_size %d, max_size %d bytes)", minSize, maxSize)
+	}
+	return ""
+}

@@ -45,3 +45,24 @@ func TestHumanSize(t *testing.T) {
 		}
 	}
 }
+
+func TestOutsideBounds(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		size, min, max int64
+		outside        bool
+	}{
+		{0, 0, 0, false}, {1 << 40, 0, 0, false}, // no bounds
+		{1 << 20, 0, 1 << 20, false}, {1<<20 + 1, 0, 1 << 20, true}, // max_size is inclusive
+		{1023, 1024, 0, true}, {1024, 1024, 0, false}, // min_size is inclusive
+		{5, 10, 20, true}, {15, 10, 20, false}, {25, 10, 20, true},
+	} {
+		got := OutsideBounds(tt.size, tt.min, tt.max)
+		if (got != "") != tt.outside {
+			t.Errorf("OutsideBounds(%d, %d, %d) = %q, want outside %v", tt.size, tt.min, tt.max, got, tt.outside)
+		}
+	}
+	if got, want := OutsideBounds(2, 0, 1), "outside the folder's size bounds (min_size 0, max_size 1 bytes)"; got != want {
+		t.Errorf("wording %q, want %q", got, want)
+	}
+}

@@ -49,8 +49,10 @@ func PublishedAs(path string) string { return splatfile.FolderAsFile("", path) }
 func PublishedAsIn(root, path string) string { return splatfile.FolderAsFile(root, path) }
 
 // stepCheckFolder: queued → ready for an unbundled SOG folder. The folder
-// must pass the check (a missing or short image waits like a short file)
-// and have been quiet for Settle; then its bundle is built and hashed.
+// must pass the check (a missing or short image waits like a short file),
+// have been quiet for Settle, and its bundle, sized from the files' stat,
+// be within the watch folder's size bounds, as a file must be; then its
+// bundle is built and hashed.
 func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
 	// The folder is opened through the watch folder (trustfs): no link
 	// leads out of it, and its images are read through that root only.
@@ -68,6 +70,11 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	}
 	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
 		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
+	}
+	if why := p.outsideBounds(j.Root, f.Size); why != "" {
+		// The watcher saw only meta.json: a folder of sparse gigabytes
+		// would otherwise be copied into state_dir and uploaded.
+		return j, &workerFileError{errors.New(why)}
 	}
 	// The build is the long part and has no side effect to finish: it
 	// stops as soon as the pool drains, and the job stays queued.
@@ -96,6 +103,29 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	j.SHA256, j.Kind, j.Params = sum, string(splatfile.KindSOGFolder), params
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
 	return j, nil
+}
+
+// outsideBounds says why a folder whose bundle is size bytes is not
+// published under the size bounds of the watch folder root
+// (BundleOutsideBounds), "" when it is, or when the pool has no bounds.
+func (p *Pool) outsideBounds(root string, size int64) string {
+	if p.o.SizeBounds == nil {
+		return ""
+	}
+	minSize, maxSize := p.o.SizeBounds(root)
+	return BundleOutsideBounds(size, minSize, maxSize)
+}
+
+// BundleOutsideBounds says why an unbundled SOG folder whose bundle is size
+// bytes is not published under a watch folder's min_size and max_size (0:
+// no bound), "" when it is: the check step's reason to fail its job, and
+// the dry run's.
+func BundleOutsideBounds(size, minSize, maxSize int64) string {
+	why := state.OutsideBounds(size, minSize, maxSize)
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("the SOG folder's bundle would be %d bytes, %s: not built or uploaded", size, why)
 }
 
 // dropBundle removes a folder job's bundle once the job is finished (done,

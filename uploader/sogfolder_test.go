@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,56 @@ func (e *workerEnv) enqueueFolder(rel, root string, imageSize int64) string {
 		e.t.Fatal(err)
 	}
 	return meta
+}
+
+// TestFolderOutsideSizeBoundsIsNotBuilt: the watch folder's size bounds
+// hold an unbundled SOG folder's bundle, sized from its files' stat (the
+// watcher saw only meta.json): a folder of sparse images above max_size,
+// or one whose bundle is below min_size, fails with the bounds as its
+// reason, and nothing is built (the bundle folder is never made) or
+// uploaded. It once built 2 GiB of sparse images into state_dir and
+// uploaded them under a max_size of 1 MiB. A folder within the bounds is
+// published.
+func TestFolderOutsideSizeBoundsIsNotBuilt(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	floor := filepath.Join(e.files, "floor") // a root with a min_size
+	big := e.enqueueFolder("big", e.files, 16<<20)
+	small := e.enqueueFolder("floor/small", floor, 1<<10)
+	o := e.options(2)
+	o.BundleDir = filepath.Join(e.stateDir, "sog-bundles")
+	o.SizeBounds = func(root string) (int64, int64) {
+		if root == floor {
+			return 1 << 20, 0
+		}
+		return 0, 1 << 20
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		big:   "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)",
+		small: "outside the folder's size bounds (min_size 1048576, max_size 0 bytes)",
+	}
+	for _, j := range e.jobs() {
+		if j.Stage != state.Failed || !strings.Contains(j.FailReason, want[j.Path]) || !strings.Contains(j.FailReason, "bundle would be") {
+			t.Errorf("%s: %s (%q), want failed: ~%q", j.Path, j.Stage, j.FailReason, want[j.Path])
+		}
+	}
+	if _, err := os.Stat(o.BundleDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the bundle folder was made (%v): a bundle was built", err)
+	}
+	if st := e.sim.Stats(); st.SignedURLs != 0 {
+		t.Errorf("%d signed URLs: a folder outside the bounds was uploaded", st.SignedURLs)
+	}
+
+	within := e.enqueueFolder("within", e.files, 1<<10)
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := e.store.JobByPath(within); err != nil || j.Stage != state.Done {
+		t.Errorf("a folder within the bounds: %s (%s), %v", j.Stage, j.FailReason, err)
+	}
 }
 
 // cancelOnPoll is a context that ends at its n-th poll of Err: a build

@@ -77,6 +77,11 @@ type PoolOptions struct {
 	// links (follow_symlinks): its files may be links that stay inside it.
 	// Elsewhere a link where a file was fails its job.
 	FollowSymlinks func(root string) bool
+	// SizeBounds, when set, returns a watch root's min_size and max_size
+	// (0: no bound). The watcher holds a file to them; the pool holds an
+	// unbundled SOG folder's bundle to them, sized before it is built (the
+	// watcher sees only the folder's meta.json). nil: no bounds.
+	SizeBounds func(root string) (minSize, maxSize int64)
 	// OnUncertain is UncertainRepublish (default) or UncertainHold.
 	OnUncertain string
 	Poll        PollOptions

@@ -194,6 +194,49 @@ func TestDryRunSOGFolder(t *testing.T) {
 	}
 }
 
+// TestDryRunSOGFolderSizeBounds: the dry run holds a folder's bundle to
+// its watch entry's size bounds as the check step does, sized from the
+// files' stat: a folder of sparse images over max_size fails, unhashed; a
+// folder within them publishes.
+func TestDryRunSOGFolderSizeBounds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	capped := filepath.Join(dir, "capped")
+	if err := splatfile.WriteSparseSOGFolder(filepath.Join(capped, "big"), 100, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	writeSOGFolderE2E(t, filepath.Join(capped, "room"), 1500, func() {})
+	cfgPath := filepath.Join(dir, "config.yaml")
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid}\nwatch:\n  - {path: %s, max_size: 1MiB}\n"+
+		"state_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n", capped, filepath.Join(dir, "state")))
+	var stdout, stderr bytes.Buffer
+	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, &stderr)
+	}
+	out := stdout.String()
+	want := map[string][]string{
+		filepath.Join(capped, "big"):  {"fail", "80.0 MiB", "bundle would be", "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)"},
+		filepath.Join(capped, "room"): {"publish", `title "room"`},
+	}
+	for folder, words := range want {
+		var l string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, filepath.Join(folder, "meta.json")+" ") {
+				l = line
+			}
+		}
+		if !strings.HasPrefix(l, words[0]+" ") {
+			t.Errorf("%s: %q, want action %s:\n%s", folder, l, words[0], out)
+		}
+		for _, w := range words[1:] {
+			if !strings.Contains(l, w) {
+				t.Errorf("%s: %q lacks %q", folder, l, w)
+			}
+		}
+	}
+}
+
 // dryRun runs `run -dry-run` on a config watching inbox with api.protocol
 // protocol ("" for the default) and state_dir stateDir, and returns what it
 // printed; it must exit 0.

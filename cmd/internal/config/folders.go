@@ -305,6 +305,19 @@ func (c *Config) FollowsSymlinks(root string) bool {
 	return false
 }
 
+// SizeBounds returns the watch root's min_size and max_size (0: no bound),
+// which the worker pool holds an unbundled SOG folder's bundle to (the
+// watcher holds a file to them); a root no longer configured keeps the
+// default bound.
+func (c *Config) SizeBounds(root string) (minSize, maxSize int64) {
+	for _, w := range c.Watch {
+		if w.Path == root && w.MaxSize != nil {
+			return int64(w.MinSize), int64(*w.MaxSize)
+		}
+	}
+	return 0, int64(DefaultMaxSize)
+}
+
 // WatchOf returns the innermost watch entry holding path, for a one-shot
 // publish to use that folder's settings as the daemon would.
 func (c *Config) WatchOf(path string) (Watch, bool) {

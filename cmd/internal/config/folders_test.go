@@ -256,4 +256,14 @@ func TestMaxSizeDefault(t *testing.T) {
 	if got := []int64{roots[0].MaxSize, roots[1].MaxSize, roots[2].MaxSize}; got[0] != 32<<30 || got[1] != 0 || got[2] != 0 {
 		t.Errorf("max sizes %v, want [32GiB 0 0]", got)
 	}
+	// The bounds the worker pool holds a SOG folder's bundle to are the
+	// watcher's; a root a reload removed keeps the default bound.
+	for i, r := range roots {
+		if minSize, maxSize := cfg.SizeBounds(r.Path); minSize != r.MinSize || maxSize != r.MaxSize {
+			t.Errorf("SizeBounds(root %d) = %d, %d; the watcher's are %d, %d", i, minSize, maxSize, r.MinSize, r.MaxSize)
+		}
+	}
+	if minSize, maxSize := cfg.SizeBounds(filepath.Join(dir, "gone")); minSize != 0 || maxSize != 32<<30 {
+		t.Errorf("SizeBounds(a root not configured) = %d, %d; want 0, 32GiB", minSize, maxSize)
+	}
 }

@@ -183,8 +183,9 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		EncodeDir:     filepath.Join(cfg.StateDir, "encoded"),
 		Params:        paramsOf(cfg),
 		// The config in force: a reload may add a root, or change whether
-		// one follows links.
+		// one follows links or its size bounds.
 		FollowSymlinks: func(root string) bool { return d.config().FollowsSymlinks(root) },
+		SizeBounds:     func(root string) (int64, int64) { return d.config().SizeBounds(root) },
 		OnUncertain:    cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),

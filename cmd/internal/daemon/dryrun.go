@@ -134,7 +134,8 @@ func (p *predictor) judge(ctx context.Context, f watcher.Listed) (action, why st
 	if splatfile.IsSOGFolder(f.Path) {
 		// Its job is the bundle the daemon builds: that is what is
 		// checked, hashed, compared with the state and counted.
-		folder = bundleOf(ctx, f.Root, f.Path)
+		minSize, maxSize := p.cfg.SizeBounds(f.Root)
+		folder = bundleOf(ctx, f.Root, f.Path, minSize, maxSize)
 	}
 	action, why = p.decide(ctx, f, folder)
 	size = f.Size
@@ -185,6 +186,9 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	}
 	if err != nil {
 		return actFail, "invalid, never uploaded: " + splatfile.Reason(err)
+	}
+	if folder != nil && folder.outside != "" {
+		return actFail, folder.outside // as the check step, before it builds anything
 	}
 	sum := ""
 	if folder != nil {
@@ -257,27 +261,38 @@ func checkIn(root, path string) (splatfile.Info, error) {
 }
 
 // folderBundle is an unbundled SOG folder as the daemon's check step sees
-// it: its check, and the sha256 of the bundle built from it.
+// it: its check, whether its bundle is within the watch folder's size
+// bounds, and the sha256 of the bundle built from it.
 type folderBundle struct {
-	info   splatfile.Info // Size: the bundle's
-	latest time.Time      // the folder's newest file: the bundle's time
-	sha256 string
-	err    error
+	info    splatfile.Info // Size: the bundle's
+	latest  time.Time      // the folder's newest file: the bundle's time
+	outside string         // why the bundle is outside the size bounds (then not hashed)
+	sha256  string
+	err     error
 }
 
-// bundleOf checks the folder of meta through the watch folder root and
-// hashes its bundle as the daemon would build it (nothing is written).
-func bundleOf(ctx context.Context, root, meta string) *folderBundle {
+// bundleOf checks the folder of meta through the watch folder root and,
+// when its bundle (sized from the files' stat) is within minSize and
+// maxSize (0: no bound), hashes it as the daemon would build it (nothing
+// is written).
+func bundleOf(ctx context.Context, root, meta string, minSize, maxSize int64) *folderBundle {
 	dir, err := trustfs.OpenDir(root, filepath.Dir(meta))
 	if err != nil {
 		return &folderBundle{err: err}
 	}
 	defer dir.Close()
-	f, sum, err := splatfile.HashSOGFolderIn(ctx, dir, meta)
+	f, err := splatfile.CheckSOGFolderIn(dir, meta)
 	if err != nil {
 		return &folderBundle{info: f.Info, err: err}
 	}
-	return &folderBundle{info: f.Info, latest: f.Latest, sha256: sum}
+	b := &folderBundle{info: f.Info, latest: f.Latest}
+	if b.outside = uploader.BundleOutsideBounds(f.Size, minSize, maxSize); b.outside != "" {
+		return b
+	}
+	if b.sha256, err = splatfile.HashSOGBundle(ctx, f); err != nil {
+		b.err = fmt.Errorf("%s: %w", meta, err)
+	}
+	return b
 }
 
 // HashFile is the sha256 of a file opened through its watch folder root
@@ -285,7 +300,7 @@ func bundleOf(ctx context.Context, root, meta string) *folderBundle {
 // folder's meta.json, that of the bundle built from the folder.
 func HashFile(ctx context.Context, root, path string) (string, error) {
 	if splatfile.IsSOGFolder(path) {
-		b := bundleOf(ctx, root, path)
+		b := bundleOf(ctx, root, path, 0, 0)
 		return b.sha256, b.err
 	}
 	f, _, err := trustfs.OpenRegular(root, path)
