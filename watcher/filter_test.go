@@ -84,6 +84,33 @@ func TestSizeBoundsSkipWithOneLogLine(t *testing.T) {
 	}
 }
 
+// TestSizeBoundsLeaveMetaJSONToTheBundle: an unbundled SOG folder's
+// meta.json is a candidate whatever its own size: the bounds apply to the
+// bundle built from the folder, which the worker pool sizes. A scan's
+// listing (the dry run's) says the same.
+func TestSizeBoundsLeaveMetaJSONToTheBundle(t *testing.T) {
+	t.Parallel()
+	bounds := Root{Mode: ModePoll, PollInterval: 20 * time.Millisecond, Recursive: true, MinSize: 10, MaxSize: 100}
+	h := start(t, Options{}, bounds, nil)
+	h.write("small/meta.json", "{}")
+	h.write("large/meta.json", strings.Repeat(" ", 200)+"{}")
+	h.write("small.ply", "tiny")
+	if got := basenames(h.sizedSentinel(50)); !slices.Equal(got, []string{"meta.json", "meta.json"}) {
+		t.Fatalf("emitted %q, want both meta.json (and not small.ply)", got)
+	}
+
+	bounds.Path = h.dir
+	listed, err := List([]Root{bounds}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range listed {
+		if want := strings.HasSuffix(l.Path, ".ply") && l.Size < 10; (l.Skip != "") != want {
+			t.Errorf("List: %s (%d bytes) skip %q, want skipped %v", l.Path, l.Size, l.Skip, want)
+		}
+	}
+}
+
 // TestMinAgeHoldsYoungFilesBack: a settled file younger than min_age (by
 // mtime) waits and is emitted once old enough, without any new event.
 func TestMinAgeHoldsYoungFilesBack(t *testing.T) {

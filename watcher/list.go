@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 // Listed is one file a single scan finds under a root, as the daemon's
@@ -59,7 +61,7 @@ func List(cfgs []Root, now time.Time) ([]Listed, error) {
 				l.Skip = "not a regular file (or a link the folder's follow_symlinks does not follow)"
 			} else {
 				l.Size, l.ModTime = fi.Size(), fi.ModTime()
-				l.Skip = r.bounds(l.Size, l.ModTime, now)
+				l.Skip = r.bounds(p, l.Size, l.ModTime, now)
 			}
 			out = append(out, l)
 			return nil
@@ -73,12 +75,19 @@ func List(cfgs []Root, now time.Time) ([]Listed, error) {
 
 // bounds says why a settled file of this size and mtime is not yet (or
 // never) a candidate: the folder's size bounds or min_age; "" when it is.
-func (r *root) bounds(size int64, mtime, now time.Time) string {
+func (r *root) bounds(path string, size int64, mtime, now time.Time) string {
 	if r.MinAge > 0 && now.Before(mtime.Add(r.MinAge)) {
 		return fmt.Sprintf("younger than the folder's min_age %s: looked at again once old enough", r.MinAge)
 	}
-	if size < r.MinSize || (r.MaxSize > 0 && size > r.MaxSize) {
-		return fmt.Sprintf("outside the folder's size bounds (min_size %d, max_size %d bytes)", r.MinSize, r.MaxSize)
+	return r.outside(path, size)
+}
+
+// outside says why a file of this size is outside the folder's size
+// bounds, "" when it is inside or is a SOG folder's meta.json, whose bundle
+// the bounds apply to instead (folderHandle).
+func (r *root) outside(path string, size int64) string {
+	if filepath.Base(path) == folderHandle {
+		return ""
 	}
-	return ""
+	return state.OutsideBounds(size, r.MinSize, r.MaxSize)
 }

@@ -281,7 +281,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	t.done[e.path] = &doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load()}
 	t.mu.Unlock()
 
-	if size := e.st.size; size < e.r.MinSize || (e.r.MaxSize > 0 && size > e.r.MaxSize) {
+	if size := e.st.size; e.r.outside(e.path, size) != "" {
 		// Remembered as done, so that rescans do not log it again; a change
 		// of the file makes it a new version, judged afresh.
 		t.log.Info().Str("path", e.path).Int64("size", size).Int64("min_size", e.r.MinSize).

@@ -55,6 +55,12 @@ var (
 // picked up together.
 const sidecarSuffix = ".splat.yaml"
 
+// folderHandle is the base name of an unbundled SOG folder's meta.json, the
+// folder's handle: what is published is the bundle built from the folder,
+// so MinSize and MaxSize bound that bundle, which the consumer sizes (the
+// worker pool, before it builds it), and not meta.json's own few kilobytes.
+const folderHandle = "meta.json"
+
 // Root is one watched folder.
 type Root struct {
 	Path string
@@ -81,6 +87,8 @@ type Root struct {
 	// MinSize and MaxSize bound a candidate's size in bytes (0: no bound).
 	// A settled file outside them is skipped with one log line per version
 	// of the file; it becomes a candidate if it changes into the bounds.
+	// An unbundled SOG folder's meta.json is not held to them: they bound
+	// its bundle (folderHandle).
 	MinSize, MaxSize int64
 	// MinAge holds back a settled file whose mtime is younger than this:
 	// it is looked at again once old enough, not forgotten (0: off).

@@ -196,19 +196,22 @@ func TestDryRunSOGFolder(t *testing.T) {
 
 // TestDryRunSOGFolderSizeBounds: the dry run holds a folder's bundle to
 // its watch entry's size bounds as the check step does, sized from the
-// files' stat: a folder of sparse images over max_size fails, unhashed; a
+// files' stat: a folder of sparse images over max_size fails, unhashed, as
+// does a folder whose bundle is under min_size (its meta.json alone was
+// skipped by the bounds, which once hid every folder under a min_size); a
 // folder within them publishes.
 func TestDryRunSOGFolderSizeBounds(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	capped := filepath.Join(dir, "capped")
+	capped, floored := filepath.Join(dir, "capped"), filepath.Join(dir, "floored")
 	if err := splatfile.WriteSparseSOGFolder(filepath.Join(capped, "big"), 100, 16<<20); err != nil {
 		t.Fatal(err)
 	}
 	writeSOGFolderE2E(t, filepath.Join(capped, "room"), 1500, func() {})
+	writeSOGFolderE2E(t, filepath.Join(floored, "tiny"), 1000, func() {})
 	cfgPath := filepath.Join(dir, "config.yaml")
-	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid}\nwatch:\n  - {path: %s, max_size: 1MiB}\n"+
-		"state_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n", capped, filepath.Join(dir, "state")))
+	writeConfig(t, cfgPath, fmt.Sprintf("api: {base_url: https://api.invalid}\nwatch:\n  - {path: %s, max_size: 1MiB}\n  - {path: %s, min_size: 1MiB}\n"+
+		"state_dir: %s\nlog: {format: json}\nmetrics: {listen: \"\"}\n", capped, floored, filepath.Join(dir, "state")))
 	var stdout, stderr bytes.Buffer
 	c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
 	if code := dispatch(context.Background(), c, []string{"run", "-dry-run", "-config", cfgPath}); code != exitOK {
@@ -216,8 +219,9 @@ func TestDryRunSOGFolderSizeBounds(t *testing.T) {
 	}
 	out := stdout.String()
 	want := map[string][]string{
-		filepath.Join(capped, "big"):  {"fail", "80.0 MiB", "bundle would be", "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)"},
-		filepath.Join(capped, "room"): {"publish", `title "room"`},
+		filepath.Join(capped, "big"):   {"fail", "80.0 MiB", "bundle would be", "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)"},
+		filepath.Join(capped, "room"):  {"publish", `title "room"`},
+		filepath.Join(floored, "tiny"): {"fail", "bundle would be", "outside the folder's size bounds (min_size 1048576, max_size 34359738368 bytes)"},
 	}
 	for folder, words := range want {
 		var l string
