@@ -116,6 +116,16 @@ func (p *Pool) outsideBounds(root string, size int64) string {
 	return BundleOutsideBounds(size, minSize, maxSize)
 }
 
+// fileOutsideBounds is outsideBounds for a file of size bytes
+// (state.OutsideBounds).
+func (p *Pool) fileOutsideBounds(root string, size int64) string {
+	if p.o.SizeBounds == nil {
+		return ""
+	}
+	minSize, maxSize := p.o.SizeBounds(root)
+	return state.OutsideBounds(size, minSize, maxSize)
+}
+
 // BundleOutsideBounds says why an unbundled SOG folder whose bundle is size
 // bytes is not published under a watch folder's min_size and max_size (0:
 // no bound), "" when it is: the check step's reason to fail its job, and

@@ -179,3 +179,32 @@ func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 		t.Errorf("left %v in the bundle folder", entries)
 	}
 }
+
+// TestFileOutsideSizeBoundsIsNotHashed: a file the watcher found within
+// the bounds and that grew past max_size before its check (a sparse
+// terabyte written over a queued file) fails with the bounds as its
+// reason; it is not hashed or uploaded.
+func TestFileOutsideSizeBoundsIsNotHashed(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	grown := e.writePLY("grown.ply", 100)
+	if err := os.Truncate(grown, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(grown)
+	o := e.options(1)
+	o.SizeBounds = func(string) (int64, int64) { return 0, 1 << 20 }
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	j, err := e.store.JobByPath(grown)
+	if err != nil || j.Stage != state.Failed || !strings.Contains(j.FailReason, "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)") {
+		t.Errorf("grown.ply: %s (%q), %v; want failed on the bounds", j.Stage, j.FailReason, err)
+	}
+	if j.SHA256 != "" {
+		t.Errorf("grown.ply was hashed (%s)", j.SHA256)
+	}
+	if st := e.sim.Stats(); st.SignedURLs != 0 {
+		t.Errorf("%d signed URLs: a file outside the bounds was uploaded", st.SignedURLs)
+	}
+}

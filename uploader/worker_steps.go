@@ -141,6 +141,11 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if !workerSame(jf.fi, j) {
 		return p.workerChanged(j, jf.fi, "file changed since it was seen; waiting until it settles")
 	}
+	// The watcher judged the size when it found the file; one that grew
+	// since (a sparse terabyte written over it) is held to the bounds here.
+	if why := p.fileOutsideBounds(j.Root, jf.fi.Size()); why != "" {
+		return j, &workerFileError{fmt.Errorf("%s is %d bytes, %s: not hashed or uploaded", j.Path, jf.fi.Size(), why)}
+	}
 	info, err := splatfile.CheckFile(jf.f, j.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
 		return j, &workerIncomplete{err: err, changed: j.ModTime}
