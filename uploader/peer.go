@@ -68,6 +68,22 @@ func (p *Pool) v1Exists(j state.Job, s api.UploadSession, to state.Stage) (state
 	return next, nil
 }
 
+// fromReceipt moves j to stage `to` with the outcome a peer's receipt
+// gives (parked is true: the caller is done).
+func (p *Pool) fromReceipt(j state.Job, to state.Stage, out PeerOutcome) (state.Job, bool, error) {
+	next, err := p.v1Move(j, to, "")
+	if err != nil {
+		return j, true, err
+	}
+	next.SplatID, next.SplatHash, next.ViewerURL = out.SplatID, out.SplatHash, out.ViewerURL
+	next.PublishedAt, next.CompletedAt = out.PublishedAt, out.CompletedAt
+	next.TaskMessage = "published by another daemon of the fleet: taken from its receipt " + out.Receipt
+	next.V1.EditURL, next.V1.FromPeer, next.V1.ReceiptSince = out.EditURL, true, time.Time{}
+	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Str("splat", out.SplatID).
+		Msg("another daemon completed this content's session: its receipt names the splat")
+	return next, true, nil
+}
+
 // v1Waiting continues the wait for a peer's receipt of a job that began it
 // (before any API call). ok is false when the job is not waiting.
 func (p *Pool) v1Waiting(j state.Job) (state.Job, bool, error) {
@@ -95,7 +111,21 @@ func (p *Pool) v1Waiting(j state.Job) (state.Job, bool, error) {
 // this fleet, or no receipt within the bound.
 func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, parked bool, err error) {
 	v := j.V1
-	if p.o.PeerReceipt == nil || v.Owned || v.NoReceipt {
+	if p.o.PeerReceipt == nil || v.NoReceipt {
+		return j, false, nil
+	}
+	if v.Owned {
+		// Ours, or taken to be (a create of ours whose answer was lost: a
+		// crash before the answer was committed): no wait. A receipt that
+		// is already there says a peer completed it after all, and reading
+		// it costs nothing where the replay costs a strict request. Not for
+		// a republish or a session made again: a receipt of the content's
+		// earlier splat would be taken for this one.
+		if j.Generation == 0 && v.Attempt <= 1 {
+			if out, err := p.o.PeerReceipt(j); err == nil {
+				return p.fromReceipt(j, to, out)
+			}
+		}
 		return j, false, nil
 	}
 	now := p.o.Now()
@@ -106,17 +136,7 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 	left := v.ReceiptSince.Add(p.o.PeerWait).Sub(now)
 	switch {
 	case err == nil:
-		next, err := p.v1Move(j, to, "")
-		if err != nil {
-			return j, true, err
-		}
-		next.SplatID, next.SplatHash, next.ViewerURL = out.SplatID, out.SplatHash, out.ViewerURL
-		next.PublishedAt, next.CompletedAt = out.PublishedAt, out.CompletedAt
-		next.TaskMessage = "published by another daemon of the fleet: taken from its receipt " + out.Receipt
-		next.V1.EditURL, next.V1.FromPeer, next.V1.ReceiptSince = out.EditURL, true, time.Time{}
-		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", v.ID).Str("splat", out.SplatID).
-			Msg("another daemon completed this content's session: its receipt names the splat")
-		return next, true, nil
+		return p.fromReceipt(j, to, out)
 	case errors.Is(err, ErrNoPeerReceipt) && left > 0:
 		v.PeerPolls++
 		d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)

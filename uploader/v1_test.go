@@ -689,3 +689,54 @@ func TestV1TwoDaemonsOneFolder(t *testing.T) {
 		t.Errorf("storage received %d bytes for %d bytes of files: more than 1.25×", received, total)
 	}
 }
+
+// TestV1CrashBeforeCreateAnswerTakesAPeersReceipt: a daemon that crashed
+// between committing its create intent and the create's answer takes the
+// session it then finds completed for its own (the answer it never saw may
+// have made it), so it waits for no receipt. When a peer's receipt for the
+// content is already there, the peer completed it: the splat is taken from
+// the receipt, with no replayed complete (a fleet restarted after a kill -9
+// replayed one per job that had been waiting in ready).
+func TestV1CrashBeforeCreateAnswerTakesAPeersReceipt(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("done.ply", 4)
+	e.enqueue(path)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.job(path)
+	e.stateDir = t.TempDir() // the second daemon
+	e.store = nil
+	e.reopen()
+	e.enqueue(path)
+	o := e.v1Options(1)
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "v1:create" {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
+		t.Fatalf("first run of the second daemon: %v, want the simulated crash", err)
+	}
+	e.reopen()
+	before := e.sim.Stats()
+	o = e.v1Options(1)
+	o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+		if j.SHA256 != first.SHA256 {
+			return PeerOutcome{}, ErrNoPeerReceipt
+		}
+		return PeerOutcome{SplatID: first.SplatID, ViewerURL: first.ViewerURL, CompletedAt: first.CompletedAt, Receipt: "r"}, nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(path)
+	if j.Stage != state.Done || j.SplatID != first.SplatID || !fromPeer(j) {
+		t.Errorf("second daemon: %s splat %s from peer %v, want done with %s from the receipt", j.Stage, j.SplatID, fromPeer(j), first.SplatID)
+	}
+	if replays := e.sim.Stats().CompleteReplays - before.CompleteReplays; replays != 0 {
+		t.Errorf("%d complete replays, want 0: the receipt named the splat", replays)
+	}
+}
