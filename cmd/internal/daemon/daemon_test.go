@@ -122,11 +122,20 @@ func TestPeerReceipt(t *testing.T) {
 	if out, err := read(j); err != nil || out.ViewerURL != "" {
 		t.Fatalf("a receipt's foreign viewer link: %+v, %v; want the outcome without the link", out, err)
 	}
+	// The peer deleted the file (on_success: delete) and left its receipt:
+	// the outcome is still the receipt's. With the receipt gone too (a
+	// move takes it along), none will come: the wait ends.
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := read(j); err != nil || out.SplatID != "s1" {
+		t.Errorf("file deleted, receipt left: %+v, %v; want the receipt's outcome", out, err)
+	}
+	if err := os.Remove(after.ReceiptPath(file)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := read(j); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
-		t.Errorf("file gone: %v, want an error that ends the wait", err)
+		t.Errorf("file and receipt gone: %v, want an error that ends the wait", err)
 	}
 	if peerReceipt(&config.Config{After: config.After{Receipt: false}}) != nil {
 		t.Error("a daemon without receipts waits for its peers' receipts")

@@ -279,9 +279,10 @@ func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
 }
 
 // peerReceipt is the pool's PeerReceipt: the outcome a fleet peer's
-// receipt gives for j's content (after.PeerEvidence), ErrNoPeerReceipt
-// while there is none that proves it, the stat error when the file is gone
-// (a peer moved or deleted it: no receipt will come here). Nil when this
+// receipt gives for j's content (after.PeerEvidence), even when the file is
+// gone (a peer's delete keeps the receipt); ErrNoPeerReceipt while there is
+// none that proves it; the stat error when there is none and the file is
+// gone (a peer moved it, receipt and all: none will come here). Nil when this
 // daemon writes no receipts: its fleet is taken to write none either.
 func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
 	if !cfg.After.Receipt {
@@ -289,10 +290,14 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 	}
 	svc := cfg.ReceiptService()
 	return func(j state.Job) (uploader.PeerOutcome, error) {
-		if _, err := trustfs.Lstat(j.Root, j.Path); err != nil {
-			return uploader.PeerOutcome{}, err
-		}
+		// The receipt first: a peer with on_success: delete leaves it where
+		// the file was. Only without one does a file gone end the wait.
 		r, why, err := after.PeerEvidence(j.Root, j.Path, j.SHA256, j.Size, svc)
+		if err != nil || why != "" {
+			if _, serr := trustfs.Lstat(j.Root, j.Path); serr != nil {
+				return uploader.PeerOutcome{}, serr
+			}
+		}
 		switch {
 		case errors.Is(err, after.ErrNoReceipt):
 			return uploader.PeerOutcome{}, uploader.ErrNoPeerReceipt
