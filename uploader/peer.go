@@ -142,7 +142,7 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 		d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
 		j.NextAttempt = now.Add(min(d, left))
 		j.LastError, j.LastStatus = "", 0
-		j.Parked = "another daemon completed this content's upload session; waiting for its receipt"
+		j.Parked = fmt.Sprintf("another daemon completed this content's upload session; waiting for its receipt (at most %s more, then complete is replayed once to learn the splat)", left.Round(time.Second))
 		return j, true, nil
 	}
 	why := "none came within " + p.o.PeerWait.String()

@@ -108,7 +108,7 @@ func (d *Daemon) logReceiptDirs(byDir map[string]int) {
 		}
 		d.intake.loggedDirs[dir] = true
 		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
-			Msg("folder holds receipts this state directory did not know (a new or lost state_dir?): files whose receipt says done for their content are adopted as done, not published again")
+			Msg("folder holds receipts this state directory did not know (a new or lost state_dir, or another daemon of a fleet on this folder): files whose receipt says done for their content are adopted as done, not published again (logged once per folder; adopted counts this batch)")
 	}
 }
 
