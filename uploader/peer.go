@@ -3,6 +3,7 @@ package uploader
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -170,6 +171,33 @@ func (p *Pool) v1PeerDone(j state.Job, splatID string) (state.Job, error) {
 	}
 	next.CompletedAt = done
 	return next, nil
+}
+
+// goneToPeer ends a job whose file is gone before it was read (a fleet
+// peer published it and deleted it, on_success: delete) as done with the
+// outcome of the receipt the peer left where the file was, instead of
+// failing it: ok is false when there is no such receipt (v1 fleets only).
+func (p *Pool) goneToPeer(j state.Job, openErr error) (state.Job, bool, error) {
+	if p.o.PeerReceipt == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(openErr, fs.ErrNotExist) {
+		return j, false, nil
+	}
+	out, err := p.o.PeerReceipt(j)
+	if err != nil {
+		return j, false, nil
+	}
+	now := p.o.Now()
+	if err := j.Move(state.Done, now); err != nil {
+		return j, false, err
+	}
+	j.SplatID, j.SplatHash, j.ViewerURL = out.SplatID, out.SplatHash, out.ViewerURL
+	j.PublishedAt, j.CompletedAt = out.PublishedAt, out.CompletedAt
+	j.TaskStatus = "done"
+	j.TaskMessage = "published by another daemon of the fleet, which then removed the file: taken from its receipt " + out.Receipt
+	j.Protocol, j.V1 = state.ProtocolV1, &state.Session{FromPeer: true, EditURL: out.EditURL}
+	j.LastError, j.LastStatus = "", 0
+	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("splat", out.SplatID).
+		Msg("file gone before it was read; another daemon published it (its receipt names the splat)")
+	return j, true, nil
 }
 
 // fromPeer reports a job whose outcome, and after-action, are a peer's.

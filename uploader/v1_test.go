@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -738,5 +739,45 @@ func TestV1CrashBeforeCreateAnswerTakesAPeersReceipt(t *testing.T) {
 	}
 	if replays := e.sim.Stats().CompleteReplays - before.CompleteReplays; replays != 0 {
 		t.Errorf("%d complete replays, want 0: the receipt named the splat", replays)
+	}
+}
+
+// TestV1FileGoneToAPeer: in a fleet whose daemons delete what they
+// published, a peer's job whose file is gone before it read it ends done
+// with the outcome of the receipt left where the file was, runs no
+// after-action of its own and makes no API call; with no receipt there it
+// fails as gone, as before (a fleet on on_success: delete failed such jobs,
+// and alerted on them).
+func TestV1FileGoneToAPeer(t *testing.T) {
+	t.Parallel()
+	for _, receipt := range []bool{true, false} {
+		e := newV1Env(t, apisim.Options{})
+		path := e.writeParts("gone.ply", 2)
+		e.enqueue(path)
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		o := e.v1Options(1)
+		var finishes atomic.Int32
+		o.Finish = func(context.Context, state.Job) error { finishes.Add(1); return nil }
+		o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+			if !receipt {
+				return PeerOutcome{}, fs.ErrNotExist
+			}
+			return PeerOutcome{SplatID: "peer-splat", ViewerURL: "https://v/peer-splat", Receipt: j.Path + ".splat.json"}, nil
+		}
+		if err := e.run(o); err != nil {
+			t.Fatal(err)
+		}
+		j := e.job(path)
+		st := e.sim.Stats()
+		switch {
+		case receipt && (j.Stage != state.Done || j.SplatID != "peer-splat" || !fromPeer(j)):
+			t.Errorf("with the peer's receipt: %s splat %q from peer %v (%s)", j.Stage, j.SplatID, fromPeer(j), j.FailReason)
+		case receipt && (finishes.Load() != 0 || st.Creates != 0):
+			t.Errorf("with the peer's receipt: %d after-actions, %d creates; want none", finishes.Load(), st.Creates)
+		case !receipt && (j.Stage != state.Failed || !strings.Contains(j.FailReason, "file is gone")):
+			t.Errorf("without a receipt: %s (%s), want failed as gone", j.Stage, j.FailReason)
+		}
 	}
 }

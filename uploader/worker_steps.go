@@ -130,6 +130,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	p.held.drop(j.ID)
 	jf, err := p.openJob(j)
 	if err != nil {
+		if next, ok, perr := p.goneToPeer(j, err); ok || perr != nil {
+			return next, perr
+		}
 		return j, err
 	}
 	keep := false

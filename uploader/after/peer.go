@@ -6,8 +6,10 @@ import "fmt"
 // (through the watch folder root, as every receipt is read)
 // and checks it as adoption does, against what this daemon hashed: done
 // (or a duplicate of a done job) with a splat id, the same sha256 and size,
-// the same protocol and service. It returns the receipt and "" when it is
-// evidence, else why not; err is ErrNoReceipt when there is none, or a
+// the same protocol and service. A sha256 of "" (a job that never read the
+// file, and the file is gone: a peer published and deleted it) is not
+// compared; the size the job saw is. It returns the receipt and "" when it
+// is evidence, else why not; err is ErrNoReceipt when there is none, or a
 // read error.
 func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
 	r, err := readReceiptIn(root, file)
@@ -20,7 +22,7 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 	switch {
 	case r.Status != "done" && r.Status != "duplicate":
 		return r, fmt.Sprintf("the receipt says %q, not done", r.Status), nil
-	case r.SHA256 != sha256:
+	case sha256 != "" && r.SHA256 != sha256:
 		return r, "the receipt is for other content (its sha256 differs)", nil
 	case r.Size != size:
 		return r, fmt.Sprintf("the receipt says size %d, the file was hashed at %d", r.Size, size), nil

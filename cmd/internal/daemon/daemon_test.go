@@ -131,6 +131,17 @@ func TestPeerReceipt(t *testing.T) {
 	if out, err := read(j); err != nil || out.SplatID != "s1" {
 		t.Errorf("file deleted, receipt left: %+v, %v; want the receipt's outcome", out, err)
 	}
+	// A job that never read the file (no sha256) weighs the receipt by the
+	// size it saw.
+	unread := j
+	unread.SHA256 = ""
+	if out, err := read(unread); err != nil || out.SplatID != "s1" {
+		t.Errorf("an unread job's file deleted, receipt left: %+v, %v; want the receipt's outcome", out, err)
+	}
+	unread.Size++
+	if _, err := read(unread); err == nil {
+		t.Error("an unread job of another size took the receipt")
+	}
 	if err := os.Remove(after.ReceiptPath(file)); err != nil {
 		t.Fatal(err)
 	}
