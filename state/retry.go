@@ -286,6 +286,14 @@ func (p Policy) decide(b Backoff, ctx context.Context, err error, attempt int, n
 		return Decision{Action: Fail}
 	}
 	if kind := ConfigKind(err); kind != "" && (kind != ConfigRefused || p.refusedTooLong(b, attempt)) {
+		var sh storageHost
+		if kind != ConfigTLS && errors.As(err, &sh) && sh.FromStorage() {
+			// A storage host that refuses or does not resolve is named by
+			// a signed URL, the API's choice: a fresh one may name
+			// another. Pausing every worker for it (a configuration
+			// error) held up the jobs that needed no storage at all.
+			return Decision{Action: Resign, Delay: b.Delay(attempt)}
+		}
 		return Decision{Action: WaitConfig, Kind: kind, Delay: p.ConfigPause(1)}
 	}
 	var se statusError
@@ -403,6 +411,9 @@ type (
 		RetryWait(now time.Time) time.Duration
 	}
 	invalidError interface{ Invalid() bool }
+	// storageHost is an error on the way to object storage (a signed
+	// URL's host), not to the API.
+	storageHost interface{ FromStorage() bool }
 	// unrepeatable is a call whose effect is unknown and must not be
 	// repeated (api.ProtocolError of a legacy publish).
 	unrepeatable    interface{ Unrepeatable() bool }

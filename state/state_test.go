@@ -218,6 +218,20 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// storageNet and apiNet are network errors on the way to storage and to
+// the API (api's netError).
+type storageNet struct{ err error }
+
+func (e storageNet) Error() string     { return "storage_put: " + e.err.Error() }
+func (e storageNet) Unwrap() error     { return e.err }
+func (e storageNet) FromStorage() bool { return true }
+
+type apiNet struct{ err error }
+
+func (e apiNet) Error() string     { return "signed_url: " + e.err.Error() }
+func (e apiNet) Unwrap() error     { return e.err }
+func (e apiNet) FromStorage() bool { return false }
+
 type fakeStatus struct {
 	status  int
 	storage bool
@@ -302,6 +316,12 @@ func TestPolicyDecide(t *testing.T) {
 		{"dns: temporary failure retries", live, &net.DNSError{Err: "server misbehaving", Name: "x", IsTemporary: true}, 1, Retry, 3 * time.Second},
 		{"refused, within the grace", live, wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 8, Retry, 45 * time.Second},
 		{"refused for longer than the grace", live, wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), 9, WaitConfig, 3750 * time.Millisecond},
+		// A storage host is a signed URL's: sign again rather than pause
+		// every worker; a TLS error there is still the config's (ca_file).
+		{"storage refused for longer than the grace", live, storageNet{os.NewSyscallError("connect", syscall.ECONNREFUSED)}, 9, Resign, 45 * time.Second},
+		{"storage host not found", live, storageNet{&net.DNSError{Err: "no such host", Name: "s3.gone", IsNotFound: true}}, 1, Resign, 3 * time.Second},
+		{"storage tls", live, storageNet{x509.HostnameError{Host: "x"}}, 1, WaitConfig, 3750 * time.Millisecond},
+		{"api host not found", live, apiNet{&net.DNSError{Err: "no such host", Name: "api.gone", IsNotFound: true}}, 1, WaitConfig, 3750 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -117,6 +117,10 @@ type netError struct {
 func (e *netError) Error() string { return e.route + ": " + e.text }
 func (e *netError) Unwrap() error { return e.err }
 
+// FromStorage reports a failure to reach object storage, whose host a
+// signed URL names (the API's choice, not the config's).
+func (e *netError) FromStorage() bool { return e.route == RouteStoragePut || e.route == RouteV1PartPut }
+
 // errPutStalled is the cause given when a storage PUT made no progress
 // for the idle timeout.
 var errPutStalled = errors.New("storage upload stalled: no bytes sent within the idle timeout")
