@@ -202,6 +202,7 @@ type Pacer struct {
 	// stops them all before it wakes them, so a pending timer is always a
 	// parked goroutine (tests drive a fake clock by that count).
 	parked   map[*func() bool]struct{}
+	held     map[int]int   // callers parked in Wait, by the limit of their route's class (0: unknown)
 	lag      time.Duration // the least local now − Date seen
 	lagKnown bool
 }
@@ -257,7 +258,7 @@ func New(o Options) *Pacer {
 		o.Observer = nopObserver{}
 	}
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]*ticket{},
-		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]struct{}{}}
+		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]struct{}{}, held: map[int]int{}}
 	if o.StateFile != "" {
 		p.store = newStore(o.StateFile, o.PersistInterval)
 		p.load()
@@ -296,6 +297,11 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		}
 		c, stop := p.o.Timer(max(d, time.Millisecond))
 		p.parked[&stop] = struct{}{}
+		limit := 0
+		if rc := p.routes[route]; rc != nil {
+			limit = rc.limit
+		}
+		p.held[limit]++
 		ch := p.changed
 		p.mu.Unlock()
 		if start.IsZero() {
@@ -309,6 +315,7 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		}
 		p.mu.Lock()
 		delete(p.parked, &stop)
+		p.held[limit]--
 		p.mu.Unlock()
 		stop()
 	}
@@ -645,7 +652,8 @@ type ClassState struct {
 	Remaining int       // as last reported, less the requests in flight
 	Reset     time.Time // zero when no current window is known
 	Held      bool      // held after a 429 (Retry-After)
-	Waiting   int       // requests of this class in flight
+	Waiting   int       // requests of this class the pacer is holding back now
+	InFlight  int       // requests of this class sent and not yet answered
 	Others    int       // what other clients of the token spent in this window (a lower bound)
 }
 
@@ -656,7 +664,7 @@ func (p *Pacer) Classes() []ClassState {
 	now := p.o.Now()
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: c.inFlight,
+		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: p.held[c.limit], InFlight: c.inFlight,
 			Others: c.others, Held: now.Before(c.hold)}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt

@@ -1154,3 +1154,35 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		}
 	}
 }
+
+// TestPacerClassesCountHeldRequests: the status page's "waiting" is the
+// requests the pacer holds back (two callers parked while a strict
+// window's count is in flight), and apart from them the ones in flight; it showed the ones in flight only, so
+// a pacing daemon read 0 waiting.
+func TestPacerClassesCountHeldRequests(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, Options{})
+	t0 := clk.Now()
+	reset := t0.Add(60 * time.Second)
+	mustWait(t, p, routePublish)(windowResp(200, 10, 9, reset, t0, ""))
+	out := mustWait(t, p, routePublish) // in flight: the next wait for its count
+	ctx, cancel := context.WithCancel(context.Background())
+	a := waitAsync(ctx, p, routePublish)
+	b := waitAsync(ctx, p, routePublish)
+	clk.awaitParked(t, 2)
+	cs := p.Classes()
+	if len(cs) != 1 || cs[0].Waiting != 2 || cs[0].InFlight != 1 {
+		t.Errorf("classes %+v, want 2 waiting and 1 in flight", cs)
+	}
+	cancel()
+	for _, ch := range []<-chan waitResult{a, b} {
+		if r := receive(t, ch); r.err == nil {
+			r.release(NotSent)
+		}
+	}
+	out(windowResp(200, 10, 8, reset, t0, ""))
+	if cs := p.Classes(); cs[0].Waiting != 0 || cs[0].InFlight != 0 {
+		t.Errorf("after the callers gave up: %+v, want none waiting or in flight", cs[0])
+	}
+}
