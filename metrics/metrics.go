@@ -91,6 +91,9 @@ type Metrics struct {
 	// uploads reads the bandwidth limit in force and the bytes of the
 	// uploads in progress at each scrape (SetUploadSource); nil reads 0.
 	uploads atomic.Pointer[UploadSource]
+	// ready is /readyz's check, read at each scrape (SetReadySource); nil
+	// reads not ready.
+	ready atomic.Pointer[func() error]
 }
 
 // UploadSource is what the upload gauges read at each scrape: the upload
@@ -211,7 +214,16 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 		Namespace: namespace, Name: "upload_bytes_in_flight",
 		Help: "Bytes of the uploads in progress still to be sent.",
 	}, upload(func(s UploadSource) func() int64 { return s.InFlight }))
-	reg.MustRegister(limit, inFlight)
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "ready",
+		Help: "1 while /readyz says ready, 0 while it does not: watch folders not scanned, the job store failing (a full disk), the token refused, a configuration error; /readyz and the status page say which.",
+	}, func() float64 {
+		if f := m.ready.Load(); f != nil && (*f)() == nil {
+			return 1
+		}
+		return 0
+	})
+	reg.MustRegister(limit, inFlight, ready)
 	reg.MustRegister(
 		m.filesDiscovered, m.jobs, m.jobsFinished, m.uploadBytes, m.uploadDuration,
 		m.apiRequests, m.apiRequestDuration, m.rateLimitRemaining, m.rateLimitWait,
@@ -375,6 +387,14 @@ func (m *Metrics) SetUploadSource(src UploadSource) {
 		return
 	}
 	m.uploads.Store(&src)
+}
+
+// SetReadySource sets the check splatd_ready reads at each scrape: /readyz's.
+func (m *Metrics) SetReadySource(ready func() error) {
+	if m == nil {
+		return
+	}
+	m.ready.Store(&ready)
 }
 
 // SetTokenRefused records whether the API currently refuses the token.

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -285,4 +286,48 @@ func TestUploadGauges(t *testing.T) {
 	limit.Store(4 << 20) // a reload
 	inFlight.Store(0)
 	check(4<<20, 0)
+}
+
+// TestReadyGauge: splatd_ready reads /readyz's check at each scrape: 0
+// before one is set and while it fails (a full state disk), 1 once it
+// passes.
+func TestReadyGauge(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg, nil)
+	want := func(v string) {
+		t.Helper()
+		exp := "# HELP splatd_ready " + readyHelp(t, reg) + "\n# TYPE splatd_ready gauge\nsplatd_ready " + v + "\n"
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "splatd_ready"); err != nil {
+			t.Error(err)
+		}
+	}
+	want("0")
+	var failing atomic.Bool
+	failing.Store(true)
+	m.SetReadySource(func() error {
+		if failing.Load() {
+			return errors.New("the job store fails: no space left on device")
+		}
+		return nil
+	})
+	want("0")
+	failing.Store(false)
+	want("1")
+}
+
+// readyHelp is splatd_ready's help text as registered.
+func readyHelp(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "splatd_ready" {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatal("no splatd_ready")
+	return ""
 }

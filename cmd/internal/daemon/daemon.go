@@ -143,6 +143,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	if d.watch, err = d.newWatcher(); err != nil {
 		return nil, err
 	}
+	d.m.SetReadySource(d.ready)
 	if cfg.Metrics.Listen != "" {
 		o := metrics.ServerOptions{
 			Listen:   cfg.Metrics.Listen,
