@@ -124,7 +124,10 @@ func runDiskFull(ctx context.Context, e *tenv) error {
 	doneWhileFull, _ := e.receipts()
 	e.note("state filesystem filled (%d KiB filler); while full for 6 s: %d error log lines, %d daemon exits, %d/%d files final",
 		filled>>10, errs, exits, doneWhileFull, len(e.files))
-	if errs == 0 && exits == 0 {
+	// A daemon whose job store still had free pages for the second half
+	// (bbolt reuses them) finished every file with nothing to report: that
+	// is no miss. One that fell behind must have said why.
+	if errs == 0 && exits == 0 && doneWhileFull < len(e.files) {
 		e.problem("the daemon reported nothing while its state directory was full")
 	}
 	if err := os.Remove(filepath.Join(stateDir, "filler")); err != nil {
