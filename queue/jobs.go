@@ -371,11 +371,11 @@ func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
 	if err := index(tx, j, true); err != nil {
 		return err
 	}
-	// Keep the path index on the size and mtime the job last saw, so an
-	// unchanged file stays Known after a re-hash. A checked SOG folder's
-	// are its bundle's: the index keeps its meta.json's, which the watcher
-	// compares.
-	if (j.Size != old.Size || !j.ModTime.Equal(old.ModTime)) && j.Kind != state.KindSOGFolder {
+	// Keep the path index on the size and mtime the job last saw of its
+	// file, so an unchanged file stays Known: a job back in Queued holds the
+	// file as the worker found it changed. (A checked SOG folder's job
+	// holds its bundle's, which the watcher never sees.)
+	if (j.Size != old.Size || !j.ModTime.Equal(old.ModTime)) && j.Stage == state.Queued {
 		paths := tx.Bucket(bucketPaths)
 		var pe pathEntry
 		ok, err := getJSON(paths, []byte(j.Path), &pe)

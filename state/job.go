@@ -101,12 +101,6 @@ func (s Stage) Published() bool { return s == Publishing || s == Processing || s
 // refused by such a splatd rather than resumed without its session.
 const JobVersion = 2
 
-// KindSOGFolder is the Kind of an unbundled SOG folder's job once checked:
-// its Path is the folder's meta.json, but its Size, ModTime and SHA256 are
-// those of the bundle built from the folder, not of the file the watcher
-// sees at Path.
-const KindSOGFolder = "sog-folder"
-
 // Job is one file's way through the pipeline. It is stored as JSON; the V
 // field carries JobVersion so that a future layout can be migrated.
 type Job struct {
@@ -125,7 +119,8 @@ type Job struct {
 	Ino    uint64 `json:"ino,omitempty"`
 	SHA256 string `json:"sha256,omitempty"`
 	// Kind is the splatfile kind: ply, compressed-ply, sog, spz, or
-	// KindSOGFolder.
+	// sog-folder (an unbundled folder: Size, ModTime and SHA256 are then
+	// those of the bundle built from it, not of the meta.json at Path).
 	Kind string `json:"kind,omitempty"`
 
 	Stage       Stage     `json:"stage"`

@@ -30,8 +30,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"github.com/splatd/splatd/state"
 )
 
 // Kind names the container format of a splat file.
@@ -39,11 +37,11 @@ type Kind string
 
 // The kinds Check recognises.
 const (
-	KindPLY           Kind = "ply"               // plain 3DGS PLY (one float per property)
-	KindCompressedPLY Kind = "compressed-ply"    // PlayCanvas compressed PLY (chunk + packed vertex)
-	KindSOG           Kind = "sog"               // ZIP bundle of meta.json and WebP images
-	KindSPZ           Kind = "spz"               // Niantic SPZ: gzip-wrapped (v2, v3) or ZSTD streams (v4)
-	KindSOGFolder     Kind = state.KindSOGFolder // unbundled SOG: meta.json and its images, published as a bundle
+	KindPLY           Kind = "ply"            // plain 3DGS PLY (one float per property)
+	KindCompressedPLY Kind = "compressed-ply" // PlayCanvas compressed PLY (chunk + packed vertex)
+	KindSOG           Kind = "sog"            // ZIP bundle of meta.json and WebP images
+	KindSPZ           Kind = "spz"            // Niantic SPZ: gzip-wrapped (v2, v3) or ZSTD streams (v4)
+	KindSOGFolder     Kind = "sog-folder"     // unbundled SOG: meta.json and its images, published as a bundle
 )
 
 // SourceFormat is the v1 API's sourceFormat for a file of this kind: what
