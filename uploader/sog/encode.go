@@ -19,6 +19,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+
+	"github.com/splatd/splatd/state"
 )
 
 // Generator is what meta.json's asset.generator says of this encoder.
@@ -399,7 +401,7 @@ func Transcode(ctx context.Context, r io.Reader, w io.Writer) (Result, error) {
 // transcode is Transcode of a source of size bytes (0: unknown).
 func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer) (Result, error) {
 	go Warm()
-	s, err := readPLY(ctxReader{ctx, r}, size)
+	s, err := readPLY(state.ContextReader(ctx, r), size)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, ctx.Err()
@@ -458,19 +460,6 @@ func TranscodeTo(ctx context.Context, in io.Reader, size int64, dst string) (Res
 		return Result{}, err
 	}
 	return res, nil
-}
-
-// ctxReader stops a read once its context is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // PeakMemory is about the most memory, in bytes, that encoding a PLY of

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 // An unbundled SOG is a folder holding meta.json and the WebP images it
@@ -334,7 +336,7 @@ func bundleHeader(name string) *zip.FileHeader {
 // sizes says: the file's size when the folder was checked.
 func writeBundle(ctx context.Context, w io.Writer, r *os.Root, files []string, sizes []int64) error {
 	zw := zip.NewWriter(w)
-	buf := make([]byte, 1<<20) // ctxReader checks ctx once per buffer: every MiB
+	buf := make([]byte, 1<<20) // the reader checks ctx once per buffer: every MiB
 	for i, name := range files {
 		if err := writeEntry(ctx, zw, r, name, sizes[i], buf); err != nil {
 			return err
@@ -356,24 +358,11 @@ func writeEntry(ctx context.Context, zw *zip.Writer, r *os.Root, name string, si
 	if err != nil {
 		return err
 	}
-	n, err := io.CopyBuffer(fw, io.LimitReader(ctxReader{ctx, src}, size), buf)
+	n, err := io.CopyBuffer(fw, io.LimitReader(state.ContextReader(ctx, src), size), buf)
 	if err == nil && n != size {
 		err = fmt.Errorf("%s changed while the bundle was built (%d bytes read, %d checked)", clip(name), n, size)
 	}
 	return err
-}
-
-// ctxReader reads r while ctx lasts: each Read first checks ctx.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 type countWriter struct{ n int64 }
