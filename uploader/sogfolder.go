@@ -71,7 +71,8 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
 		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
 	}
-	if why := p.outsideBounds(j.Root, f.Size); why != "" {
+	lo, hi := p.bounds(j.Root)
+	if why := BundleOutsideBounds(f.Size, lo, hi); why != "" {
 		// The watcher saw only meta.json: a folder of sparse gigabytes
 		// would otherwise be copied into state_dir and uploaded.
 		return j, &workerFileError{errors.New(why)}
@@ -105,25 +106,13 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	return j, nil
 }
 
-// outsideBounds says why a folder whose bundle is size bytes is not
-// published under the size bounds of the watch folder root
-// (BundleOutsideBounds), "" when it is, or when the pool has no bounds.
-func (p *Pool) outsideBounds(root string, size int64) string {
+// bounds are the min_size and max_size of the watch folder root (0, 0:
+// none, when the pool has no bounds).
+func (p *Pool) bounds(root string) (minSize, maxSize int64) {
 	if p.o.SizeBounds == nil {
-		return ""
+		return 0, 0
 	}
-	minSize, maxSize := p.o.SizeBounds(root)
-	return BundleOutsideBounds(size, minSize, maxSize)
-}
-
-// fileOutsideBounds is outsideBounds for a file of size bytes
-// (state.OutsideBounds).
-func (p *Pool) fileOutsideBounds(root string, size int64) string {
-	if p.o.SizeBounds == nil {
-		return ""
-	}
-	minSize, maxSize := p.o.SizeBounds(root)
-	return state.OutsideBounds(size, minSize, maxSize)
+	return p.o.SizeBounds(root)
 }
 
 // BundleOutsideBounds says why an unbundled SOG folder whose bundle is size

@@ -146,7 +146,8 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	// The watcher judged the size when it found the file; one that grew
 	// since (a sparse terabyte written over it) is held to the bounds here.
-	if why := p.fileOutsideBounds(j.Root, jf.fi.Size()); why != "" {
+	lo, hi := p.bounds(j.Root)
+	if why := state.OutsideBounds(jf.fi.Size(), lo, hi); why != "" {
 		return j, &workerFileError{fmt.Errorf("%s is %d bytes, %s: not hashed or uploaded", j.Path, jf.fi.Size(), why)}
 	}
 	info, err := splatfile.CheckFile(jf.f, j.Path)
