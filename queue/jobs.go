@@ -205,7 +205,8 @@ func (s *Store) Stats() (Stats, error) {
 				continue
 			}
 			// Ids grow with enqueue time, so the first readable id of each
-			// stage is its oldest job.
+			// stage is its oldest job (a cursor, not stageIDs: Stats runs
+			// every few seconds and stops at the first).
 			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				j, err := getJob(tx, binary.BigEndian.Uint64(k))
@@ -398,9 +399,8 @@ func (s *Store) Unfinalized() ([]state.Job, error) {
 	var out []state.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
 		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held, state.Canceled} {
-			c := tx.Bucket(bucketStages).Bucket([]byte(stg)).Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				j, err := getJob(tx, binary.BigEndian.Uint64(k))
+			for _, id := range stageIDs(tx, stg) {
+				j, err := getJob(tx, id)
 				if s.skip(err) {
 					continue
 				}
