@@ -189,19 +189,27 @@ func TestE2ESOGFolderIsTheWatchFolder(t *testing.T) {
 	}
 }
 
-// TestE2ESOGFolderAdoptedAfterStateLoss: a published SOG folder's receipt
-// is evidence of its bundle, so a daemon whose state directory was lost
-// adopts the folder instead of publishing it again (under the legacy API,
-// where nothing on the server would stop a second splat).
-func TestE2ESOGFolderAdoptedAfterStateLoss(t *testing.T) {
-	t.Parallel()
+// publishedRoom starts a daemon on the simulator's legacy API and has it
+// publish an unbundled SOG folder, inbox/room; it returns the folder's
+// meta.json and receipt.
+func publishedRoom(t *testing.T) (*apisim.Server, *e2eEnv, *e2eDaemon, string, e2eReceipt) {
+	t.Helper()
 	sim := newE2ESim(t, apisim.Options{})
 	e := newE2EEnv(t, sim, e2eConfig{})
 	d := startDaemon(t, e.cfgPath)
 	d.waitStarted()
 	meta := filepath.Join(e.inbox, "room", "meta.json")
 	writeSOGFolderE2E(t, filepath.Dir(meta), 2000, func() {})
-	r := waitReceipt(t, meta, "done")
+	return sim, e, d, meta, waitReceipt(t, meta, "done")
+}
+
+// TestE2ESOGFolderAdoptedAfterStateLoss: a published SOG folder's receipt
+// is evidence of its bundle, so a daemon whose state directory was lost
+// adopts the folder instead of publishing it again (under the legacy API,
+// where nothing on the server would stop a second splat).
+func TestE2ESOGFolderAdoptedAfterStateLoss(t *testing.T) {
+	t.Parallel()
+	sim, e, d, meta, r := publishedRoom(t)
 	if code := d.stop(); code != 0 {
 		t.Fatalf("daemon exit %d", code)
 	}
@@ -255,13 +263,7 @@ func TestE2ESOGFolderMoved(t *testing.T) {
 // know.
 func TestE2ESOGFolderKnownAfterRestart(t *testing.T) {
 	t.Parallel()
-	sim := newE2ESim(t, apisim.Options{})
-	e := newE2EEnv(t, sim, e2eConfig{})
-	d := startDaemon(t, e.cfgPath)
-	d.waitStarted()
-	meta := filepath.Join(e.inbox, "room", "meta.json")
-	writeSOGFolderE2E(t, filepath.Dir(meta), 2000, func() {})
-	waitReceipt(t, meta, "done")
+	_, e, d, meta, _ := publishedRoom(t)
 	if code := d.stop(); code != 0 {
 		t.Fatalf("daemon exit %d", code)
 	}
@@ -300,14 +302,8 @@ func TestE2ESOGFolderKnownAfterRestart(t *testing.T) {
 // a folder.
 func TestE2EPublishKnowsAPublishedSOGFolder(t *testing.T) {
 	t.Parallel()
-	sim := newE2ESim(t, apisim.Options{})
-	e := newE2EEnv(t, sim, e2eConfig{})
-	d := startDaemon(t, e.cfgPath)
-	d.waitStarted()
-	room := filepath.Join(e.inbox, "room")
-	meta := filepath.Join(room, "meta.json")
-	writeSOGFolderE2E(t, room, 2000, func() {})
-	r := waitReceipt(t, meta, "done")
+	sim, e, d, meta, r := publishedRoom(t)
+	room := filepath.Dir(meta)
 	for _, arg := range []string{meta, room} {
 		code, out, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, arg)
 		if code != 0 || !strings.Contains(errOut, "already published") || !strings.Contains(out, r.Splat.URL) {
