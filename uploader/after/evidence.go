@@ -94,9 +94,6 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 		return ev, err
 	}
 	ev.Receipt = r
-	if svc.Protocol == "" {
-		svc.Protocol = "legacy"
-	}
 	fi, err := trustfs.Lstat(root, file)
 	if err != nil {
 		return ev, err
@@ -140,9 +137,12 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 	return ev, nil
 }
 
-// why says why receipt r is no evidence for this service, whatever the
-// file holds ("" when it may be).
+// why says why receipt r is no evidence for this service (an empty
+// protocol is legacy), whatever the file holds ("" when it may be).
 func why(r Receipt, svc Service) string {
+	if svc.Protocol == "" {
+		svc.Protocol = "legacy"
+	}
 	switch {
 	case r.Status != "done" && r.Status != "duplicate":
 		return fmt.Sprintf("the receipt says %q, not done", r.Status)

@@ -4,9 +4,9 @@ import "fmt"
 
 // PeerEvidence reads the receipt another daemon of a fleet wrote for file
 // (through the watch folder root, as every receipt is read)
-// and checks it as adoption does, against what this daemon hashed: done
-// (or a duplicate of a done job) with a splat id, the same sha256 and size,
-// the same protocol and service. A sha256 of "" (a job that never read the
+// and checks it as adoption does (why), against what this daemon hashed:
+// done (or a duplicate of a done job) with a splat id, the same sha256 and
+// size, the same protocol and service. A sha256 of "" (a job that never read the
 // file, and the file is gone: a peer published and deleted it) is not
 // compared; the size the job saw is. It returns the receipt and "" when it
 // is evidence, else why not; err is ErrNoReceipt when there is none, or a
@@ -16,20 +16,14 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 	if err != nil {
 		return r, "", err
 	}
-	if svc.Protocol == "" {
-		svc.Protocol = "legacy"
+	if w := why(r, svc); w != "" {
+		return r, w, nil
 	}
 	switch {
-	case r.Status != "done" && r.Status != "duplicate":
-		return r, fmt.Sprintf("the receipt says %q, not done", r.Status), nil
 	case sha256 != "" && r.SHA256 != sha256:
 		return r, "the receipt is for other content (its sha256 differs)", nil
 	case r.Size != size:
 		return r, fmt.Sprintf("the receipt says size %d, the file was hashed at %d", r.Size, size), nil
-	case r.Protocol != svc.Protocol:
-		return r, fmt.Sprintf("published through protocol %q, this daemon uses %s", r.Protocol, svc.Protocol), nil
-	case r.API != "" && svc.API != "" && r.API != svc.API:
-		return r, fmt.Sprintf("published to %s, this daemon publishes to %s", r.API, svc.API), nil
 	case r.Splat.ID == "":
 		return r, "the receipt names no splat", nil
 	}
