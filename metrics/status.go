@@ -145,6 +145,10 @@ type Job struct {
 	Adopted    bool   `json:"adopted,omitempty"`
 	LastError  string `json:"last_error,omitempty"`
 	FailReason string `json:"fail_reason,omitempty"`
+	// Waiting says why a live job waits now, holding no upload: on another
+	// daemon of a fleet ("parked: ..."), or on the token's rate limit
+	// ("rate limit strict: ...").
+	Waiting string `json:"waiting,omitempty"`
 	// ViewerURL is the public viewer link of a published splat.
 	ViewerURL string    `json:"viewer_url,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -182,8 +186,16 @@ func JobFromState(j state.Job) Job {
 		LastError:   j.LastError,
 		FailReason:  j.FailReason,
 		ViewerURL:   j.ViewerURL,
+		Waiting:     parked(j),
 		UpdatedAt:   j.UpdatedAt,
 	}
+}
+
+func parked(j state.Job) string {
+	if j.Parked == "" || j.Stage.Final() {
+		return ""
+	}
+	return "parked: " + j.Parked
 }
 
 // Job list bounds: a page asks for a few dozen jobs; a script that wants
@@ -347,6 +359,7 @@ func cleanStatus(st Status) Status {
 // cleanJob scrubs the free texts of j and reduces its viewer link to what
 // opens the scene.
 func cleanJob(j Job) Job {
+	j.Waiting = state.ScrubText(j.Waiting)
 	j.LastError = state.ScrubText(j.LastError)
 	j.FailReason = state.ScrubText(j.FailReason)
 	j.ViewerURL = viewerLink(j.ViewerURL)

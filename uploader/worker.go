@@ -16,6 +16,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/uploader/sidecar"
 )
 
@@ -168,6 +169,7 @@ type Pool struct {
 
 	progMu   sync.Mutex
 	progress map[uint64]*progressEntry // running uploads (progress.go)
+	holds    map[uint64]pace.Hold      // jobs whose request the pacer holds back (progress.go)
 
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
@@ -226,6 +228,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		wake:        make(chan struct{}, o.Workers),
 		encodeSlot:  make(chan struct{}, 1),
 		progress:    make(map[uint64]*progressEntry),
+		holds:       make(map[uint64]pace.Hold),
 		running:     make(map[uint64]context.CancelCauseFunc),
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
@@ -566,6 +569,7 @@ func (p *Pool) Abort(id uint64) bool {
 // runJob advances a claimed job until it is final, waits, or the pool stops.
 func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 	jctx, cancel := context.WithCancelCause(ctx)
+	jctx = pace.WithHoldReport(jctx, func(h pace.Hold) { p.setHold(j.ID, h) })
 	p.runMu.Lock()
 	p.running[j.ID] = cancel
 	p.runMu.Unlock()

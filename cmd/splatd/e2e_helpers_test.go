@@ -565,6 +565,8 @@ type e2eJob struct {
 	Error    string `json:"error"`
 	Adopted  bool   `json:"adopted"`
 	AfterErr string `json:"after_error"`
+	// RateLimit: why the job's next request waits on the rate limit.
+	RateLimit string `json:"rate_limit"`
 }
 
 // adminJobs asks the daemon's admin socket directly (no process spawn), for

@@ -1035,6 +1035,63 @@ func TestE2ESigtermWhilePublishWaitsForRateLimit(t *testing.T) {
 	finishPaced(t, sim, e, files, "stopped while its publish waited for the rate limit")
 }
 
+// TestE2EJobsSayWhyAJobWaitsForTheRateLimit: a job whose publish the pacer
+// holds back (the window spent) says so, with the class, the reason and the
+// window's end: in `splatd jobs`, in its -json (rate_limit) and on the
+// status page's /api/jobs (waiting). Before, it showed its stage only, and an
+// operator could not tell a paced job from a stuck one.
+func TestE2EJobsSayWhyAJobWaitsForTheRateLimit(t *testing.T) {
+	t.Parallel()
+	_, e, d, _, waiting := pacedIngest(t, 30*time.Second)
+	defer d.kill()
+	const want = "strict: no request left in the window, until "
+	var got string
+	waitFor(t, "the waiting job's rate_limit", func() bool {
+		jobs, err := adminJobs(t, e.stateDir)
+		for _, j := range jobs {
+			if err == nil && j.File == waiting {
+				got = j.RateLimit
+			}
+		}
+		return got != ""
+	})
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("rate_limit of %s = %q, want it to start %q", filepath.Base(waiting), got, want)
+	}
+	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
+	if code != 0 {
+		t.Fatalf("splatd jobs: exit %d: %s", code, stderr)
+	}
+	line := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, filepath.Base(waiting)) {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "RATE LIMIT "+want) {
+		t.Errorf("splatd jobs shows the waiting job as %q, want %q in it:\n%s", line, "RATE LIMIT "+want, out)
+	}
+	_, body := httpGet(t, "http://"+d.waitStarted()+"/api/jobs")
+	var list struct {
+		Jobs []struct {
+			Path    string `json:"path"`
+			Waiting string `json:"waiting"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		t.Fatalf("/api/jobs: %v, %s", err, body)
+	}
+	shown := "not listed"
+	for _, j := range list.Jobs {
+		if j.Path == waiting {
+			shown = j.Waiting
+		}
+	}
+	if !strings.HasPrefix(shown, "rate limit "+want) {
+		t.Errorf("/api/jobs: waiting of %s = %q, want it to start %q", filepath.Base(waiting), shown, "rate limit "+want)
+	}
+}
+
 // TestE2ELogLinesAreWellFormed: every log line is one JSON object with
 // level, time and message, and no key twice (collectors keep one of two
 // equal keys at random, or reject the line). A repeated "component" comes

@@ -102,7 +102,7 @@ func showJobs(ctx context.Context, c *cli, cfg *config.Config, o jobsOptions, qu
 	if err == nil && !live {
 		err = daemon.WithOfflineStore(cfg.StateDir, func(st *queue.Store) error {
 			var err error
-			views, err = daemon.ListViews(st, *o.stage, nil)
+			views, err = daemon.ListViews(st, *o.stage, daemon.Live{})
 			return err
 		})
 		if err == nil && !quiet {
@@ -208,6 +208,9 @@ func resultText(v daemon.JobView) string {
 	}
 	if v.Parked != "" {
 		result = "PARKED: " + v.Parked
+	}
+	if v.RateLimit != "" {
+		result = "RATE LIMIT " + v.RateLimit
 	}
 	if v.AfterError != "" {
 		result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))

@@ -182,6 +182,24 @@ type Options struct {
 	Observer        Observer
 }
 
+// Hold says why Wait holds a request back: the class's label ("unknown"
+// for a route whose class is not known yet), the reason, and when it is
+// expected to end (zero: at an answer in flight).
+type Hold struct {
+	Class  string
+	Reason string
+	Until  time.Time
+}
+
+type holdKey struct{}
+
+// WithHoldReport returns a context whose Waits call report when they start
+// holding a request back or their reason changes, and with a zero Hold when
+// they return; a worker shows its job's wait by it.
+func WithHoldReport(ctx context.Context, report func(Hold)) context.Context {
+	return context.WithValue(ctx, holdKey{}, report)
+}
+
 // NotSent is the release value of a slot given back unused: unlike nil (no
 // answer), it costs no budget.
 var NotSent = &http.Response{}
@@ -272,6 +290,13 @@ func New(o Options) *Pacer {
 // request counts as in flight. Wait returns ctx's error when ctx ends.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*http.Response), err error) {
 	var start time.Time
+	report, _ := ctx.Value(holdKey{}).(func(Hold))
+	var shown string // the reason last reported
+	defer func() {
+		if shown != "" {
+			report(Hold{})
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			p.recordWait(start)
@@ -304,6 +329,17 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		p.held[limit]++
 		ch := p.changed
 		p.mu.Unlock()
+		if report != nil && why != shown {
+			h := Hold{Class: "unknown", Reason: why}
+			if limit > 0 {
+				h.Class = ClassName(limit)
+			}
+			if d < p.o.MaxWait {
+				h.Until = now.Add(d)
+			}
+			shown = why
+			report(h)
+		}
 		if start.IsZero() {
 			start = now
 			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")
@@ -336,20 +372,23 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 	if c == nil {
 		return p.admitProbe(route, read, now)
 	}
+	if now.Before(c.hold) {
+		return nil, c.hold.Sub(now), "held after a 429 for as long as the server asked (Retry-After)"
+	}
 	if d := c.blocked(now); d > 0 {
-		return nil, d, "no request left in the class's window, or held after a 429"
+		return nil, d, "no request left in the window"
 	}
 	t := &ticket{route: route, class: c}
 	switch {
 	case c.limit == 0:
 	case !c.current(now) && c.inFlight > 0:
-		return nil, p.o.MaxWait, "window unknown: its probe is out"
+		return nil, p.o.MaxWait, "a new window: waiting for the answer of its first request"
 	case !c.current(now):
 		c.resetAt = time.Time{}
 	case c.remaining-c.inFlight-c.reserve() <= 0:
 		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && (c.stale || c.remaining-c.inFlight <= max(carefulSlots, c.limit/4)):
-		return nil, p.o.MaxWait, "the window's last slots: waiting for the count in flight"
+		return nil, p.o.MaxWait, "the window's last requests go one at a time; waiting for the one in flight"
 	}
 	c.inFlight++
 	return t, 0, ""
@@ -360,7 +399,7 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 // in each current one, or a known route could spend the same last slot.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	if p.probes[route] != nil {
-		return nil, p.o.MaxWait, "the route's first request is out: its answer names the class"
+		return nil, p.o.MaxWait, "waiting for the answer of the route's first request, which names its class"
 	}
 	var in []*class
 	var wait time.Duration

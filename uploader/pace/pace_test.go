@@ -1186,3 +1186,40 @@ func TestPacerClassesCountHeldRequests(t *testing.T) {
 		t.Errorf("after the callers gave up: %+v, want none waiting or in flight", cs[0])
 	}
 }
+
+// TestPacerReportsItsHolds: a caller held back is told why, in which class
+// and until when (what `splatd jobs` shows of a job waiting on the rate
+// limit), and told again with a zero Hold when its request leaves.
+func TestPacerReportsItsHolds(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, Options{Jitter: -1})
+	t0 := clk.Now()
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(30*time.Second), t0, "")) // spent
+
+	var mu sync.Mutex
+	var got []Hold
+	ctx := WithHoldReport(context.Background(), func(h Hold) { mu.Lock(); got = append(got, h); mu.Unlock() })
+	held := waitAsync(ctx, p, routePublish)
+	clk.awaitParked(t, 1)
+	mu.Lock()
+	if len(got) != 1 || got[0].Class != "strict" || got[0].Reason != "no request left in the window" || !got[0].Until.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("reported while held: %+v, want one strict hold until the Reset", got)
+	}
+	mu.Unlock()
+	clk.Advance(30 * time.Second)
+	receive(t, held).release(nil)
+	rel, err := p.Wait(ctx, routeGet, true) // a poll, not held: no report at all
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel(nil)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) < 2 || got[1] != (Hold{}) {
+		t.Errorf("reports after the request left: %+v, want the hold and then a zero Hold", got)
+	}
+	if len(got) > 2 {
+		t.Errorf("a request let through at once reported %+v", got[2:])
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/pace"
 )
 
 // SocketName is the unix socket in state_dir that `splatd jobs` and
@@ -57,6 +58,10 @@ type JobView struct {
 	// Parked: why the job waits on another daemon of a fleet, holding no
 	// worker (next_attempt says when it is looked at again).
 	Parked string `json:"parked,omitempty"`
+	// RateLimit: why the job's next API request waits on the token's rate
+	// limit now, in which class and until when ("strict: no request left
+	// in the window, until 20:31:05").
+	RateLimit string `json:"rate_limit,omitempty"`
 	// AfterAction and AfterError: the after-action (receipt, move, delete)
 	// of a final job keeps failing; AfterRetry is its next attempt.
 	AfterAction string     `json:"after_action,omitempty"`
@@ -68,6 +73,27 @@ type JobView struct {
 // as signed, it is doing the work of an upload.
 const StageUploading = "uploading"
 
+// Live is what the workers know of the jobs they run, by job id: the
+// uploads' progress and the requests the pacer holds back. The zero Live is
+// a state read without a daemon.
+type Live struct {
+	Progress map[uint64]uploader.Progress
+	Holds    map[uint64]pace.Hold
+}
+
+// LiveOf returns the pool's view of its running jobs.
+func LiveOf(p *uploader.Pool) Live { return Live{Progress: p.Progress(), Holds: p.Holds()} }
+
+// HoldText is how a job's wait on the rate limit reads.
+func HoldText(h pace.Hold) string {
+	s := h.Class + ": " + h.Reason
+	if !h.Until.IsZero() {
+		s += ", until " + h.Until.Format(time.TimeOnly)
+	}
+	return s
+}
+
+// ViewOf returns the view of j; prog is its running upload, if any.
 func ViewOf(j state.Job, prog *uploader.Progress) JobView {
 	v := JobView{
 		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
@@ -130,7 +156,7 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/jobs", func(w http.ResponseWriter, r *http.Request) {
-		views, err := ListViews(d.store, r.URL.Query().Get("stage"), d.pool.Progress())
+		views, err := ListViews(d.store, r.URL.Query().Get("stage"), LiveOf(d.pool))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -206,7 +232,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // ListViews lists the jobs in the given stages (comma-separated; empty:
 // all), "uploading" selecting the jobs whose upload is running.
-func ListViews(src JobSource, stage string, progress map[uint64]uploader.Progress) ([]JobView, error) {
+func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 	var f queue.Filter
 	var uploading, stored bool
 	for _, s := range strings.Split(stage, ",") {
@@ -231,10 +257,13 @@ func ListViews(src JobSource, stage string, progress map[uint64]uploader.Progres
 	views := make([]JobView, 0, len(jobs))
 	for _, j := range jobs {
 		var prog *uploader.Progress
-		if p, ok := progress[j.ID]; ok {
+		if p, ok := live.Progress[j.ID]; ok {
 			prog = &p
 		}
 		v := ViewOf(j, prog)
+		if h, ok := live.Holds[j.ID]; ok && !j.Stage.Final() {
+			v.RateLimit = HoldText(h)
+		}
 		if uploading && !stored && v.Stage != StageUploading {
 			continue
 		}

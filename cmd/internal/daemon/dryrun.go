@@ -81,7 +81,7 @@ func KnownJobs(ctx context.Context, cfg *config.Config) ([]JobView, string, erro
 	}
 	err = WithOfflineStore(cfg.StateDir, func(st *queue.Store) error {
 		var err error
-		views, err = ListViews(st, "", nil)
+		views, err = ListViews(st, "", Live{})
 		return err
 	})
 	return views, "read from " + cfg.StateDir + " (splatd is not running)", err

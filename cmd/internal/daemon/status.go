@@ -58,13 +58,16 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 		return metrics.JobList{}, err
 	}
 	slices.SortStableFunc(jobs, func(a, b state.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
-	progress := v.d.pool.Progress()
+	live := LiveOf(v.d.pool)
 	out := metrics.JobList{Total: len(jobs)}
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
 		view.ViewerURL = shownViewerURL(v.d.cfg, view.ViewerURL, j.Adopted)
-		if p, ok := progress[j.ID]; ok && !j.Stage.Final() {
+		if p, ok := live.Progress[j.ID]; ok && !j.Stage.Final() {
 			view.Uploading(metrics.Progress{Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()})
+		}
+		if h, ok := live.Holds[j.ID]; ok && !j.Stage.Final() {
+			view.Waiting = "rate limit " + HoldText(h)
 		}
 		out.Jobs = append(out.Jobs, view)
 	}
