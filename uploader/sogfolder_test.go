@@ -180,6 +180,31 @@ func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 	}
 }
 
+// TestCheckStopsHashingWhenThePoolDrains: a plain file's hash stops as soon
+// as the pool drains for shutdown, as a folder's build does: a 4 GB file on
+// a slow share no longer holds SIGTERM for the whole read. Nothing is
+// committed (errDrained) and the job stays queued, without a hash.
+func TestCheckStopsHashingWhenThePoolDrains(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	path := e.writePLY("big.ply", 1000)
+	e.enqueue(path)
+	p, err := NewPool(e.options(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.draining.Store(true)
+	close(p.drainCh)
+	j, err := e.store.JobByPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := p.stepCheck(t.Context(), j)
+	if !errors.Is(err, errDrained) || next.Stage != state.Queued || next.SHA256 != "" {
+		t.Fatalf("stepCheck while draining = %s (sha256 %q), %v; want queued, no hash, errDrained", next.Stage, next.SHA256, err)
+	}
+}
+
 // TestFileOutsideSizeBoundsIsNotHashed: a file the watcher found within
 // the bounds and that grew past max_size before its check (a sparse
 // terabyte written over a queued file) fails with the bounds as its

@@ -386,6 +386,10 @@ var errDrained = errors.New("worker: draining for shutdown")
 // untilDrain returns a context that also ends when the pool starts draining.
 func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	if p.draining.Load() { // ended already, not some time after the step began
+		cancel(errDrained)
+		return ctx, func() { cancel(nil) }
+	}
 	go func() {
 		select {
 		case <-p.drainCh:

@@ -160,10 +160,22 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	// A job back here with a hash (waiting for a twin in flight, or retried)
 	// keeps it while the file is the one hashed: a multi-GB file is not
 	// read again every DedupeWait. workerChanged clears the hash.
+	// The hash and the encoding are the long part of the check (minutes
+	// for a multi-GB file on a slow share) and have no side effect to
+	// finish: they stop as soon as the pool drains, and the job stays
+	// queued.
+	hctx, stop := p.untilDrain(ctx)
+	defer stop()
+	drained := func(err error) error {
+		if errors.Is(context.Cause(hctx), errDrained) && ctx.Err() == nil {
+			return errDrained
+		}
+		return err
+	}
 	sum := j.SHA256
 	if sum == "" || !fileSame(jf.fi, j) {
-		if sum, err = jf.hash(ctx); err != nil {
-			return j, err
+		if sum, err = jf.hash(hctx); err != nil {
+			return j, drained(err)
 		}
 		fi2, err := jf.restat()
 		if err != nil {
@@ -180,9 +192,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	checked := j
 	checked.SHA256, checked.Kind, checked.Params = sum, string(info.Kind), params
-	enc, changed, err := p.encodeForUpload(ctx, checked, jf)
+	enc, changed, err := p.encodeForUpload(hctx, checked, jf)
 	if err != nil {
-		return j, err
+		return j, drained(err)
 	}
 	if changed != nil {
 		return p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
