@@ -27,13 +27,7 @@ import (
 // file by file, never overwriting. It returns where meta.json now is.
 func moveFolderUnder(meta, root, dest string) (string, error) {
 	dir := filepath.Dir(meta)
-	rel := filepath.Base(dir)
-	if root != "" {
-		if r, in := trustfs.Within(root, dir); in && r != "." {
-			rel = r
-		}
-	}
-	base := filepath.Join(dest, rel)
+	base := moveFolderTarget(meta, root, dest)
 	names, err := folderFiles(root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// meta.json is gone: moved before a crash (it goes last), or
@@ -77,6 +71,21 @@ func moveFolderUnder(meta, root, dest string) (string, error) {
 		_ = trustfs.RemoveEmptyDir(root, dir) // other files may stay in it
 	}
 	return filepath.Join(target, splatfile.SOGMeta), nil
+}
+
+// moveFolderTarget is the folder under dest where moveFolderUnder first
+// tries to put meta's SOG folder: its path under root below dest (its base
+// name when it is root itself or lies outside). A folder already holding a
+// meta.json makes it pick BASE.1, BASE.2, … instead.
+func moveFolderTarget(meta, root, dest string) string {
+	dir := filepath.Dir(meta)
+	rel := filepath.Base(dir)
+	if root != "" {
+		if r, in := trustfs.Within(root, dir); in && r != "." {
+			rel = r
+		}
+	}
+	return filepath.Join(dest, rel)
 }
 
 // removeFolder removes the SOG folder of meta's files, meta.json last, and

@@ -26,13 +26,7 @@ var errFileGone = errors.New("file is gone")
 // where it is). A file already gone (moved by an earlier run of Finish) is
 // looked for at its destination.
 func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
-	rel := filepath.Base(file)
-	if root != "" {
-		if r, in := trustfs.Within(root, file); in {
-			rel = r
-		}
-	}
-	target := filepath.Join(dest, rel)
+	target := moveTarget(file, root, dest)
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return file, err
 	}
@@ -61,6 +55,19 @@ func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
 	return target, nil
 }
 
+// moveTarget is where moveUnder first tries to put file: its path under
+// root (its base name when it lies outside root) below dest. A taken name
+// makes it pick numbered(target, 1), numbered(target, 2), … instead.
+func moveTarget(file, root, dest string) string {
+	rel := filepath.Base(file)
+	if root != "" {
+		if r, in := trustfs.Within(root, file); in {
+			rel = r
+		}
+	}
+	return filepath.Join(dest, rel)
+}
+
 // existsIn reports whether path exists (as any kind of file) under root.
 func existsIn(root, path string) bool {
 	_, err := trustfs.Lstat(root, path)
@@ -71,14 +78,19 @@ func freeName(p string) string {
 	if _, err := os.Lstat(p); err != nil {
 		return p
 	}
-	ext := filepath.Ext(p)
-	base := strings.TrimSuffix(p, ext)
 	for i := 1; ; i++ {
-		c := fmt.Sprintf("%s.%d%s", base, i, ext)
+		c := numbered(p, i)
 		if _, err := os.Lstat(c); err != nil {
 			return c
 		}
 	}
+}
+
+// numbered is p's i-th other name, as freeName picks it: ".i" before its
+// extension (scan.ply: scan.1.ply).
+func numbered(p string, i int) string {
+	ext := filepath.Ext(p)
+	return fmt.Sprintf("%s.%d%s", strings.TrimSuffix(p, ext), i, ext)
 }
 
 // moveOpen moves src (open as f, under root) to dst without ever leaving

@@ -1,6 +1,12 @@
 package after
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/splatd/splatd/uploader/splatfile"
+)
 
 // PeerEvidence reads the receipt another daemon of a fleet wrote for file
 // (through the watch folder root, as every receipt is read)
@@ -28,4 +34,59 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 		return r, "the receipt names no splat", nil
 	}
 	return r, "", nil
+}
+
+// MovedPeerEvidence is PeerEvidence for a file that a peer published and
+// then moved under dest (on_success: move with success_dir dest; a fleet's
+// daemons share their after settings, so this daemon's dest is the peer's):
+// the receipt went along, to where the move put the file (moveTarget, or
+// moveFolderTarget for an unbundled SOG folder), or to one of the numbered
+// names a move picks when that name is taken. Every such name that is
+// present is read, and the last one that is evidence wins (the latest move
+// of a name takes the first free number). Receipts are read through dest
+// as the root (trustfs): a link there, or a folder there replaced by one,
+// never makes it read outside dest. It returns the receipt, its path and
+// "" when one is evidence; else the first why not, or ErrNoReceipt when
+// there is no receipt at all (or a read error).
+func MovedPeerEvidence(root, file, dest, sha256 string, size int64, svc Service) (Receipt, string, string, error) {
+	name := func(i int) (moved, present string) {
+		if splatfile.IsSOGFolder(file) {
+			dir := moveFolderTarget(file, root, dest)
+			if i > 0 {
+				dir = fmt.Sprintf("%s.%d", dir, i)
+			}
+			return filepath.Join(dir, splatfile.SOGMeta), dir
+		}
+		moved = moveTarget(file, root, dest)
+		if i > 0 {
+			moved = numbered(moved, i)
+		}
+		return moved, moved
+	}
+	var (
+		found, first Receipt
+		where, why   string
+		firstErr     = ErrNoReceipt
+	)
+	for i := 0; ; i++ {
+		moved, present := name(i)
+		if !existsIn(dest, present) && !existsIn(dest, ReceiptPath(moved)) {
+			break
+		}
+		r, w, err := PeerEvidence(dest, moved, sha256, size, svc)
+		switch {
+		case err == nil && w == "":
+			found, where = r, ReceiptPath(moved)
+		case errors.Is(err, ErrNoReceipt):
+		case firstErr == ErrNoReceipt && why == "":
+			first, why, firstErr = r, w, err
+		}
+	}
+	switch {
+	case where != "":
+		return found, where, "", nil
+	case why != "":
+		return first, "", why, nil
+	}
+	return Receipt{}, "", "", firstErr
 }

@@ -1,10 +1,14 @@
 package after
 
 import (
+	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/splatd/splatd/state"
 )
 
 // TestPeerEvidence: a fleet peer's receipt counts only when it proves the
@@ -47,5 +51,93 @@ func TestPeerEvidence(t *testing.T) {
 	}
 	if _, _, err := PeerEvidence("", filepath.Join(t.TempDir(), "none.ply"), "abc", 10, svc); !errors.Is(err, ErrNoReceipt) {
 		t.Errorf("no receipt: %v", err)
+	}
+}
+
+// TestMovedPeerEvidence: with on_success: move, a peer's receipt goes
+// along with the file, to where the move put it (the path under the watch
+// folder below success_dir, or a numbered name when that one is taken);
+// a daemon whose job's file is gone finds it there, by the same checks as
+// beside the file. Only what lies inside success_dir is read: a folder
+// there replaced by a link to elsewhere, or a receipt that is a link, is
+// no evidence.
+func TestMovedPeerEvidence(t *testing.T) {
+	t.Parallel()
+	svc := Service{Protocol: "v1"}
+	root, dest := t.TempDir(), t.TempDir()
+	mover := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"})
+	publish := func(sha, splat string) string {
+		t.Helper()
+		j := afterTestJob(t, root, "rig/scan.ply", state.Done)
+		j.Protocol, j.SHA256, j.SplatID = state.ProtocolV1, sha, splat
+		moved, err := mover.Finish(context.Background(), j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return moved
+	}
+	file := filepath.Join(root, "rig", "scan.ply")
+	if _, _, _, err := MovedPeerEvidence(root, file, dest, "abc", 4, svc); !errors.Is(err, ErrNoReceipt) {
+		t.Fatalf("nothing moved yet: %v, want ErrNoReceipt", err)
+	}
+	first := publish("abc", "s1")
+	second := publish("def", "s2") // the same name, published again: scan.1.ply
+	if want := filepath.Join(dest, "rig", "scan.1.ply"); second != want {
+		t.Fatalf("second move to %s, want %s", second, want)
+	}
+	for _, tt := range []struct {
+		sha   string
+		size  int64
+		splat string // "" when no evidence
+		at    string
+	}{
+		{"abc", 4, "s1", first},
+		{"def", 4, "s2", second},
+		{"", 4, "s2", second}, // never read: the latest move of its size
+		{"abc", 5, "", ""},
+		{"xyz", 4, "", ""},
+	} {
+		r, at, why, err := MovedPeerEvidence(root, file, dest, tt.sha, tt.size, svc)
+		switch {
+		case err != nil:
+			t.Errorf("%s/%d: %v", tt.sha, tt.size, err)
+		case tt.splat == "" && why == "":
+			t.Errorf("%s/%d: took %s (%s), want no evidence", tt.sha, tt.size, r.Splat.ID, at)
+		case tt.splat != "" && (why != "" || r.Splat.ID != tt.splat || at != ReceiptPath(tt.at)):
+			t.Errorf("%s/%d: %q at %s (%s), want %s at %s", tt.sha, tt.size, r.Splat.ID, at, why, tt.splat, ReceiptPath(tt.at))
+		}
+	}
+	if _, _, why, err := MovedPeerEvidence(root, file, dest, "abc", 4, Service{Protocol: "legacy"}); err != nil || !strings.Contains(why, "protocol") {
+		t.Errorf("another protocol's daemon: why %q, %v", why, err)
+	}
+
+	// success_dir/rig replaced by a link to a folder outside holding a
+	// receipt that would prove the content: not read.
+	outside := t.TempDir()
+	if err := WriteReceipt(ReceiptPath(filepath.Join(outside, "scan.ply")),
+		Receipt{Size: 4, SHA256: "abc", Status: "done", Protocol: "v1", Splat: ReceiptSplat{ID: "evil"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dest, "rig"), filepath.Join(dest, "rig.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dest, "rig")); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, why, err := MovedPeerEvidence(root, file, dest, "abc", 4, svc); err == nil && why == "" {
+		t.Errorf("a folder linked out of success_dir: took %q", r.Splat.ID)
+	}
+	// A receipt that is itself a link (to one outside): not read either.
+	if err := os.Remove(filepath.Join(dest, "rig")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dest, "rig"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ReceiptPath(filepath.Join(outside, "scan.ply")), ReceiptPath(filepath.Join(dest, "rig", "scan.ply"))); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, why, err := MovedPeerEvidence(root, file, dest, "abc", 4, svc); err == nil && why == "" {
+		t.Errorf("a receipt linked out of success_dir: took %q", r.Splat.ID)
 	}
 }
