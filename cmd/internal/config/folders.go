@@ -144,6 +144,18 @@ func (c *Config) AfterFor(w Watch) After {
 	return a
 }
 
+// AfterOfRoot returns the after block of the jobs of watch root (a job's
+// Root): its watch entry's, or the global one for a root of no entry, as
+// the daemon picks its after-actions.
+func (c *Config) AfterOfRoot(root string) After {
+	for _, w := range c.Watch {
+		if w.Path == root {
+			return c.AfterFor(w)
+		}
+	}
+	return c.After
+}
+
 // titleProblem says what is wrong with a title template, or "".
 func titleProblem(title string) string {
 	// Parsing alone accepts {{.Stemm}}; every job would then fail. The

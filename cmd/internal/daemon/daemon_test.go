@@ -123,8 +123,9 @@ func TestPeerReceipt(t *testing.T) {
 		t.Fatalf("a receipt's foreign viewer link: %+v, %v; want the outcome without the link", out, err)
 	}
 	// The peer deleted the file (on_success: delete) and left its receipt:
-	// the outcome is still the receipt's. With the receipt gone too (a
-	// move takes it along), none will come: the wait ends.
+	// the outcome is still the receipt's. With the receipt gone too (and
+	// this fleet moving nothing to a success_dir), none will come: the
+	// wait ends.
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +151,49 @@ func TestPeerReceipt(t *testing.T) {
 	}
 	if peerReceipt(&config.Config{After: config.After{Receipt: false}}) != nil {
 		t.Error("a daemon without receipts waits for its peers' receipts")
+	}
+}
+
+// TestPeerReceiptMoved: with on_success: move, a peer takes the file and
+// its receipt to success_dir; a job whose file is gone finds the receipt
+// there (the watch entry's own after block says where), read, or never
+// read, as beside the file. A daemon that keeps or deletes what it
+// published does not look there: a file gone still ends the wait.
+func TestPeerReceiptMoved(t *testing.T) {
+	t.Parallel()
+	root, dest := t.TempDir(), t.TempDir()
+	move, dir := "move", dest
+	cfg := &config.Config{API: config.API{Protocol: "v1", BaseURL: "https://api.example"},
+		After: config.After{Receipt: true, OnSuccess: "keep"},
+		Watch: []config.Watch{{Path: root, After: config.FolderAfter{OnSuccess: &move, SuccessDir: &dir}}}}
+	file := filepath.Join(root, "rig", "scan.ply")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := state.Job{ID: 3, Path: file, Root: root, Size: 10, SHA256: "abc", Stage: state.Done,
+		Protocol: state.ProtocolV1, SplatID: "s1"}
+	peer := after.New(after.Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1", API: "https://api.example"})
+	moved, err := peer.Finish(context.Background(), j)
+	if err != nil || moved != filepath.Join(dest, "rig", "scan.ply") {
+		t.Fatalf("the peer's move: %s, %v", moved, err)
+	}
+	read := peerReceipt(cfg)
+	for _, sha := range []string{"abc", ""} {
+		mine := state.Job{ID: 9, Path: file, Root: root, Size: 10, SHA256: sha}
+		out, err := read(mine)
+		if err != nil || out.SplatID != "s1" || out.Receipt != after.ReceiptPath(moved) {
+			t.Errorf("sha256 %q, file moved by a peer: %+v, %v; want s1 from %s", sha, out, err, after.ReceiptPath(moved))
+		}
+	}
+	if _, err := read(state.Job{Path: file, Root: root, Size: 10, SHA256: "other"}); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
+		t.Errorf("other content, file gone: %v, want an error that ends the wait", err)
+	}
+	cfg.Watch[0].After = config.FolderAfter{}
+	if _, err := read(state.Job{Path: file, Root: root, Size: 10, SHA256: "abc"}); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
+		t.Errorf("on_success keep, file gone: %v, want an error that ends the wait", err)
 	}
 }
 

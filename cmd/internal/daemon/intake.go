@@ -280,10 +280,11 @@ func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
 
 // peerReceipt is the pool's PeerReceipt: the outcome a fleet peer's
 // receipt gives for j's content (after.PeerEvidence), even when the file is
-// gone (a peer's delete keeps the receipt); ErrNoPeerReceipt while there is
+// gone (a peer's delete keeps the receipt beside it, a peer's move takes it
+// to success_dir: after.MovedPeerEvidence); ErrNoPeerReceipt while there is
 // none that proves it; the stat error when there is none and the file is
-// gone (a peer moved it, receipt and all: none will come here). Nil when this
-// daemon writes no receipts: its fleet is taken to write none either.
+// gone (none will come). Nil when this daemon writes no receipts: its fleet
+// is taken to write none either.
 func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
 	if !cfg.After.Receipt {
 		return nil
@@ -291,11 +292,17 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 	svc := cfg.ReceiptService()
 	return func(j state.Job) (uploader.PeerOutcome, error) {
 		// The receipt first: a peer with on_success: delete leaves it where
-		// the file was. Only without one does a file gone end the wait.
+		// the file was. Only without one does a file gone end the wait,
+		// unless a peer moved it: its receipt is where it went.
 		r, why, err := after.PeerEvidence(j.Root, j.Path, j.SHA256, j.Size, svc)
+		at := after.ReceiptPath(j.Path)
 		if err != nil || why != "" {
 			if _, serr := trustfs.Lstat(j.Root, j.Path); serr != nil {
-				return uploader.PeerOutcome{}, serr
+				mr, mat, ok := movedPeerReceipt(cfg, j, svc)
+				if !ok {
+					return uploader.PeerOutcome{}, serr
+				}
+				r, why, err, at = mr, "", nil, mat
 			}
 		}
 		switch {
@@ -311,7 +318,20 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 		return uploader.PeerOutcome{
 			SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, ViewerURL: cfg.TrustedViewerURL(cmp.Or(r.Splat.ViewerURL, r.Splat.URL)),
 			EditURL: r.Splat.EditURL, PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt,
-			Receipt: after.ReceiptPath(j.Path),
+			Receipt: at,
 		}, nil
 	}
+}
+
+// movedPeerReceipt is the receipt that proves j's content published when
+// j's root moves what it published (on_success: move): a fleet shares its
+// after settings, so a peer moved the file, and its receipt, where this
+// daemon would have. ok is false when there is none that proves it.
+func movedPeerReceipt(cfg *config.Config, j state.Job, svc after.Service) (after.Receipt, string, bool) {
+	a := cfg.AfterOfRoot(j.Root)
+	if a.OnSuccess != "move" || a.SuccessDir == "" {
+		return after.Receipt{}, "", false
+	}
+	r, at, why, err := after.MovedPeerEvidence(j.Root, j.Path, a.SuccessDir, j.SHA256, j.Size, svc)
+	return r, at, err == nil && why == ""
 }
