@@ -174,9 +174,10 @@ func (p *Pool) v1PeerDone(j state.Job, splatID string) (state.Job, error) {
 }
 
 // goneToPeer ends a job whose file is gone before it was read (a fleet
-// peer published it and deleted it, on_success: delete) as done with the
-// outcome of the receipt the peer left where the file was, instead of
-// failing it: ok is false when there is no such receipt (v1 fleets only).
+// peer published it and deleted it, on_success: delete, or moved it,
+// on_success: move) as done with the outcome of the receipt the peer left
+// where the file was or took along, instead of failing it: ok is false
+// when there is no such receipt (v1 fleets only).
 func (p *Pool) goneToPeer(j state.Job, openErr error) (state.Job, bool, error) {
 	if p.o.PeerReceipt == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(openErr, fs.ErrNotExist) {
 		return j, false, nil
@@ -192,12 +193,29 @@ func (p *Pool) goneToPeer(j state.Job, openErr error) (state.Job, bool, error) {
 	j.SplatID, j.SplatHash, j.ViewerURL = out.SplatID, out.SplatHash, out.ViewerURL
 	j.PublishedAt, j.CompletedAt = out.PublishedAt, out.CompletedAt
 	j.TaskStatus = "done"
-	j.TaskMessage = "published by another daemon of the fleet, which then removed the file: taken from its receipt " + out.Receipt
+	j.TaskMessage = "published by another daemon of the fleet, which then deleted or moved the file: taken from its receipt " + out.Receipt
 	j.Protocol, j.V1 = state.ProtocolV1, &state.Session{FromPeer: true, EditURL: out.EditURL}
 	j.LastError, j.LastStatus = "", 0
 	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("splat", out.SplatID).
 		Msg("file gone before it was read; another daemon published it (its receipt names the splat)")
 	return j, true, nil
+}
+
+// readyGoneToPeer sends a job that read its file, and finds it gone before
+// its create, back to queued when a fleet peer's receipt proves its content
+// published (the peer deleted or moved the file after publishing it):
+// stepCheck then ends it done with that outcome (goneToPeer), since the
+// stage table has no edge from ready to done. ok is false, and the job
+// fails as gone, when there is no such receipt.
+func (p *Pool) readyGoneToPeer(j state.Job, statErr error) (state.Job, bool, error) {
+	if p.o.PeerReceipt == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(statErr, fs.ErrNotExist) {
+		return j, false, nil
+	}
+	if _, err := p.o.PeerReceipt(j); err != nil {
+		return j, false, nil
+	}
+	next, err := p.v1Move(j, state.Queued, "file gone: another daemon of the fleet published it, its receipt says")
+	return next, true, err
 }
 
 // fromPeer reports a job whose outcome, and after-action, are a peer's.

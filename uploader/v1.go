@@ -168,6 +168,9 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	fi, err := p.checkName(j)
 	if err != nil {
+		if next, ok, perr := p.readyGoneToPeer(j, err); ok || perr != nil {
+			return next, perr
+		}
 		return j, err
 	}
 	if !fileSame(fi, j) {
