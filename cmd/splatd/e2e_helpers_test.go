@@ -148,6 +148,7 @@ type e2eConfig struct {
 	logLevel    string
 	noTokenFile bool   // leave api.token_file out (systemd credential test)
 	stateDir    string // instead of <dir>/state
+	inbox       string // the watch folder instead of <dir>/inbox (one a fleet shares)
 	pollEvery   string // poll.interval
 	pollRoot    bool   // add a second watch root in mode: poll
 	extra       string // appended YAML
@@ -167,6 +168,9 @@ func newE2EEnv(t *testing.T, sim *apisim.Server, c e2eConfig) *e2eEnv {
 	}
 	if c.stateDir != "" {
 		e.stateDir = c.stateDir
+	}
+	if c.inbox != "" {
+		e.inbox = c.inbox
 	}
 	if err := os.MkdirAll(e.inbox, 0o755); err != nil {
 		t.Fatal(err)
