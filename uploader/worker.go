@@ -182,8 +182,7 @@ type Pool struct {
 	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
 	drainCh  chan struct{} // closed when draining starts
 
-	storeMu  sync.Mutex
-	storeErr error // last store failure, until a job advances again
+	store storeHealth // the job store while it fails (storehealth.go)
 
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
@@ -439,7 +438,6 @@ func (p *Pool) Paused() error {
 // worker claims jobs and advances each as far as it can go without waiting
 // (depth first: a started job finishes before new ones start hashing).
 func (p *Pool) worker(ctx context.Context, n int) error {
-	troubles := 0 // store failures in a row
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -458,12 +456,12 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 		}
 		j, ok, err := p.o.Store.Claim(p.o.Now())
 		if err != nil {
-			if !p.storeTrouble(ctx, fmt.Errorf("claim: %w", err), &troubles) {
+			if !p.storeTrouble(ctx, fmt.Errorf("claim: %w", err), false) {
 				return ctx.Err()
 			}
 			continue
 		}
-		p.storeOK(&troubles) // the store answered
+		p.storeAnswered()
 		if !ok {
 			p.idle(ctx)
 			continue
@@ -473,9 +471,7 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 		p.o.Store.Release(j.ID)
 		switch {
 		case err == nil || errors.Is(err, errWorkerPaused):
-			if err == nil {
-				p.storeOK(&troubles)
-			}
+			// Each commit of the job told the store's health (commit).
 		case ctx.Err() != nil || errors.Is(err, errWorkerCrash):
 			return err
 		default:
@@ -483,55 +479,11 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 			// job stays at its last committed stage; the side effect is
 			// redone when the store works again. Stopping the daemon would
 			// only trade this for a restart loop.
-			if !p.storeTrouble(ctx, err, &troubles) {
+			if !p.storeTrouble(ctx, err, true) {
 				return ctx.Err()
 			}
 		}
 	}
-}
-
-// storeTrouble records a store failure, logs it and waits (the retry
-// rule's store patience, per worker) before the worker tries again; false when ctx ended.
-func (p *Pool) storeTrouble(ctx context.Context, err error, n *int) bool {
-	*n++
-	p.storeMu.Lock()
-	p.storeErr = err
-	p.storeMu.Unlock()
-	d := p.policy.Wait(state.ProfileStore, *n)
-	p.log.Error().Err(err).Float64("retry_in_s", d.Seconds()).Msg("job store failed; work continues when it recovers")
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-func (p *Pool) storeOK(n *int) {
-	if *n == 0 {
-		return
-	}
-	*n = 0
-	p.storeMu.Lock()
-	recovered := p.storeErr != nil
-	if recovered {
-		p.log.Info().Msg("job store works again")
-	}
-	p.storeErr = nil
-	p.storeMu.Unlock()
-	if recovered && p.o.OnStoreRecovered != nil {
-		p.o.OnStoreRecovered()
-	}
-}
-
-// StoreError returns the last store failure while the store keeps failing
-// (for /readyz), nil once a job was advanced again.
-func (p *Pool) StoreError() error {
-	p.storeMu.Lock()
-	defer p.storeMu.Unlock()
-	return p.storeErr
 }
 
 // idle sleeps until the next job is due, a Wake, or a minute at most.
@@ -670,17 +622,17 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 // outcome in memory: redoing the side effect instead could publish twice.
 // Only a stale job or an illegal transition (logic errors) return at once.
 func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (state.Job, error) {
-	for n := 0; ; {
+	for {
 		stored, err := p.o.Store.Commit(next, from)
 		var te *state.TransitionError
 		if err == nil || errors.Is(err, state.ErrStale) || errors.As(err, &te) {
 			if err == nil {
-				p.storeOK(&n)
+				p.storeAdvanced()
 				p.dropBundle(stored)
 			}
 			return stored, err
 		}
-		if !p.storeTrouble(ctx, fmt.Errorf("commit job %d %s→%s: %w", next.ID, from, next.Stage, err), &n) {
+		if !p.storeTrouble(ctx, fmt.Errorf("commit job %d %s→%s: %w", next.ID, from, next.Stage, err), true) {
 			return state.Job{}, err
 		}
 	}
