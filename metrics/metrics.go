@@ -52,7 +52,8 @@ const CodeNoResponse = "error"
 // All methods are safe for concurrent use, never block, and are no-ops on a
 // nil *Metrics, so a command without a registry can pass nil.
 type Metrics struct {
-	// filesDiscovered counts candidate files the watcher handed to the queue.
+	// filesDiscovered counts candidate files the watcher handed to the
+	// queue, each version once (not again when the store refused it).
 	filesDiscovered prometheus.Counter
 	// jobs is the number of jobs per stage, set from the queue's stats.
 	jobs *prometheus.GaugeVec
@@ -124,7 +125,7 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 	m := &Metrics{
 		filesDiscovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "files_discovered_total",
-			Help: "Finished-looking files the watcher handed to the queue.",
+			Help: "Finished-looking files the watcher handed to the queue, each version of a file once (a file the job store refused and a rescan hands over again is not counted again).",
 		}),
 		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "jobs",

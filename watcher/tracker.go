@@ -60,18 +60,23 @@ type tracker struct {
 	pending map[string]*entry
 	queue   entryHeap
 	done    map[string]*doneEntry
-	armed   time.Time     // when the scheduler wakes next; zero while idle
-	wake    chan struct{} // tells the scheduler an earlier due time exists
+	// handedBack holds the look of each emitted file the daemon handed
+	// back (Watcher.Forget: its store refused it), until it is emitted
+	// again: the same look emitted again is no new discovery.
+	handedBack map[string]stamp
+	armed      time.Time     // when the scheduler wakes next; zero while idle
+	wake       chan struct{} // tells the scheduler an earlier due time exists
 }
 
 func newTracker(settle time.Duration, known func(string, int64, time.Time) bool, obs Observer) *tracker {
 	return &tracker{
-		settle:  settle,
-		known:   known,
-		obs:     obs,
-		pending: make(map[string]*entry),
-		done:    make(map[string]*doneEntry),
-		wake:    make(chan struct{}, 1),
+		settle:     settle,
+		known:      known,
+		obs:        obs,
+		pending:    make(map[string]*entry),
+		done:       make(map[string]*doneEntry),
+		handedBack: make(map[string]stamp),
+		wake:       make(chan struct{}, 1),
 	}
 }
 
@@ -149,6 +154,7 @@ func (t *tracker) reset() {
 	t.pending = make(map[string]*entry)
 	t.queue = nil
 	t.done = make(map[string]*doneEntry)
+	t.handedBack = make(map[string]stamp)
 	t.armed = time.Time{}
 }
 
@@ -164,6 +170,23 @@ func (t *tracker) forget(path string) {
 		delete(t.pending, path)
 	}
 	delete(t.done, path)
+	delete(t.handedBack, path)
+}
+
+// handBack forgets an emitted file the daemon could not record, as forget
+// does, but remembers its look: emitted again unchanged, it is not counted
+// as discovered again (splatd_files_discovered_total counts each version of
+// a file once, however many rescans a full state disk makes).
+func (t *tracker) handBack(path string) {
+	t.mu.Lock()
+	d := t.done[path]
+	t.mu.Unlock()
+	t.forget(path)
+	if d != nil {
+		t.mu.Lock()
+		t.handedBack[path] = d.st
+		t.mu.Unlock()
+	}
 }
 
 // touchSidecar re-arms the settle timer of the splat a sidecar belongs to,
@@ -191,6 +214,10 @@ func (t *tracker) prune(r *root, scanNo uint32) {
 			gone = append(gone, p)
 		}
 	}
+	var back []string // few: only while the daemon's store refuses files
+	for p := range t.handedBack {
+		back = append(back, p)
+	}
 	t.mu.Unlock()
 	for _, p := range gone {
 		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
@@ -201,6 +228,13 @@ func (t *tracker) prune(r *root, scanNo uint32) {
 			delete(t.done, p)
 		}
 		t.mu.Unlock()
+	}
+	for _, p := range back {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			t.mu.Lock()
+			delete(t.handedBack, p)
+			t.mu.Unlock()
+		}
 	}
 }
 
@@ -279,6 +313,9 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	}
 	delete(t.pending, e.path)
 	t.done[e.path] = &doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load()}
+	st, back := t.handedBack[e.path]
+	again := back && st == e.st
+	delete(t.handedBack, e.path)
 	t.mu.Unlock()
 
 	if size := e.st.size; e.r.outside(e.path, size) != "" {
@@ -292,7 +329,9 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	c := Candidate{Path: e.path, Root: e.r.Root.Path, Size: e.st.size, ModTime: e.mtime}
 	select {
 	case out <- c:
-		t.obs.FileDiscovered()
+		if !again {
+			t.obs.FileDiscovered()
+		}
 		return true
 	case <-ctx.Done():
 		return false

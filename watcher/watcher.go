@@ -109,7 +109,9 @@ type Candidate struct {
 // implementations must be safe for concurrent use and must not block.
 // A nil Observer in Options records nothing.
 type Observer interface {
-	// FileDiscovered is called once per Candidate delivered on out.
+	// FileDiscovered is called once per Candidate delivered on out, except
+	// for one the daemon handed back (Forget) and that is delivered again
+	// unchanged: each version of a file is counted once.
 	FileDiscovered()
 	// WatchError counts one problem with watching. kind is one of
 	// "overflow" (the kernel event queue overflowed: rescanning),
@@ -520,5 +522,6 @@ func (w *Watcher) otherRoot(dir string, r *root) bool {
 // Forget drops what the watcher remembers of path, so that the next event
 // or rescan that sees it emits it again. The daemon calls it when it could
 // not record an emitted file (a full disk, say): without it the file would
-// wait for the next restart.
-func (w *Watcher) Forget(path string) { w.tr.forget(path) }
+// wait for the next restart. Emitted again unchanged, the file is not
+// counted as discovered again (Observer.FileDiscovered).
+func (w *Watcher) Forget(path string) { w.tr.handBack(path) }

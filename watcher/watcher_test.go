@@ -472,6 +472,40 @@ func TestForgetReemitsAtRescan(t *testing.T) {
 	}
 }
 
+// TestForgetCountsAFileOnce: a file the daemon hands back (its store
+// refused it: a full disk) and that a rescan emits again unchanged is no
+// new discovery; a new version of it is.
+func TestForgetCountsAFileOnce(t *testing.T) {
+	t.Parallel()
+	obs := &fakeObserver{}
+	h := start(t, Options{Observer: obs}, Root{Path: t.TempDir(), Recursive: true}, nil)
+	discovered := func() int { obs.mu.Lock(); defer obs.mu.Unlock(); return obs.discovered }
+	p := h.write("full.ply", "ply")
+	h.until(p)
+	h.eventually("the first discovery", func() bool { return discovered() == 1 })
+	for range 3 { // three rescans while the store refuses the file
+		h.w.Forget(p)
+		h.w.Rescan()
+		h.until(p)
+	}
+	if got := h.sentinel(); len(got) != 0 {
+		t.Fatalf("unexpected emissions: %v", paths(got))
+	}
+	// The sentinel's count may come just after the sentinel itself.
+	h.eventually("the sentinel counted", func() bool { return discovered() >= 2 })
+	if n := discovered(); n != 2 { // the file, and the sentinel
+		t.Errorf("FileDiscovered called %d times, want 2 (the file once, the sentinel)", n)
+	}
+	h.w.Forget(p)
+	h.write("full.ply", "ply, longer") // a new version meanwhile
+	h.w.Rescan()
+	h.until(p)
+	h.eventually("the new version discovered", func() bool { return discovered() >= 3 })
+	if n := discovered(); n != 3 {
+		t.Errorf("FileDiscovered called %d times, want 3 (the new version once more)", n)
+	}
+}
+
 // TestWatchLimitFallsBackToPolling makes every folder below the root fail
 // to be watched with ENOSPC, as when fs.inotify.max_user_watches is reached.
 func TestWatchLimitFallsBackToPolling(t *testing.T) {
