@@ -127,6 +127,17 @@ func BundleOutsideBounds(size, minSize, maxSize int64) string {
 	return fmt.Sprintf("the SOG folder's bundle would be %d bytes, %s: not built or uploaded", size, why)
 }
 
+// FileOutsideBounds says why a file of size bytes at path is not published
+// under a watch folder's min_size and max_size (0: no bound), "" when it
+// is: the check step's reason to fail its job, and `splatd publish`'s.
+func FileOutsideBounds(path string, size, minSize, maxSize int64) string {
+	why := state.OutsideBounds(size, minSize, maxSize)
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s is %d bytes, %s: not hashed or uploaded", path, size, why)
+}
+
 // dropBundle removes a folder job's bundle once the job is finished (done,
 // failed, canceled): a retry or a change checks the folder and builds it
 // again.

@@ -147,8 +147,8 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	// The watcher judged the size when it found the file; one that grew
 	// since (a sparse terabyte written over it) is held to the bounds here.
 	lo, hi := p.bounds(j.Root)
-	if why := state.OutsideBounds(jf.fi.Size(), lo, hi); why != "" {
-		return j, &workerFileError{fmt.Errorf("%s is %d bytes, %s: not hashed or uploaded", j.Path, jf.fi.Size(), why)}
+	if why := FileOutsideBounds(j.Path, jf.fi.Size(), lo, hi); why != "" {
+		return j, &workerFileError{errors.New(why)}
 	}
 	info, err := splatfile.CheckFile(jf.f, j.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
