@@ -186,6 +186,48 @@ func openSource(ctx context.Context, path string, v1 bool) (*source, error) {
 	return src, nil
 }
 
+// OneShotSource is what `splatd publish` sends of one path, weighed before
+// it looks for an earlier publish of it.
+type OneShotSource struct {
+	// Path is the file to upload.
+	Path string
+}
+
+// Close removes what PrepareOneShot made for the source.
+func (s *OneShotSource) Close() {}
+
+// PrepareOneShot holds path to minSize and maxSize (0: no bound) as the
+// daemon's check step holds a job, before anything of it is read: a file
+// by its size, an unbundled SOG folder (path is its meta.json) by its
+// bundle's, sized from the files' stat (of the images only their headers
+// are read). Outside them the error is the check step's reason.
+func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
+	if splatfile.IsSOGFolder(path) {
+		dir, err := trustfs.OpenDir("", filepath.Dir(path))
+		if err != nil {
+			return nil, err
+		}
+		defer dir.Close()
+		folder, err := splatfile.CheckSOGFolderIn(dir, path)
+		if err != nil {
+			return nil, err
+		}
+		if why := BundleOutsideBounds(folder.Size, minSize, maxSize); why != "" {
+			return nil, errors.New(why)
+		}
+		return &OneShotSource{Path: path}, nil
+	}
+	f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	if why := FileOutsideBounds(path, fi.Size(), minSize, maxSize); why != "" {
+		return nil, errors.New(why)
+	}
+	return &OneShotSource{Path: path}, nil
+}
+
 // upload signs a URL for name and PUTs src to it, signing again when
 // storage refuses the signature (expired or revoked).
 func (o *OneShotOptions) upload(ctx context.Context, c *api.Client, src *source, name string) (api.Upload, error) {

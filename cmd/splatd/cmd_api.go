@@ -258,20 +258,7 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 	failed := 0
 	for _, path := range pos {
 		path = sogFolderMeta(path)
-		if !*force {
-			where, url, err := prior.find(path)
-			if err != nil {
-				failed++
-				fmt.Fprintf(c.stderr, "%s: failed: %s\n", daemon.Shown(path), oneLine(err.Error()))
-				continue
-			}
-			if where != "" {
-				fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", daemon.Shown(path), url, daemon.Shown(where))
-				fmt.Fprintf(c.stdout, "%s\t%s\n", daemon.Shown(path), url)
-				continue
-			}
-		}
-		if err := publishOne(ctx, c, a, path); err != nil {
+		if err := publishPath(ctx, c, a, prior, *force, path); err != nil {
 			failed++
 			fmt.Fprintf(c.stderr, "%s: failed: %s\n", daemon.Shown(path), oneLine(err.Error()))
 		}
@@ -283,6 +270,32 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// publishPath publishes one path of `splatd publish`. The path is first
+// held to the size bounds of the watch entry whose folder holds it (the
+// default bound outside every watch folder), as the daemon holds a file it
+// found, before anything of it is hashed or read; then, unless force, a
+// publish known from prior ends it.
+func publishPath(ctx context.Context, c *cli, a *apiEnv, prior priorPublishes, force bool, path string) error {
+	minSize, maxSize := a.cfg.SizeBoundsOf(path)
+	src, err := uploader.PrepareOneShot(ctx, path, minSize, maxSize)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if !force {
+		where, url, err := prior.find(path)
+		if err != nil {
+			return err
+		}
+		if where != "" {
+			fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", daemon.Shown(path), url, daemon.Shown(where))
+			fmt.Fprintf(c.stdout, "%s\t%s\n", daemon.Shown(path), url)
+			return nil
+		}
+	}
+	return publishOne(ctx, c, a, path)
 }
 
 // sogFolderMeta names an unbundled SOG folder given by its own path by its

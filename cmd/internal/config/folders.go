@@ -330,6 +330,17 @@ func (c *Config) SizeBounds(root string) (minSize, maxSize int64) {
 	return 0, int64(DefaultMaxSize)
 }
 
+// SizeBoundsOf returns the min_size and max_size `splatd publish` holds
+// path to: those of the innermost watch entry holding it (WatchOf, whose
+// settings it publishes with), else the default bound, the one a file the
+// daemon found would have had.
+func (c *Config) SizeBoundsOf(path string) (minSize, maxSize int64) {
+	if w, ok := c.WatchOf(path); ok {
+		return c.SizeBounds(w.Path)
+	}
+	return 0, int64(DefaultMaxSize)
+}
+
 // WatchOf returns the innermost watch entry holding path, for a one-shot
 // publish to use that folder's settings as the daemon would.
 func (c *Config) WatchOf(path string) (Watch, bool) {

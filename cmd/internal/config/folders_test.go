@@ -215,6 +215,35 @@ func TestWatchOfPicksTheInnermostEntry(t *testing.T) {
 	}
 }
 
+// TestSizeBoundsOfPicksTheInnermostEntry: `splatd publish` holds a file to
+// the bounds of the innermost watch entry holding it, and one outside every
+// watch folder to the default bound.
+func TestSizeBoundsOfPicksTheInnermostEntry(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg, err := Parse([]byte("watch:\n  - {path: " + filepath.Join(dir, "captures") + ", min_size: 1KiB, max_size: 1MiB}" +
+		"\n  - {path: " + filepath.Join(dir, "captures", "big") + ", max_size: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cfg.Validate(true); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	for _, c := range []struct {
+		path     string
+		min, max int64
+	}{
+		{filepath.Join(dir, "captures", "x", "scan.ply"), 1 << 10, 1 << 20},
+		{filepath.Join(dir, "captures", "big", "scan.ply"), 0, 0},
+		{filepath.Join(dir, "captures-old", "scan.ply"), 0, 32 << 30},
+		{filepath.Join(dir, "scan.ply"), 0, 32 << 30},
+	} {
+		if minSize, maxSize := cfg.SizeBoundsOf(c.path); minSize != c.min || maxSize != c.max {
+			t.Errorf("SizeBoundsOf(%s) = %d, %d; want %d, %d", c.path, minSize, maxSize, c.min, c.max)
+		}
+	}
+}
+
 // TestExampleShowsFolderAndNotifyKeys: the example's watch entry shows the
 // filters at their defaults (TestExampleMatchesDefaults compares the rest)
 // and every new key is documented.

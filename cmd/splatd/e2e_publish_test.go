@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/splatfile"
+)
+
+// boundedEnv is an e2e world whose watch folder has max_size 1MiB.
+func boundedEnv(t *testing.T) (*apisim.Server, *e2eEnv) {
+	t.Helper()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	b, err := os.ReadFile(e.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(b), "    recursive: true\n", "    recursive: true\n    max_size: 1MiB\n", 1)
+	if cfg == string(b) {
+		t.Fatal("the e2e config has no watch entry to bound")
+	}
+	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return sim, e
+}
+
+// TestE2EPublishHeldToSizeBounds: `splatd publish` holds a file to the size
+// bounds of the watch entry whose folder holds it, as the daemon does, with
+// the daemon's words, before anything is hashed or uploaded, -force or not:
+// a sparse PLY over max_size, and an unbundled SOG folder whose bundle would
+// be over it (its meta.json alone is a few hundred bytes). The same PLY
+// outside every watch folder is held to the default bound only, and is
+// published.
+func TestE2EPublishHeldToSizeBounds(t *testing.T) {
+	t.Parallel()
+	sim, e := boundedEnv(t)
+	big := filepath.Join(e.inbox, "big.ply")
+	size := writeBigPLY(t, big, 2<<20)
+	room := filepath.Join(e.inbox, "room")
+	if err := splatfile.WriteSparseSOGFolder(room, 100, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	const bounds = "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)"
+	for _, force := range []bool{false, true} {
+		args := []string{"publish", "-config", e.cfgPath}
+		if force {
+			args = append(args, "-force")
+		}
+		code, out, errOut := runCLI(t, nil, append(args, big, room)...)
+		for _, want := range []string{
+			fmt.Sprintf("%s is %d bytes, %s: not hashed or uploaded", big, size, bounds),
+			"the SOG folder's bundle would be ",
+			bounds + ": not built or uploaded",
+		} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("force %v: stderr lacks %q:\n%s", force, want, errOut)
+			}
+		}
+		if code == 0 || out != "" {
+			t.Errorf("force %v: exit %d, stdout %q; want a failure and no link", force, code, out)
+		}
+	}
+	if splats, objects := sim.Splats(), sim.Objects(); len(splats) != 0 || len(objects) != 0 {
+		t.Fatalf("%d splats, %d objects in storage after files outside the bounds; want none", len(splats), len(objects))
+	}
+	outside := filepath.Join(e.dir, "elsewhere", "big.ply")
+	if err := os.MkdirAll(filepath.Dir(outside), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeBigPLY(t, outside, 2<<20)
+	code, out, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, outside)
+	if code != 0 || !strings.Contains(out, outside) {
+		t.Errorf("publish of a file outside the watch folders: exit %d, stdout %q, stderr %q; want it published", code, out, errOut)
+	}
+	if n := len(sim.Splats()); n != 1 {
+		t.Errorf("%d splats, want 1", n)
+	}
+}
