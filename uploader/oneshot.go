@@ -129,42 +129,29 @@ type source struct {
 	f      *os.File
 	size   int64
 	format api.SourceFormat
-	tmp    string // the bundle's folder, removed by close
+	built  *OneShotSource // the folder's bundle, removed by close
 }
 
 func (s *source) close() {
 	if s.f != nil {
 		s.f.Close()
 	}
-	if s.tmp != "" {
-		os.RemoveAll(s.tmp)
-	}
+	s.built.Close()
 }
 
 // openSource opens what is to be uploaded of path; with v1 it also checks
 // its content for the create's sourceFormat (a legacy upload is the file
-// as the caller checked it).
+// as the caller checked it). A folder's meta.json is bundled here, with no
+// size bounds: `splatd publish` passes the bundle PrepareOneShot built.
 func openSource(ctx context.Context, path string, v1 bool) (*source, error) {
 	src := &source{}
 	upload := path
 	if splatfile.IsSOGFolder(path) {
-		dir, err := trustfs.OpenDir("", filepath.Dir(path))
-		if err != nil {
+		var err error
+		if src.built, err = PrepareOneShot(ctx, path, 0, 0); err != nil {
 			return nil, err
 		}
-		defer dir.Close()
-		folder, err := splatfile.CheckSOGFolderIn(dir, path)
-		if err != nil {
-			return nil, err
-		}
-		if src.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
-			return nil, err
-		}
-		upload = filepath.Join(src.tmp, folderName(path))
-		if _, _, err := buildBundle(ctx, folder, upload); err != nil {
-			src.close()
-			return nil, fmt.Errorf("build the folder's bundle: %w", err)
-		}
+		upload = src.built.Path
 	}
 	f, fi, err := trustfs.OpenRegular("", upload) // no link, pipe or device
 	if err != nil {
@@ -189,43 +176,67 @@ func openSource(ctx context.Context, path string, v1 bool) (*source, error) {
 // OneShotSource is what `splatd publish` sends of one path, weighed before
 // it looks for an earlier publish of it.
 type OneShotSource struct {
-	// Path is the file to upload.
+	// Path is the file to upload: the path itself, or an unbundled SOG
+	// folder's bundle, FOLDER.sog in a temporary folder of its own.
 	Path string
+	// SHA256 is the folder's bundle's, hashed as it was built: what an
+	// earlier publish of the folder is looked up by. "" for a file.
+	SHA256 string
+	// Info is the folder's check (Size: the bundle's); zero for a file.
+	Info splatfile.Info
+	tmp  string
 }
 
-// Close removes what PrepareOneShot made for the source.
-func (s *OneShotSource) Close() {}
+// Close removes the folder's bundle, if one was built.
+func (s *OneShotSource) Close() {
+	if s != nil && s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
+}
 
 // PrepareOneShot holds path to minSize and maxSize (0: no bound) as the
 // daemon's check step holds a job, before anything of it is read: a file
 // by its size, an unbundled SOG folder (path is its meta.json) by its
 // bundle's, sized from the files' stat (of the images only their headers
-// are read). Outside them the error is the check step's reason.
+// are read). Outside them the error is the check step's reason. A folder
+// within them is then bundled, once: the bundle is written to a temporary
+// folder and hashed as it is written, so that what is looked up is what is
+// uploaded, and the images are not read a second time. The build stops
+// within a MiB when ctx ends.
 func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
-	if splatfile.IsSOGFolder(path) {
-		dir, err := trustfs.OpenDir("", filepath.Dir(path))
+	if !splatfile.IsSOGFolder(path) {
+		f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
 		if err != nil {
 			return nil, err
 		}
-		defer dir.Close()
-		folder, err := splatfile.CheckSOGFolderIn(dir, path)
-		if err != nil {
-			return nil, err
-		}
-		if why := BundleOutsideBounds(folder.Size, minSize, maxSize); why != "" {
+		f.Close()
+		if why := FileOutsideBounds(path, fi.Size(), minSize, maxSize); why != "" {
 			return nil, errors.New(why)
 		}
 		return &OneShotSource{Path: path}, nil
 	}
-	f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
+	dir, err := trustfs.OpenDir("", filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}
-	f.Close()
-	if why := FileOutsideBounds(path, fi.Size(), minSize, maxSize); why != "" {
+	defer dir.Close()
+	folder, err := splatfile.CheckSOGFolderIn(dir, path)
+	if err != nil {
+		return nil, err
+	}
+	if why := BundleOutsideBounds(folder.Size, minSize, maxSize); why != "" {
 		return nil, errors.New(why)
 	}
-	return &OneShotSource{Path: path}, nil
+	s := &OneShotSource{Info: folder.Info}
+	if s.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
+		return nil, err
+	}
+	s.Path = filepath.Join(s.tmp, folderName(path))
+	if s.SHA256, _, err = buildBundle(ctx, folder, s.Path); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("build the folder's bundle: %w", err)
+	}
+	return s, nil
 }
 
 // upload signs a URL for name and PUTs src to it, signing again when

@@ -275,17 +275,21 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 // publishPath publishes one path of `splatd publish`. The path is first
 // held to the size bounds of the watch entry whose folder holds it (the
 // default bound outside every watch folder), as the daemon holds a file it
-// found, before anything of it is hashed or read; then, unless force, a
-// publish known from prior ends it.
+// found, before anything of it is hashed or read; an unbundled SOG folder
+// within them is bundled then, once, for the lookup and the upload. Unless
+// force, a publish known from prior ends it.
 func publishPath(ctx context.Context, c *cli, a *apiEnv, prior priorPublishes, force bool, path string) error {
 	minSize, maxSize := a.cfg.SizeBoundsOf(path)
 	src, err := uploader.PrepareOneShot(ctx, path, minSize, maxSize)
+	if errors.Is(err, splatfile.ErrIncomplete) || errors.As(err, new(*splatfile.InvalidError)) {
+		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err))) // a folder's check
+	}
 	if err != nil {
 		return err
 	}
 	defer src.Close()
 	if !force {
-		where, url, err := prior.find(path)
+		where, url, err := prior.find(ctx, path, src.SHA256)
 		if err != nil {
 			return err
 		}
@@ -295,7 +299,7 @@ func publishPath(ctx context.Context, c *cli, a *apiEnv, prior priorPublishes, f
 			return nil
 		}
 	}
-	return publishOne(ctx, c, a, path)
+	return publishOne(ctx, c, a, path, src)
 }
 
 // sogFolderMeta names an unbundled SOG folder given by its own path by its
@@ -310,11 +314,15 @@ func sogFolderMeta(path string) string {
 	return path
 }
 
-func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
+// publishOne publishes path, whose upload src is (PrepareOneShot).
+func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *uploader.OneShotSource) error {
 	v1 := a.cfg.API.Protocol == config.ProtocolV1
-	info, err := splatfile.Check(path)
-	if err != nil {
-		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
+	info := src.Info // a folder's, checked as it was bundled
+	if !splatfile.IsSOGFolder(path) {
+		var err error
+		if info, err = splatfile.Check(path); err != nil {
+			return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err)))
+		}
 	}
 	if err := info.Kind.CheckLegacy(); !v1 && err != nil {
 		return fmt.Errorf("not publishable: %w", err)
@@ -335,7 +343,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string) error {
 	if err != nil {
 		return err
 	}
-	upload, cleanup, err := encodeForPublish(ctx, c, path, req.Encode, info.Kind)
+	upload, cleanup, err := encodeForPublish(ctx, c, src.Path, req.Encode, info.Kind)
 	if err != nil {
 		return err
 	}

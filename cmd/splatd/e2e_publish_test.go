@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -81,4 +83,70 @@ func TestE2EPublishHeldToSizeBounds(t *testing.T) {
 	if n := len(sim.Splats()); n != 1 {
 		t.Errorf("%d splats, want 1", n)
 	}
+}
+
+// TestPublishReadsAFolderOnce: `splatd publish FOLDER` reads an unbundled
+// SOG folder's images once, for the bundle it both weighs (the sha256 it
+// looks up earlier publishes by) and uploads; -force, which looks nothing
+// up, reads them as often. It once hashed the folder to look it up and
+// read it again to build the bundle it sent. The reads are the process's
+// own (/proc/self/io rchar: every byte read() returned, the simulator's
+// too, in both runs alike), so the test is not parallel.
+func TestPublishReadsAFolderOnce(t *testing.T) {
+	if _, err := readChars(); err != nil {
+		t.Skipf("no /proc/self/io: %v", err)
+	}
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	room := filepath.Join(e.inbox, "room")
+	const imageSize = 4 << 20
+	if err := splatfile.WriteSparseSOGFolder(room, 100, imageSize); err != nil {
+		t.Fatal(err)
+	}
+	f, err := splatfile.CheckSOGFolder(filepath.Join(room, splatfile.SOGMeta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := map[bool]int64{}
+	for _, force := range []bool{false, true} {
+		args := []string{"publish", "-config", e.cfgPath}
+		if force {
+			args = append(args, "-force")
+		}
+		var stdout, stderr strings.Builder
+		c := &cli{stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
+		before, err := readChars()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := dispatch(context.Background(), c, append(args, room)); code != exitOK {
+			t.Fatalf("force %v: exit %d; stderr:\n%s", force, code, &stderr)
+		}
+		after, err := readChars()
+		if err != nil {
+			t.Fatal(err)
+		}
+		read[force] = after - before
+	}
+	if n := len(sim.Splats()); n != 2 {
+		t.Fatalf("%d splats, want 2", n)
+	}
+	t.Logf("publish read %d bytes, publish -force %d", read[false], read[true])
+	if extra := read[false] - read[true]; extra > f.Size/2 {
+		t.Errorf("publish read %d bytes, publish -force %d: %d more, about one more read of the %d-byte bundle; want the folder read once", read[false], read[true], extra, f.Size)
+	}
+}
+
+// readChars is the bytes this process has read so far (rchar).
+func readChars() (int64, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/self/io has no rchar")
 }

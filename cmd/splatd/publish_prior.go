@@ -35,11 +35,14 @@ func loadPriorPublishes(ctx context.Context, cfg *config.Config) (priorPublishes
 
 // find says where the content of path was published before ("" when
 // nowhere known), and its viewer link: a receipt beside the file that says
-// done for this content, or a done job of the daemon with this sha256.
-func (p priorPublishes) find(path string) (where, url string, err error) {
-	sum, err := daemon.HashFile(context.Background(), "", path)
-	if err != nil {
-		return "", "", err
+// done for this content, or a done job of the daemon with this sha256. sum
+// is the content's sha256 when known (an unbundled SOG folder's bundle,
+// hashed as it was built); "": path is hashed here.
+func (p priorPublishes) find(ctx context.Context, path, sum string) (where, url string, err error) {
+	if sum == "" {
+		if sum, err = daemon.HashFile(ctx, "", path); err != nil {
+			return "", "", err
+		}
 	}
 	if r, err := after.ReadReceipt(path); err == nil && r.SHA256 == sum && (r.Status == "done" || r.Status == "duplicate") && r.Splat.URL != "" {
 		return "its receipt " + after.ReceiptPath(path), r.Splat.URL, nil
