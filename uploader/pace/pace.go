@@ -172,8 +172,8 @@ type Options struct {
 	// instant. Default DefaultJitter; negative means none.
 	Jitter  time.Duration
 	MaxWait time.Duration // caps any wait; default DefaultMaxWait
-	// StateFile keeps the windows, holds and the route→class map across
-	// restarts (state.go); the daemon passes <state_dir>/pacer.json.
+	// StateFile keeps the windows and the route→class map across restarts
+	// (state.go); the daemon passes <state_dir>/pacer.json.
 	StateFile string
 	// PersistInterval: Run writes ordinary changes at most this often.
 	// Default DefaultPersistInterval; negative: at every change.
@@ -225,29 +225,25 @@ type Pacer struct {
 	lagKnown bool
 }
 
-// class is one limit class (limit 0: a route without rate-limit headers).
+// class is one limit class (limit 0: a route without rate-limit headers);
+// the package doc's table says what each field is.
 type class struct {
-	limit     int
-	remaining int
-	reset     int64
-	resetAt   time.Time
-	hold      time.Time
-	inFlight  int
-	own       int
-	others    int
-	expect    int
-	late      time.Duration // lead before Reset at which others were first seen, in the last window with others
-	look      time.Duration // lead before Reset of our latest counted answer; never: none
-	quiet     int           // windows in a row in which no others were seen
-	peers     int           // the most others' requests counted between two answers of ours
-	stale     bool
+	limit, remaining int
+	reset            int64
+	resetAt          time.Time
+	inFlight         int
+	own, others      int
+	expect, peers    int
+	late, look       time.Duration
+	quiet            int
 }
 
-// ticket is one admitted request.
+// ticket is one admitted request and the classes it holds a slot in: its
+// route's, or for a probe every current class the route may be in.
 type ticket struct {
 	route string
-	class *class   // nil for a probe of an unknown route
-	in    []*class // a probe: the known classes it holds a slot in
+	probe bool
+	in    []*class
 }
 
 // New returns a Pacer; with a StateFile it starts from the saved windows (a
@@ -309,9 +305,7 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		}
 		t, d, why := p.admit(route, read, now)
 		if t != nil {
-			// A request that spends a window's last slot leaves only once
-			// the file says so (state.go).
-			urgent := p.urgent(now)
+			urgent := p.urgent(now, t.in)
 			p.mu.Unlock()
 			if urgent {
 				_ = p.save() // a failure is logged
@@ -372,26 +366,20 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 	if c == nil {
 		return p.admitProbe(route, read, now)
 	}
-	if now.Before(c.hold) {
-		return nil, c.hold.Sub(now), "held after a 429 for as long as the server asked (Retry-After)"
-	}
 	if d := c.blocked(now); d > 0 {
 		return nil, d, "no request left in the window"
 	}
-	t := &ticket{route: route, class: c}
 	switch {
-	case c.limit == 0:
-	case !c.current(now) && c.inFlight > 0:
-		return nil, p.o.MaxWait, "a new window: waiting for the answer of its first request"
+	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
-		c.resetAt = time.Time{}
+		return nil, p.o.MaxWait, "a new window: waiting for the answer of its first request"
 	case c.remaining-c.inFlight-c.reserve() <= 0:
 		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
-	case c.inFlight > 0 && (c.stale || c.remaining-c.inFlight <= max(carefulSlots, c.limit/4)):
+	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
 		return nil, p.o.MaxWait, "the window's last requests go one at a time; waiting for the one in flight"
 	}
 	c.inFlight++
-	return t, 0, ""
+	return &ticket{route: route, in: []*class{c}}, 0, ""
 }
 
 // admitProbe admits the first request of a route of unknown class: one at a
@@ -401,7 +389,7 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, tim
 	if p.probes[route] != nil {
 		return nil, p.o.MaxWait, "waiting for the answer of the route's first request, which names its class"
 	}
-	var in []*class
+	t := &ticket{route: route, probe: true}
 	var wait time.Duration
 	for _, c := range p.classes {
 		if read && !p.holdsRead(c) {
@@ -411,14 +399,13 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, tim
 			wait = d
 		}
 		if c.current(now) {
-			in = append(in, c)
+			t.in = append(t.in, c)
 		}
 	}
 	if wait > 0 {
 		return nil, wait, "a class the route may be in has nothing left"
 	}
-	t := &ticket{route: route, in: in}
-	for _, c := range in {
+	for _, c := range t.in {
 		c.inFlight++
 	}
 	p.probes[route] = t
@@ -450,14 +437,12 @@ func (p *Pacer) holdsRead(c *class) bool {
 
 // current says c's window is known and not over.
 func (c *class) current(now time.Time) bool {
-	return c.limit > 0 && !c.resetAt.IsZero() && now.Before(c.resetAt)
+	return !c.resetAt.IsZero() && now.Before(c.resetAt)
 }
 
-// blocked returns how long c admits nothing: a hold, or a spent window.
+// blocked returns how long c admits nothing: its window is spent (or held
+// by a 429's Retry-After).
 func (c *class) blocked(now time.Time) time.Duration {
-	if now.Before(c.hold) {
-		return c.hold.Sub(now)
-	}
 	if c.current(now) && c.remaining-c.inFlight <= 0 {
 		return c.resetAt.Sub(now)
 	}
@@ -503,6 +488,17 @@ func (c *class) roll(slack time.Duration) {
 	c.own, c.others, c.look = 0, 0, never
 }
 
+// sawOthers raises the others' use of the window to f; lead is how long
+// before Reset they showed.
+func (c *class) sawOthers(f int, lead time.Duration) {
+	if f > c.others {
+		if c.others == 0 {
+			c.late = lead
+		}
+		c.others = f
+	}
+}
+
 func (p *Pacer) classOf(limit int) *class {
 	c := p.classes[limit]
 	if c == nil {
@@ -525,7 +521,7 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	now := p.o.Now()
 	p.mu.Lock()
 	p.settle(t, resp, now)
-	urgent := p.urgent(now)
+	urgent := p.urgent(now, append(t.in, p.routes[t.route]))
 	for stop := range p.parked {
 		(*stop)()
 		delete(p.parked, stop)
@@ -539,34 +535,29 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 }
 
 func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
-	if t.class != nil {
-		t.class.inFlight--
-	} else {
+	for _, c := range t.in {
+		c.inFlight--
+	}
+	if t.probe {
 		delete(p.probes, t.route)
-		for _, c := range t.in {
-			c.inFlight--
-		}
 	}
 	switch {
 	case resp == NotSent:
 		return
 	case resp == nil:
 		// No answer: the request may have been counted; assume it was.
-		if c := t.class; c != nil && c.current(now) && c.remaining > 0 {
-			c.remaining--
-			c.own++
+		if c := t.in; !t.probe && c[0].current(now) && c[0].remaining > 0 {
+			c[0].remaining--
+			c[0].own++
 		}
 		return
 	}
-	h := parseHeaders(resp.Header, now)
-	if h.hasDate && h.hasReset {
-		h.resetIn -= h.dateLag - p.leastLag(h.dateLag)
-	}
 	c := p.routes[t.route]
+	limit, _ := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Limit")))
 	switch {
-	case h.limit > 0:
-		if nc := p.classOf(h.limit); c != nc {
-			p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(h.limit)).Int("limit", h.limit).Msg("pacer learned rate-limit class")
+	case limit > 0:
+		if nc := p.classOf(limit); c != nc {
+			p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(limit)).Int("limit", limit).Msg("pacer learned rate-limit class")
 			c = nc
 			p.routes[t.route] = c
 		}
@@ -575,62 +566,61 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 		p.routes[t.route] = c
 	}
 	limited := resp.StatusCode == http.StatusTooManyRequests
-	if c.limit > 0 && h.hasRemaining {
-		p.observe(c, h, !limited, now)
-		p.o.Observer.RateLimit(ClassName(c.limit), h.remaining)
+	remaining, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Remaining")))
+	if c.limit > 0 && err == nil {
+		p.observe(c, resp.Header, max(remaining, 0), !limited, now)
+		p.o.Observer.RateLimit(ClassName(c.limit), max(remaining, 0))
 	}
 	if limited {
-		p.limited(t.route, c, h, now)
+		p.limited(t.route, c, ParseRetryAfter(resp.Header, now), now)
 	}
 }
 
 // observe folds an answer's Remaining and Reset into c. Within one window
 // the least Remaining wins; an answer of an older window is ignored.
 // counted: the server charged the request (not a 429).
-func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
-	if h.hasReset && c.reset != 0 && h.resetRaw < c.reset {
-		return
-	}
-	same := h.hasReset && h.resetRaw == c.reset
-	if h.hasReset {
+func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, now time.Time) {
+	in, reset, raw := assumedWindow, ParseReset(h), int64(0)
+	if !reset.IsZero() {
+		raw, in = reset.Unix(), reset.Sub(now)
+		if date, err := http.ParseTime(h.Get("Date")); err == nil {
+			in += p.leastLag(now.Sub(date)) // Reset on our clock, through the least lag seen
+		}
+		if raw < c.reset {
+			return
+		}
+		same := raw == c.reset
 		if !same {
 			c.roll(p.o.Jitter) // the token's clients meet a Reset within the jitter
 		}
 		looked := c.look != never
 		if counted {
 			c.own++
-			c.look = h.resetIn
+			c.look = in
 		}
-		f := c.limit - h.remaining - c.own - c.inFlight - p.probesOutside(c)
+		f := c.limit - remaining - c.own - c.inFlight - p.probesOutside(c)
 		if looked && f > c.others {
 			c.peers = max(c.peers, f-c.others)
 		}
-		if counted && c.stale && f > c.others {
-			// The first answer to a window saved before a restart: what
-			// the file did not show is the last process's own requests.
+		if counted && same && c.resetAt.IsZero() && f > c.others {
+			// The first answer to a window known only by its Reset
+			// (loaded): what the file did not show is the last process's
+			// own requests.
 			c.own += f - c.others
-		} else if f > c.others {
-			if c.others == 0 {
-				c.late = h.resetIn
-			}
-			c.others = f
+		} else {
+			c.sawOthers(f, in)
 		}
-	}
-	c.stale = false
-	if same && c.current(now) {
-		c.remaining = min(c.remaining, h.remaining)
-		return
-	}
-	in := assumedWindow
-	if h.hasReset {
-		in = h.resetIn
+		if same && c.current(now) {
+			c.remaining = min(c.remaining, remaining)
+			return
+		}
 	}
 	if in > p.o.MaxWait {
 		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.o.MaxWait.Seconds()).
 			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
 		in = p.o.MaxWait
 	}
-	c.remaining, c.reset, c.resetAt = h.remaining, h.resetRaw, time.Time{}
+	c.remaining, c.reset, c.resetAt = remaining, raw, time.Time{}
 	if in > 0 { // else the window has renewed by the server's clock: probe the next
 		c.resetAt = now.Add(in + p.jitterDur())
 	}
@@ -638,26 +628,22 @@ func (p *Pacer) observe(c *class, h headers, counted bool, now time.Time) {
 
 // limited learns from a 429: the window is spent, by others beyond our own,
 // and a Retry-After ending more than a second after the window's Reset
-// (whole seconds: one within a second is the Reset rounded up) holds c.
-func (p *Pacer) limited(route string, c *class, h headers, now time.Time) {
+// (whole seconds: one within a second is the Reset rounded up) holds c as a
+// spent window until then.
+func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now time.Time) {
 	if c.current(now) {
 		c.remaining = 0
-		if f := c.limit - c.own - c.inFlight - p.probesOutside(c); f > c.others {
-			if c.others == 0 {
-				c.late = c.resetAt.Sub(now)
-			}
-			c.others = f
-		}
+		c.sawOthers(c.limit-c.own-c.inFlight-p.probesOutside(c), c.resetAt.Sub(now))
 	}
-	if h.retryAfter > 0 {
-		until := now.Add(h.retryAfter)
+	if retryAfter > 0 {
+		until := now.Add(retryAfter)
 		if !c.current(now) || until.After(c.resetAt.Add(time.Second)) {
 			until = until.Add(p.jitterDur())
 			if limit := now.Add(p.o.MaxWait + p.jitterDur()); until.After(limit) {
 				p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit hold capped")
 				until = limit
 			}
-			c.hold = later(c.hold, until)
+			c.remaining, c.resetAt = 0, until
 		}
 	}
 	ev := p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit))
@@ -665,13 +651,6 @@ func (p *Pacer) limited(route string, c *class, h headers, now time.Time) {
 		ev = ev.Float64("hold_s", d.Seconds())
 	}
 	ev.Msg("rate limited (HTTP 429); the retry rule decides when to try again")
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // leastLag folds a sample of local now − Date into the clocks' offset: the
@@ -690,7 +669,7 @@ type ClassState struct {
 	Limit     int
 	Remaining int       // as last reported, less the requests in flight
 	Reset     time.Time // zero when no current window is known
-	Held      bool      // held after a 429 (Retry-After)
+	Held      bool      // nothing may leave until Reset: spent, or held by a 429's Retry-After
 	Waiting   int       // requests of this class the pacer is holding back now
 	InFlight  int       // requests of this class sent and not yet answered
 	Others    int       // what other clients of the token spent in this window (a lower bound)
@@ -704,7 +683,7 @@ func (p *Pacer) Classes() []ClassState {
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
 		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: p.held[c.limit], InFlight: c.inFlight,
-			Others: c.others, Held: now.Before(c.hold)}
+			Others: c.others, Held: c.blocked(now) > 0}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}

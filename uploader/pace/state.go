@@ -14,24 +14,26 @@ import (
 )
 
 // State across restarts: per class the current window (limit, remaining,
-// reset, use), a 429 hold and the share factor, and which route is in which
-// class, in one JSON file replaced whole (temporary file, then rename).
+// reset, use) and the share factor, and which route is in which class, in
+// one JSON file replaced whole (temporary file, then rename).
 //
 // What must hold is that a restarted daemon never sends into a window it had
-// spent. So the spending of a window's last slot is written (and fsynced)
-// before the request that spends it leaves: Wait admits it, sees the class
-// spent, and returns only after the write; a 429 is written as soon as it is
-// read. Both are rare (once per window, once per 429). Every other change is
-// written behind by Run, at most once per PersistInterval, without fsync
-// (a file showing a spent window or a hold always is). A file can therefore
-// be behind the server after a crash, never by the last slot: a loaded window
-// with budget left is stale, one request at a time until an answer confirms
-// it. A window whose Reset has passed is not loaded (its others' use is kept
-// for the share factor). Times are local wall-clock; a loaded wait is capped
-// at MaxWait like any other.
+// spent. So a request that leaves its class with nothing left (it spends the
+// window's last slot, or a probe holds it) returns from Wait only once the
+// file shows the class spent, and an answer that leaves its class spent (a
+// 429, a Retry-After hold, the last count) is written before the release
+// returns. Every other change is written behind by Run, at most once per
+// PersistInterval. A file can therefore be behind the server after a crash,
+// never by the last slot: a loaded window with budget left is loaded as an
+// unknown window known by its Reset, so one request at a time goes until an
+// answer tells the count (and what the file did not show of it is the last
+// process's own). A spent window (or a 429 hold, saved as a spent window) is
+// waited out. A window whose Reset has passed is not loaded (its others' use
+// is kept for the share factor). Times are local wall-clock; a loaded wait
+// is capped at MaxWait like any other.
 
-// fileVersion is the layout of pacer.json.
-const fileVersion = 1
+// fileVersion is the layout of pacer.json; 2: a 429 hold is a spent window.
+const fileVersion = 2
 
 type stateFile struct {
 	Version int            `json:"version"`
@@ -46,8 +48,7 @@ type savedClass struct {
 	Remaining int           `json:"remaining"` // less the requests in flight
 	Reset     int64         `json:"reset"`     // the server's X-RateLimit-Reset
 	ResetAt   time.Time     `json:"reset_at"`  // local time the window renews; zero: none current
-	HoldUntil time.Time     `json:"hold_until,omitzero"`
-	Own       int           `json:"own"` // in flight included
+	Own       int           `json:"own"`       // in flight included
 	Others    int           `json:"foreign"`
 	Expect    int           `json:"expect"`
 	Late      time.Duration `json:"late,omitempty"`
@@ -60,9 +61,7 @@ type store struct {
 	interval time.Duration
 	kick     chan struct{} // a change for Run to write behind
 	mu       sync.Mutex
-	failing  bool              // under mu: the last write failed (logged once)
-	spent    map[int]int64     // under Pacer.mu: limit → Reset of the window the file shows spent
-	held     map[int]time.Time // under Pacer.mu: limit → the hold the file shows
+	failing  bool // under mu: the last write failed (logged once)
 }
 
 func newStore(path string, interval time.Duration) *store {
@@ -72,21 +71,20 @@ func newStore(path string, interval time.Duration) *store {
 	return &store{path: path, interval: max(interval, 0), kick: make(chan struct{}, 1)}
 }
 
-// urgent says a window newly spent or a new hold must be on disk before the
-// caller goes on; else it asks Run to write behind. Called with p.mu held.
-func (p *Pacer) urgent(now time.Time) bool {
-	st := p.store
-	if st == nil {
+// urgent says a class a request or answer touched (in) admits nothing more,
+// so the file must show it before the caller goes on; else it asks Run to
+// write behind. Called with p.mu held.
+func (p *Pacer) urgent(now time.Time, in []*class) bool {
+	if p.store == nil {
 		return false
 	}
-	for _, c := range p.classes {
-		spent := c.current(now) && c.remaining-c.inFlight <= 0 && st.spent[c.limit] != c.reset
-		if spent || c.hold.After(now) && c.hold.After(st.held[c.limit]) {
+	for _, c := range in {
+		if c != nil && c.limit > 0 && c.blocked(now) > 0 {
 			return true
 		}
 	}
 	select {
-	case st.kick <- struct{}{}:
+	case p.store.kick <- struct{}{}:
 	default:
 	}
 	return false
@@ -101,17 +99,10 @@ func (p *Pacer) save() error {
 	p.mu.Lock()
 	now := p.o.Now()
 	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}
-	spent, held := map[int]int64{}, map[int]time.Time{}
 	for _, c := range p.classes {
 		sc := savedClass{Limit: c.limit, Own: c.own + c.inFlight, Others: c.others, Expect: c.expect, Late: c.late}
 		if c.current(now) {
 			sc.Remaining, sc.Reset, sc.ResetAt = max(c.remaining-c.inFlight, 0), c.reset, c.resetAt
-			if sc.Remaining == 0 {
-				spent[c.limit] = c.reset
-			}
-		}
-		if c.hold.After(now) {
-			sc.HoldUntil, held[c.limit] = c.hold, c.hold
 		}
 		f.Classes = append(f.Classes, sc)
 	}
@@ -125,12 +116,6 @@ func (p *Pacer) save() error {
 	}
 	p.mu.Unlock()
 	err := st.writeFile(f)
-	p.mu.Lock()
-	st.spent, st.held = spent, held
-	if err != nil {
-		st.spent, st.held = nil, nil // nothing of it is on disk: the next change is urgent again
-	}
-	p.mu.Unlock()
 	switch {
 	case err != nil && !st.failing:
 		p.o.Logger.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
@@ -205,7 +190,6 @@ func (p *Pacer) load() {
 		return
 	}
 	now := p.o.Now()
-	ceiling := now.Add(p.o.MaxWait + p.o.Jitter)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range f.Classes {
@@ -214,14 +198,14 @@ func (p *Pacer) load() {
 		}
 		c := p.classOf(s.Limit)
 		c.expect, c.late = s.Expect, s.Late
-		if now.Before(s.ResetAt) {
-			c.remaining, c.reset, c.resetAt, c.stale = max(s.Remaining, 0), s.Reset, earlier(s.ResetAt, ceiling), true
-			c.own, c.others = s.Own, s.Others
-		} else {
+		switch {
+		case !now.Before(s.ResetAt):
 			c.expect = max(c.expect, s.Others) // the window is over; who else spent it still counts
-		}
-		if now.Before(s.HoldUntil) {
-			c.hold = earlier(s.HoldUntil, ceiling)
+		case s.Remaining > 0: // known by its Reset only, until an answer confirms it
+			c.reset, c.own, c.others = s.Reset, s.Own, s.Others
+		default:
+			c.reset, c.own, c.others = s.Reset, s.Own, s.Others
+			c.resetAt = earlier(s.ResetAt, now.Add(p.o.MaxWait+p.o.Jitter))
 		}
 	}
 	for name, limit := range f.Routes {
