@@ -146,7 +146,6 @@ const (
 	// quietWindows: others not seen for this many windows in a row are
 	// forgotten by halves even if we never looked as late as they spent.
 	quietWindows = 10
-	never        = time.Duration(1<<63 - 1)
 )
 
 // Observer receives the pacer's metrics; uploader/api's Observer is one.
@@ -234,7 +233,7 @@ type class struct {
 	inFlight         int
 	own, others      int
 	expect, peers    int
-	late, look       time.Duration
+	late             time.Duration
 	quiet            int
 }
 
@@ -471,21 +470,20 @@ func (c *class) reserve() int {
 
 // roll ends a window's accounting: expect and peers for the next one (see
 // the package doc).
-func (c *class) roll(slack time.Duration) {
-	c.quiet++
-	if c.others > 0 {
-		c.quiet = 0
-	}
-	if c.look <= c.late+slack || c.quiet > quietWindows {
+func (c *class) roll() {
+	if c.quiet == 0 || c.quiet > quietWindows && c.others == 0 {
 		c.expect = max(c.others, c.expect/2)
 	} else {
 		c.expect = max(c.expect, c.others)
 	}
-	if c.others == 0 {
+	c.quiet++
+	if c.others > 0 {
+		c.quiet = 1
+	} else {
 		c.peers = 0
 	}
 	c.expect = min(c.expect, c.limit-2)
-	c.own, c.others, c.look = 0, 0, never
+	c.own, c.others = 0, 0
 }
 
 // sawOthers raises the others' use of the window to f; lead is how long
@@ -502,7 +500,7 @@ func (c *class) sawOthers(f int, lead time.Duration) {
 func (p *Pacer) classOf(limit int) *class {
 	c := p.classes[limit]
 	if c == nil {
-		c = &class{limit: limit, look: never}
+		c = &class{limit: limit, quiet: 1}
 		p.classes[limit] = c
 	}
 	return c
@@ -562,7 +560,7 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 			p.routes[t.route] = c
 		}
 	case c == nil:
-		c = &class{look: never} // no headers: held only by a Retry-After
+		c = &class{} // no headers: held only by a Retry-After
 		p.routes[t.route] = c
 	}
 	limited := resp.StatusCode == http.StatusTooManyRequests
@@ -591,12 +589,11 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 		}
 		same := raw == c.reset
 		if !same {
-			c.roll(p.o.Jitter) // the token's clients meet a Reset within the jitter
+			c.roll()
 		}
-		looked := c.look != never
+		looked := c.own > 0
 		if counted {
 			c.own++
-			c.look = in
 		}
 		f := c.limit - remaining - c.own - c.inFlight - p.probesOutside(c)
 		if looked && f > c.others {
@@ -609,6 +606,9 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 			c.own += f - c.others
 		} else {
 			c.sawOthers(f, in)
+		}
+		if counted && in <= c.late+p.o.Jitter {
+			c.quiet = 0 // we looked as late as they showed (the token's clients meet a Reset within the jitter)
 		}
 		if same && c.current(now) {
 			c.remaining = min(c.remaining, remaining)

@@ -1098,30 +1098,53 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 
 // TestPacerShareMemory: the others' expected use per window follows what
 // they spent when we looked as late as they first showed; when we did not,
-// it is kept, for ten quiet windows, and then halves.
+// it is kept, for ten quiet windows, and then halves. (quiet 0: this window
+// we looked as late as they first showed; observe sets it from an answer's
+// lead against late.)
 func TestPacerShareMemory(t *testing.T) {
 	t.Parallel()
-	c := &class{limit: 10, look: 50 * time.Second, others: 5, late: 5 * time.Second}
-	c.roll(0) // we stopped looking 50 s before Reset; they showed 5 s before it
+	c := &class{limit: 10, others: 5, late: 5 * time.Second, quiet: 1}
+	c.roll() // we did not look as late as they showed
 	if c.expect != 5 {
 		t.Fatalf("expect after a window with others = %d, want 5", c.expect)
 	}
 	for w := 1; w <= 10; w++ {
-		c.look = 50 * time.Second
-		c.roll(0)
+		c.roll()
 		if c.expect != 5 {
 			t.Fatalf("quiet window %d, looked early: expect %d, want 5 kept", w, c.expect)
 		}
 	}
-	c.look = 50 * time.Second
-	c.roll(0)
+	c.roll()
 	if c.expect != 2 {
 		t.Errorf("the 11th quiet window: expect %d, want 2 (halved)", c.expect)
 	}
-	c.late, c.look, c.expect, c.quiet = 9*time.Second, 9*time.Second, 4, 0
-	c.roll(0) // we looked as late as they first showed, and none came
+	c.expect, c.quiet = 4, 1
+	c.roll() // a quiet window seen early, the count of quiet windows restarted
+	if c.expect != 4 {
+		t.Errorf("a quiet window after one with others, looked early: expect %d, want 4 kept", c.expect)
+	}
+	c.quiet = 0
+	c.roll() // we looked as late as they first showed, and none came
 	if c.expect != 2 {
 		t.Errorf("a window seen late enough without others: expect %d, want 2 (halved)", c.expect)
+	}
+	// The answers set quiet: one as late as late (within the jitter) marks
+	// the window seen, an earlier one does not.
+	clk := newFakeClock()
+	p := newTestPacer(t, clk, Options{Jitter: -1})
+	t0 := clk.Now()
+	mustWait(t, p, routePublish)(windowResp(200, 10, 9, t0.Add(60*time.Second), t0, ""))
+	k := p.routes[routePublish]
+	k.late = 20 * time.Second
+	clk.Advance(30 * time.Second)
+	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(60*time.Second), t0.Add(30*time.Second), ""))
+	if k.quiet == 0 {
+		t.Errorf("an answer 30 s before Reset marked the window seen (they showed 20 s before it)")
+	}
+	clk.Advance(15 * time.Second)
+	mustWait(t, p, routePublish)(windowResp(200, 10, 7, t0.Add(60*time.Second), t0.Add(45*time.Second), ""))
+	if k.quiet != 0 {
+		t.Errorf("an answer 15 s before Reset did not mark the window seen (they showed 20 s before it)")
 	}
 }
 

@@ -48,7 +48,6 @@ type savedClass struct {
 	Remaining int           `json:"remaining"` // less the requests in flight
 	Reset     int64         `json:"reset"`     // the server's X-RateLimit-Reset
 	ResetAt   time.Time     `json:"reset_at"`  // local time the window renews; zero: none current
-	Own       int           `json:"own"`       // in flight included
 	Others    int           `json:"foreign"`
 	Expect    int           `json:"expect"`
 	Late      time.Duration `json:"late,omitempty"`
@@ -100,7 +99,7 @@ func (p *Pacer) save() error {
 	now := p.o.Now()
 	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}
 	for _, c := range p.classes {
-		sc := savedClass{Limit: c.limit, Own: c.own + c.inFlight, Others: c.others, Expect: c.expect, Late: c.late}
+		sc := savedClass{Limit: c.limit, Others: c.others, Expect: c.expect, Late: c.late}
 		if c.current(now) {
 			sc.Remaining, sc.Reset, sc.ResetAt = max(c.remaining-c.inFlight, 0), c.reset, c.resetAt
 		}
@@ -198,13 +197,14 @@ func (p *Pacer) load() {
 		}
 		c := p.classOf(s.Limit)
 		c.expect, c.late = s.Expect, s.Late
-		switch {
-		case !now.Before(s.ResetAt):
+		if !now.Before(s.ResetAt) {
 			c.expect = max(c.expect, s.Others) // the window is over; who else spent it still counts
-		case s.Remaining > 0: // known by its Reset only, until an answer confirms it
-			c.reset, c.own, c.others = s.Reset, s.Own, s.Others
-		default:
-			c.reset, c.own, c.others = s.Reset, s.Own, s.Others
+			continue
+		}
+		// A window with budget is known by its Reset only, until an answer
+		// confirms it; a spent one is waited out.
+		c.reset, c.others = s.Reset, s.Others
+		if s.Remaining == 0 {
 			c.resetAt = earlier(s.ResetAt, now.Add(p.o.MaxWait+p.o.Jitter))
 		}
 	}
