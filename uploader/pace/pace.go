@@ -56,8 +56,8 @@
 // not show, expect halves instead of vanishing (their first requests may
 // have landed just after our look). If we stopped looking earlier, they may
 // have spent more than we saw, and expect only grows: a neighbour that spends
-// late in each window keeps its share, for ten windows without a sighting
-// (then it halves all the same). expect never exceeds limit − 2, so that we
+// late in each window keeps its share, for ten windows in a row without a
+// sighting or a look as late as theirs (then it halves all the same). expect never exceeds limit − 2, so that we
 // look at every window at least once after our first request: a daemon left
 // only its first request per window could never see its peers go. The cost:
 // a fleet of as many daemons as the limit (five on 5 per window) spends each
@@ -67,26 +67,29 @@
 // A 429 is the caller's error to retry through the one retry rule
 // (state.Policy); the pacer only learns from it: the window is spent until
 // its Reset, and a Retry-After that ends more than a second beyond Reset
-// holds the class until then. There is no backoff of the pacer's own.
+// holds the class as a spent window until then (an answer naming a later
+// window ends it). There is no backoff of the pacer's own.
 //
-// Per class (the fields of class):
+// Per class (the fields of class), in three parts: the server's window, our
+// use and the others' in it, and the share estimate carried across windows.
 //
 //	field      changed by                                   why
 //	limit      the class's first answer (X-RateLimit-Limit)  names the class; routes with one limit share it
-//	remaining  each answer of the window: the least one      the server's count; answers arrive out of order
+//	remaining  each answer of the window: the least one;     the server's count; answers arrive out of order
+//	           0 at a 429
 //	reset      an answer naming a later window               which window the count belongs to (server epoch s)
-//	resetAt    that answer: now + (Reset − Date) + jitter    when the window renews here; zero: unknown, probe it
-//	hold       a 429's Retry-After ending beyond Reset       the server asked for more than the window
+//	resetAt    that answer: now + (Reset − Date) + jitter;   when the window renews here; zero: unknown, probe it
+//	           a 429's Retry-After ending beyond it          (loaded with budget: known by reset only)
 //	inFlight   +1 at admission, −1 at the answer             ours, not yet in any count
 //	own        +1 per counted answer of the window           tells our use from the others'
 //	others     limit − remaining − own − inFlight − probes,  the others' use of the window so far (probes: ours of
 //	           if more                                       routes not yet in a class, which may be in this one)
 //	expect     the window's end (see above)                  the share factor: the others' use per window
 //	peers      the others' use between two answers of ours   what may be in flight while we decide; 0 after a window without others
-//	late       the first sighting of others in a window      how late in a window they show up
-//	look       each counted answer                           how late in this window we looked
-//	quiet      +1 per window without others, 0 with          after 10, a late neighbour unseen is forgotten too
-//	stale      set when loaded; any answer clears it         the file may be behind: one at a time until confirmed
+//	late       the first sighting of others in a window      how late in a window they show up (lead before Reset)
+//	quiet      the window's end: 1 after one with others,    how long the others have not shown, for forgetting
+//	           +1 after one without; 0 at an answer as late  them; 0: this window was seen as late as they show
+//	           as late (within the jitter)
 //
 // A route's class, once learned, is kept in the state file, so it is known
 // from the first request after a restart. A route whose class is unknown

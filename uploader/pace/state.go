@@ -114,7 +114,12 @@ func (p *Pacer) save() error {
 		f.Reads = append(f.Reads, name)
 	}
 	p.mu.Unlock()
-	err := st.writeFile(f)
+	// trustfs.WriteAtomic: a temp file fsynced, then renamed, the folder
+	// fsynced, so that a crash leaves the old state or the new one.
+	data, err := json.Marshal(f)
+	if err == nil {
+		err = trustfs.WriteAtomic("", st.path, data, 0o600)
+	}
 	switch {
 	case err != nil && !st.failing:
 		p.o.Logger.Warn().Err(err).Str("path", st.path).Msg("cannot save the rate-limit state; a restart may probe a spent window")
@@ -158,17 +163,6 @@ func (p *Pacer) Flush() error {
 		return fmt.Errorf("pace: saving the rate-limit state: %w", err)
 	}
 	return nil
-}
-
-// writeFile replaces the state file atomically (trustfs.WriteAtomic: a
-// temp file fsynced, then renamed, the folder fsynced), so that a crash
-// leaves the old state or the new one, never half of either.
-func (st *store) writeFile(f stateFile) error {
-	data, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return trustfs.WriteAtomic("", st.path, data, 0o600)
 }
 
 // load starts the pacer from the state file, if there is one.
