@@ -542,18 +542,17 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	if t.probe {
 		delete(p.probes, t.route)
 	}
-	switch {
-	case resp == NotSent:
-		return
-	case resp == nil:
-		// No answer: the request may have been counted; assume it was.
-		if c := t.in; !t.probe && c[0].current(now) && c[0].remaining > 0 {
-			c[0].remaining--
-			c[0].own++
-		}
+	if resp == NotSent {
 		return
 	}
 	c := p.routes[t.route]
+	if resp == nil { // no answer: the request may have been counted; assume it was
+		if !t.probe && c.current(now) && c.remaining > 0 {
+			c.remaining--
+			c.own++
+		}
+		return
+	}
 	limit, _ := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Limit")))
 	switch {
 	case limit > 0:
