@@ -7,6 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -25,6 +28,14 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	}
 	if f.partSize <= 0 {
 		return usageError(c, fs, "-part-size must be positive")
+	}
+	for name, r := range map[string]float64{"error-rate": *f.errorRate, "storage-error-rate": *f.storageErrorRate} {
+		if !(r >= 0 && r <= 1) {
+			return usageError(c, fs, "-%s must be between 0 and 1", name)
+		}
+	}
+	if *f.latency < 0 {
+		return usageError(c, fs, "-latency must not be negative")
 	}
 	var s3 *apisim.S3
 	if *f.storage != "" {
@@ -58,6 +69,9 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		SessionExpiry:    *f.expiry,
 		StorageBandwidth: int64(f.bandwidth),
 		S3:               s3,
+		Limits:           f.limits,
+		Classes:          f.classes,
+		Faults:           f.faults(),
 		Branches:         map[string]int{"main": 123, "demo": 7},
 		Logger:           cliLogger(c),
 	})
@@ -82,8 +96,71 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 // simOptions are `splatd sim`'s flags.
 type simOptions struct {
 	listen, dir, metricsListen, storage *string
-	window, delay, expiry               *time.Duration
+	window, delay, expiry, latency      *time.Duration
 	partSize, maxUpload, bandwidth      byteSize
+	limits, neighbour                   classCounts
+	classes                             routeClasses
+	errorRate, storageErrorRate         *float64
+}
+
+// classCounts is a repeatable CLASS=N flag (-limit strict=5).
+type classCounts map[apisim.Class]int
+
+func (m classCounts) String() string {
+	var parts []string
+	for _, c := range []apisim.Class{apisim.ClassNormal, apisim.ClassStrict, apisim.ClassAssets} {
+		if n, ok := m[c]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%d", c, n))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m classCounts) Set(v string) error {
+	name, num, ok := strings.Cut(v, "=")
+	n, err := strconv.Atoi(num)
+	if !ok || err != nil || n < 0 {
+		return fmt.Errorf("%q: want CLASS=N with N a whole number, 0 or more", v)
+	}
+	c, err := simClass(name)
+	if err != nil {
+		return err
+	}
+	m[c] = n
+	return nil
+}
+
+// routeClasses is a repeatable ROUTE=CLASS flag (-class publish=strict).
+type routeClasses map[string]apisim.Class
+
+func (m routeClasses) String() string {
+	var parts []string
+	for r, c := range m {
+		parts = append(parts, r+"="+string(c))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func (m routeClasses) Set(v string) error {
+	route, name, ok := strings.Cut(v, "=")
+	if !ok || !slices.Contains(apisim.APIRoutes(), route) {
+		return fmt.Errorf("%q: want ROUTE=CLASS with ROUTE one of %s", v, strings.Join(apisim.APIRoutes(), ", "))
+	}
+	c, err := simClass(name)
+	if err != nil {
+		return err
+	}
+	m[route] = c
+	return nil
+}
+
+func simClass(name string) (apisim.Class, error) {
+	switch c := apisim.Class(name); c {
+	case apisim.ClassNormal, apisim.ClassStrict, apisim.ClassAssets:
+		return c, nil
+	}
+	return "", fmt.Errorf("unknown class %q (normal, strict, assets)", name)
 }
 
 func simFlags(c *cli, fs *flag.FlagSet) *simOptions {
@@ -97,6 +174,13 @@ func simFlags(c *cli, fs *flag.FlagSet) *simOptions {
 	f.expiry = fs.Duration("session-expiry", apisim.DefaultSessionExpiry, "v1: life of an upload session that is not completed")
 	fs.Var(&f.bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
 	f.metricsListen = fs.String("metrics-listen", simMetricsListen, "metrics.listen of the config it writes: where the daemon run with it serves its status page and /metrics (a fixed port, so the page's address stays the same from one start to the next)")
+	f.limits, f.neighbour, f.classes = classCounts{}, classCounts{}, routeClasses{}
+	fs.Var(f.limits, "limit", "requests per -window of a rate-limit class (`CLASS=N`, repeatable; default normal=240, strict=10, assets=120)")
+	fs.Var(f.classes, "class", "put an API route in a rate-limit class (`ROUTE=CLASS`, repeatable, e.g. publish=strict or v1_complete=strict; default: every route normal)")
+	fs.Var(f.neighbour, "neighbour", "another client of the token spends N requests of a class at the start of every window (`CLASS=N`, repeatable)")
+	f.errorRate = fs.Float64("error-rate", 0, "probability (0 to 1) that an API request is answered 500 with an error body, having done nothing")
+	f.storageErrorRate = fs.Float64("storage-error-rate", 0, "probability (0 to 1) that a storage PUT (object or part) is answered 503 SlowDown")
+	f.latency = fs.Duration("latency", 0, "delay added before every request, API and storage, is handled")
 	f.storage = fs.String("storage", c.getenv("SPLATD_SIM_STORAGE"), "a real S3 bucket as the storage (`s3://KEY:SECRET@HOST:PORT/BUCKET`, s3+https:// for TLS; default $SPLATD_SIM_STORAGE): presigned PUTs (legacy) and multipart uploads (v1, part size 5MiB or more) instead of the built-in storage")
 	return f
 }
@@ -123,6 +207,23 @@ func writeSimFiles(sim *apisim.Server, dir, metricsListen string) (simFiles, err
 	return f, os.WriteFile(f.config, []byte(cfg), 0o600)
 }
 
+// faults are the simulator's failures the flags ask for.
+func (f *simOptions) faults() apisim.Faults {
+	var ft apisim.Faults
+	if *f.errorRate > 0 {
+		ft.ErrorRate = map[string]float64{}
+		for _, r := range apisim.APIRoutes() {
+			ft.ErrorRate[r] = *f.errorRate
+		}
+	}
+	ft.StorageErrorRate = *f.storageErrorRate
+	ft.Latency = *f.latency
+	if len(f.neighbour) > 0 {
+		ft.Neighbour = f.neighbour
+	}
+	return ft
+}
+
 // printSim prints where everything is and what to try.
 func printSim(c *cli, sim *apisim.Server, s3 *apisim.S3, f *simOptions, files simFiles) {
 	stURL := sim.StorageURL()
@@ -136,6 +237,7 @@ func printSim(c *cli, sim *apisim.Server, s3 *apisim.S3, f *simOptions, files si
 		bw = f.bandwidth.String() + "/s per connection"
 	}
 	fmt.Fprintf(c.stdout, "v1 API:     %s/api/supersplat (partSize %s)\nbandwidth:  %s\n", sim.URL(), f.partSize, bw)
+	fmt.Fprintf(c.stdout, "limits:     %s per %s%s\n", simLimits(f), *f.window, simFaults(f))
 	page := statusPageURL(*f.metricsListen)
 	fmt.Fprintf(c.stdout, "status:     %s (the status page of `run` with this config; /api/status, /api/jobs, /metrics beside it)\n", page)
 	self := os.Args[0] // as the user typed it (bin/splatd after make build)
@@ -143,6 +245,51 @@ func printSim(c *cli, sim *apisim.Server, s3 *apisim.S3, f *simOptions, files si
 	fmt.Fprintf(c.stdout, "\ntry:  %s config check -config %s -probe\n      %s run -config %s    (then drop .ply files into %s)\n      open %s    (while run runs)\n      %s checkpoints -config %s main -limit 5\n      %s publish -config %s FILE.ply\n",
 		self, cfgFile, self, cfgFile, files.inbox, page, self, cfgFile, self, cfgFile)
 	fmt.Fprintln(c.stdout, "(Ctrl-C stops the simulator)")
+}
+
+// simLimits is "normal 240, strict 10 (publish, v1_complete), assets 120".
+func simLimits(f *simOptions) string {
+	var parts []string
+	for _, c := range []apisim.Class{apisim.ClassNormal, apisim.ClassStrict, apisim.ClassAssets} {
+		n, ok := f.limits[c]
+		if !ok || n <= 0 {
+			n = map[apisim.Class]int{apisim.ClassNormal: apisim.DefaultNormalLimit, apisim.ClassStrict: apisim.DefaultStrictLimit, apisim.ClassAssets: apisim.DefaultAssetsLimit}[c]
+		}
+		s := fmt.Sprintf("%s %d", c, n)
+		var routes []string
+		for r, rc := range f.classes {
+			if rc == c && c != apisim.ClassNormal {
+				routes = append(routes, r)
+			}
+		}
+		if len(routes) > 0 {
+			slices.Sort(routes)
+			s += " (" + strings.Join(routes, ", ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// simFaults is "; faults: ..." for the failures asked for, "" for none.
+func simFaults(f *simOptions) string {
+	var parts []string
+	if *f.errorRate > 0 {
+		parts = append(parts, fmt.Sprintf("API errors %g%%", *f.errorRate*100))
+	}
+	if *f.storageErrorRate > 0 {
+		parts = append(parts, fmt.Sprintf("storage errors %g%%", *f.storageErrorRate*100))
+	}
+	if *f.latency > 0 {
+		parts = append(parts, fmt.Sprintf("latency %s", *f.latency))
+	}
+	if len(f.neighbour) > 0 {
+		parts = append(parts, "a neighbour spends "+strings.ReplaceAll(f.neighbour.String(), "=", " ")+" per window")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; faults: " + strings.Join(parts, ", ")
 }
 
 // simMetricsListen is the metrics.listen of the config `splatd sim` writes:

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/cmd/internal/config"
 )
@@ -101,5 +106,83 @@ func TestSimConfigPassesCheck(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "open http://127.0.0.1:9465/") {
 		t.Errorf("sim does not name the status page:\n%s", out.String())
+	}
+}
+
+// TestSimFlagsShapeTheAccount: `splatd sim`'s flags give the account a
+// user wants to try the daemon on: -limit and -class make a strict class
+// of 2 per window holding the publish route (its third request in a window
+// is a 429 announced by the headers), -error-rate 1 fails every API
+// request with the server's error text, and the flags are printed back.
+func TestSimFlagsShapeTheAccount(t *testing.T) {
+	t.Parallel()
+	var token string
+	run := func(args ...string) (base, printed string, hc *http.Client, stop func()) {
+		dir := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		var out, errb syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- dispatch(ctx, &cli{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}, append([]string{"sim", "-dir", dir}, args...))
+		}()
+		stop = func() { cancel(); <-done }
+		waitFor(t, "the simulator to print its config", func() bool { return strings.Contains(out.String(), "Ctrl-C") })
+		for _, l := range strings.Split(out.String(), "\n") {
+			if v, ok := strings.CutPrefix(l, "base_url:"); ok {
+				base = strings.TrimSpace(v)
+			}
+		}
+		pem, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := os.ReadFile(filepath.Join(dir, "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = strings.TrimSpace(string(tok))
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		hc = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		return base, out.String(), hc, stop
+	}
+	do := func(hc *http.Client, method, url string) (*http.Response, string) {
+		req, err := http.NewRequest(method, url, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	base, printed, hc, stop := run("-limit", "strict=2", "-class", "publish=strict", "-window", "1h")
+	defer stop()
+	if !strings.Contains(printed, "limits:     normal 240, strict 2 (publish), assets 120 per 1h0m0s\n") {
+		t.Errorf("sim does not print the limits asked for:\n%s", printed)
+	}
+	var last *http.Response
+	for range 3 {
+		last, _ = do(hc, http.MethodPost, base+"/api/splats/publish")
+	}
+	if last.StatusCode != http.StatusTooManyRequests || last.Header.Get("X-RateLimit-Limit") != "2" {
+		t.Errorf("the third publish in a window: %s, X-RateLimit-Limit %q; want 429 and 2", last.Status, last.Header.Get("X-RateLimit-Limit"))
+	}
+	if resp, _ := do(hc, http.MethodGet, base+"/api/splats/1"); resp.Header.Get("X-RateLimit-Limit") != "240" {
+		t.Errorf("a poll's class limit = %q, want the normal class's 240", resp.Header.Get("X-RateLimit-Limit"))
+	}
+
+	base, printed, hc, stop2 := run("-error-rate", "1", "-latency", "1ms")
+	defer stop2()
+	if !strings.Contains(printed, "faults: API errors 100%, latency 1ms") {
+		t.Errorf("sim does not print the faults asked for:\n%s", printed)
+	}
+	if resp, body := do(hc, http.MethodGet, base+"/api/splats/1"); resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, `"error"`) {
+		t.Errorf("with -error-rate 1: %s %s, want 500 with an error body", resp.Status, body)
 	}
 }

@@ -123,6 +123,13 @@ const (
 	RoutePartPut        = "part_put"         // PUT {part url} on the storage listener
 )
 
+// APIRoutes lists the routes of the API listener by their Route* names
+// (not storage's, nor RouteOther), for flags that name them.
+func APIRoutes() []string {
+	return []string{RouteSignedURL, RoutePublish, RouteGetSplat, RouteCheckpoints, RouteV1Me, RouteV1ListSplats,
+		RouteV1GetSplat, RouteV1CreateUpload, RouteV1GetUpload, RouteV1PartURLs, RouteV1Complete}
+}
+
 // Class is a rate-limit class of docs/api-legacy.md's "Limits" table.
 type Class string
 
