@@ -33,6 +33,9 @@ import (
 // is capped at MaxWait like any other.
 
 // fileVersion is the layout of pacer.json; 2: a 429 hold is a spent window.
+// A file of version 1 (before) loads too, its windows as they were, so an
+// upgrade's restart does not probe a spent window; its 429 hold, if any, is
+// lost (the server's next Retry-After brings it back).
 const fileVersion = 2
 
 type stateFile struct {
@@ -175,7 +178,7 @@ func (p *Pacer) load() {
 	if err == nil {
 		err = json.Unmarshal(data, &f)
 	}
-	if err == nil && f.Version != fileVersion {
+	if err == nil && f.Version != fileVersion && f.Version != 1 {
 		err = fmt.Errorf("version %d, want %d", f.Version, fileVersion)
 	}
 	if err != nil {

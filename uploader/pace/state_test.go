@@ -382,3 +382,21 @@ func TestPacerRunWritesBehind(t *testing.T) {
 		t.Errorf("state after Run ended = %+v, want the last answer in it", f)
 	}
 }
+
+// TestPacerStateLoadsTheLayoutBefore: a pacer.json written before the
+// layout's version 2 (with own and hold_until) still holds a spent window
+// after the upgrade's restart: the new pacer waits for its Reset instead of
+// probing it.
+func TestPacerStateLoadsTheLayoutBefore(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "pacer.json")
+	t0 := clk.Now()
+	v1 := fmt.Sprintf(`{"version":1,"written":%q,"classes":[{"limit":5,"remaining":0,"reset":%d,"reset_at":%q,"own":5,"foreign":0,"expect":0}],"routes":{"publish":5}}`,
+		t0.Format(time.RFC3339Nano), t0.Add(10*time.Second).Unix(), t0.Add(10*time.Second).Format(time.RFC3339Nano))
+	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestPacer(t, clk, Options{StateFile: path})
+	mustHoldFor(t, clk, p, routePublish, 10*time.Second, "the first publish after the upgrade (until the saved Reset)")
+}
