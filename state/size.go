@@ -82,8 +82,11 @@ func HumanSize(n int64) string {
 // watcher's files and for the bundles of unbundled SOG folders, whose
 // meta.json alone says nothing of what is published.
 func OutsideBounds(size, minSize, maxSize int64) string {
-	if size < minSize || (maxSize > 0 && size > maxSize) {
-		return fmt.Sprintf("outside the folder's size bounds (min_size %d, max_size %d bytes)", minSize, maxSize)
+	switch {
+	case size < minSize:
+		return fmt.Sprintf("below the size bound min_size %s (%d bytes)", HumanSize(minSize), minSize)
+	case maxSize > 0 && size > maxSize:
+		return fmt.Sprintf("above the size bound max_size %s (%d bytes)", HumanSize(maxSize), maxSize)
 	}
 	return ""
 }

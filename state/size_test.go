@@ -62,7 +62,10 @@ func TestOutsideBounds(t *testing.T) {
 			t.Errorf("OutsideBounds(%d, %d, %d) = %q, want outside %v", tt.size, tt.min, tt.max, got, tt.outside)
 		}
 	}
-	if got, want := OutsideBounds(2, 0, 1), "outside the folder's size bounds (min_size 0, max_size 1 bytes)"; got != want {
+	if got, want := OutsideBounds(3<<20, 0, 1<<20), "above the size bound max_size 1.0 MiB (1048576 bytes)"; got != want {
+		t.Errorf("wording %q, want %q", got, want)
+	}
+	if got, want := OutsideBounds(1, 1024, 0), "below the size bound min_size 1.0 KiB (1024 bytes)"; got != want {
 		t.Errorf("wording %q, want %q", got, want)
 	}
 }

@@ -124,7 +124,7 @@ func BundleOutsideBounds(size, minSize, maxSize int64) string {
 	if why == "" {
 		return ""
 	}
-	return fmt.Sprintf("the SOG folder's bundle would be %d bytes, %s: not built or uploaded", size, why)
+	return fmt.Sprintf("the SOG folder's bundle would be %s, %s: not built or uploaded", state.HumanSize(size), why)
 }
 
 // FileOutsideBounds says why a file of size bytes at path is not published
@@ -135,7 +135,7 @@ func FileOutsideBounds(path string, size, minSize, maxSize int64) string {
 	if why == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s is %d bytes, %s: not hashed or uploaded", path, size, why)
+	return fmt.Sprintf("%s is %s, %s: not hashed or uploaded", path, state.HumanSize(size), why)
 }
 
 // dropBundle removes a folder job's bundle once the job is finished (done,

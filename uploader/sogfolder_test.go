@@ -62,8 +62,8 @@ func TestFolderOutsideSizeBoundsIsNotBuilt(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		big:   "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)",
-		small: "outside the folder's size bounds (min_size 1048576, max_size 0 bytes)",
+		big:   "above the size bound max_size 1.0 MiB (1048576 bytes)",
+		small: "below the size bound min_size 1.0 MiB (1048576 bytes)",
 	}
 	for _, j := range e.jobs() {
 		if j.Stage != state.Failed || !strings.Contains(j.FailReason, want[j.Path]) || !strings.Contains(j.FailReason, "bundle would be") {
@@ -223,7 +223,7 @@ func TestFileOutsideSizeBoundsIsNotHashed(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, err := e.store.JobByPath(grown)
-	if err != nil || j.Stage != state.Failed || !strings.Contains(j.FailReason, "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)") {
+	if err != nil || j.Stage != state.Failed || !strings.Contains(j.FailReason, "above the size bound max_size 1.0 MiB (1048576 bytes)") {
 		t.Errorf("grown.ply: %s (%q), %v; want failed on the bounds", j.Stage, j.FailReason, err)
 	}
 	if j.SHA256 != "" {

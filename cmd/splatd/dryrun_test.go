@@ -219,9 +219,9 @@ func TestDryRunSOGFolderSizeBounds(t *testing.T) {
 	}
 	out := stdout.String()
 	want := map[string][]string{
-		filepath.Join(capped, "big"):   {"fail", "80.0 MiB", "bundle would be", "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)"},
+		filepath.Join(capped, "big"):   {"fail", "80.0 MiB", "bundle would be", "above the size bound max_size 1.0 MiB (1048576 bytes)"},
 		filepath.Join(capped, "room"):  {"publish", `title "room"`},
-		filepath.Join(floored, "tiny"): {"fail", "bundle would be", "outside the folder's size bounds (min_size 1048576, max_size 34359738368 bytes)"},
+		filepath.Join(floored, "tiny"): {"fail", "bundle would be", "below the size bound min_size 1.0 MiB (1048576 bytes)"},
 	}
 	for folder, words := range want {
 		var l string

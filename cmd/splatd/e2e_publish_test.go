@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
@@ -48,7 +49,7 @@ func TestE2EPublishHeldToSizeBounds(t *testing.T) {
 	if err := splatfile.WriteSparseSOGFolder(room, 100, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	const bounds = "outside the folder's size bounds (min_size 0, max_size 1048576 bytes)"
+	const bounds = "above the size bound max_size 1.0 MiB (1048576 bytes)"
 	for _, force := range []bool{false, true} {
 		args := []string{"publish", "-config", e.cfgPath}
 		if force {
@@ -56,7 +57,7 @@ func TestE2EPublishHeldToSizeBounds(t *testing.T) {
 		}
 		code, out, errOut := runCLI(t, nil, append(args, big, room)...)
 		for _, want := range []string{
-			fmt.Sprintf("%s is %d bytes, %s: not hashed or uploaded", big, size, bounds),
+			fmt.Sprintf("%s is %s, %s: not hashed or uploaded", big, state.HumanSize(size), bounds),
 			"the SOG folder's bundle would be ",
 			bounds + ": not built or uploaded",
 		} {
