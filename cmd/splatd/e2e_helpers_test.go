@@ -570,7 +570,8 @@ type e2eJob struct {
 	Adopted  bool   `json:"adopted"`
 	AfterErr string `json:"after_error"`
 	// RateLimit: why the job's next request waits on the rate limit.
-	RateLimit string `json:"rate_limit"`
+	RateLimit      string     `json:"rate_limit"`
+	RateLimitUntil *time.Time `json:"rate_limit_until"`
 }
 
 // adminJobs asks the daemon's admin socket directly (no process spawn), for

@@ -1055,8 +1055,14 @@ func TestE2EJobsSayWhyAJobWaitsForTheRateLimit(t *testing.T) {
 		}
 		return got != ""
 	})
-	if !strings.HasPrefix(got, want) {
-		t.Errorf("rate_limit of %s = %q, want it to start %q", filepath.Base(waiting), got, want)
+	if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, " UTC") {
+		t.Errorf("rate_limit of %s = %q, want it to start %q and end in UTC", filepath.Base(waiting), got, want)
+	}
+	jobs, err := adminJobs(t, e.stateDir)
+	for _, j := range jobs {
+		if err == nil && j.File == waiting && (j.RateLimitUntil == nil || !strings.Contains(got, j.RateLimitUntil.UTC().Format(time.TimeOnly))) {
+			t.Errorf("rate_limit_until of %s = %v, want the time %q names", filepath.Base(waiting), j.RateLimitUntil, got)
+		}
 	}
 	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
 	if code != 0 {

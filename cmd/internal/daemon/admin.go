@@ -60,8 +60,10 @@ type JobView struct {
 	Parked string `json:"parked,omitempty"`
 	// RateLimit: why the job's next API request waits on the token's rate
 	// limit now, in which class and until when ("strict: no request left
-	// in the window, until 20:31:05").
-	RateLimit string `json:"rate_limit,omitempty"`
+	// in the window, until 20:31:05 UTC"); RateLimitUntil is that time
+	// (absent: when the answer in flight comes).
+	RateLimit      string     `json:"rate_limit,omitempty"`
+	RateLimitUntil *time.Time `json:"rate_limit_until,omitempty"`
 	// AfterAction and AfterError: the after-action (receipt, move, delete)
 	// of a final job keeps failing; AfterRetry is its next attempt.
 	AfterAction string     `json:"after_action,omitempty"`
@@ -88,7 +90,7 @@ func LiveOf(p *uploader.Pool) Live { return Live{Progress: p.Progress(), Holds: 
 func HoldText(h pace.Hold) string {
 	s := h.Class + ": " + h.Reason
 	if !h.Until.IsZero() {
-		s += ", until " + h.Until.Format(time.TimeOnly)
+		s += ", until " + h.Until.UTC().Format(time.TimeOnly) + " UTC"
 	}
 	return s
 }
@@ -263,6 +265,10 @@ func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 		v := ViewOf(j, prog)
 		if h, ok := live.Holds[j.ID]; ok && !j.Stage.Final() {
 			v.RateLimit = HoldText(h)
+			if !h.Until.IsZero() {
+				until := h.Until.UTC()
+				v.RateLimitUntil = &until
+			}
 		}
 		if uploading && !stored && v.Stage != StageUploading {
 			continue
