@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -120,13 +121,16 @@ func (m classCounts) Set(v string) error {
 	name, num, ok := strings.Cut(v, "=")
 	n, err := strconv.Atoi(num)
 	if !ok || err != nil || n < 0 {
-		return fmt.Errorf("%q: want CLASS=N with N a whole number, 0 or more", v)
+		return errors.New("want CLASS=N with N a whole number, 0 or more")
 	}
 	c, err := simClass(name)
 	if err != nil {
 		return err
 	}
 	m[c] = n
+	if n == 0 {
+		delete(m, c) // none: the default
+	}
 	return nil
 }
 
@@ -145,7 +149,7 @@ func (m routeClasses) String() string {
 func (m routeClasses) Set(v string) error {
 	route, name, ok := strings.Cut(v, "=")
 	if !ok || !slices.Contains(apisim.APIRoutes(), route) {
-		return fmt.Errorf("%q: want ROUTE=CLASS with ROUTE one of %s", v, strings.Join(apisim.APIRoutes(), ", "))
+		return fmt.Errorf("want ROUTE=CLASS with ROUTE one of %s", strings.Join(apisim.APIRoutes(), ", "))
 	}
 	c, err := simClass(name)
 	if err != nil {
@@ -175,7 +179,7 @@ func simFlags(c *cli, fs *flag.FlagSet) *simOptions {
 	fs.Var(&f.bandwidth, "storage-bandwidth", "cap on upload bytes per second (`SIZE`, e.g. 40MB) per storage TCP connection (0: none)")
 	f.metricsListen = fs.String("metrics-listen", simMetricsListen, "metrics.listen of the config it writes: where the daemon run with it serves its status page and /metrics (a fixed port, so the page's address stays the same from one start to the next)")
 	f.limits, f.neighbour, f.classes = classCounts{}, classCounts{}, routeClasses{}
-	fs.Var(f.limits, "limit", "requests per -window of a rate-limit class (`CLASS=N`, repeatable; default normal=240, strict=10, assets=120)")
+	fs.Var(f.limits, "limit", "requests per -window of a rate-limit class (`CLASS=N`, repeatable; 0 or absent: the default, normal=240, strict=10, assets=120)")
 	fs.Var(f.classes, "class", "put an API route in a rate-limit class (`ROUTE=CLASS`, repeatable, e.g. publish=strict or v1_complete=strict; default: every route normal)")
 	fs.Var(f.neighbour, "neighbour", "another client of the token spends N requests of a class at the start of every window (`CLASS=N`, repeatable)")
 	f.errorRate = fs.Float64("error-rate", 0, "probability (0 to 1) that an API request is answered 500 with an error body, having done nothing")
