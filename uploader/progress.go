@@ -138,3 +138,14 @@ func (p *Pool) setHold(id uint64, h pace.Hold) {
 	}
 	p.holds[id] = h
 }
+
+// Busy returns the jobs the workers hold now, and how many workers there are.
+func (p *Pool) Busy() (running map[uint64]bool, workers int) {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	running = make(map[uint64]bool, len(p.running))
+	for id := range p.running {
+		running[id] = true
+	}
+	return running, p.o.Workers
+}

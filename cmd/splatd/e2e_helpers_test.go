@@ -572,6 +572,7 @@ type e2eJob struct {
 	// RateLimit: why the job's next request waits on the rate limit.
 	RateLimit      string     `json:"rate_limit"`
 	RateLimitUntil *time.Time `json:"rate_limit_until"`
+	WaitingFor     string     `json:"waiting_for"`
 }
 
 // adminJobs asks the daemon's admin socket directly (no process spawn), for

@@ -1098,6 +1098,44 @@ func TestE2EJobsSayWhyAJobWaitsForTheRateLimit(t *testing.T) {
 	}
 }
 
+// TestE2EJobsSayTheyWaitForAWorker: with its one worker held by the pacer
+// (the publish window spent for an hour), a queued file that is due says it
+// waits for a free worker, and why the worker is busy; it showed no reason.
+func TestE2EJobsSayTheyWaitForAWorker(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{
+		Window:  time.Hour,
+		Classes: map[string]apisim.Class{apisim.RoutePublish: apisim.ClassStrict},
+		Limits:  map[apisim.Class]int{apisim.ClassStrict: 1},
+	})
+	e := newE2EEnv(t, sim, e2eConfig{workers: 1})
+	d := startDaemon(t, e.cfgPath)
+	defer d.kill()
+	d.waitStarted()
+	for i := range 3 {
+		writePLY(t, filepath.Join(e.inbox, fmt.Sprintf("one-worker-%d.ply", i)), 2300+i)
+	}
+	const want = "a free worker (1 of 1 busy, 1 held by the rate limit)"
+	var held, waiting string
+	waitFor(t, "a job held by the pacer and one waiting for the worker", func() bool {
+		jobs, err := adminJobs(t, e.stateDir)
+		held, waiting = "", ""
+		for _, j := range jobs {
+			if err == nil && j.RateLimit != "" {
+				held = j.File
+			}
+			if err == nil && j.WaitingFor == want {
+				waiting = j.File
+			}
+		}
+		return held != "" && waiting != ""
+	})
+	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
+	if code != 0 || !strings.Contains(out, "WAITING for "+want) {
+		t.Errorf("splatd jobs (exit %d) does not say %q of %s:\n%s%s", code, "WAITING for "+want, filepath.Base(waiting), out, stderr)
+	}
+}
+
 // TestE2ELogLinesAreWellFormed: every log line is one JSON object with
 // level, time and message, and no key twice (collectors keep one of two
 // equal keys at random, or reject the line). A repeated "component" comes

@@ -209,6 +209,9 @@ func resultText(v daemon.JobView) string {
 	if v.Parked != "" {
 		result = "PARKED: " + v.Parked
 	}
+	if v.WaitingFor != "" {
+		result = "WAITING for " + v.WaitingFor
+	}
 	if v.RateLimit != "" {
 		result = "RATE LIMIT " + v.RateLimit
 	}

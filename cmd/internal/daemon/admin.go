@@ -64,6 +64,9 @@ type JobView struct {
 	// (absent: when the answer in flight comes).
 	RateLimit      string     `json:"rate_limit,omitempty"`
 	RateLimitUntil *time.Time `json:"rate_limit_until,omitempty"`
+	// WaitingFor: the job is due, but every worker is busy with another
+	// ("a free worker (2 of 2 busy, 2 held by the rate limit)").
+	WaitingFor string `json:"waiting_for,omitempty"`
 	// AfterAction and AfterError: the after-action (receipt, move, delete)
 	// of a final job keeps failing; AfterRetry is its next attempt.
 	AfterAction string     `json:"after_action,omitempty"`
@@ -81,10 +84,29 @@ const StageUploading = "uploading"
 type Live struct {
 	Progress map[uint64]uploader.Progress
 	Holds    map[uint64]pace.Hold
+	Running  map[uint64]bool // the jobs the workers hold
+	Workers  int
 }
 
 // LiveOf returns the pool's view of its running jobs.
-func LiveOf(p *uploader.Pool) Live { return Live{Progress: p.Progress(), Holds: p.Holds()} }
+func LiveOf(p *uploader.Pool) Live {
+	running, workers := p.Busy()
+	return Live{Progress: p.Progress(), Holds: p.Holds(), Running: running, Workers: workers}
+}
+
+// WorkerWait says that j is due but every worker is busy with another job
+// ("a free worker (2 of 2 busy, 2 held by the rate limit)"), "" otherwise:
+// without it such a job showed no reason while the pacer held the workers.
+func (l Live) WorkerWait(j state.Job, now time.Time) string {
+	if l.Workers <= 0 || len(l.Running) < l.Workers || l.Running[j.ID] || j.Stage.Final() || j.Parked != "" || j.NextAttempt.After(now) {
+		return ""
+	}
+	s := fmt.Sprintf("a free worker (%d of %d busy", len(l.Running), l.Workers)
+	if n := len(l.Holds); n > 0 {
+		s += fmt.Sprintf(", %d held by the rate limit", n)
+	}
+	return s + ")"
+}
 
 // HoldText is how a job's wait on the rate limit reads.
 func HoldText(h pace.Hold) string {
@@ -257,12 +279,14 @@ func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 		return nil, err
 	}
 	views := make([]JobView, 0, len(jobs))
+	now := time.Now()
 	for _, j := range jobs {
 		var prog *uploader.Progress
 		if p, ok := live.Progress[j.ID]; ok {
 			prog = &p
 		}
 		v := ViewOf(j, prog)
+		v.WaitingFor = live.WorkerWait(j, now)
 		if h, ok := live.Holds[j.ID]; ok && !j.Stage.Final() {
 			v.RateLimit = HoldText(h)
 			if !h.Until.IsZero() {
