@@ -2,7 +2,6 @@ package uploader
 
 import (
 	"context"
-	"errors"
 	"io/fs"
 	"os"
 	"strings"
@@ -24,22 +23,13 @@ func TestV1ReadFileGoneToAPeer(t *testing.T) {
 		e := newV1Env(t, apisim.Options{})
 		path := e.writeParts("gone.ply", 2)
 		e.enqueue(path)
-		o := e.v1Options(1)
-		o.workerHook = func(point string, j state.Job) error {
-			if point == "v1:create" {
-				return errors.New("stopped before the create")
-			}
-			return nil
-		}
-		if err := e.run(o); !errors.Is(err, errWorkerCrash) {
-			t.Fatalf("first run: %v, want the simulated crash", err)
-		}
+		e.crashBeforeCreate()
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
 		e.reopen()
 		read := e.job(path)
-		o = e.v1Options(1)
+		o := e.v1Options(1)
 		var finishes atomic.Int32
 		o.Finish = func(context.Context, state.Job) error { finishes.Add(1); return nil }
 		o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {

@@ -25,6 +25,22 @@ const v1PartSize = 64 << 10
 
 // newV1Env is a worker environment whose simulator cuts v1 uploads into
 // v1PartSize parts.
+// crashBeforeCreate runs one v1 worker until it is about to send its first
+// create, and dies there (the create's intent is committed, not sent).
+func (e *workerEnv) crashBeforeCreate() {
+	e.t.Helper()
+	o := e.v1Options(1)
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "v1:create" {
+			return errors.New("killed before the create")
+		}
+		return nil
+	}
+	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
+		e.t.Fatalf("run: %v, want the simulated crash before the create", err)
+	}
+}
+
 func newV1Env(t *testing.T, so apisim.Options) *workerEnv {
 	t.Helper()
 	if so.PartSize == 0 {
@@ -711,19 +727,10 @@ func TestV1CrashBeforeCreateAnswerTakesAPeersReceipt(t *testing.T) {
 	e.store = nil
 	e.reopen()
 	e.enqueue(path)
-	o := e.v1Options(1)
-	o.workerHook = func(point string, j state.Job) error {
-		if point == "v1:create" {
-			return errors.New("killed")
-		}
-		return nil
-	}
-	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
-		t.Fatalf("first run of the second daemon: %v, want the simulated crash", err)
-	}
+	e.crashBeforeCreate()
 	e.reopen()
 	before := e.sim.Stats()
-	o = e.v1Options(1)
+	o := e.v1Options(1)
 	o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
 		if j.SHA256 != first.SHA256 {
 			return PeerOutcome{}, ErrNoPeerReceipt
