@@ -1,108 +1,78 @@
-// Package pace keeps the requests of one API token within the server's rate
+// Package pace keeps the API requests of one token within the server's rate
 // limits, so that the daemon's own traffic never earns a 429.
 //
-// The server limits requests per token and per limit class, and every answer
-// says X-RateLimit-Limit, -Remaining and -Reset. Which class a route is in is
-// not documented: the first answer of a route names its Limit, and routes
-// with one Limit share one class (if they are really separate budgets, we
-// only go slower). Per class the pacer keeps one window, and the server's
-// count is the truth: the pacer never counts on its own what an answer can
-// tell it.
+// # The model
 //
-// The release rule is a token bucket over the server's window: its tokens are
-// the window's Remaining, refilled by the server at Reset, less our requests
-// in flight and less a reserve for the token's other clients. A request
-// leaves while a token is left and waits for Reset when none is. Not GCRA:
-// GCRA spreads a window's budget evenly over it, while a fixed-window server
-// lets a backlog spend a window at its start; spreading ends a batch up to a
-// window later than the limit allows. Two refinements keep a stale count
-// from overrunning the window: in a window's last slots (its last quarter,
-// and at least the last 10: a strict class's whole window) a request waits
-// for the answer of the one before it, so it leaves on a count that includes
-// everyone's sends up to a round trip ago; and while a window is unknown (at
-// start, after Reset, or loaded from the state file and not yet confirmed)
-// one request goes at a time, and its answer tells the window.
+// The server limits requests per token and per limit class in fixed windows,
+// and every answer says X-RateLimit-Limit, -Remaining and -Reset. Which class
+// a route is in is not documented: a route's first answer names its Limit,
+// and routes with one Limit share one class (if they are really separate
+// budgets, we only go slower). Per class the pacer follows one window, and
+// the server's count is the truth: within a window the least Remaining seen
+// wins, and nothing is counted locally that an answer can tell.
 //
-// The share factor is expect, the requests the token's other clients are
-// expected to spend per window. What an answer's count shows beyond our own
-// requests is theirs (a lower bound); a 429 shows the window spent, so all of
-// it that is not ours is theirs. The reserve, what a window keeps for them,
-// is the largest of:
-//   - what expect leaves them to spend in this window (the first time they
-//     show up, as much again as they have spent);
-//   - one slot while anyone else is around: a neighbour spending it between
-//     our count and our request would turn it into our 429;
-//   - peers, the most requests of theirs counted between two answers of ours:
-//     what may be in flight towards the server while we decide (a fleet's
-//     daemons send on counts a round trip old).
+// Release rule: a token bucket over the server's window. Its tokens are the
+// window's Remaining less our requests in flight and less a reserve for the
+// token's other clients; a request leaves while a token is left and waits
+// for Reset (plus jitter) when none is. Not GCRA: GCRA spreads a window's
+// budget over it, while a fixed-window server lets a backlog spend a window
+// at its start; spreading ends a batch up to a window late. Two guards keep
+// a count that is a round trip old from overrunning the window: in its last
+// slots (the last quarter, at least the last 10) a request waits for the
+// answer of the one before it, and while a window is unknown (at start,
+// after Reset, loaded from the state file) one request goes and its answer
+// tells the window.
 //
-// Two rules let a fleet's daemons end a shared backlog together, in a class
-// of more than 10 per window, once peers is seen (in a smaller class every
-// request waits for the answer of the one before it, and one slot taken is a
-// 429, so the share is kept whole):
-//   - a fair share: while our use of the window is below limit / (peers + 1),
-//     a slot of the others' share is ours while more than one is left, so a
-//     daemon that met the window late (its Reset's jitter) does not leave the
-//     others the most they ever spent and end with the backlog's last files;
-//   - a share of what is left: past it, we keep for the others no more than
-//     peers / (peers + 1) of the window's rest, so each daemon may take one of
-//     every peers + 1 slots left while peers stay free for what is in flight,
-//     and the daemon holding the last file does not keep a window for peers
-//     that have run out.
+// Share factor: expect, the requests the token's other clients spend per
+// window. What an answer's count shows beyond our own requests is theirs; a
+// 429 shows the window spent. The reserve kept for them is the largest of
+// what expect leaves them to spend (the first time they show up, as much
+// again as they spent), one slot while anyone else is around, and peers,
+// their most requests between two answers of ours (what may be on its way to
+// the server while we decide). In a class of more than 10, once peers are
+// seen, the reserve shrinks so that a fleet ends a shared backlog together:
+// below our fair share (limit / (peers+1)) all but one free slot are ours,
+// past it we keep the others no more than peers / (peers+1) of what is left.
 //
-// At a window's end what the others spent becomes expect if we looked at the
-// window as late as they were first seen in the last window they spent in
-// (within the jitter: clients meet a Reset that far apart); when they did
-// not show, expect halves instead of vanishing (their first requests may
-// have landed just after our look). If we stopped looking earlier, they may
-// have spent more than we saw, and expect only grows: a neighbour that spends
-// late in each window keeps its share, for ten windows in a row without a
-// sighting or a look as late as theirs (then it halves all the same). expect never exceeds limit − 2, so that we
-// look at every window at least once after our first request: a daemon left
-// only its first request per window could never see its peers go. The cost:
-// a fleet of as many daemons as the limit (five on 5 per window) spends each
-// window on the daemons' first requests alone, and draws about two 429s per
-// window (TestPacerFleetOfFive).
+// At a window's end what the others spent becomes expect if we looked at
+// the window as late as they first showed in it (within the jitter);
+// otherwise expect only grows, as they may have spent after our last look,
+// and it halves after a window seen late enough without them or after ten
+// windows in a row without them. expect stays at most limit − 2, so that we
+// look at every window after our first request.
 //
-// A 429 is the caller's error to retry through the one retry rule
-// (state.Policy); the pacer only learns from it: the window is spent until
-// its Reset, and a Retry-After that ends more than a second beyond Reset
-// holds the class as a spent window until then (an answer naming a later
-// window ends it). There is no backoff of the pacer's own.
+// A 429 is the caller's to retry through the one retry rule (state.Policy);
+// the pacer only learns from it: the window is spent, and a Retry-After that
+// ends more than a second beyond Reset holds the class, as a spent window,
+// until then. There is no backoff of the pacer's own. No wait exceeds MaxWait
+// (plus jitter). Reset is the server's clock, read through the least
+// now − Date seen, so skew cancels.
 //
-// Per class (the fields of class), in three parts: the server's window, our
-// use and the others' in it, and the share estimate carried across windows.
+// A route of unknown class sends one request (a probe) and holds the others
+// until its answer; the probe waits while a class it may be in is spent and
+// holds a slot in every current one. A read route may only be in classes
+// that hold a known read route, so a poll never waits on a spent write
+// class. Routes that send no rate-limit headers are held only by a 429. The
+// route→class map is saved (state.go), so it is known after a restart.
 //
-//	field      changed by                                   why
-//	limit      the class's first answer (X-RateLimit-Limit)  names the class; routes with one limit share it
-//	remaining  each answer of the window: the least one;     the server's count; answers arrive out of order
-//	           0 at a 429
-//	reset      an answer naming a later window               which window the count belongs to (server epoch s)
-//	resetAt    that answer: now + (Reset − Date) + jitter;   when the window renews here; zero: unknown, probe it
-//	           a 429's Retry-After ending beyond it          (loaded with budget: known by reset only)
-//	inFlight   +1 at admission, −1 at the answer             ours, not yet in any count
-//	own        +1 per counted answer of the window           tells our use from the others'
-//	others     limit − remaining − own − inFlight − probes,  the others' use of the window so far (probes: ours of
-//	           if more                                       routes not yet in a class, which may be in this one)
-//	expect     the window's end (see above)                  the share factor: the others' use per window
-//	peers      the others' use between two answers of ours   what may be in flight while we decide; 0 after a window without others
-//	late       the first sighting of others in a window      how late in a window they show up (lead before Reset)
-//	quiet      the window's end: 1 after one with others,    how long the others have not shown, for forgetting
-//	           +1 after one without; 0 at an answer as late  them; 0: this window was seen as late as they show
-//	           as late (within the jitter)
+// # Per class
 //
-// A route's class, once learned, is kept in the state file, so it is known
-// from the first request after a restart. A route whose class is unknown
-// sends one request (a probe) and holds the others until its answer; the
-// probe waits while a known class it may be in has nothing left, and holds a
-// slot in each. A read route is taken to be only in classes that hold a known
-// read route: a poll never waits on a spent write class. Routes that send no
-// rate-limit headers are held only by a 429's Retry-After.
-//
-// Clocks: Reset is the server's epoch seconds; translated through the
-// answer's Date (the least now − Date seen, as Date is whole seconds), so
-// skew cancels. No wait exceeds MaxWait (plus jitter), and a capped wait is
-// logged.
+//	field      changed by                                     why
+//	limit      the class's first answer (X-RateLimit-Limit)    names the class
+//	remaining  an answer of the window: the least; 0 at a 429  the server's count (answers come out of order)
+//	reset      an answer naming a later window                 which window a count belongs to (server epoch s)
+//	resetAt    that answer: Reset on our clock + jitter; a     when the window renews here; zero: unknown,
+//	           Retry-After beyond it                           send one request to learn it
+//	inFlight   +1 at admission, −1 at the answer               ours, not yet in any count
+//	own        +1 per counted answer of the window             tells our use from the others'
+//	others     limit − remaining − own − inFlight − probes     the others' use of the window (a lower bound)
+//	           of ours outside the class, if more
+//	expect     the window's end (above)                        the share factor
+//	peers      the most others' requests between two answers   what may be in flight towards the server;
+//	           of ours; 0 after a window without others        sets the fleet's fair share
+//	late       the first sighting of others in a window        how late they show (lead before Reset)
+//	quiet      window's end: 1 after one with others, +1       how long they have not shown; 0: this
+//	           after one without; 0 at an answer as late       window was seen late enough to trust
 package pace
 
 import (
@@ -136,19 +106,13 @@ func ClassName(limit int) string {
 	return "limit_" + strconv.Itoa(limit)
 }
 
-// Defaults.
 const (
 	DefaultJitter          = 200 * time.Millisecond
 	DefaultMaxWait         = 2 * time.Minute
 	DefaultPersistInterval = 500 * time.Millisecond
-	// assumedWindow is the window of an answer with Remaining but no
-	// Reset: the documented limits are per minute.
-	assumedWindow = time.Minute
-	// carefulSlots: a window's last slots, at least, go one at a time.
-	carefulSlots = 10
-	// quietWindows: others not seen for this many windows in a row are
-	// forgotten by halves even if we never looked as late as they spent.
-	quietWindows = 10
+	assumedWindow          = time.Minute // an answer with Remaining but no Reset: the documented limits are per minute
+	carefulSlots           = 10          // a window's last slots, at least, go one at a time
+	quietWindows           = 10          // others unseen this many windows in a row are forgotten by halves
 )
 
 // Observer receives the pacer's metrics; uploader/api's Observer is one.
@@ -162,31 +126,29 @@ type nopObserver struct{}
 func (nopObserver) RateLimit(string, int)       {}
 func (nopObserver) RateLimitWait(time.Duration) {}
 
-// Options configures a Pacer; every field is optional. The clock fields let
-// tests drive it without sleeping.
+// Options configures a Pacer; every field is optional. Now, Timer and Rand
+// let tests drive it on a fake clock.
 type Options struct {
-	Now func() time.Time
-	// Timer starts a timer; stop cancels it. Default time.NewTimer.
-	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool)
-	Rand  func() float64 // uniform in [0,1); default math/rand/v2
-	// Jitter is the largest random delay added to a window's Reset and to
-	// a Retry-After hold, so that the token's clients do not fire at one
-	// instant. Default DefaultJitter; negative means none.
+	Now   func() time.Time
+	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool) // default time.NewTimer
+	Rand  func() float64                                               // uniform in [0,1)
+	// Jitter is the largest random delay added to a window's Reset and to a
+	// Retry-After hold, so that the token's clients do not fire at one
+	// instant. Default DefaultJitter; negative: none.
 	Jitter  time.Duration
 	MaxWait time.Duration // caps any wait; default DefaultMaxWait
 	// StateFile keeps the windows and the route→class map across restarts
-	// (state.go); the daemon passes <state_dir>/pacer.json.
-	StateFile string
-	// PersistInterval: Run writes ordinary changes at most this often.
-	// Default DefaultPersistInterval; negative: at every change.
+	// (state.go); PersistInterval spaces Run's writes behind (default
+	// DefaultPersistInterval; negative: at every change).
+	StateFile       string
 	PersistInterval time.Duration
 	Logger          zerolog.Logger
 	Observer        Observer
 }
 
-// Hold says why Wait holds a request back: the class's label ("unknown"
-// for a route whose class is not known yet), the reason, and when it is
-// expected to end (zero: at an answer in flight).
+// Hold says why Wait holds a request back: the class's label ("unknown" for
+// a route whose class is not known yet), the reason, and when it is expected
+// to end (zero: at an answer in flight).
 type Hold struct {
 	Class  string
 	Reason string
@@ -209,20 +171,23 @@ var NotSent = &http.Response{}
 // Pacer paces the API requests of one token; safe for concurrent use. Give
 // every client using the token the same Pacer.
 type Pacer struct {
-	o     Options // with the defaults filled in
-	store *store  // nil without a state file
+	o Options // with the defaults filled in
+
+	saveMu  sync.Mutex    // one write of the state file at a time; taken before mu, never under it
+	failing bool          // under saveMu: the last write failed (logged once)
+	kick    chan struct{} // a change for Run to write behind; nil without a state file
 
 	mu      sync.Mutex
 	classes map[int]*class     // by limit
 	routes  map[string]*class  // route → class, once an answer named it
 	probes  map[string]*ticket // routes of unknown class: the probe out
-	reads   map[string]bool    // the routes Wait was told only read
+	reads   map[string]bool    // routes Wait was told only read
 	changed chan struct{}      // closed and replaced at every answer
-	// parked holds the timer stops of goroutines parked in Wait; an answer
-	// stops them all before it wakes them, so a pending timer is always a
-	// parked goroutine (tests drive a fake clock by that count).
-	parked   map[*func() bool]struct{}
-	held     map[int]int   // callers parked in Wait, by the limit of their route's class (0: unknown)
+	// parked maps the timer stop of each caller parked in Wait to the limit
+	// of its route's class (0: unknown). An answer stops every timer before
+	// it wakes the callers, so a pending timer is always a parked caller (a
+	// fake clock advances by that count).
+	parked   map[*func() bool]int
 	lag      time.Duration // the least local now − Date seen
 	lagKnown bool
 }
@@ -266,17 +231,20 @@ func New(o Options) *Pacer {
 	if o.Jitter == 0 {
 		o.Jitter = DefaultJitter
 	}
-	o.Jitter = max(o.Jitter, 0)
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
+	}
+	if o.PersistInterval == 0 {
+		o.PersistInterval = DefaultPersistInterval
 	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
+	o.Jitter, o.PersistInterval = max(o.Jitter, 0), max(o.PersistInterval, 0)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]*ticket{},
-		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]struct{}{}, held: map[int]int{}}
+		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]int{}}
 	if o.StateFile != "" {
-		p.store = newStore(o.StateFile, o.PersistInterval)
+		p.kick = make(chan struct{}, 1)
 		p.load()
 	}
 	return p
@@ -287,19 +255,18 @@ func New(o Options) *Pacer {
 // route only reads (GET). The release must be called once; until then the
 // request counts as in flight. Wait returns ctx's error when ctx ends.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*http.Response), err error) {
-	var start time.Time
 	report, _ := ctx.Value(holdKey{}).(func(Hold))
+	var start time.Time
 	var shown string // the reason last reported
 	defer func() {
 		if shown != "" {
 			report(Hold{})
 		}
-	}()
-	for {
-		if err := ctx.Err(); err != nil {
-			p.recordWait(start)
-			return nil, err
+		if d := p.o.Now().Sub(start); !start.IsZero() && d > 0 {
+			p.o.Observer.RateLimitWait(d)
 		}
+	}()
+	for ctx.Err() == nil {
 		now := p.o.Now()
 		p.mu.Lock()
 		if read {
@@ -307,29 +274,24 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		}
 		t, d, why := p.admit(route, read, now)
 		if t != nil {
-			urgent := p.urgent(now, t.in)
+			urgent := p.changedState(now, t.in)
 			p.mu.Unlock()
 			if urgent {
 				_ = p.save() // a failure is logged
 			}
-			p.recordWait(start)
 			var once sync.Once
 			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
 		}
 		c, stop := p.o.Timer(max(d, time.Millisecond))
-		p.parked[&stop] = struct{}{}
-		limit := 0
+		h := Hold{Class: "unknown", Reason: why}
 		if rc := p.routes[route]; rc != nil {
-			limit = rc.limit
+			p.parked[&stop], h.Class = rc.limit, ClassName(rc.limit)
+		} else {
+			p.parked[&stop] = 0
 		}
-		p.held[limit]++
 		ch := p.changed
 		p.mu.Unlock()
 		if report != nil && why != shown {
-			h := Hold{Class: "unknown", Reason: why}
-			if limit > 0 {
-				h.Class = ClassName(limit)
-			}
 			if d < p.o.MaxWait {
 				h.Until = now.Add(d)
 			}
@@ -347,22 +309,14 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		}
 		p.mu.Lock()
 		delete(p.parked, &stop)
-		p.held[limit]--
 		p.mu.Unlock()
 		stop()
 	}
+	return nil, ctx.Err()
 }
 
-func (p *Pacer) recordWait(start time.Time) {
-	if !start.IsZero() {
-		if d := p.o.Now().Sub(start); d > 0 {
-			p.o.Observer.RateLimitWait(d)
-		}
-	}
-}
-
-// admit reserves a slot for route (ticket) or says how long to wait before
-// asking again (an answer may wake the caller sooner).
+// admit reserves a slot for route (a ticket) or says how long to wait before
+// asking again (an answer may wake the caller sooner) and why.
 func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	c := p.routes[route]
 	if c == nil {
@@ -385,8 +339,8 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 }
 
 // admitProbe admits the first request of a route of unknown class: one at a
-// time, while no known class it may be in has nothing left; it holds a slot
-// in each current one, or a known route could spend the same last slot.
+// time, while no class it may be in is spent; it holds a slot in each current
+// one, or a known route could spend the same last slot.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	if p.probes[route] != nil {
 		return nil, p.o.MaxWait, "waiting for the answer of the route's first request, which names its class"
@@ -414,19 +368,6 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, tim
 	return t, 0, ""
 }
 
-// probesOutside counts our probes in flight that hold no slot in c: they
-// may turn out to be in c, and the server may have counted them already, so
-// they are not the others' (two routes probed at once, a fresh start).
-func (p *Pacer) probesOutside(c *class) int {
-	n := 0
-	for _, t := range p.probes {
-		if !slices.Contains(t.in, c) {
-			n++
-		}
-	}
-	return n
-}
-
 // holdsRead says a known read route is in c.
 func (p *Pacer) holdsRead(c *class) bool {
 	for name, rc := range p.routes {
@@ -438,12 +379,10 @@ func (p *Pacer) holdsRead(c *class) bool {
 }
 
 // current says c's window is known and not over.
-func (c *class) current(now time.Time) bool {
-	return !c.resetAt.IsZero() && now.Before(c.resetAt)
-}
+func (c *class) current(now time.Time) bool { return !c.resetAt.IsZero() && now.Before(c.resetAt) }
 
-// blocked returns how long c admits nothing: its window is spent (or held
-// by a 429's Retry-After).
+// blocked returns how long c admits nothing: its window is spent (or held by
+// a 429's Retry-After).
 func (c *class) blocked(now time.Time) time.Duration {
 	if c.current(now) && c.remaining-c.inFlight <= 0 {
 		return c.resetAt.Sub(now)
@@ -451,28 +390,27 @@ func (c *class) blocked(now time.Time) time.Duration {
 	return 0
 }
 
-// reserve is what the window keeps for the token's other clients (see the
-// package doc): in a class of more than carefulSlots, none of our fair share,
-// and past it no more than their share of what is left.
+// reserve is what the window keeps for the token's other clients (package
+// doc: the share factor, one slot, peers; and in a class of more than
+// carefulSlots with peers seen, the fleet's fair share).
 func (c *class) reserve() int {
 	e := c.expect
 	if e == 0 {
 		e = 2 * c.others
 	}
 	r := max(e-c.others, min(1, e), c.peers)
+	left := c.remaining - c.inFlight
 	switch {
 	case c.limit <= carefulSlots || c.peers == 0:
 	case c.own+c.inFlight < c.limit/(c.peers+1): // below our fair share
-		r = min(r, max(1, c.remaining-c.inFlight-1))
-	default: // our share of what is left
-		left := c.remaining - c.inFlight
+		r = min(r, max(1, left-1))
+	default: // past it: the others' share of what is left
 		r = min(r, left-left/(c.peers+1))
 	}
 	return r
 }
 
-// roll ends a window's accounting: expect and peers for the next one (see
-// the package doc).
+// roll ends a window's accounting: expect and peers for the next one.
 func (c *class) roll() {
 	if c.quiet == 0 || c.quiet > quietWindows && c.others == 0 {
 		c.expect = max(c.others, c.expect/2)
@@ -509,12 +447,11 @@ func (p *Pacer) classOf(limit int) *class {
 	return c
 }
 
-func (p *Pacer) jitterDur() time.Duration {
-	r := p.o.Rand()
-	if r < 0 || r >= 1 {
-		r = 0
+func (p *Pacer) jitter() time.Duration {
+	if r := p.o.Rand(); r > 0 && r < 1 {
+		return time.Duration(r * float64(p.o.Jitter))
 	}
-	return time.Duration(r * float64(p.o.Jitter))
+	return 0
 }
 
 // release folds one answer into the state and wakes the parked callers.
@@ -522,10 +459,9 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	now := p.o.Now()
 	p.mu.Lock()
 	p.settle(t, resp, now)
-	urgent := p.urgent(now, append(t.in, p.routes[t.route]))
+	urgent := p.changedState(now, append(t.in, p.routes[t.route]))
 	for stop := range p.parked {
 		(*stop)()
-		delete(p.parked, stop)
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -542,26 +478,22 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	if t.probe {
 		delete(p.probes, t.route)
 	}
-	if resp == NotSent {
-		return
-	}
 	c := p.routes[t.route]
-	if resp == nil { // no answer: the request may have been counted; assume it was
+	switch {
+	case resp == NotSent:
+		return
+	case resp == nil: // no answer: the request may have been counted; assume it was
 		if !t.probe && c.current(now) && c.remaining > 0 {
 			c.remaining--
 			c.own++
 		}
 		return
 	}
-	limit, _ := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Limit")))
-	switch {
-	case limit > 0:
-		if nc := p.classOf(limit); c != nc {
-			p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(limit)).Int("limit", limit).Msg("pacer learned rate-limit class")
-			c = nc
-			p.routes[t.route] = c
-		}
-	case c == nil:
+	if limit, _ := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Limit"))); limit > 0 && (c == nil || c.limit != limit) {
+		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(limit)).Int("limit", limit).Msg("pacer learned rate-limit class")
+		c = p.classOf(limit)
+		p.routes[t.route] = c
+	} else if c == nil {
 		c = &class{} // no headers: held only by a Retry-After
 		p.routes[t.route] = c
 	}
@@ -576,15 +508,15 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	}
 }
 
-// observe folds an answer's Remaining and Reset into c. Within one window
-// the least Remaining wins; an answer of an older window is ignored.
-// counted: the server charged the request (not a 429).
+// observe folds an answer's Remaining and Reset into c: within one window
+// the least Remaining wins, an older window's answer is ignored. counted:
+// the server charged the request (not a 429).
 func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, now time.Time) {
 	in, reset, raw := assumedWindow, ParseReset(h), int64(0)
 	if !reset.IsZero() {
 		raw, in = reset.Unix(), reset.Sub(now)
 		if date, err := http.ParseTime(h.Get("Date")); err == nil {
-			in += p.leastLag(now.Sub(date)) // Reset on our clock, through the least lag seen
+			in += p.leastLag(now.Sub(date)) // Reset on our clock
 		}
 		if raw < c.reset {
 			return
@@ -602,15 +534,12 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 			c.peers = max(c.peers, f-c.others)
 		}
 		if counted && same && c.resetAt.IsZero() && f > c.others {
-			// The first answer to a window known only by its Reset
-			// (loaded): what the file did not show is the last process's
-			// own requests.
-			c.own += f - c.others
+			c.own += f - c.others // a loaded window's first answer: what the file did not show is the last process's
 		} else {
 			c.sawOthers(f, in)
 		}
 		if counted && in <= c.late+p.o.Jitter {
-			c.quiet = 0 // we looked as late as they showed (the token's clients meet a Reset within the jitter)
+			c.quiet = 0 // we looked as late as they showed (clients meet a Reset within the jitter)
 		}
 		if same && c.current(now) {
 			c.remaining = min(c.remaining, remaining)
@@ -624,29 +553,37 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 	}
 	c.remaining, c.reset, c.resetAt = remaining, raw, time.Time{}
 	if in > 0 { // else the window has renewed by the server's clock: probe the next
-		c.resetAt = now.Add(in + p.jitterDur())
+		c.resetAt = now.Add(in + p.jitter())
 	}
 }
 
+// probesOutside counts our probes in flight that hold no slot in c: they may
+// be in c and counted already, so they are not the others'.
+func (p *Pacer) probesOutside(c *class) int {
+	n := 0
+	for _, t := range p.probes {
+		if !slices.Contains(t.in, c) {
+			n++
+		}
+	}
+	return n
+}
+
 // limited learns from a 429: the window is spent, by others beyond our own,
-// and a Retry-After ending more than a second after the window's Reset
-// (whole seconds: one within a second is the Reset rounded up) holds c as a
-// spent window until then.
+// and a Retry-After ending more than a second after Reset (whole seconds: one
+// within a second is the Reset rounded up) holds c as spent until then.
 func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now time.Time) {
 	if c.current(now) {
 		c.remaining = 0
 		c.sawOthers(c.limit-c.own-c.inFlight-p.probesOutside(c), c.resetAt.Sub(now))
 	}
-	if retryAfter > 0 {
-		until := now.Add(retryAfter)
-		if !c.current(now) || until.After(c.resetAt.Add(time.Second)) {
-			until = until.Add(p.jitterDur())
-			if limit := now.Add(p.o.MaxWait + p.jitterDur()); until.After(limit) {
-				p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit hold capped")
-				until = limit
-			}
-			c.remaining, c.resetAt = 0, until
+	if until := now.Add(retryAfter); retryAfter > 0 && (!c.current(now) || until.After(c.resetAt.Add(time.Second))) {
+		until = until.Add(p.jitter())
+		if limit := now.Add(p.o.MaxWait + p.jitter()); until.After(limit) {
+			p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit hold capped")
+			until = limit
 		}
+		c.remaining, c.resetAt = 0, until
 	}
 	ev := p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit))
 	if d := c.blocked(now); d > 0 {
@@ -656,8 +593,8 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 }
 
 // leastLag folds a sample of local now − Date into the clocks' offset: the
-// smallest is the closest (Date is truncated to the second); one more than
-// two seconds above it means the local clock jumped.
+// smallest is the closest (Date is whole seconds); one more than two seconds
+// above it means the local clock jumped.
 func (p *Pacer) leastLag(sample time.Duration) time.Duration {
 	if !p.lagKnown || sample < p.lag || sample > p.lag+2*time.Second {
 		p.lag, p.lagKnown = sample, true
@@ -684,8 +621,12 @@ func (p *Pacer) Classes() []ClassState {
 	now := p.o.Now()
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: p.held[c.limit], InFlight: c.inFlight,
-			Others: c.others, Held: c.blocked(now) > 0}
+		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, InFlight: c.inFlight, Others: c.others, Held: c.blocked(now) > 0}
+		for _, limit := range p.parked {
+			if limit == c.limit {
+				cs.Waiting++
+			}
+		}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}
