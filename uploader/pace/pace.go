@@ -77,6 +77,7 @@ package pace
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -107,12 +108,11 @@ func ClassName(limit int) string {
 }
 
 const (
-	DefaultJitter          = 200 * time.Millisecond
-	DefaultMaxWait         = 2 * time.Minute
-	DefaultPersistInterval = 500 * time.Millisecond
-	assumedWindow          = time.Minute // an answer with Remaining but no Reset: the documented limits are per minute
-	carefulSlots           = 10          // a window's last slots, at least, go one at a time
-	quietWindows           = 10          // others unseen this many windows in a row are forgotten by halves
+	DefaultJitter  = 200 * time.Millisecond
+	DefaultMaxWait = 2 * time.Minute
+	assumedWindow  = time.Minute // an answer with Remaining but no Reset: the documented limits are per minute
+	carefulSlots   = 10          // a window's last slots, at least, go one at a time
+	quietWindows   = 10          // others unseen this many windows in a row are forgotten by halves
 )
 
 // Observer receives the pacer's metrics; uploader/api's Observer is one.
@@ -138,12 +138,10 @@ type Options struct {
 	Jitter  time.Duration
 	MaxWait time.Duration // caps any wait; default DefaultMaxWait
 	// StateFile keeps the windows and the route→class map across restarts
-	// (state.go); PersistInterval spaces Run's writes behind (default
-	// DefaultPersistInterval; negative: at every change).
-	StateFile       string
-	PersistInterval time.Duration
-	Logger          zerolog.Logger
-	Observer        Observer
+	// (state.go); the daemon passes <state_dir>/pacer.json.
+	StateFile string
+	Logger    zerolog.Logger
+	Observer  Observer
 }
 
 // Hold says why Wait holds a request back: the class's label ("unknown" for
@@ -173,9 +171,8 @@ var NotSent = &http.Response{}
 type Pacer struct {
 	o Options // with the defaults filled in
 
-	saveMu  sync.Mutex    // one write of the state file at a time; taken before mu, never under it
-	failing bool          // under saveMu: the last write failed (logged once)
-	kick    chan struct{} // a change for Run to write behind; nil without a state file
+	saveMu  sync.Mutex // one write of the state file at a time; taken before mu, never under it
+	failing bool       // under saveMu: the last write failed (logged once)
 
 	mu      sync.Mutex
 	classes map[int]*class     // by limit
@@ -187,9 +184,8 @@ type Pacer struct {
 	// of its route's class (0: unknown). An answer stops every timer before
 	// it wakes the callers, so a pending timer is always a parked caller (a
 	// fake clock advances by that count).
-	parked   map[*func() bool]int
-	lag      time.Duration // the least local now − Date seen
-	lagKnown bool
+	parked map[*func() bool]int
+	lag    time.Duration // the least local now − Date seen (none yet: the largest Duration)
 }
 
 // class is one limit class (limit 0: a route without rate-limit headers);
@@ -234,17 +230,13 @@ func New(o Options) *Pacer {
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
 	}
-	if o.PersistInterval == 0 {
-		o.PersistInterval = DefaultPersistInterval
-	}
 	if o.Observer == nil {
 		o.Observer = nopObserver{}
 	}
-	o.Jitter, o.PersistInterval = max(o.Jitter, 0), max(o.PersistInterval, 0)
+	o.Jitter = max(o.Jitter, 0)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]*ticket{},
-		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]int{}}
+		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]int{}, lag: math.MaxInt64}
 	if o.StateFile != "" {
-		p.kick = make(chan struct{}, 1)
 		p.load()
 	}
 	return p
@@ -274,9 +266,9 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		}
 		t, d, why := p.admit(route, read, now)
 		if t != nil {
-			urgent := p.changedState(now, t.in)
+			spent := p.spent(now, t.in)
 			p.mu.Unlock()
-			if urgent {
+			if spent {
 				_ = p.save() // a failure is logged
 			}
 			var once sync.Once
@@ -458,20 +450,22 @@ func (p *Pacer) jitter() time.Duration {
 func (p *Pacer) release(t *ticket, resp *http.Response) {
 	now := p.o.Now()
 	p.mu.Lock()
-	p.settle(t, resp, now)
-	urgent := p.changedState(now, append(t.in, p.routes[t.route]))
+	learned := p.settle(t, resp, now)
+	write := learned || p.spent(now, append(t.in, p.routes[t.route]))
 	for stop := range p.parked {
 		(*stop)()
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
-	if urgent {
+	if write {
 		_ = p.save() // a failure is logged
 	}
 }
 
-func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
+// settle folds resp into the state; learned says it named a route's class
+// or a new window, which a restart must know.
+func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) (learned bool) {
 	for _, c := range t.in {
 		c.inFlight--
 	}
@@ -481,17 +475,17 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	c := p.routes[t.route]
 	switch {
 	case resp == NotSent:
-		return
+		return false
 	case resp == nil: // no answer: the request may have been counted; assume it was
 		if !t.probe && c.current(now) && c.remaining > 0 {
 			c.remaining--
 			c.own++
 		}
-		return
+		return false
 	}
 	if limit, _ := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Limit"))); limit > 0 && (c == nil || c.limit != limit) {
 		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(limit)).Int("limit", limit).Msg("pacer learned rate-limit class")
-		c = p.classOf(limit)
+		c, learned = p.classOf(limit), true
 		p.routes[t.route] = c
 	} else if c == nil {
 		c = &class{} // no headers: held only by a Retry-After
@@ -500,18 +494,20 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) {
 	limited := resp.StatusCode == http.StatusTooManyRequests
 	remaining, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Remaining")))
 	if c.limit > 0 && err == nil {
-		p.observe(c, resp.Header, max(remaining, 0), !limited, now)
+		learned = p.observe(c, resp.Header, max(remaining, 0), !limited, now) || learned
 		p.o.Observer.RateLimit(ClassName(c.limit), max(remaining, 0))
 	}
 	if limited {
 		p.limited(t.route, c, ParseRetryAfter(resp.Header, now), now)
 	}
+	return learned
 }
 
 // observe folds an answer's Remaining and Reset into c: within one window
 // the least Remaining wins, an older window's answer is ignored. counted:
-// the server charged the request (not a 429).
-func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, now time.Time) {
+// the server charged the request (not a 429). It says whether the answer
+// named a new window.
+func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, now time.Time) bool {
 	in, reset, raw := assumedWindow, ParseReset(h), int64(0)
 	if !reset.IsZero() {
 		raw, in = reset.Unix(), reset.Sub(now)
@@ -519,7 +515,7 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 			in += p.leastLag(now.Sub(date)) // Reset on our clock
 		}
 		if raw < c.reset {
-			return
+			return false
 		}
 		same := raw == c.reset
 		if !same {
@@ -543,7 +539,7 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 		}
 		if same && c.current(now) {
 			c.remaining = min(c.remaining, remaining)
-			return
+			return false
 		}
 	}
 	if in > p.o.MaxWait {
@@ -555,6 +551,7 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 	if in > 0 { // else the window has renewed by the server's clock: probe the next
 		c.resetAt = now.Add(in + p.jitter())
 	}
+	return raw != 0
 }
 
 // probesOutside counts our probes in flight that hold no slot in c: they may
@@ -596,8 +593,8 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 // smallest is the closest (Date is whole seconds); one more than two seconds
 // above it means the local clock jumped.
 func (p *Pacer) leastLag(sample time.Duration) time.Duration {
-	if !p.lagKnown || sample < p.lag || sample > p.lag+2*time.Second {
-		p.lag, p.lagKnown = sample, true
+	if sample < p.lag || sample-2*time.Second > p.lag {
+		p.lag = sample
 	}
 	return p.lag
 }

@@ -1,7 +1,6 @@
 package pace
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,12 +19,15 @@ import (
 // last slot, or a probe holds it) returns from Wait only once the file shows
 // the class spent, and an answer that leaves its class spent (a 429, a
 // Retry-After hold, the last count) is written before its release returns.
-// Every other change is written behind by Run. A file can therefore be
-// behind the server after a crash, never by the last slot: a loaded window
-// with budget left is known by its Reset only, so one request at a time goes
-// until an answer tells the count. A spent window is waited out; one whose
-// Reset has passed is not loaded (its others' use still feeds expect).
-// Times are local wall-clock; a loaded wait is capped at MaxWait.
+// So is an answer that names a route's class or a new window: a restart
+// then knows every route's class and the window its last requests went in.
+// The counts in between are not written (no write per request): a loaded
+// window with budget left is known by its Reset only, so one request at a
+// time goes until an answer tells the count, and what that count shows
+// beyond the file's is the last process's own. A spent window is waited
+// out; one whose Reset has passed is not loaded (its others' use still
+// feeds expect). Flush writes everything at a clean stop. Times are local
+// wall-clock; a loaded wait is capped at MaxWait.
 
 // fileVersion is the layout of pacer.json; 2: a 429 hold is a spent window.
 // Version 1 loads too (its windows as they were; a 429 hold is lost, and the
@@ -50,21 +52,14 @@ type savedClass struct {
 	Late      time.Duration `json:"late,omitempty"`
 }
 
-// changedState says the file must show a class that a request or answer
-// touched (in) before the caller goes on: it admits nothing more. Otherwise
-// it asks Run to write behind. Called with p.mu held.
-func (p *Pacer) changedState(now time.Time, in []*class) (urgent bool) {
-	if p.kick == nil {
-		return false
-	}
+// spent says a class that a request or answer touched (in) admits nothing
+// more, so the file must show it before the caller goes on. Called with
+// p.mu held.
+func (p *Pacer) spent(now time.Time, in []*class) bool {
 	for _, c := range in {
-		if c != nil && c.limit > 0 && c.blocked(now) > 0 {
+		if p.o.StateFile != "" && c != nil && c.limit > 0 && c.blocked(now) > 0 {
 			return true
 		}
-	}
-	select {
-	case p.kick <- struct{}{}:
-	default:
 	}
 	return false
 }
@@ -106,29 +101,9 @@ func (p *Pacer) save() error {
 	return err
 }
 
-// Run writes the state behind, off the requests' path, at most once per
-// PersistInterval, until ctx ends; then it writes the state once more and
-// returns that write's error. Without a state file it only waits for ctx.
-// The daemon runs it for as long as requests may be made.
-func (p *Pacer) Run(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return p.Flush()
-		case <-p.kick: // never ready without a state file (nil channel)
-		}
-		_ = p.save() // a failure is logged; the next change writes again
-		select {
-		case <-ctx.Done():
-			return p.Flush()
-		case <-time.After(p.o.PersistInterval):
-		}
-	}
-}
-
 // Flush writes the current state now (fsynced); nil without a state file.
 func (p *Pacer) Flush() error {
-	if p.kick == nil {
+	if p.o.StateFile == "" {
 		return nil
 	}
 	if err := p.save(); err != nil {

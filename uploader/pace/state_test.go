@@ -64,21 +64,18 @@ func TestPacerStateWaitsOutASpentWindowAfterRestart(t *testing.T) {
 	}
 }
 
-// TestPacerStateStaleRemainingIsConfirmedFirst: ordinary decrements are
-// written behind, so a crash can leave the file showing more than the
-// server has. The next process sends one request, and goes on from its
-// answer.
+// TestPacerStateStaleRemainingIsConfirmedFirst: the counts within a window
+// are not written, so a crash leaves the file showing more than the server
+// has. The next process sends one request, and goes on from its answer.
 func TestPacerStateStaleRemainingIsConfirmedFirst(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
-	a := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: time.Hour})
-	// Three requests, written (behind, as Run would) after the first only.
+	a := newTestPacer(t, clk, Options{StateFile: path})
+	// Three requests: the first names the route's class and the window, so
+	// the file has them; the next two change only the count.
 	mustWait(t, a, routeSigned)(srv.handle())
-	if err := a.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	for range 2 {
 		mustWait(t, a, routeSigned)(srv.handle())
 	}
@@ -108,7 +105,7 @@ func TestPacerStateKeepsA429Hold(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
-	a := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: time.Hour})
+	a := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
 	resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, t0, "30")
 	resp.Header.Del("X-RateLimit-Remaining") // no window, only the hold
@@ -156,29 +153,17 @@ func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
 
 // BenchmarkPacerRelease measures the hot path, one Wait and its release, on
 // a class with plenty left, the fake clock 100 ms further at each request (a
-// busy normal class is 4 per second): without a state file, with one
-// written behind by Run at most every 500 ms, and by Run at every release.
+// busy normal class is 4 per second), without a state file and with one
+// (written at each new window: once a minute here).
 func BenchmarkPacerRelease(b *testing.B) {
-	for _, bc := range []struct {
-		name     string
-		file     bool
-		interval time.Duration
-	}{
-		{"no_state_file", false, 0},
-		{"state_file", true, 0},
-		{"state_file_every_release", true, -1},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
+	for _, file := range []bool{false, true} {
+		b.Run(map[bool]string{false: "no_state_file", true: "state_file"}[file], func(b *testing.B) {
 			clk := newFakeClock()
-			o := Options{Now: clk.Now, Timer: clk.Timer, Rand: func() float64 { return 0.5 }, PersistInterval: bc.interval}
-			if bc.file {
+			o := Options{Now: clk.Now, Timer: clk.Timer, Rand: func() float64 { return 0.5 }}
+			if file {
 				o.StateFile = filepath.Join(b.TempDir(), "pacer.json")
 			}
 			p := New(o)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- p.Run(ctx) }()
-			b.Cleanup(func() { cancel(); <-done })
 			// A fixed-window server with room for every request of a
 			// window: 600 at 100 ms apart.
 			const limit = 1000
@@ -186,7 +171,7 @@ func BenchmarkPacerRelease(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				clk.Advance(100 * time.Millisecond)
-				rel, err := p.Wait(ctx, routeGet, isRead(routeGet))
+				rel, err := p.Wait(context.Background(), routeGet, isRead(routeGet))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -206,16 +191,14 @@ func BenchmarkPacerRelease(b *testing.B) {
 // killed (no answer), then starts a new pacer from the file and publishes 3
 // files with 2 workers. It returns the new pacer's requests that reached the
 // server before the window's Reset, and the 429s in all.
-func restartRun(tb testing.TB, k int, interval time.Duration) (beforeReset, r429 int) {
+func restartRun(tb testing.TB, k int) (beforeReset, r429 int) {
 	clk := newFakeClock()
 	path := filepath.Join(tb.TempDir(), "pacer.json")
 	srv := newSimServer(clk, 5, 10*time.Second)
-	o := Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(uint64(k)), StateFile: path, PersistInterval: interval}
+	o := Options{Now: clk.Now, Timer: clk.Timer, Rand: seededRand(uint64(k)), StateFile: path}
 	a := New(o)
 	tb.Cleanup(func() { _ = a.Flush() }) // let a write behind end before the directory goes
 	for i := range k {
-		if i == 1 {
-		}
 		rel, err := a.Wait(context.Background(), routeSigned, isRead(routeSigned))
 		if err != nil {
 			tb.Fatal(err)
@@ -239,20 +222,17 @@ func restartRun(tb testing.TB, k int, interval time.Duration) (beforeReset, r429
 }
 
 // TestPacerStateRestartAtEveryPoint kills the first pacer after each of the
-// window's 5 requests, with the file written behind as usual and with a
-// file that only ever gets the urgent writes: the new pacer never draws a
-// 429, and after a spent window sends nothing before its Reset.
+// window's 5 requests: the new pacer never draws a 429, and after a spent
+// window sends nothing before its Reset.
 func TestPacerStateRestartAtEveryPoint(t *testing.T) {
 	t.Parallel()
-	for _, interval := range []time.Duration{0, time.Hour} {
-		for k := 1; k <= 5; k++ {
-			before, r429 := restartRun(t, k, interval)
-			if r429 != 0 {
-				t.Errorf("killed after %d requests (write-behind %v): %d × 429", k, interval, r429)
-			}
-			if before > 5-k {
-				t.Errorf("killed after %d requests (write-behind %v): %d sent before the Reset, at most %d left", k, interval, before, 5-k)
-			}
+	for k := 1; k <= 5; k++ {
+		before, r429 := restartRun(t, k)
+		if r429 != 0 {
+			t.Errorf("killed after %d requests: %d × 429", k, r429)
+		}
+		if before > 5-k {
+			t.Errorf("killed after %d requests: %d sent before the Reset, at most %d left", k, before, 5-k)
 		}
 	}
 }
@@ -301,14 +281,12 @@ func BenchmarkPacerFigures(b *testing.B) {
 			b.ReportMetric(float64(r429), fmt.Sprintf("own_429s_%d_files", files))
 		}
 		spent, r429 := 0, 0
-		for _, interval := range []time.Duration{0, time.Hour} {
-			for k := 1; k <= 5; k++ {
-				before, n := restartRun(b, k, interval)
-				if k == 5 {
-					spent += before
-				}
-				r429 += n
+		for k := 1; k <= 5; k++ {
+			before, n := restartRun(b, k)
+			if k == 5 {
+				spent += before
 			}
+			r429 += n
 		}
 		b.ReportMetric(float64(spent), "restart_sent_before_reset")
 		b.ReportMetric(float64(r429), "restart_429s")
@@ -346,40 +324,36 @@ func TestPacerStatePollKnownAfterRestart(t *testing.T) {
 	receive(t, held).release(nil)
 }
 
-// TestPacerRunWritesBehind: ordinary changes reach the file through Run (no
-// goroutine of the constructor's), and Run writes once more when its context
-// ends.
-func TestPacerRunWritesBehind(t *testing.T) {
+// TestPacerStateWritesWhatARestartNeeds: an answer that names a route's
+// class or a new window is on disk when its release returns (a SIGKILL
+// right after it loses neither), a count within the window is not (no
+// write per request), and Flush writes the rest.
+func TestPacerStateWritesWhatARestartNeeds(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
-	p := newTestPacer(t, clk, Options{StateFile: path, PersistInterval: -1})
+	p := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
 	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
-	if _, err := os.Stat(path); err == nil {
-		t.Fatal("an ordinary change was written without Run")
+	if f := readState(t, path); f.Routes[routeGet] != 240 || len(f.Classes) != 1 || f.Classes[0].Reset != t0.Add(time.Minute).Unix() {
+		t.Fatalf("after a route's first answer: %+v, want its class and window", f)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
 	mustWait(t, p, routeGet)(windowResp(200, 240, 238, t0.Add(time.Minute), t0, ""))
-	guard := time.Now().Add(10 * time.Second) // a hang guard only: Run writes at once (interval -1)
-	for {
-		if data, err := os.ReadFile(path); err == nil && json.Valid(data) && readState(t, path).Routes[routeGet] == 240 {
-			break
-		}
-		if time.Now().After(guard) {
-			t.Fatal("Run did not write the state behind")
-		}
-		time.Sleep(time.Millisecond)
+	if f := readState(t, path); f.Classes[0].Remaining != 239 {
+		t.Errorf("a count within the window was written: remaining %d, want 239", f.Classes[0].Remaining)
 	}
-	mustWait(t, p, routeCheckpoints)(windowResp(200, 240, 237, t0.Add(time.Minute), t0, ""))
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
+	clk.Advance(time.Minute)
+	t1 := clk.Now()
+	mustWait(t, p, routeCheckpoints)(windowResp(200, 240, 237, t1.Add(time.Minute), t1, ""))
+	if f := readState(t, path); f.Routes[routeCheckpoints] != 240 || f.Classes[0].Reset != t1.Add(time.Minute).Unix() {
+		t.Errorf("after a new route's answer in a new window: %+v, want both", f)
 	}
-	if f := readState(t, path); f.Routes[routeCheckpoints] != 240 || f.Classes[0].Remaining != 237 {
-		t.Errorf("state after Run ended = %+v, want the last answer in it", f)
+	mustWait(t, p, routeGet)(windowResp(200, 240, 236, t1.Add(time.Minute), t1, ""))
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if f := readState(t, path); f.Classes[0].Remaining != 236 {
+		t.Errorf("after Flush: remaining %d, want 236", f.Classes[0].Remaining)
 	}
 }
 

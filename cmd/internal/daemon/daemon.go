@@ -293,12 +293,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	listeners.start("admin socket", d.admin.run)
 	listeners.start("reload", func(ctx context.Context) error { d.reloadOnHUP(ctx); return nil })
 
-	// Pacer: writes its windows behind while requests may be made, and
-	// once more when the workers are done (its own Run, stopped after them).
-	pacer := newStage(context.WithoutCancel(ctx), nil)
-	defer pacer.stop()
-	pacer.start("pacer", d.pacer.Run)
-
 	// Events: webhooks and after.exec of the jobs that finish; stopped
 	// after the workers, whose after-actions queue them, and then drained
 	// for eventsGrace (the notifier's own Run).
@@ -338,7 +332,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// 2. Workers: finish or abandon the calls in flight, then the loops.
 	_ = workers.halt()
 	// 3. Pacer: its windows written once more, after the last request.
-	if err := pacer.halt(); err != nil {
+	if err := d.pacer.Flush(); err != nil {
 		d.log.Warn().Err(err).Msg("saving the rate-limit windows")
 	}
 	// 4. Notifier: the last jobs' notifications go out within eventsGrace
