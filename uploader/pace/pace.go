@@ -65,8 +65,7 @@
 //	           Retry-After beyond it                           send one request to learn it
 //	inFlight   +1 at admission, −1 at the answer               ours, not yet in any count
 //	own        +1 per counted answer of the window             tells our use from the others'
-//	others     limit − remaining − own − inFlight − probes     the others' use of the window (a lower bound)
-//	           of ours outside the class, if more
+//	others     limit − remaining − own − inFlight, if more     the others' use of the window (a lower bound)
 //	expect     the window's end (above)                        the share factor
 //	peers      the most others' requests between two answers   what may be in flight towards the server;
 //	           of ours; 0 after a window without others        sets the fleet's fair share
@@ -175,11 +174,11 @@ type Pacer struct {
 	failing bool       // under saveMu: the last write failed (logged once)
 
 	mu      sync.Mutex
-	classes map[int]*class     // by limit
-	routes  map[string]*class  // route → class, once an answer named it
-	probes  map[string]*ticket // routes of unknown class: the probe out
-	reads   map[string]bool    // routes Wait was told only read
-	changed chan struct{}      // closed and replaced at every answer
+	classes map[int]*class    // by limit
+	routes  map[string]*class // route → class, once an answer named it
+	probes  map[string]bool   // routes of unknown class whose probe is out
+	reads   map[string]bool   // routes Wait was told only read
+	changed chan struct{}     // closed and replaced at every answer
 	// parked maps the timer stop of each caller parked in Wait to the limit
 	// of its route's class (0: unknown). An answer stops every timer before
 	// it wakes the callers, so a pending timer is always a parked caller (a
@@ -234,7 +233,7 @@ func New(o Options) *Pacer {
 		o.Observer = nopObserver{}
 	}
 	o.Jitter = max(o.Jitter, 0)
-	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]*ticket{},
+	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
 		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]int{}, lag: math.MaxInt64}
 	if o.StateFile != "" {
 		p.load()
@@ -334,7 +333,7 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 // time, while no class it may be in is spent; it holds a slot in each current
 // one, or a known route could spend the same last slot.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
-	if p.probes[route] != nil {
+	if p.probes[route] {
 		return nil, p.o.MaxWait, "waiting for the answer of the route's first request, which names its class"
 	}
 	t := &ticket{route: route, probe: true}
@@ -356,7 +355,7 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, tim
 	for _, c := range t.in {
 		c.inFlight++
 	}
-	p.probes[route] = t
+	p.probes[route] = true
 	return t, 0, ""
 }
 
@@ -525,7 +524,7 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 		if counted {
 			c.own++
 		}
-		f := c.limit - remaining - c.own - c.inFlight - p.probesOutside(c)
+		f := c.limit - remaining - c.own - c.inFlight
 		if looked && f > c.others {
 			c.peers = max(c.peers, f-c.others)
 		}
@@ -554,25 +553,13 @@ func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, no
 	return raw != 0
 }
 
-// probesOutside counts our probes in flight that hold no slot in c: they may
-// be in c and counted already, so they are not the others'.
-func (p *Pacer) probesOutside(c *class) int {
-	n := 0
-	for _, t := range p.probes {
-		if !slices.Contains(t.in, c) {
-			n++
-		}
-	}
-	return n
-}
-
 // limited learns from a 429: the window is spent, by others beyond our own,
 // and a Retry-After ending more than a second after Reset (whole seconds: one
 // within a second is the Reset rounded up) holds c as spent until then.
 func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now time.Time) {
 	if c.current(now) {
 		c.remaining = 0
-		c.sawOthers(c.limit-c.own-c.inFlight-p.probesOutside(c), c.resetAt.Sub(now))
+		c.sawOthers(c.limit-c.own-c.inFlight, c.resetAt.Sub(now))
 	}
 	if until := now.Add(retryAfter); retryAfter > 0 && (!c.current(now) || until.After(c.resetAt.Add(time.Second))) {
 		until = until.Add(p.jitter())

@@ -353,7 +353,7 @@ func TestPacerNetworkErrorPassesProbeOn(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if p.probes[routeGet] == nil {
+	if !p.probes[routeGet] {
 		t.Error("the next request should be the new probe")
 	}
 	r.release(nil)
