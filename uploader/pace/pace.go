@@ -274,15 +274,18 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
 		}
 		c, stop := p.o.Timer(max(d, time.Millisecond))
-		h := Hold{Class: "unknown", Reason: why}
+		limit := 0
 		if rc := p.routes[route]; rc != nil {
-			p.parked[&stop], h.Class = rc.limit, ClassName(rc.limit)
-		} else {
-			p.parked[&stop] = 0
+			limit = rc.limit
 		}
+		p.parked[&stop] = limit
 		ch := p.changed
 		p.mu.Unlock()
 		if report != nil && why != shown {
+			h := Hold{Class: "unknown", Reason: why}
+			if limit > 0 {
+				h.Class = ClassName(limit)
+			}
 			if d < p.o.MaxWait {
 				h.Until = now.Add(d)
 			}

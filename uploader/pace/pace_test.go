@@ -1220,29 +1220,53 @@ func TestPacerReportsItsHolds(t *testing.T) {
 	t0 := clk.Now()
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(30*time.Second), t0, "")) // spent
 
-	var mu sync.Mutex
-	var got []Hold
-	ctx := WithHoldReport(context.Background(), func(h Hold) { mu.Lock(); got = append(got, h); mu.Unlock() })
-	held := waitAsync(ctx, p, routePublish)
-	clk.awaitParked(t, 1)
-	mu.Lock()
-	if len(got) != 1 || got[0].Class != "strict" || got[0].Reason != "no request left in the window" || !got[0].Until.Equal(t0.Add(30*time.Second)) {
-		t.Errorf("reported while held: %+v, want one strict hold until the Reset", got)
+	reports := make(chan Hold, 10)
+	next := func() Hold {
+		t.Helper()
+		select {
+		case h := <-reports:
+			return h
+		case <-time.After(10 * time.Second):
+			t.Fatal("no hold reported")
+		}
+		return Hold{}
 	}
-	mu.Unlock()
+	ctx := WithHoldReport(context.Background(), func(h Hold) { reports <- h })
+	held := waitAsync(ctx, p, routePublish)
+	if h := next(); h.Class != "strict" || h.Reason != "no request left in the window" || !h.Until.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("reported while held: %+v, want a strict hold until the Reset", h)
+	}
+	clk.awaitParked(t, 1)
 	clk.Advance(30 * time.Second)
 	receive(t, held).release(nil)
+	if h := next(); h != (Hold{}) {
+		t.Errorf("reported when the request left: %+v, want a zero Hold", h)
+	}
 	rel, err := p.Wait(ctx, routeGet, true) // a poll, not held: no report at all
 	if err != nil {
 		t.Fatal(err)
 	}
 	rel(nil)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) < 2 || got[1] != (Hold{}) {
-		t.Errorf("reports after the request left: %+v, want the hold and then a zero Hold", got)
+	if len(reports) > 0 {
+		t.Errorf("a request let through at once reported %+v", <-reports)
 	}
-	if len(got) > 2 {
-		t.Errorf("a request let through at once reported %+v", got[2:])
+
+	// A route that sends no rate-limit headers is in no class: a 429's
+	// Retry-After holds it under "unknown", not under a class named by
+	// limit 0.
+	rel, err = p.Wait(ctx, routeSigned, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel(&http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"5"}}})
+	held = waitAsync(ctx, p, routeSigned)
+	if h := next(); h.Class != "unknown" || !h.Until.Equal(clk.Now().Add(5*time.Second)) {
+		t.Errorf("a held route without headers reported %+v, want class unknown until the Retry-After", h)
+	}
+	clk.awaitParked(t, 1)
+	clk.Advance(5 * time.Second)
+	receive(t, held).release(nil)
+	if h := next(); h != (Hold{}) {
+		t.Errorf("reported when the request left: %+v, want a zero Hold", h)
 	}
 }
