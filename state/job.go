@@ -178,6 +178,11 @@ type Job struct {
 	// uploading its content's session, or a peer's receipt): it holds no
 	// worker and is looked at again at NextAttempt. "" when not parked.
 	Parked string `json:"parked,omitempty"`
+	// RateLimited says why the job waits on the token's rate limit: the
+	// pacer would have held its next API request back (never sent) until
+	// a known time, so the job gave its worker back and is looked at again
+	// at NextAttempt (= Until). Each step clears it. Nil when not parked.
+	RateLimited *RateWait `json:"rate_limited,omitempty"`
 
 	LastError  string `json:"last_error,omitempty"`
 	LastStatus int    `json:"last_status,omitempty"` // HTTP status of the last error, 0 if none
@@ -372,4 +377,12 @@ func Unmarshal(b []byte) (Job, error) {
 		return Job{}, fmt.Errorf("job %d has schema version %d, newer than this splatd's %d", j.ID, j.V, JobVersion)
 	}
 	return j, nil
+}
+
+// RateWait is a rate-limit wait a job was parked on: the class's label, the
+// pacer's reason, and when the wait ends (uploader/pace.Hold, stored).
+type RateWait struct {
+	Class  string    `json:"class"`
+	Reason string    `json:"reason"`
+	Until  time.Time `json:"until"`
 }

@@ -196,6 +196,11 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 		Description:   j.Params.Description,
 	})
 	if err != nil {
+		if _, parked := rateParked(ctx); parked {
+			// Held back by the pacer, never sent: the intent's count is
+			// undone with the park (a crash before it leaves it counted).
+			j.V1.Creates--
+		}
 		// A lost answer is sent again with the same key (the server answers
 		// with the same session); 413 fails the job with the server's text.
 		return j, err
@@ -368,6 +373,9 @@ type partResult struct {
 // committed. Each ETag is committed as its part completes, by this
 // goroutine alone, so commits never race.
 func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing []int) (state.Job, error) {
+	// Part URLs are signed while PUTs are in flight on ctx: a held
+	// signing blocks (rateheld.go) instead of ending the step under them.
+	ctx = p.blockingHolds(ctx, j.ID)
 	dctx, stopDrain := p.untilDrain(ctx)
 	defer stopDrain()
 	pctx, cancel := context.WithCancel(ctx)
@@ -713,6 +721,9 @@ func (p *Pool) v1Complete(ctx context.Context, j state.Job) (state.Job, error) {
 		return j, err
 	}
 	comp, replayed, err := p.o.Client.CompleteUpload(ctx, j.V1.ID, parts)
+	if _, parked := rateParked(ctx); parked && err != nil {
+		return j, err // held back by the pacer, never sent
+	}
 	j.Publishes++
 	var ae *api.APIError
 	if errors.As(err, &ae) && !ae.FromStorage() && j.V1.Resyncs < maxResyncs {

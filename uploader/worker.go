@@ -525,7 +525,6 @@ func (p *Pool) Abort(id uint64) bool {
 // runJob advances a claimed job until it is final, waits, or the pool stops.
 func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 	jctx, cancel := context.WithCancelCause(ctx)
-	jctx = pace.WithHoldReport(jctx, func(h pace.Hold) { p.setHold(j.ID, h) })
 	p.runMu.Lock()
 	p.running[j.ID] = cancel
 	p.runMu.Unlock()
@@ -579,7 +578,11 @@ func (p *Pool) hook(point string, j state.Job) error {
 // advance runs one step: the side effect of j's stage, then one commit.
 func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	from, since := j.Stage, j.StageSince
-	next, err := p.step(ctx, j)
+	j.RateLimited = nil // each step says again whether the rate limit parks it
+	sctx, stop := p.stepContext(ctx, j.ID)
+	next, err := p.step(sctx, j)
+	held, parked := rateParked(sctx)
+	stop(nil)
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
 	}
@@ -588,6 +591,11 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	if err == nil {
 		p.configCleared(from)
+	}
+	if err != nil && parked && ctx.Err() == nil {
+		// The pacer held the step's request back (never sent): the job
+		// waits in its stage without its worker (rateheld.go).
+		next, err = p.parkOnHold(next, held), nil
 	}
 	if err != nil {
 		// The step's job carries what the failed attempt changed (e.g. a

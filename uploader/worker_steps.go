@@ -323,6 +323,9 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		defer res.Cancel()
 	}
 	sp, err := p.o.Client.Publish(ctx, api.PublishRequest{Key: j.Upload.Key, KeyField: j.Upload.KeyField, PublishParams: j.Params})
+	if _, parked := rateParked(ctx); parked && err != nil {
+		return j, err // held back by the pacer, never sent: nothing is uncertain
+	}
 	j.Publishes++
 	if err != nil && p.policy.Decide(ctx, err, 1, now).Action == state.Hold {
 		// A 2xx answer we cannot use (no id, not JSON): the splat most

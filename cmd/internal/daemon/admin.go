@@ -60,8 +60,11 @@ type JobView struct {
 	Parked string `json:"parked,omitempty"`
 	// RateLimit: why the job's next API request waits on the token's rate
 	// limit now, in which class and until when ("strict: no request left
-	// in the window, until 20:31:05 UTC"); RateLimitUntil is that time
-	// (absent: when the answer in flight comes).
+	// in the window, until 20:31:05 UTC"), whether the pacer holds it in
+	// its worker (a short wait, or one that ends with an answer in flight)
+	// or the job was parked on it without a worker (next_attempt is the
+	// same time); RateLimitUntil is that time (absent: when the answer in
+	// flight comes).
 	RateLimit      string     `json:"rate_limit,omitempty"`
 	RateLimitUntil *time.Time `json:"rate_limit_until,omitempty"`
 	// WaitingFor: the job is due, but every worker is busy with another
@@ -106,6 +109,22 @@ func (l Live) WorkerWait(j state.Job, now time.Time) string {
 		s += fmt.Sprintf(", %d held by the rate limit", n)
 	}
 	return s + ")"
+}
+
+// RateHold returns why j waits on the rate limit now: the pacer holding
+// its running step's request back, or the hold it was parked on (holding
+// no worker) until that hold's end.
+func (l Live) RateHold(j state.Job, now time.Time) (pace.Hold, bool) {
+	if j.Stage.Final() {
+		return pace.Hold{}, false
+	}
+	if h, ok := l.Holds[j.ID]; ok {
+		return h, true
+	}
+	if w := j.RateLimited; w != nil && j.NextAttempt.After(now) {
+		return pace.Hold{Class: w.Class, Reason: w.Reason, Until: w.Until}, true
+	}
+	return pace.Hold{}, false
 }
 
 // HoldText is how a job's wait on the rate limit reads.
@@ -287,7 +306,7 @@ func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 		}
 		v := ViewOf(j, prog)
 		v.WaitingFor = live.WorkerWait(j, now)
-		if h, ok := live.Holds[j.ID]; ok && !j.Stage.Final() {
+		if h, ok := live.RateHold(j, now); ok {
 			v.RateLimit = HoldText(h)
 			if !h.Until.IsZero() {
 				until := h.Until.UTC()

@@ -66,10 +66,11 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 		if p, ok := live.Progress[j.ID]; ok && !j.Stage.Final() {
 			view.Uploading(metrics.Progress{Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()})
 		}
-		if w := live.WorkerWait(j, time.Now()); w != "" && view.Progress == nil {
+		now := time.Now()
+		if w := live.WorkerWait(j, now); w != "" && view.Progress == nil {
 			view.Waiting = "waiting for " + w
 		}
-		if h, ok := live.Holds[j.ID]; ok && !j.Stage.Final() {
+		if h, ok := live.RateHold(j, now); ok {
 			view.Waiting = "rate limit " + HoldText(h)
 		}
 		out.Jobs = append(out.Jobs, view)
