@@ -1098,37 +1098,85 @@ func TestE2EJobsSayWhyAJobWaitsForTheRateLimit(t *testing.T) {
 	}
 }
 
-// TestE2EJobsSayTheyWaitForAWorker: with its one worker held by the pacer
-// (the publish window spent for an hour), a queued file that is due says it
-// waits for a free worker, and why the worker is busy; it showed no reason.
-func TestE2EJobsSayTheyWaitForAWorker(t *testing.T) {
+// TestE2EJobsParkedOnTheRateLimitLeaveTheWorkerFree: with one worker and
+// a strict publish window of one per minute, the jobs whose publish the
+// pacer holds back for the window's reset are parked in stage uploaded
+// (RATE LIMIT with the time, not holding the worker), and the published
+// job is polled to done meanwhile. Before, the worker sat in the pacer for
+// the window: the processing job was not polled (a user saw "done" 20-58 s
+// after "processing" for a 2 s processing) and due jobs said "WAITING for a
+// free worker (1 of 1 busy, 1 held by the rate limit)".
+func TestE2EJobsParkedOnTheRateLimitLeaveTheWorkerFree(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{
-		Window:  time.Hour,
+		Window:  time.Minute,
 		Classes: map[string]apisim.Class{apisim.RoutePublish: apisim.ClassStrict},
 		Limits:  map[apisim.Class]int{apisim.ClassStrict: 1},
 	})
+	e := newE2EEnv(t, sim, e2eConfig{workers: 1, pollEvery: "200ms"})
+	d := startDaemon(t, e.cfgPath)
+	defer d.kill()
+	d.waitStarted()
+	var files []string
+	for i := range 3 {
+		p := filepath.Join(e.inbox, fmt.Sprintf("one-worker-%d.ply", i))
+		writePLY(t, p, 2300+i)
+		files = append(files, p)
+	}
+	const want = "strict: no request left in the window, until "
+	var done string
+	var parked []string
+	waitFor(t, "one job done and two parked on the rate limit", func() bool {
+		jobs, err := adminJobs(t, e.stateDir)
+		done, parked = "", nil
+		for _, j := range jobs {
+			switch {
+			case err != nil:
+			case j.Stage == "done":
+				done = j.File
+			case j.Stage == "uploaded" && strings.HasPrefix(j.RateLimit, want) && j.RateLimitUntil != nil:
+				parked = append(parked, j.File)
+			}
+		}
+		return done != "" && len(parked) == 2
+	})
+	if n := sim.Stats().Total(apisim.RoutePublish); n != 1 {
+		t.Errorf("%d publishes sent, want 1: the window allows one", n)
+	}
+	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
+	if code != 0 || strings.Count(out, "RATE LIMIT "+want) != 2 || strings.Contains(out, "WAITING for") {
+		t.Errorf("splatd jobs (exit %d) does not show the two parked jobs as %q, and no job waiting for a worker:\n%s%s",
+			code, "RATE LIMIT "+want, out, stderr)
+	}
+}
+
+// TestE2EJobsSayTheyWaitForAWorker: with its one worker busy uploading a
+// large file (storage slowed down), a queued file that is due says it
+// waits for a free worker, and how many are busy; it showed no reason.
+func TestE2EJobsSayTheyWaitForAWorker(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{StorageBandwidth: 256 << 10}) // 8 MiB: about 30 s
 	e := newE2EEnv(t, sim, e2eConfig{workers: 1})
 	d := startDaemon(t, e.cfgPath)
 	defer d.kill()
 	d.waitStarted()
-	for i := range 3 {
-		writePLY(t, filepath.Join(e.inbox, fmt.Sprintf("one-worker-%d.ply", i)), 2300+i)
-	}
-	const want = "a free worker (1 of 1 busy, 1 held by the rate limit)"
-	var held, waiting string
-	waitFor(t, "a job held by the pacer and one waiting for the worker", func() bool {
+	writeBigPLY(t, filepath.Join(e.inbox, "big.ply"), 8<<20)
+	waitFor(t, "the big file uploading", func() bool {
 		jobs, err := adminJobs(t, e.stateDir)
-		held, waiting = "", ""
+		return err == nil && len(jobs) == 1 && jobs[0].Stage == "uploading"
+	})
+	writePLY(t, filepath.Join(e.inbox, "small.ply"), 2300)
+	const want = "a free worker (1 of 1 busy)"
+	var waiting string
+	waitFor(t, "the small file waiting for the worker", func() bool {
+		jobs, err := adminJobs(t, e.stateDir)
+		waiting = ""
 		for _, j := range jobs {
-			if err == nil && j.RateLimit != "" {
-				held = j.File
-			}
 			if err == nil && j.WaitingFor == want {
 				waiting = j.File
 			}
 		}
-		return held != "" && waiting != ""
+		return waiting != ""
 	})
 	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
 	if code != 0 || !strings.Contains(out, "WAITING for "+want) {
