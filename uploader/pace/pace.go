@@ -273,7 +273,11 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 			var once sync.Once
 			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
 		}
-		c, stop := p.o.Timer(max(d, time.Millisecond))
+		timer := max(d, time.Millisecond)
+		if d == 0 {
+			timer = p.o.MaxWait // until an answer; the cap is a guard
+		}
+		c, stop := p.o.Timer(timer)
 		limit := 0
 		if rc := p.routes[route]; rc != nil {
 			limit = rc.limit
@@ -286,7 +290,7 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 			if limit > 0 {
 				h.Class = ClassName(limit)
 			}
-			if d < p.o.MaxWait {
+			if d > 0 {
 				h.Until = now.Add(d)
 			}
 			shown = why
@@ -310,7 +314,7 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 }
 
 // admit reserves a slot for route (a ticket) or says how long to wait before
-// asking again (an answer may wake the caller sooner) and why.
+// asking again (0: until an answer, which wakes every caller) and why.
 func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	c := p.routes[route]
 	if c == nil {
@@ -322,11 +326,11 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 	switch {
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
-		return nil, p.o.MaxWait, "a new window: waiting for the answer of its first request"
+		return nil, 0, "a new window: waiting for the answer of its first request"
 	case c.remaining-c.inFlight-c.reserve() <= 0:
 		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
-		return nil, p.o.MaxWait, "the window's last requests go one at a time; waiting for the one in flight"
+		return nil, 0, "the window's last requests go one at a time; waiting for the one in flight"
 	}
 	c.inFlight++
 	return &ticket{route: route, in: []*class{c}}, 0, ""
@@ -337,7 +341,7 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 // one, or a known route could spend the same last slot.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	if p.probes[route] {
-		return nil, p.o.MaxWait, "waiting for the answer of the route's first request, which names its class"
+		return nil, 0, "waiting for the answer of the route's first request, which names its class"
 	}
 	t := &ticket{route: route, probe: true}
 	var wait time.Duration

@@ -540,7 +540,13 @@ func TestPacerCapsFarReset(t *testing.T) {
 	p := newTestPacer(t, clk, Options{Jitter: time.Second, Logger: zerolog.New(&logs)})
 	t0 := clk.Now()
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
-	held := waitAsync(context.Background(), p, routePublish)
+	// The capped hold still has a known end, which the caller is told (a
+	// worker parks its job until then instead of waiting in the pacer).
+	reports := make(chan Hold, 2)
+	held := waitAsync(WithHoldReport(context.Background(), func(h Hold) { reports <- h }), p, routePublish)
+	if h := <-reports; !h.Until.Equal(t0.Add(DefaultMaxWait + 500*time.Millisecond)) {
+		t.Errorf("the capped hold reported until %v, want the cap %v", h.Until.Sub(t0), DefaultMaxWait+500*time.Millisecond)
+	}
 	clk.awaitParked(t, 1)
 	if got, want := clk.lastAsked(), DefaultMaxWait+500*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want the cap %v", got, want)
