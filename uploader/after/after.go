@@ -143,14 +143,50 @@ func (e *ActionError) Unwrap() error { return e.Err }
 func (e *ActionError) AfterAction() string { return e.Action }
 
 // Finish applies the after-action of a final job and writes its receipt. It
-// returns where the file now is ("" when deleted). A failed move or delete
-// still writes the receipt beside the file where it stayed, so the evidence
-// that it was published exists while the action is retried; a later
-// successful move writes the receipt at the target and removes the one left
-// at the source. An error is an *ActionError.
+// returns where the file now is ("" when deleted). The receipt is written
+// at its final place before the file leaves its own: beside the file that
+// is to be deleted (a deleted file keeps its receipt where it was), or at
+// the name a move picks, before the move (see place). So a fleet peer that
+// finds the file gone finds the evidence that it was published, where its
+// own config says to look, never a gap between the two. A failed move or
+// delete still leaves the receipt beside the file where it stayed, so the
+// evidence that it was published exists while the action is retried (the
+// one written at the move's target is removed again); a later successful
+// move writes the receipt at the target and removes the one left at the
+// source. An error is an *ActionError.
 func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
-	file, fileRoot, actErr := a.act(j)
+	var (
+		placed, placedRoot string // where place wrote the receipt
+		placeErr           error  // why it could not
+		gaveUp             string // where none can be written (logged)
+	)
+	// place writes the receipt as file's (under root) before the file
+	// leaves its place for file; an error stops the action.
+	place := func(root, file string) error {
+		if !a.o.Receipt {
+			return nil
+		}
+		r := rec
+		r.File = file
+		err := writeReceiptIn(root, ReceiptPath(file), r)
+		switch {
+		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
+			// No retry would help: the action goes on without a receipt.
+			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
+			gaveUp = file
+			return nil
+		case err != nil:
+			placeErr = fmt.Errorf("receipt for %s: %w", file, err)
+			return placeErr
+		}
+		placed, placedRoot = file, root
+		return nil
+	}
+	file, fileRoot, actErr := a.act(j, place)
+	if placeErr != nil {
+		actErr = &ActionError{ActionReceipt, placeErr}
+	}
 	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !existsIn(fileRoot, file) {
 		// The file went away before it was published (renamed under a name
 		// that matched include, deleted by its owner): a receipt would be
@@ -162,9 +198,15 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		rec.File = file
 	}
 	if a.o.Receipt {
-		// A deleted file keeps its receipt where it was: the operator's
-		// record that it was published and may be gone.
-		err := writeReceiptIn(fileRoot, ReceiptPath(file), rec)
+		var err error
+		switch {
+		case placed == file && placedRoot == fileRoot:
+			// Written before the file left.
+		case gaveUp == file && placed == "":
+			// Logged by place.
+		default:
+			err = writeReceiptIn(fileRoot, ReceiptPath(file), rec)
+		}
 		switch {
 		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
 			// The file's folder is now a link out of the watch folder, or
@@ -179,6 +221,11 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 			// Left by an earlier attempt whose move failed.
 			_ = trustfs.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
 		}
+		if placed != "" && (placed != file || placedRoot != fileRoot) {
+			// Written at the target of a move that failed: the file, and
+			// its receipt, stayed where they were.
+			_ = trustfs.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
+		}
 	}
 	if actErr != nil {
 		return file, actErr
@@ -188,23 +235,34 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 
 // act runs j's after-action on the file the job read (its recorded inode:
 // another file put at its name since is left alone). It returns where the
-// file now is and the folder root to reach it through.
-func (a *Runner) act(j state.Job) (file, root string, actErr error) {
+// file now is and the folder root to reach it through. place(root, file)
+// is called before the file leaves its place, with where it goes (the
+// file itself for a delete); its error stops the action.
+func (a *Runner) act(j state.Job, place func(root, file string) error) (file, root string, actErr error) {
 	file, root = j.Path, j.Root
 	held := trustfs.ID{Dev: j.Dev, Ino: j.Ino}
+	placeIn := func(root string) func(string) error {
+		return func(target string) error { return place(root, target) }
+	}
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":
-		target, err := move(j.Path, j.Root, a.o.SuccessDir, held)
+		target, err := move(j.Path, j.Root, a.o.SuccessDir, held, placeIn(a.o.SuccessDir))
 		if err != nil {
 			return file, root, a.actionError(j, ActionMove, err)
 		}
 		return target, a.o.SuccessDir, nil
 	case j.Stage == state.Done && a.o.OnSuccess == "delete" && splatfile.IsSOGFolder(j.Path):
+		if err := place(j.Root, j.Path); err != nil {
+			return file, root, nil // Finish reports the receipt's error
+		}
 		if err := removeFolder(j.Path, j.Root); err != nil {
 			return file, root, a.actionError(j, ActionDelete, err)
 		}
 	case j.Stage == state.Done && a.o.OnSuccess == "delete":
-		err := trustfs.RemoveIf(j.Root, j.Path, held)
+		if err := place(j.Root, j.Path); err != nil {
+			return file, root, nil // Finish reports the receipt's error
+		}
+		err := removeSource(j.Root, j.Path, held)
 		switch {
 		case err == nil || errors.Is(err, fs.ErrNotExist):
 			_ = trustfs.RemoveIf(j.Root, sidecar.Path(j.Path), trustfs.ID{})
@@ -215,7 +273,7 @@ func (a *Runner) act(j state.Job) (file, root string, actErr error) {
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
 		// moveUnder finds a file it moved before a crash at its target.
-		target, err := move(j.Path, j.Root, a.o.FailureDir, held)
+		target, err := move(j.Path, j.Root, a.o.FailureDir, held, placeIn(a.o.FailureDir))
 		switch {
 		case errors.Is(err, errFileGone):
 		case err != nil:
@@ -228,12 +286,13 @@ func (a *Runner) act(j state.Job) (file, root string, actErr error) {
 }
 
 // move moves a job's file under dest (moveUnder), or its whole folder for
-// an unbundled SOG folder (moveFolderUnder).
-func move(file, root, dest string, held trustfs.ID) (string, error) {
+// an unbundled SOG folder (moveFolderUnder); place is called before the
+// file leaves (moveUnder).
+func move(file, root, dest string, held trustfs.ID, place func(string) error) (string, error) {
 	if splatfile.IsSOGFolder(file) {
-		return moveFolderUnder(file, root, dest)
+		return moveFolderUnder(file, root, dest, place)
 	}
-	return moveUnder(file, root, dest, held)
+	return moveUnder(file, root, dest, held, place)
 }
 
 // actionError is a failed move or delete; a file replaced since the job

@@ -24,8 +24,10 @@ import (
 // moveFolderUnder moves the SOG folder of meta to the same relative place
 // under dest: the first of FOLDER, FOLDER.1, … there that holds no
 // meta.json (one that an interrupted move filled in part is used again),
-// file by file, never overwriting. It returns where meta.json now is.
-func moveFolderUnder(meta, root, dest string) (string, error) {
+// file by file, never overwriting. place is called with where meta.json
+// will be before the first file moves (moveUnder says why; its error stops
+// the move). It returns where meta.json now is.
+func moveFolderUnder(meta, root, dest string, place func(target string) error) (string, error) {
 	dir := filepath.Dir(meta)
 	base := moveFolderTarget(meta, root, dest)
 	names, err := folderFiles(root, dir)
@@ -45,6 +47,9 @@ func moveFolderUnder(meta, root, dest string) (string, error) {
 		target = fmt.Sprintf("%s.%d", base, i)
 	}
 	if err := os.MkdirAll(target, 0o755); err != nil {
+		return meta, err
+	}
+	if err := place(filepath.Join(target, splatfile.SOGMeta)); err != nil {
 		return meta, err
 	}
 	for _, name := range names {
@@ -100,7 +105,7 @@ func removeFolder(meta, root string) error {
 		return err
 	}
 	for _, name := range names {
-		if err := trustfs.RemoveIf(root, filepath.Join(dir, name), trustfs.ID{}); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeSource(root, filepath.Join(dir, name), trustfs.ID{}); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}

@@ -21,19 +21,25 @@ var errFileGone = errors.New("file is gone")
 // root), never overwriting: a taken name gets ".1", ".2", … before its
 // extension. The file is opened through its watch folder (trustfs: no link
 // followed, regular files only) and must be the one the job read (held,
-// when known); that open file is what is linked or copied. The sidecar
-// travels with its file when it is a regular file (a link or a pipe stays
-// where it is). A file already gone (moved by an earlier run of Finish) is
-// looked for at its destination.
-func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
+// when known); that open file is what is linked or copied. place is called
+// with the name chosen, before anything is linked or copied there and so
+// before the file leaves its place: Finish writes the receipt there, so
+// that a fleet peer finds it as soon as the file is gone (an error from
+// place stops the move). The sidecar travels with its file when it is a
+// regular file (a link or a pipe stays where it is). A file already gone
+// (moved by an earlier run of Finish) is looked for at its destination; a
+// second name of the file left at the destination by a crash in the middle
+// of a move (linked, its source not yet removed) is removed and the move
+// runs again.
+func moveUnder(file, root, dest string, held trustfs.ID, place func(target string) error) (string, error) {
 	target := moveTarget(file, root, dest)
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return file, err
 	}
 	f, fi, err := trustfs.OpenRegular(root, file)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Lstat(target); err == nil {
-			return target, nil // moved before a crash; nothing left to do
+		if moved := movedTo(target, held); moved != "" {
+			return moved, nil // moved before a crash; nothing left to do
 		}
 		return file, fmt.Errorf("%w: %w", errFileGone, err)
 	}
@@ -44,7 +50,15 @@ func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
 	if held != (trustfs.ID{}) && trustfs.IDOf(fi) != held {
 		return file, &trustfs.ReplacedError{Path: file}
 	}
+	if linked := sameFileAt(target, fi); linked != "" {
+		if err := os.Remove(linked); err != nil {
+			return file, err
+		}
+	}
 	target = freeName(target)
+	if err := place(target); err != nil {
+		return file, err
+	}
 	if err := moveOpen(root, file, f, fi, target); err != nil {
 		return file, err
 	}
@@ -53,6 +67,43 @@ func moveUnder(file, root, dest string, held trustfs.ID) (string, error) {
 		sf.Close()
 	}
 	return target, nil
+}
+
+// movedTo is where a move before a crash put the file whose name is gone:
+// the one of target, target.1, … (the names freeName tries, as long as they
+// exist) that is the held file, else target when it exists (a copy across
+// filesystems is another file), else "".
+func movedTo(target string, held trustfs.ID) string {
+	if held != (trustfs.ID{}) {
+		for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				break
+			}
+			if trustfs.IDOf(fi) == held {
+				return p
+			}
+		}
+	}
+	if exists(target) {
+		return target
+	}
+	return ""
+}
+
+// sameFileAt is the one of target, target.1, … (as long as they exist)
+// that is the file fi itself, linked there by a move that a crash stopped
+// before it removed the source ("" when none is).
+func sameFileAt(target string, fi fs.FileInfo) string {
+	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
+		lfi, err := os.Lstat(p)
+		if err != nil {
+			return ""
+		}
+		if os.SameFile(fi, lfi) {
+			return p
+		}
+	}
 }
 
 // moveTarget is where moveUnder first tries to put file: its path under
@@ -104,7 +155,7 @@ func numbered(p string, i int) string {
 // half-done move would otherwise copy the file once more at every retry and
 // restart (ro1.ply, ro1.1.ply, …).
 func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
-	err := linkOpen(f, dst)
+	err := linkTo(f, dst)
 	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) &&
 		!errors.Is(err, syscall.ENOTSUP) && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -123,8 +174,13 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 	return nil
 }
 
-// removeSource removes a moved file's name in its folder when it still
-// names the file moved; tests replace it to make a source unremovable.
+// linkTo is linkOpen; tests replace it to stop a move before its file
+// reaches the target.
+var linkTo = linkOpen
+
+// removeSource removes a moved or deleted file's name in its folder when
+// it still names that file; tests replace it to make a source unremovable,
+// or to look at the folders as the file leaves.
 var removeSource = trustfs.RemoveIf
 
 // copyOpen copies the open regular file f to a temp name beside dst with

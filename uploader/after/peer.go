@@ -41,8 +41,10 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 // daemons share their after settings, so this daemon's dest is the peer's):
 // the receipt went along, to where the move put the file (moveTarget, or
 // moveFolderTarget for an unbundled SOG folder), or to one of the numbered
-// names a move picks when that name is taken. Every such name that is
-// present is read, and the last one that is evidence wins (the latest move
+// names a move picks when that name is taken. Finish writes it there before
+// the file leaves its place, so a receipt whose file has not arrived yet
+// counts as well: it is the one a peer finds in the instant between. Every
+// such name that is present (the file or its receipt) is read, and the last one that is evidence wins (the latest move
 // of a name takes the first free number). Receipts are read through dest
 // as the root (trustfs): a link there, or a folder there replaced by one,
 // never makes it read outside dest. It returns the receipt, its path and

@@ -1,0 +1,212 @@
+package after
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
+)
+
+// peerLooks is a fleet peer's lookup for j's content, as the daemon's
+// PoolOptions.PeerReceipt makes it (cmd/internal/daemon peerReceipt): the
+// receipt beside the file, else, the file gone and the fleet moving what
+// it publishes, the one under dest. sha256 "" is a job that never read the
+// file. It returns the splat the evidence names, and where it was read.
+func peerLooks(root, file, dest, sha256 string, size int64) (splat, at string) {
+	svc := Service{Protocol: "v1"}
+	r, why, err := PeerEvidence(root, file, sha256, size, svc)
+	if err == nil && why == "" {
+		return r.Splat.ID, ReceiptPath(file)
+	}
+	if _, serr := trustfs.Lstat(root, file); serr == nil || dest == "" {
+		return "", ""
+	}
+	r, at, why, err = MovedPeerEvidence(root, file, dest, sha256, size, svc)
+	if err != nil || why != "" {
+		return "", ""
+	}
+	return r.Splat.ID, at
+}
+
+// TestReceiptIsThereWhenTheFileLeaves is the fleet's old gap: Finish moved
+// or deleted the file a moment before it wrote the receipt, and a peer that
+// looked in between found neither, failing its job as gone or replaying
+// complete. At the instant the file's name is removed (removeSource, seen
+// from inside it, right after the removal), a peer's lookup must already
+// find the receipt that proves the content published: beside the deleted
+// file, or at the moved file's target (which, for a SOG folder, the
+// meta.json reaches last). Not parallel: it replaces removeSource.
+func TestReceiptIsThereWhenTheFileLeaves(t *testing.T) {
+	for _, tt := range []struct {
+		name, onSuccess, rel string
+		want                 string // the receipt's file, under dest ("" for beside the source)
+	}{
+		{"move", "move", "rig/scan.ply", "rig/scan.ply"},
+		{"move to a numbered name", "move", "rig/taken.ply", "rig/taken.1.ply"},
+		{"delete", "delete", "rig/scan.ply", ""},
+		{"move a SOG folder", "move", "rig/room/meta.json", "rig/room/meta.json"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root, dest := t.TempDir(), t.TempDir()
+			var j state.Job
+			if filepath.Base(tt.rel) == splatfile.SOGMeta {
+				writeSOGFolder(t, filepath.Join(root, filepath.Dir(tt.rel)), 1000)
+				j = afterTestJob(t, root, "unused.ply", state.Done)
+				j.Path = filepath.Join(root, tt.rel)
+				fi, err := os.Stat(j.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				j.Size = fi.Size()
+			} else {
+				j = afterTestJob(t, root, tt.rel, state.Done)
+			}
+			j.Protocol = state.ProtocolV1
+			if tt.name == "move to a numbered name" {
+				taken := filepath.Join(dest, tt.rel)
+				if err := os.MkdirAll(filepath.Dir(taken), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(taken, []byte("other\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := ReceiptPath(j.Path)
+			if tt.want != "" {
+				want = ReceiptPath(filepath.Join(dest, tt.want))
+			}
+			a := New(Options{OnSuccess: tt.onSuccess, SuccessDir: dest, Receipt: true, Protocol: "v1"})
+			seen := 0
+			removeSource = func(r, path string, id trustfs.ID) error {
+				err := trustfs.RemoveIf(r, path, id)
+				if path != j.Path || err != nil {
+					return err
+				}
+				seen++
+				look := dest
+				if tt.onSuccess != "move" {
+					look = ""
+				}
+				for _, sha := range []string{j.SHA256, ""} { // a job that read the file, one that did not
+					if splat, at := peerLooks(root, j.Path, look, sha, j.Size); splat != j.SplatID || at != want {
+						t.Errorf("sha256 %q: the file has left; a peer finds splat %q at %q, want %q at %q", sha, splat, at, j.SplatID, want)
+					}
+				}
+				return nil
+			}
+			t.Cleanup(func() { removeSource = trustfs.RemoveIf })
+
+			file, err := a.Finish(context.Background(), j)
+			if err != nil {
+				t.Fatalf("Finish = %q, %v", file, err)
+			}
+			if seen != 1 {
+				t.Fatalf("the file left %d times through removeSource, want 1", seen)
+			}
+			if r := readReceipt(t, want); r.Status != "done" || (tt.want != "" && r.File != file) {
+				t.Errorf("receipt at %s = %+v (the file is at %s)", want, r, file)
+			}
+		})
+	}
+}
+
+// TestMoveAfterACrashBetweenReceiptAndMove: a crash after the receipt was
+// written at the move's target, before the file reached it (linkTo), after
+// it was linked there, before its source was removed (removeSource), or
+// once the source was removed, before the job recorded the move. Finish,
+// run again as at the next start, completes the move: one file at the
+// target, under the name the receipt names, one receipt there, none at the
+// source, no second name, and the receipt of the older file whose name
+// the move did not take left as it was.
+func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
+	type crash struct{}
+	for _, at := range []string{"before the link", "before the source is removed", "after the source was removed"} {
+		t.Run(at, func(t *testing.T) {
+			root, dest := t.TempDir(), t.TempDir()
+			j := afterTestJob(t, root, "rig/scan.ply", state.Done)
+			if err := os.MkdirAll(filepath.Join(dest, "rig"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// An older file of the same name: the move goes to scan.1.ply.
+			older := filepath.Join(dest, "rig", "scan.ply")
+			if err := os.WriteFile(older, []byte("older\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			olderReceipt := Receipt{File: older, Size: 6, SHA256: "0ld", Status: "done", Job: 1, Splat: ReceiptSplat{ID: "s-older"}}
+			if err := WriteReceipt(ReceiptPath(older), olderReceipt); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(j.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := trustfs.IDOf(fi)
+			j.Dev, j.Ino = id.Dev, id.Ino
+			want := filepath.Join(dest, "rig", "scan.1.ply")
+			switch at {
+			case "before the link":
+				linkTo = func(*os.File, string) error { panic(crash{}) }
+			case "before the source is removed":
+				removeSource = func(string, string, trustfs.ID) error { panic(crash{}) }
+			default:
+				removeSource = func(r, p string, id trustfs.ID) error {
+					if err := trustfs.RemoveIf(r, p, id); err != nil {
+						return err
+					}
+					panic(crash{})
+				}
+			}
+			t.Cleanup(func() { linkTo, removeSource = linkOpen, trustfs.RemoveIf })
+			a := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"})
+			func() {
+				defer func() {
+					if r := recover(); r != (crash{}) {
+						panic(r)
+					}
+				}()
+				a.Finish(context.Background(), j)
+				t.Fatal("no crash")
+			}()
+			// At the crash, the evidence is already where the file goes.
+			if r := readReceipt(t, ReceiptPath(want)); r.File != want || r.Status != "done" {
+				t.Fatalf("receipt at the crash = %+v", r)
+			}
+
+			linkTo, removeSource = linkOpen, trustfs.RemoveIf // the restart
+			file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"}).Finish(context.Background(), j)
+			if err != nil || file != want {
+				t.Fatalf("Finish after the crash = %q, %v; want %q", file, err, want)
+			}
+			if _, err := os.Stat(j.Path); !os.IsNotExist(err) {
+				t.Errorf("the source is still there: %v", err)
+			}
+			if b, err := os.ReadFile(want); err != nil || string(b) != "ply\n" {
+				t.Errorf("moved file: %q, %v", b, err)
+			}
+			if r := readReceipt(t, ReceiptPath(want)); r.File != want || r.Status != "done" || r.Splat.ID != j.SplatID {
+				t.Errorf("receipt = %+v", r)
+			}
+			ents, err := os.ReadDir(filepath.Join(dest, "rig"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if r := readReceipt(t, ReceiptPath(older)); r != olderReceipt {
+				t.Errorf("the older file's receipt is now %+v", r)
+			}
+			if len(names) != 4 { // scan.ply and its receipt (older), scan.1.ply and its receipt
+				t.Errorf("success_dir holds %q, want the older file, the moved one and its receipt", names)
+			}
+			if _, err := os.Stat(ReceiptPath(j.Path)); !os.IsNotExist(err) {
+				t.Errorf("a receipt at the source: %v", err)
+			}
+		})
+	}
+}
