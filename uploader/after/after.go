@@ -192,6 +192,10 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		// that matched include, deleted by its owner): a receipt would be
 		// litter beside nothing. The job keeps the reason (splatd jobs).
 		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no receipt")
+		if placed != "" && (placed != file || placedRoot != fileRoot) {
+			// Written at the target of a move the file never reached.
+			_ = trustfs.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
+		}
 		return file, nil
 	}
 	if file != j.Path {

@@ -210,3 +210,28 @@ func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 		})
 	}
 }
+
+// TestNoReceiptLeftWhereAVanishedFileNeverWent: a failed job's file that
+// goes away while it is being moved to failure_dir (after the receipt was
+// written at the target, before the file was linked there) leaves no
+// receipt there, as a failed file gone before the move leaves none.
+func TestNoReceiptLeftWhereAVanishedFileNeverWent(t *testing.T) {
+	root, failed := t.TempDir(), t.TempDir()
+	j := afterTestJob(t, root, "bad.ply", state.Failed)
+	linkTo = func(f *os.File, dst string) error {
+		if err := os.Remove(j.Path); err != nil { // its owner removes it
+			t.Error(err)
+		}
+		return linkOpen(f, dst)
+	}
+	t.Cleanup(func() { linkTo = linkOpen })
+	if _, err := New(Options{Receipt: true, OnFailure: "move", FailureDir: failed}).Finish(context.Background(), j); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if left := names(t, failed); len(left) != 0 {
+		t.Errorf("failure_dir holds %q, want nothing", left)
+	}
+	if _, err := os.Stat(ReceiptPath(j.Path)); !os.IsNotExist(err) {
+		t.Errorf("receipt beside the file gone: %v", err)
+	}
+}
