@@ -86,9 +86,11 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 			p.log.Warn().Msg("publish.encode: libwebp runs in wazero's interpreter, many times slower (about 13x): this process may not map executable memory (systemd's MemoryDenyWriteExecute=true); give the unit a drop-in with MemoryDenyWriteExecute=false (README, Formats)")
 		}
 	})
+	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY as the encoder reads it
 	_, err = boundedMemory(j.Size, func() (sog.Result, error) {
-		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.f, 0, j.Size), j.Size, path)
+		return sog.TranscodeTo(ctx, io.TeeReader(io.NewSectionReader(jf.f, 0, j.Size), m), j.Size, path)
 	})
+	m.stop()
 	<-p.encodeSlot
 	if err != nil {
 		if errors.As(err, new(*sog.FormatError)) {

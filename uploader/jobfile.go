@@ -114,8 +114,11 @@ func (jf *jobFile) restat() (fs.FileInfo, error) {
 	return fi, nil
 }
 
-// hash returns the sha256 of the descriptor's content, read from offset 0.
-func (jf *jobFile) hash(ctx context.Context) (string, error) { return trustfs.Hash(ctx, jf.f) }
+// hash returns the sha256 of the descriptor's content, read from offset 0;
+// every chunk hashed is also written to also (nil: none), a checkMeter.
+func (jf *jobFile) hash(ctx context.Context, also io.Writer) (string, error) {
+	return trustfs.HashTo(ctx, jf.f, also)
+}
 
 // fileSame reports whether fi is the file j recorded: same size and mtime,
 // and the same inode when j recorded one.
@@ -331,7 +334,7 @@ func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Jo
 	defer stopHash()
 	sum, want := make(chan error, 1), jf.want
 	go func() {
-		got, err := jf.hash(hctx)
+		got, err := jf.hash(hctx, nil)
 		if err == nil && got != want {
 			err = errContentChanged
 		}

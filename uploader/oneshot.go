@@ -232,7 +232,7 @@ func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*
 		return nil, err
 	}
 	s.Path = filepath.Join(s.tmp, folderName(path))
-	if s.SHA256, _, err = buildBundle(ctx, folder, s.Path); err != nil {
+	if s.SHA256, _, err = buildBundle(ctx, folder, s.Path, nil); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("build the folder's bundle: %w", err)
 	}

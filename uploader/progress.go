@@ -1,14 +1,22 @@
 package uploader
 
 import (
+	"io"
+	"sync/atomic"
 	"time"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/pace"
 )
 
-// Progress is the state of one running storage upload.
+// Progress is the state of one running storage upload (Pool.Progress), or
+// of the long part of a job's check (Pool.CheckProgress: its hash, its
+// folder's bundle, its encoding), where Sent is the bytes done so far.
 type Progress struct {
 	Path string
+	// Step is what a check does now (CheckHashing, CheckBundling,
+	// CheckEncoding); "" for an upload.
+	Step string
 	Sent int64
 	Size int64
 	// Started is when this upload step began.
@@ -33,21 +41,36 @@ type rateSamplePoint struct {
 	sent int64
 }
 
-// progressEntry is a running upload and its recent (time, bytes) samples.
+// progressEntry is a running upload (or check) and its recent (time,
+// bytes) samples.
 type progressEntry struct {
 	Progress
 	samples []rateSamplePoint // oldest first
 	last    time.Time         // of the last setProgress
+	// done, for a check, is its byte counter (checkMeter): the bytes done
+	// now, between two samples.
+	done *atomic.Int64
 }
 
 // Progress returns the running uploads by job id, each with its current
 // rate and ETA.
-func (p *Pool) Progress() map[uint64]Progress {
+func (p *Pool) Progress() map[uint64]Progress { return p.progressOf(p.progress) }
+
+// CheckProgress returns, by job id, the checks running their long part
+// (hashing the file, building a SOG folder's bundle, encoding it), each with
+// the bytes done, the total, its current rate and ETA, as Progress does for
+// uploads. A check's entry is gone once that part ends.
+func (p *Pool) CheckProgress() map[uint64]Progress { return p.progressOf(p.checks) }
+
+func (p *Pool) progressOf(m map[uint64]*progressEntry) map[uint64]Progress {
 	now := p.o.Now()
 	p.progMu.Lock()
 	defer p.progMu.Unlock()
-	out := make(map[uint64]Progress, len(p.progress))
-	for k, e := range p.progress {
+	out := make(map[uint64]Progress, len(m))
+	for k, e := range m {
+		if e.done != nil {
+			e.Sent = e.done.Load()
+		}
 		pr := e.Progress
 		pr.Rate = e.rate(now)
 		if pr.Rate > 0 && pr.Size > pr.Sent {
@@ -59,26 +82,88 @@ func (p *Pool) Progress() map[uint64]Progress {
 }
 
 // setProgress records the bytes sent of job id's upload; nil ends it.
-func (p *Pool) setProgress(id uint64, pr *Progress) {
+func (p *Pool) setProgress(id uint64, pr *Progress) { p.setProgressIn(p.progress, id, pr, nil) }
+
+// setProgressIn records pr as job id's entry in m (nil ends it); done, when
+// set, is the entry's live byte counter.
+func (p *Pool) setProgressIn(m map[uint64]*progressEntry, id uint64, pr *Progress, done *atomic.Int64) {
 	now := p.o.Now()
 	p.progMu.Lock()
 	defer p.progMu.Unlock()
 	if pr == nil {
-		delete(p.progress, id)
+		delete(m, id)
 		return
 	}
-	e, ok := p.progress[id]
+	e, ok := m[id]
 	if !ok {
 		e = &progressEntry{}
 		e.Started = now
-		p.progress[id] = e
+		m[id] = e
 	}
 	started := e.Started
 	e.Progress = *pr
 	e.Started = started
 	e.last = now
+	e.done = done
 	e.sample(now, pr.Sent)
 }
+
+// What a job's check does while CheckProgress reports it (Progress.Step).
+const (
+	CheckHashing  = "hashing"  // the sha256 of the job's file
+	CheckBundling = "bundling" // a SOG folder's bundle, hashed as it is written
+	CheckEncoding = "encoding" // publish.encode: the PLY read by the encoder
+)
+
+// checkMeter counts the bytes of one pass of a job's check as an io.Writer
+// beside that pass (trustfs.HashTo, a bundle's io.MultiWriter, an
+// io.TeeReader of the encoder's input): no second read. Each Write adds to
+// an atomic counter, which CheckProgress reads; the pool's lock is taken
+// at most once per rateSample, for the rate's samples. Writes come from the
+// one goroutine of the pass.
+type checkMeter struct {
+	p    *Pool
+	id   uint64
+	pr   Progress
+	done atomic.Int64
+	next time.Time // of the next sample
+	// hook, set by tests only (PoolOptions.workerHook, point "check:<step>"),
+	// runs after each chunk is counted.
+	hook func() error
+}
+
+// startCheck shows job j's check doing step over size bytes until the
+// returned meter's stop.
+func (p *Pool) startCheck(j state.Job, step string, size int64) *checkMeter {
+	m := &checkMeter{p: p, id: j.ID, pr: Progress{Path: j.Path, Step: step, Size: size}}
+	if p.o.workerHook != nil {
+		m.hook = func() error { return p.hook("check:"+step, j) }
+	}
+	m.next = p.o.Now().Add(rateSample)
+	p.setProgressIn(p.checks, j.ID, &m.pr, &m.done)
+	return m
+}
+
+func (m *checkMeter) Write(b []byte) (int, error) {
+	done := m.done.Add(int64(len(b)))
+	if now := m.p.o.Now(); !now.Before(m.next) {
+		m.next = now.Add(rateSample)
+		pr := m.pr
+		pr.Sent = done
+		m.p.setProgressIn(m.p.checks, m.id, &pr, &m.done)
+	}
+	if m.hook != nil {
+		if err := m.hook(); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
+
+var _ io.Writer = (*checkMeter)(nil)
+
+// stop ends the meter's entry.
+func (m *checkMeter) stop() { m.p.setProgressIn(m.p.checks, m.id, nil, nil) }
 
 // sample adds a point at most every rateSample and drops the points that
 // no longer matter (all but the newest one older than the window).

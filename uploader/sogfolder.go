@@ -81,7 +81,9 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	// stops as soon as the pool drains, and the job stays queued.
 	bctx, stop := p.untilDrain(ctx)
 	defer stop()
-	sum, fi, err := buildBundle(bctx, f, p.bundlePath(j.Path))
+	m := p.startCheck(j, CheckBundling, f.Size)
+	sum, fi, err := buildBundle(bctx, f, p.bundlePath(j.Path), m)
+	m.stop()
 	if err != nil {
 		if errors.Is(context.Cause(bctx), errDrained) && ctx.Err() == nil {
 			return j, errDrained
@@ -152,9 +154,10 @@ func (p *Pool) dropBundle(j state.Job) {
 // buildBundle writes the folder's bundle to dst atomically (a temporary
 // file renamed into place), dated with the folder's newest file so that the
 // same folder gives the same bytes, size and time, and returns its sha256,
-// hashed as it is written, and its stat. When ctx ends, the build stops
-// within a MiB and the temporary file is removed.
-func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string) (string, os.FileInfo, error) {
+// hashed as it is written, and its stat; what is written also goes to also
+// (nil: nowhere), a checkMeter. When ctx ends, the build stops within a MiB
+// and the temporary file is removed.
+func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string, also io.Writer) (string, os.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", nil, err
 	}
@@ -164,7 +167,11 @@ func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string) (string
 	}
 	defer os.Remove(tmp.Name())
 	h := sha256.New()
-	if err := splatfile.BuildSOGBundle(ctx, io.MultiWriter(tmp, h), f); err != nil {
+	w := io.MultiWriter(tmp, h)
+	if also != nil {
+		w = io.MultiWriter(tmp, h, also)
+	}
+	if err := splatfile.BuildSOGBundle(ctx, w, f); err != nil {
 		tmp.Close()
 		return "", nil, err
 	}

@@ -138,7 +138,7 @@ func TestBuildBundleCancelled(t *testing.T) {
 	f := checkedSparseFolder(t, 16<<20)
 	dir := t.TempDir()
 	ctx := newCancelOnPoll(t, 20) // in the second image
-	_, _, err := buildBundle(ctx, f, filepath.Join(dir, "b.sog"))
+	_, _, err := buildBundle(ctx, f, filepath.Join(dir, "b.sog"), nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("buildBundle = %v, want the context's error", err)
 	}

@@ -169,6 +169,7 @@ type Pool struct {
 
 	progMu   sync.Mutex
 	progress map[uint64]*progressEntry // running uploads (progress.go)
+	checks   map[uint64]*progressEntry // running hashes, bundles, encodings (progress.go)
 	holds    map[uint64]pace.Hold      // jobs whose request the pacer holds back (progress.go)
 
 	runMu   sync.Mutex
@@ -227,6 +228,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		wake:        make(chan struct{}, o.Workers),
 		encodeSlot:  make(chan struct{}, 1),
 		progress:    make(map[uint64]*progressEntry),
+		checks:      make(map[uint64]*progressEntry),
 		holds:       make(map[uint64]pace.Hold),
 		running:     make(map[uint64]context.CancelCauseFunc),
 		reserved:    make(map[uint64]*api.Reservation),

@@ -174,7 +174,10 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	sum := j.SHA256
 	if sum == "" || !fileSame(jf.fi, j) {
-		if sum, err = jf.hash(hctx); err != nil {
+		m := p.startCheck(j, CheckHashing, jf.fi.Size())
+		sum, err = jf.hash(hctx, m)
+		m.stop()
+		if err != nil {
 			return j, drained(err)
 		}
 		fi2, err := jf.restat()

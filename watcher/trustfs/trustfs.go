@@ -445,7 +445,12 @@ func StatFollow(root, path string) (fs.FileInfo, error) {
 // Hash returns the hex sha256 of f's content, read from offset 0 (whatever
 // f's position), checking ctx between reads: the one file hash of splatd,
 // for a job's content, a receipt's evidence and the dry run alike.
-func Hash(ctx context.Context, f *os.File) (string, error) {
+func Hash(ctx context.Context, f *os.File) (string, error) { return HashTo(ctx, f, nil) }
+
+// HashTo is Hash that also writes every chunk it hashes to also (nil: none),
+// on the same pass: a progress counter sees the bytes hashed without a
+// second read. An error from also ends the hash with that error.
+func HashTo(ctx context.Context, f *os.File, also io.Writer) (string, error) {
 	r := io.NewSectionReader(f, 0, 1<<62)
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
@@ -455,6 +460,11 @@ func Hash(ctx context.Context, f *os.File) (string, error) {
 		}
 		n, err := r.Read(buf)
 		h.Write(buf[:n])
+		if also != nil && n > 0 {
+			if _, werr := also.Write(buf[:n]); werr != nil {
+				return "", werr
+			}
+		}
 		if err == io.EOF {
 			return hex.EncodeToString(h.Sum(nil)), nil
 		}
