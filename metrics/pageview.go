@@ -83,6 +83,7 @@ type pageJob struct {
 
 type pageProgress struct {
 	Sent, Size int64
+	Label      string // the bar's aria-label
 	Text       string
 }
 
@@ -185,10 +186,18 @@ func pageJobRows(l pageList, list JobList, now time.Time) pageRows {
 		if pj.Reason == "" {
 			pj.Reason = j.LastError
 		}
-		if p := j.Progress; p != nil && p.Size > 0 {
+		p := j.Progress
+		if p == nil {
+			p = j.Check
+		}
+		if p != nil && p.Size > 0 {
 			pct := min(100, int64(math.Floor(100*float64(p.Sent)/float64(p.Size))))
-			pj.Progress = &pageProgress{Sent: min(p.Sent, p.Size), Size: p.Size,
-				Text: fmt.Sprintf(" %s of %s (%d %%)", humanBytes(float64(p.Sent)), humanBytes(float64(p.Size)), pct) + rateETA(*p)}
+			step, label := " ", "upload"
+			if p.Step != "" {
+				step, label = " "+p.Step+" ", p.Step
+			}
+			pj.Progress = &pageProgress{Sent: min(p.Sent, p.Size), Size: p.Size, Label: fmt.Sprintf("%s of job %d", label, j.ID),
+				Text: fmt.Sprintf("%s%s of %s (%d %%)", step, humanBytes(float64(p.Sent)), humanBytes(float64(p.Size)), pct) + rateETA(*p)}
 		}
 		r.Jobs = append(r.Jobs, pj)
 	}

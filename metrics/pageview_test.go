@@ -99,3 +99,23 @@ func TestPageViewFormats(t *testing.T) {
 }
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
+
+// TestPageCheckProgress: a queued job whose file is being hashed shows its
+// check in the progress cell, in the words and units of an upload, named by
+// its step; an upload reads as before.
+func TestPageCheckProgress(t *testing.T) {
+	t.Parallel()
+	list := JobList{Total: 2, Jobs: []Job{
+		{ID: 4, Path: "/srv/captures/huge.ply", Stage: state.Queued, UpdatedAt: t0,
+			Check: &Progress{Step: "hashing", Sent: 2150 << 20, Size: 5 << 30, Rate: 180 << 20, ETA: 16}},
+		{ID: 3, Path: "/srv/captures/big.ply", Stage: StageUploading, StoredStage: state.Signed, UpdatedAt: t0,
+			Progress: &Progress{Sent: 30 << 20, Size: 120 << 20, Rate: 3 << 20, ETA: 30}},
+	}}
+	rows := pageJobRows(pageActive, list, t0)
+	if p := rows.Jobs[0].Progress; p == nil || p.Text != " hashing 2.1 GiB of 5.0 GiB (41 %), 180.0 MiB/s, ETA 16 s" || p.Label != "hashing of job 4" || p.Sent != 2150<<20 {
+		t.Errorf("hashing job's progress = %+v", p)
+	}
+	if p := rows.Jobs[1].Progress; p == nil || p.Text != " 30.0 MiB of 120.0 MiB (25 %), 3.0 MiB/s, ETA 30 s" || p.Label != "upload of job 3" {
+		t.Errorf("uploading job's progress = %+v", p)
+	}
+}

@@ -137,6 +137,10 @@ type Job struct {
 	Attempts    int         `json:"attempts"`
 	// Progress is set while the file is being uploaded.
 	Progress *Progress `json:"progress,omitempty"`
+	// Check is set while the job's check reads its content, its stage
+	// still queued: hashing its file, bundling its SOG folder, encoding it
+	// (publish.encode); its Step says which, its Sent the bytes done.
+	Check *Progress `json:"check,omitempty"`
 	// DuplicateOf is the job that published the same content first: this
 	// job published nothing, its link is that job's splat.
 	DuplicateOf uint64 `json:"duplicate_of,omitempty"`
@@ -158,8 +162,10 @@ type Job struct {
 const StageUploading state.Stage = "uploading"
 
 // Progress is how much of a file's upload has been sent, the recent rate
-// and the time left at that rate (absent while unknown).
+// and the time left at that rate (absent while unknown); for a check, how
+// much of its read is done, Step naming it ("hashing").
 type Progress struct {
+	Step string  `json:"step,omitempty"`
 	Sent int64   `json:"sent"`
 	Size int64   `json:"size"`
 	Rate float64 `json:"rate_bytes_per_second"`

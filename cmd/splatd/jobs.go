@@ -176,19 +176,29 @@ func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {
 	tw.Flush()
 }
 
-// progressText is a running upload's "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s";
-// "-" for a job that is not uploading (a canceled or failed job shows no
-// stale percentage).
+// progressText is a running upload's "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s",
+// or a running check's "hashing 42% 2.1 GiB/5.0 GiB 180.0 MiB/s ETA 16s" (a
+// queued job reading its content: hashing, bundling, encoding); "-" for a
+// job doing neither (a canceled or failed job shows no stale percentage).
 func progressText(v daemon.JobView) string {
-	if v.Stage != daemon.StageUploading || v.Size <= 0 {
-		return "-"
+	switch {
+	case v.Stage == daemon.StageUploading && v.Size > 0:
+		return bytesProgress(v.Sent, v.Size, v.Rate, v.ETA)
+	case v.Checking != "" && v.CheckSize > 0:
+		return v.Checking + " " + bytesProgress(v.Checked, v.CheckSize, v.CheckRate, v.CheckETA)
 	}
-	s := fmt.Sprintf("%d%% %s/%s", v.Sent*100/v.Size, state.HumanSize(v.Sent), state.HumanSize(v.Size))
-	if v.Rate > 0 {
-		s += fmt.Sprintf(" %s/s", state.HumanSize(int64(v.Rate)))
+	return "-"
+}
+
+// bytesProgress is "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s": done of size
+// bytes, at rate bytes per second, eta seconds left ("ETA ?": unknown).
+func bytesProgress(done, size int64, rate, eta float64) string {
+	s := fmt.Sprintf("%d%% %s/%s", done*100/size, state.HumanSize(done), state.HumanSize(size))
+	if rate > 0 {
+		s += fmt.Sprintf(" %s/s", state.HumanSize(int64(rate)))
 	}
-	if v.ETA > 0 {
-		s += " ETA " + (time.Duration(v.ETA) * time.Second).String()
+	if eta > 0 {
+		s += " ETA " + (time.Duration(eta) * time.Second).String()
 	} else {
 		s += " ETA ?"
 	}

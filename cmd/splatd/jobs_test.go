@@ -64,10 +64,27 @@ func TestJobsProgressText(t *testing.T) {
 	if got := progressText(v); !strings.HasSuffix(got, "ETA ?") {
 		t.Errorf("stalled progress = %q", got)
 	}
-	for _, st := range []string{"canceled", "failed", "signed"} {
+	for _, st := range []string{"canceled", "failed", "signed", "queued"} {
 		if got := progressText(daemon.JobView{Stage: st, Size: 100, Sent: 49}); got != "-" {
 			t.Errorf("%s job progress = %q, want -", st, got)
 		}
+	}
+}
+
+// TestJobsHashingText: a queued job whose file is being hashed shows it in
+// `splatd jobs`, as an upload reads (bytes, rate, ETA), named by its step:
+// not a bare "queued" indistinguishable from a stuck job.
+func TestJobsHashingText(t *testing.T) {
+	v := daemon.JobView{ID: 4, File: "/in/huge.ply", Stage: "queued", Size: 5 << 30, CreatedAt: time.Now(),
+		Checking: "hashing", Checked: 2150 << 20, CheckSize: 5 << 30, CheckRate: 180 << 20, CheckETA: 16}
+	want := "hashing 41% 2.1 GiB/5.0 GiB 180.0 MiB/s ETA 16s"
+	if got := progressText(v); got != want {
+		t.Errorf("progress = %q, want %q", got, want)
+	}
+	var b strings.Builder
+	printJobs(&b, []daemon.JobView{v}, time.Now())
+	if !strings.Contains(b.String(), "queued") || !strings.Contains(b.String(), want) {
+		t.Errorf("splatd jobs:\n%s\nwant the job queued with %q", b.String(), want)
 	}
 }
 

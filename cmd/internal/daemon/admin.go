@@ -45,9 +45,19 @@ type JobView struct {
 	StoredStage string `json:"stored_stage,omitempty"`
 	// Sent, Rate and ETA describe a running upload: bytes sent, recent
 	// bytes per second, seconds left at that rate (absent: unknown).
-	Sent        int64   `json:"sent,omitempty"`
-	Rate        float64 `json:"rate_bytes_per_second,omitempty"`
-	ETA         float64 `json:"eta_s,omitempty"`
+	Sent int64   `json:"sent,omitempty"`
+	Rate float64 `json:"rate_bytes_per_second,omitempty"`
+	ETA  float64 `json:"eta_s,omitempty"`
+	// Checking says what the job's check does now, a long read of its
+	// content ("hashing" its file, "bundling" its SOG folder, "encoding"
+	// it for publish.encode) while it is still queued; Checked, CheckSize,
+	// CheckRate and CheckETA are that read's bytes done, total, recent
+	// bytes per second and seconds left at that rate, as for an upload.
+	Checking    string  `json:"checking,omitempty"`
+	Checked     int64   `json:"checked,omitempty"`
+	CheckSize   int64   `json:"check_size,omitempty"`
+	CheckRate   float64 `json:"check_rate_bytes_per_second,omitempty"`
+	CheckETA    float64 `json:"check_eta_s,omitempty"`
 	SplatID     string  `json:"splat_id,omitempty"`
 	URL         string  `json:"url,omitempty"`
 	Error       string  `json:"error,omitempty"`
@@ -82,10 +92,12 @@ type JobView struct {
 const StageUploading = "uploading"
 
 // Live is what the workers know of the jobs they run, by job id: the
-// uploads' progress and the requests the pacer holds back. The zero Live is
-// a state read without a daemon.
+// uploads' progress, the checks' (a hash, a bundle, an encoding) and the
+// requests the pacer holds back. The zero Live is a state read without a
+// daemon.
 type Live struct {
 	Progress map[uint64]uploader.Progress
+	Checks   map[uint64]uploader.Progress
 	Holds    map[uint64]pace.Hold
 	Running  map[uint64]bool // the jobs the workers hold
 	Workers  int
@@ -94,7 +106,17 @@ type Live struct {
 // LiveOf returns the pool's view of its running jobs.
 func LiveOf(p *uploader.Pool) Live {
 	running, workers := p.Busy()
-	return Live{Progress: p.Progress(), Holds: p.Holds(), Running: running, Workers: workers}
+	return Live{Progress: p.Progress(), Checks: p.CheckProgress(), Holds: p.Holds(), Running: running, Workers: workers}
+}
+
+// Check returns the progress of j's check while it reads j's content (a
+// hash, a bundle, an encoding), if one runs.
+func (l Live) Check(j state.Job) (uploader.Progress, bool) {
+	p, ok := l.Checks[j.ID]
+	if !ok || j.Stage.Final() || p.Size <= 0 {
+		return uploader.Progress{}, false
+	}
+	return p, true
 }
 
 // WorkerWait says that j is due but every worker is busy with another job
@@ -305,6 +327,10 @@ func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 			prog = &p
 		}
 		v := ViewOf(j, prog)
+		if c, ok := live.Check(j); ok {
+			v.Checking, v.Checked, v.CheckSize = c.Step, c.Sent, c.Size
+			v.CheckRate, v.CheckETA = c.Rate, c.ETA.Round(time.Second).Seconds()
+		}
 		v.WaitingFor = live.WorkerWait(j, now)
 		if h, ok := live.RateHold(j, now); ok {
 			v.RateLimit = HoldText(h)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/pace"
 )
 
@@ -50,5 +51,69 @@ func TestListViewsParkedOnTheRateLimit(t *testing.T) {
 	}
 	if v := views[1]; v.RateLimit != "" || v.WaitingFor != "a free worker (1 of 1 busy)" {
 		t.Errorf("due job after its park: rate_limit %q, waiting_for %q; want none and a free worker (1 of 1 busy)", v.RateLimit, v.WaitingFor)
+	}
+}
+
+// TestListViewsCheckProgress: a queued job whose file a worker is hashing
+// shows it (checking, checked, check_size, the rate and ETA, in -json as
+// the upload's sent, rate_bytes_per_second and eta_s), its stage still
+// queued; once the check is over (no entry in the pool's view) or for a
+// job that no worker checks, none of it.
+func TestListViewsCheckProgress(t *testing.T) {
+	hashing := state.Job{ID: 1, Path: "/in/huge.ply", Stage: state.Queued, Size: 5 << 30}
+	other := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Queued, Size: 100}
+	live := Live{Running: map[uint64]bool{1: true}, Workers: 2, Checks: map[uint64]uploader.Progress{
+		1: {Path: hashing.Path, Step: uploader.CheckHashing, Sent: 2150 << 20, Size: 5 << 30, Rate: 180 << 20, ETA: 16400 * time.Millisecond},
+	}}
+	views, err := ListViews(jobList{hashing, other}, "", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := views[0]
+	if v.Stage != "queued" || v.Checking != "hashing" || v.Checked != 2150<<20 || v.CheckSize != 5<<30 || v.CheckRate != 180<<20 || v.CheckETA != 16 {
+		t.Errorf("hashing job's view: %+v", v)
+	}
+	b, _ := json.Marshal(v)
+	for _, f := range []string{`"checking":"hashing"`, `"checked":2254438400`, `"check_size":5368709120`, `"check_rate_bytes_per_second":188743680`, `"check_eta_s":16`} {
+		if !strings.Contains(string(b), f) {
+			t.Errorf("-json of the hashing job lacks %s: %s", f, b)
+		}
+	}
+	if v := views[1]; v.Checking != "" || v.Checked != 0 || v.CheckSize != 0 {
+		t.Errorf("job no worker checks: %+v", v)
+	}
+	views, err = ListViews(jobList{hashing}, "", Live{Running: map[uint64]bool{1: true}, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := views[0]; v.Checking != "" || v.CheckSize != 0 {
+		t.Errorf("after the check: %+v", v)
+	}
+}
+
+// TestWithCheckedInProgress: the status page's "in progress" list (stages
+// from ready on) also lists the queued jobs a worker is checking (hashing)
+// now, with their check's progress; a list that asks for queued jobs has
+// them already, and a queued job no worker checks is not added.
+func TestWithCheckedInProgress(t *testing.T) {
+	hashing := state.Job{ID: 1, Path: "/in/huge.ply", Stage: state.Queued}
+	ready := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Ready}
+	gone := state.Job{ID: 3, Path: "/in/c.ply", Stage: state.Ready} // checked since the pool was asked
+	store := map[uint64]state.Job{1: hashing, 2: ready, 3: gone}
+	get := func(id uint64) (state.Job, error) { return store[id], nil }
+	live := Live{Checks: map[uint64]uploader.Progress{1: {Step: uploader.CheckHashing, Sent: 1, Size: 2}, 3: {Step: uploader.CheckHashing, Sent: 1, Size: 2}}}
+	active := []state.Stage{state.Ready, state.Signed}
+	got := withChecked([]state.Job{ready, gone}, active, live, get)
+	if len(got) != 3 || got[2].ID != 1 {
+		t.Errorf("in progress: %v, want jobs 2, 3 and the hashing job 1", got)
+	}
+	if got := withChecked([]state.Job{hashing}, []state.Stage{state.Queued, state.Ready}, live, get); len(got) != 1 {
+		t.Errorf("a list of queued jobs got the hashing job twice: %v", got)
+	}
+	if got := withChecked([]state.Job{ready}, active, Live{}, get); len(got) != 1 {
+		t.Errorf("no check running: %v", got)
+	}
+	if got := withChecked(nil, []state.Stage{state.Done}, live, get); len(got) != 0 {
+		t.Errorf("published list: %v", got)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/splatd/splatd/metrics"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 )
 
 // statusView is what the status endpoints (/api/status, /api/jobs and the
@@ -57,14 +59,18 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 	if err != nil {
 		return metrics.JobList{}, err
 	}
-	slices.SortStableFunc(jobs, func(a, b state.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	live := LiveOf(v.d.pool)
+	jobs = withChecked(jobs, q.Stages, live, v.d.store.Get)
+	slices.SortStableFunc(jobs, func(a, b state.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	out := metrics.JobList{Total: len(jobs)}
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
 		view.ViewerURL = shownViewerURL(v.d.cfg, view.ViewerURL, j.Adopted)
 		if p, ok := live.Progress[j.ID]; ok && !j.Stage.Final() {
-			view.Uploading(metrics.Progress{Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()})
+			view.Uploading(progressView(p))
+		} else if c, ok := live.Check(j); ok {
+			pv := progressView(c)
+			view.Check = &pv
 		}
 		now := time.Now()
 		if w := live.WorkerWait(j, now); w != "" && view.Progress == nil {
@@ -76,6 +82,28 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 		out.Jobs = append(out.Jobs, view)
 	}
 	return out, nil
+}
+
+// withChecked adds to jobs, listed in stages, the queued jobs whose check
+// runs now (hashing their file: at most one a worker) when stages are those
+// after the check (the page's "in progress", from ready on) and not queued
+// itself: a long hash is work in progress, not a job waiting in the queue.
+func withChecked(jobs []state.Job, stages []state.Stage, live Live, get func(uint64) (state.Job, error)) []state.Job {
+	if len(live.Checks) == 0 || !slices.Contains(stages, state.Ready) || slices.Contains(stages, state.Queued) {
+		return jobs
+	}
+	ids := slices.Sorted(maps.Keys(live.Checks))
+	for _, id := range ids {
+		if j, err := get(id); err == nil && j.Stage == state.Queued {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs
+}
+
+// progressView is a worker's progress as the status endpoints show it.
+func progressView(p uploader.Progress) metrics.Progress {
+	return metrics.Progress{Step: p.Step, Sent: p.Sent, Size: p.Size, Rate: p.Rate, ETA: p.ETA.Round(time.Second).Seconds()}
 }
 
 // uploadsInFlight is the bytes of the uploads in progress still to be sent.
