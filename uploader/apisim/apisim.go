@@ -114,13 +114,13 @@ const (
 
 	// The SuperSplat API v1 routes, under /api/supersplat.
 	RouteV1Me           = "v1_me"            // GET /v1/me
-	RouteV1ListSplats   = "v1_list_splats"   // GET /v1/splats
+	RouteV1ListSplats   = "v1_splats"        // GET /v1/splats
 	RouteV1GetSplat     = "v1_get_splat"     // GET /v1/splats/{splatId}
 	RouteV1CreateUpload = "v1_create_upload" // POST /v1/splats/uploads
 	RouteV1GetUpload    = "v1_get_upload"    // GET /v1/splats/uploads/{uploadId}
 	RouteV1PartURLs     = "v1_part_urls"     // POST /v1/splats/uploads/{uploadId}/part-upload-urls
 	RouteV1Complete     = "v1_complete"      // POST /v1/splats/uploads/{uploadId}/complete
-	RoutePartPut        = "part_put"         // PUT {part url} on the storage listener
+	RoutePartPut        = "v1_part_put"      // PUT {part url} on the storage listener
 )
 
 // APIRoutes lists the routes of the API listener by their Route* names
