@@ -107,6 +107,9 @@ type Pacing struct {
 	Reset time.Time `json:"reset,omitzero"`
 	// Waiting counts requests the pacer is holding back right now.
 	Waiting int `json:"waiting"`
+	// Parked counts jobs whose request this class's window would have held
+	// (not sent): they wait in their stage, holding no worker, until it ends.
+	Parked int `json:"parked"`
 }
 
 // Bandwidth is the upload bandwidth limit and the current aggregate rate.

@@ -125,7 +125,7 @@ func sampleSource() *fakeSource {
 			Protocol: "v1",
 			Watched:  []Folder{{Path: "/srv/captures", Recursive: true}},
 			Token:    Token{State: TokenOK},
-			Pacing:   []Pacing{{Class: "publish", Limit: 60, Remaining: 12, Reset: t0.Add(time.Minute), Waiting: 2}},
+			Pacing:   []Pacing{{Class: "publish", Limit: 60, Remaining: 12, Reset: t0.Add(time.Minute), Waiting: 2, Parked: 3}},
 			Bandwidth: Bandwidth{
 				Limit: 50 << 20,
 				Rate:  12.5e6,

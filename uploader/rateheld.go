@@ -78,10 +78,41 @@ func rateParked(ctx context.Context) (pace.Hold, bool) {
 // parkOnHold returns j (the step's job, in its stage) parked until the
 // hold ends: not an attempt, not a backoff.
 func (p *Pool) parkOnHold(j state.Job, h pace.Hold) state.Job {
+	p.setParkedOn(j.ID, h)
 	j.NextAttempt = h.Until
 	j.RateLimited = &state.RateWait{Class: h.Class, Reason: h.Reason, Until: h.Until}
 	j.LastError, j.LastStatus = "", 0
 	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("class", h.Class).
 		Str("reason", h.Reason).Time("until", h.Until).Msg("the rate limit holds the job's next request: parked until then, the worker takes other work")
 	return j
+}
+
+// setParkedOn records that job id is parked on hold h; a zero Hold ends it
+// (the job is claimed again).
+func (p *Pool) setParkedOn(id uint64, h pace.Hold) {
+	p.progMu.Lock()
+	defer p.progMu.Unlock()
+	if h == (pace.Hold{}) {
+		delete(p.parkedOn, id)
+		return
+	}
+	p.parkedOn[id] = h
+}
+
+// RateParked counts, by rate-limit class, the jobs parked on a hold that
+// has not ended at now (parked since this start: a job parked before a
+// restart is counted once it is parked again). The status page shows it
+// beside the requests the pacer holds back.
+func (p *Pool) RateParked(now time.Time) map[string]int {
+	p.progMu.Lock()
+	defer p.progMu.Unlock()
+	out := map[string]int{}
+	for id, h := range p.parkedOn {
+		if !h.Until.After(now) {
+			delete(p.parkedOn, id) // due: it is no longer waiting on the limit
+			continue
+		}
+		out[h.Class]++
+	}
+	return out
 }

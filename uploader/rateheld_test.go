@@ -144,6 +144,15 @@ func TestPoolRateHeldJobGivesItsWorkerBack(t *testing.T) {
 	if w := parked.RateLimited; w == nil || w.Reason != "no request left in the window" {
 		t.Errorf("parked job's wait %+v, want the spent window", w)
 	}
+	// The status page's pacing row counts it, until its hold ends.
+	if got := pool.RateParked(pool.o.Now()); got["strict"] != 1 || len(got) != 1 {
+		t.Errorf("jobs parked by class %v, want 1 strict", got)
+	}
+	if w := parked.RateLimited; w != nil {
+		if got := pool.RateParked(w.Until); len(got) != 0 {
+			t.Errorf("jobs parked by class at the hold's end %v, want none", got)
+		}
+	}
 	st := r.sim.Stats()
 	if n := st.Total(apisim.RoutePublish); n != 1 || st.RateLimited != 0 {
 		t.Errorf("%d publish requests and %d 429s, want 1 and 0: the held publish is never sent", n, st.RateLimited)

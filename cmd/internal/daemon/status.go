@@ -46,8 +46,10 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 	// The limiter, not the config: it holds what reloads set.
 	lim := d.client.Limiter()
 	out.Bandwidth = metrics.Bandwidth{Limit: lim.Rate(), Rate: float64(lim.ObservedRate()), InFlight: d.uploadsInFlight()}
+	parked := d.pool.RateParked(time.Now())
 	for _, c := range d.pacer.Classes() {
-		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset, Waiting: c.Waiting})
+		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset,
+			Waiting: c.Waiting, Parked: parked[c.Class]})
 	}
 	return out, nil
 }
