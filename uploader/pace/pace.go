@@ -64,8 +64,11 @@
 //	resetAt    that answer: Reset on our clock + jitter; a     when the window renews here; zero: unknown,
 //	           Retry-After beyond it                           send one request to learn it
 //	inFlight   +1 at admission, −1 at the answer               ours, not yet in any count
-//	own        +1 per counted answer of the window             tells our use from the others'
-//	others     limit − remaining − own − inFlight, if more     the others' use of the window (a lower bound)
+//	own        +1 per counted answer of the window, or per     tells our use from the others'
+//	           request that got none; a loaded window's first
+//	           answer adds what the file did not show
+//	others     limit − remaining − own − inFlight, if more;    the others' use of the window (a lower bound)
+//	           at a 429, all of the window that is not ours
 //	expect     the window's end (above)                        the share factor
 //	peers      the most others' requests between two answers   what may be in flight towards the server;
 //	           of ours; 0 after a window without others        sets the fleet's fair share
