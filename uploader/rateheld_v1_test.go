@@ -1,0 +1,273 @@
+package uploader
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/pace"
+)
+
+// parkClockEnv is a simulator whose route strict is in a strict class of
+// one request a minute, and one clock (the real one plus skew) for the
+// simulator, the client's pacer and the pool: a test ends a park by moving
+// that clock past the hold (resume) instead of waiting a window.
+type parkClockEnv struct {
+	*workerEnv
+	skew atomic.Int64 // ns
+}
+
+func newParkClockEnv(t *testing.T, strict string) *parkClockEnv {
+	t.Helper()
+	r := &parkClockEnv{}
+	r.workerEnv = newV1Env(t, apisim.Options{
+		Now:     r.now,
+		Window:  time.Minute,
+		Classes: map[string]apisim.Class{strict: apisim.ClassStrict},
+		Limits:  map[apisim.Class]int{apisim.ClassNormal: 100000, apisim.ClassStrict: 1, apisim.ClassAssets: 100000},
+	})
+	c, err := api.NewClient(api.ClientOptions{BaseURL: r.sim.URL(), Token: r.sim.Token(), RootCAs: r.sim.CertPool(),
+		Timeout: 10 * time.Second, Pacer: pace.New(pace.Options{Now: r.now})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.client = c
+	return r
+}
+
+// learnV1Routes sends one request (for no session: 404) on each v1 write
+// route a job uses after its create, so that the pacer knows their class
+// (normal) as a daemon's pacer state file keeps it: the first request of a
+// route of unknown class is a probe, which waits while any class it may be
+// in, the spent strict one too, has nothing left.
+func (r *parkClockEnv) learnV1Routes() {
+	r.t.Helper()
+	ctx := context.Background()
+	if _, err := r.client.PartURLs(ctx, "no-such-upload", []int{1}); state.HTTPStatus(err) != http.StatusNotFound {
+		r.t.Fatalf("part-upload-urls of no session: %v, want 404", err)
+	}
+	if _, _, err := r.client.CompleteUpload(ctx, "no-such-upload", []api.CompletedPart{{PartNumber: 1, ETag: `"x"`}}); state.HTTPStatus(err) != http.StatusNotFound {
+		r.t.Fatalf("complete of no session: %v, want 404", err)
+	}
+}
+
+func (r *parkClockEnv) now() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }
+
+// pool returns o on the env's clock. A resume moves the clock a window
+// on: the poll timeout is an hour, so that a job then processing is not
+// timed out by it.
+func (r *parkClockEnv) pool(o PoolOptions) PoolOptions {
+	o.Store, o.Now, o.Client = r.store, r.now, r.client
+	o.Poll.Timeout = time.Hour
+	return o
+}
+
+// start runs a pool until the test ends.
+func (r *parkClockEnv) start(o PoolOptions) *Pool {
+	r.t.Helper()
+	pool, err := NewPool(o)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(ctx) }()
+	r.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			r.t.Error(err)
+		}
+	})
+	return pool
+}
+
+// parkedIn says j waits in stage for the strict window's reset, parked:
+// not an attempt, no error.
+func parkedIn(j state.Job, stage state.Stage) bool {
+	return j.Stage == stage && j.RateLimited != nil && j.RateLimited.Class == "strict" &&
+		j.NextAttempt.Equal(j.RateLimited.Until) && j.Attempts == 0 && j.LastError == ""
+}
+
+// waitParked waits for a job parked in stage and returns it as stored.
+func (r *parkClockEnv) waitParked(stage state.Stage) state.Job {
+	r.t.Helper()
+	var held state.Job
+	r.waitFor("a job parked in "+string(stage)+" on the strict window", func() bool {
+		for _, j := range r.jobs() {
+			if parkedIn(j, stage) {
+				held = j
+				return true
+			}
+		}
+		return false
+	})
+	return held
+}
+
+// resume moves the clock 2 s past held's hold (and so past the window's
+// reset) and wakes the pool, which claims the job again at once.
+func (r *parkClockEnv) resume(pool *Pool, held state.Job) {
+	r.skew.Add(int64(held.NextAttempt.Sub(r.now()) + 2*time.Second))
+	pool.Wake()
+}
+
+func (r *parkClockEnv) waitAllFinal() {
+	r.t.Helper()
+	r.waitFor("every job final", func() bool { return r.unfinished() == 0 })
+}
+
+// TestPoolRateHeldV1CreateParksUncounted: a v1 create held back by the
+// spent strict window parks its job in stage ready with the create intent's
+// count undone (the create never left), and the job later creates its
+// session once: each job's Creates is the number of creates the server saw
+// under its key. (In one daemon the count has no other effect: a create
+// answered 201 is ours whatever it says. Where it matters is the fleet
+// case, TestPoolRateHeldV1CreateOfAPeersSession.)
+func TestPoolRateHeldV1CreateParksUncounted(t *testing.T) {
+	t.Parallel()
+	r := newParkClockEnv(t, apisim.RouteV1CreateUpload)
+	r.learnV1Routes()
+	first, second := r.writePLY("first.ply", 40), r.writePLY("second.ply", 41)
+	r.enqueue(first, second)
+	pool := r.start(r.pool(r.v1Options(1)))
+
+	held := r.waitParked(state.Ready)
+	if held.V1 == nil || held.V1.Creates != 0 {
+		t.Errorf("parked job's session %+v: want Creates 0, its create never sent", held.V1)
+	}
+	if n := r.sim.Stats().Total(apisim.RouteV1CreateUpload); n != 1 {
+		t.Errorf("%d creates sent while one job is parked before its create, want 1", n)
+	}
+	r.resume(pool, held)
+	r.waitAllFinal()
+
+	r.checkV1Once(first, second)
+	st := r.sim.Stats()
+	if n := st.Total(apisim.RouteV1CreateUpload); n != 2 || st.Creates != 2 || st.CreateReplays != 0 || st.RateLimited != 0 {
+		t.Errorf("%d creates sent (%d sessions created, %d replays, %d 429s), want 2, 2, 0, 0", n, st.Creates, st.CreateReplays, st.RateLimited)
+	}
+	if n := len(r.sim.Sessions()); n != 2 || st.V1Splats != 2 {
+		t.Errorf("%d sessions, %d splats; want 2 and 2", n, st.V1Splats)
+	}
+	for _, p := range []string{first, second} {
+		if j := r.job(p); j.V1.Creates != 1 || j.Attempts != 0 {
+			t.Errorf("%s: Creates %d (attempts %d), want 1: the server saw one create under its key", p, j.V1.Creates, j.Attempts)
+		}
+	}
+}
+
+// TestPoolRateHeldV1CreateOfAPeersSession is the fleet case the undone
+// count is for: a peer daemon created the session under the content's key
+// (spending the strict window) and is sending its parts; our job's create
+// is parked, then sent, and answered 200 with the peer's session. That
+// answer to our first create under the key is a peer's session: the job
+// watches it instead of sending the parts beside the peer, and takes the
+// peer's outcome. Had the parked create stayed counted, the 200 would
+// count as the answer to a second create of ours (Owned = Creates > 1) and
+// the job would upload every part the peer had not yet sent.
+func TestPoolRateHeldV1CreateOfAPeersSession(t *testing.T) {
+	t.Parallel()
+	r := newParkClockEnv(t, apisim.RouteV1CreateUpload)
+	r.learnV1Routes()
+	path := r.writeParts("peer.ply", 3)
+	size := fileSize(t, path)
+	key := "splatd-" + workerFileSHA(t, path) + "-g0-s1"
+	ctx := context.Background()
+	s, created, err := r.client.CreateUpload(ctx, key, api.CreateUploadRequest{SourceFormat: api.SourceFormatPLY, ContentLength: size, Title: "peer"})
+	if err != nil || !created {
+		t.Fatalf("peer create: %v (created %v)", err, created)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The peer sends parts from..to and, with the last, completes.
+	peerSends := func(from, to int) error {
+		var nums []int
+		for n := from; n <= to; n++ {
+			nums = append(nums, n)
+		}
+		urls, err := r.client.PartURLs(ctx, s.ID, nums)
+		if err != nil {
+			return err
+		}
+		for _, u := range urls.URLs {
+			off, n := partRange(size, s.PartSize, u.PartNumber)
+			if _, err := r.client.PutPart(ctx, u.URL, io.NewSectionReader(f, off, n), n, nil); err != nil {
+				return err
+			}
+		}
+		if to < 3 {
+			return nil
+		}
+		got, err := r.client.GetUpload(ctx, s.ID)
+		if err != nil {
+			return err
+		}
+		var parts []api.CompletedPart
+		for _, p := range got.UploadedParts {
+			parts = append(parts, api.CompletedPart{PartNumber: p.PartNumber, ETag: p.ETag})
+		}
+		_, _, err = r.client.CompleteUpload(ctx, s.ID, parts)
+		return err
+	}
+	if err := peerSends(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.enqueue(path)
+	o := r.pool(r.v1Options(1)) // PeerWait an hour: the job never takes the session over
+	var watched, owned atomic.Bool
+	peerErr := make(chan error, 1)
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "commit:signed" && j.V1.Owned {
+			owned.Store(true)
+		}
+		if point == "commit:signed" && j.Parked != "" && !watched.Swap(true) {
+			// The job watches the peer's session: the peer finishes it.
+			go func() { peerErr <- peerSends(2, 3) }()
+		}
+		return nil
+	}
+	pool := r.start(o)
+
+	held := r.waitParked(state.Ready)
+	if held.V1 == nil || held.V1.Key != key || held.V1.Creates != 0 {
+		t.Errorf("parked job's session %+v: want key %s, Creates 0", held.V1, key)
+	}
+	r.resume(pool, held)
+	r.waitAllFinal()
+	if watched.Load() {
+		if err := <-peerErr; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if owned.Load() {
+		t.Error("job committed in signed owning the peer's session: its parts go out beside the peer's")
+	}
+	if !watched.Load() {
+		t.Error("the job never watched the peer's session")
+	}
+	r.checkV1Once(path)
+	j := r.job(path)
+	_, ss := r.session(key)
+	if j.V1.Creates != 1 || j.V1.Owned || j.V1.ID != s.ID {
+		t.Errorf("job's session %s: Creates %d, owned %v; want the peer's %s, 1, false", j.V1.ID, j.V1.Creates, j.V1.Owned, s.ID)
+	}
+	if ss.PartsResent != 0 || ss.BytesReceived != size {
+		t.Errorf("storage received %d bytes for a %d-byte file (%d parts resent)", ss.BytesReceived, size, ss.PartsResent)
+	}
+	st := r.sim.Stats()
+	if st.Creates != 1 || st.CreateReplays != 1 || len(r.sim.Sessions()) != 1 || st.V1Splats != 1 {
+		t.Errorf("%d sessions created, %d create replays, %d sessions, %d splats; want 1 (the peer's), 1 (ours), 1, 1",
+			st.Creates, st.CreateReplays, len(r.sim.Sessions()), st.V1Splats)
+	}
+}
