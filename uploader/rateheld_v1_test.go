@@ -271,3 +271,37 @@ func TestPoolRateHeldV1CreateOfAPeersSession(t *testing.T) {
 			st.Creates, st.CreateReplays, len(r.sim.Sessions()), st.V1Splats)
 	}
 }
+
+// TestPoolRateHeldV1CompleteParksInPublishing: a v1 complete held back by
+// the spent strict window parks its job in publishing (the stage the
+// complete runs in) with no publish counted, and the job later completes:
+// one complete sent per file, each job's Publishes 1.
+func TestPoolRateHeldV1CompleteParksInPublishing(t *testing.T) {
+	t.Parallel()
+	r := newParkClockEnv(t, apisim.RouteV1Complete)
+	first, second := r.writePLY("first.ply", 40), r.writePLY("second.ply", 41)
+	r.enqueue(first, second)
+	pool := r.start(r.pool(r.v1Options(1)))
+
+	held := r.waitParked(state.Publishing)
+	if held.Publishes != 0 || held.SplatID != "" || held.V1 == nil || held.V1.Verify || held.V1.Resyncs != 0 {
+		t.Errorf("parked job: %d publishes, splat %q, session %+v; want 0, none, no resync: its complete never left",
+			held.Publishes, held.SplatID, held.V1)
+	}
+	if st := r.sim.Stats(); st.Total(apisim.RouteV1Complete) != 1 {
+		t.Errorf("%d completes sent while one job is parked before its complete, want 1", st.Total(apisim.RouteV1Complete))
+	}
+	r.resume(pool, held)
+	r.waitAllFinal()
+
+	r.checkV1Once(first, second)
+	st := r.sim.Stats()
+	if n := st.Total(apisim.RouteV1Complete); n != 2 || st.Completes != 2 || st.CompleteReplays != 0 || st.RateLimited != 0 {
+		t.Errorf("%d completes sent (%d created a splat, %d replays, %d 429s), want 2, 2, 0, 0", n, st.Completes, st.CompleteReplays, st.RateLimited)
+	}
+	for _, p := range []string{first, second} {
+		if j := r.job(p); j.Publishes != 1 || j.Attempts != 0 {
+			t.Errorf("%s: Publishes %d (attempts %d), want 1: one complete sent", p, j.Publishes, j.Attempts)
+		}
+	}
+}
