@@ -2,6 +2,7 @@ package uploader
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -303,5 +304,67 @@ func TestPoolRateHeldV1CompleteParksInPublishing(t *testing.T) {
 		if j := r.job(p); j.Publishes != 1 || j.Attempts != 0 {
 			t.Errorf("%s: Publishes %d (attempts %d), want 1: one complete sent", p, j.Publishes, j.Attempts)
 		}
+	}
+}
+
+// TestPoolRateHeldUncertainRepublishParks: a legacy job found in publishing
+// after a crash (uncertain; publish.on_uncertain: republish) has no
+// reserved slot; its publish held back by the spent strict window parks it
+// in publishing, still uncertain and with no publish counted, and it later
+// publishes once.
+func TestPoolRateHeldUncertainRepublishParks(t *testing.T) {
+	t.Parallel()
+	r := newParkClockEnv(t, apisim.RoutePublish)
+	path := r.writePLY("scan.ply", 40)
+	r.enqueue(path)
+
+	// The first run dies right after its publish intent is committed.
+	o := r.pool(r.options(1))
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "commit:publishing" {
+			return errors.New("killed after the publish intent")
+		}
+		return nil
+	}
+	first, err := NewPool(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := first.Run(ctx); !errors.Is(err, errWorkerCrash) {
+		t.Fatalf("first run: %v, want the simulated crash", err)
+	}
+	r.reopen()
+	if j, _ := r.store.Get(1); j.Stage != state.Publishing || !j.Uncertain {
+		t.Fatalf("after the crash: %s uncertain %v, want publishing, uncertain", j.Stage, j.Uncertain)
+	}
+	// Another client of the token spends the publish window; the pacer
+	// learns it from the answer.
+	if _, err := r.client.Publish(ctx, api.PublishRequest{Key: "spent-by-another-client"}); state.HTTPStatus(err) != http.StatusBadRequest {
+		t.Fatalf("window-spending publish: %v, want 400", err)
+	}
+
+	o = r.pool(r.options(1))
+	o.OnUncertain = UncertainRepublish
+	pool := r.start(o)
+	held := r.waitParked(state.Publishing)
+	if !held.Uncertain || held.Publishes != 0 {
+		t.Errorf("parked job: uncertain %v, %d publishes; want still uncertain, 0", held.Uncertain, held.Publishes)
+	}
+	if n := r.sim.Stats().Total(apisim.RoutePublish); n != 1 {
+		t.Errorf("%d publishes sent while the job is parked, want 1 (the other client's)", n)
+	}
+	r.resume(pool, held)
+	r.waitAllFinal()
+
+	r.checkOnce(path)
+	j, _ := r.store.Get(1)
+	if j.Stage != state.Done || j.Publishes != 1 || j.Attempts != 0 {
+		t.Errorf("job %s with %d publishes (attempts %d), want done, 1", j.Stage, j.Publishes, j.Attempts)
+	}
+	if st := r.sim.Stats(); st.Total(apisim.RoutePublish) != 2 || st.Publishes != 1 || st.RateLimited != 0 {
+		t.Errorf("%d publish requests, %d splats, %d 429s; want 2 (one the other client's), 1, 0",
+			st.Total(apisim.RoutePublish), st.Publishes, st.RateLimited)
 	}
 }
