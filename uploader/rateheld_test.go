@@ -1,7 +1,6 @@
 package uploader
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,23 +43,7 @@ func (r *rateHeldEnv) options(workers int) PoolOptions {
 }
 
 // start runs a pool until the test ends.
-func (r *rateHeldEnv) start(o PoolOptions) *Pool {
-	r.t.Helper()
-	pool, err := NewPool(o)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	r.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			r.t.Error(err)
-		}
-	})
-	return pool
-}
+func (r *rateHeldEnv) start(o PoolOptions) *Pool { return runPool(r.t, o) }
 
 // commitLog is a Store that records every commit as stored.
 type commitLog struct {

@@ -3,9 +3,7 @@ package uploader
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,23 +69,7 @@ func (r *parkClockEnv) pool(o PoolOptions) PoolOptions {
 }
 
 // start runs a pool until the test ends.
-func (r *parkClockEnv) start(o PoolOptions) *Pool {
-	r.t.Helper()
-	pool, err := NewPool(o)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	r.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			r.t.Error(err)
-		}
-	})
-	return pool
-}
+func (r *parkClockEnv) start(o PoolOptions) *Pool { return runPool(r.t, o) }
 
 // parkedIn says j waits in stage for the strict window's reset, parked:
 // not an attempt, no error.
@@ -178,48 +160,7 @@ func TestPoolRateHeldV1CreateOfAPeersSession(t *testing.T) {
 	r := newParkClockEnv(t, apisim.RouteV1CreateUpload)
 	r.learnV1Routes()
 	path := r.writeParts("peer.ply", 3)
-	size := fileSize(t, path)
-	key := "splatd-" + workerFileSHA(t, path) + "-g0-s1"
-	ctx := context.Background()
-	s, created, err := r.client.CreateUpload(ctx, key, api.CreateUploadRequest{SourceFormat: api.SourceFormatPLY, ContentLength: size, Title: "peer"})
-	if err != nil || !created {
-		t.Fatalf("peer create: %v (created %v)", err, created)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	// The peer sends parts from..to and, with the last, completes.
-	peerSends := func(from, to int) error {
-		var nums []int
-		for n := from; n <= to; n++ {
-			nums = append(nums, n)
-		}
-		urls, err := r.client.PartURLs(ctx, s.ID, nums)
-		if err != nil {
-			return err
-		}
-		for _, u := range urls.URLs {
-			off, n := partRange(size, s.PartSize, u.PartNumber)
-			if _, err := r.client.PutPart(ctx, u.URL, io.NewSectionReader(f, off, n), n, nil); err != nil {
-				return err
-			}
-		}
-		if to < 3 {
-			return nil
-		}
-		got, err := r.client.GetUpload(ctx, s.ID)
-		if err != nil {
-			return err
-		}
-		var parts []api.CompletedPart
-		for _, p := range got.UploadedParts {
-			parts = append(parts, api.CompletedPart{PartNumber: p.PartNumber, ETag: p.ETag})
-		}
-		_, _, err = r.client.CompleteUpload(ctx, s.ID, parts)
-		return err
-	}
+	s, key, size, peerSends := peerSession(t, r.client, path)
 	if err := peerSends(1, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -552,48 +552,7 @@ func TestV1ParkedJobHoldsNoWorker(t *testing.T) {
 	t.Parallel()
 	e := newV1Env(t, apisim.Options{})
 	path := e.writeParts("peer.ply", 3)
-	size := fileSize(t, path)
-	key := "splatd-" + workerFileSHA(t, path) + "-g0-s1"
-	ctx := context.Background()
-	s, created, err := e.client.CreateUpload(ctx, key, api.CreateUploadRequest{SourceFormat: api.SourceFormatPLY, ContentLength: size, Title: "peer"})
-	if err != nil || !created {
-		t.Fatalf("peer create: %v (created %v)", err, created)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	// The peer sends parts from..to and, with the last, completes.
-	peerSends := func(from, to int) error {
-		nums := []int{}
-		for n := from; n <= to; n++ {
-			nums = append(nums, n)
-		}
-		urls, err := e.client.PartURLs(ctx, s.ID, nums)
-		if err != nil {
-			return err
-		}
-		for _, u := range urls.URLs {
-			off, n := partRange(size, s.PartSize, u.PartNumber)
-			if _, err := e.client.PutPart(ctx, u.URL, io.NewSectionReader(f, off, n), n, nil); err != nil {
-				return err
-			}
-		}
-		if to < 3 {
-			return nil
-		}
-		got, err := e.client.GetUpload(ctx, s.ID)
-		if err != nil {
-			return err
-		}
-		var parts []api.CompletedPart
-		for _, p := range got.UploadedParts {
-			parts = append(parts, api.CompletedPart{PartNumber: p.PartNumber, ETag: p.ETag})
-		}
-		_, _, err = e.client.CompleteUpload(ctx, s.ID, parts)
-		return err
-	}
+	_, key, size, peerSends := peerSession(t, e.client, path)
 	if err := peerSends(1, 1); err != nil {
 		t.Fatal(err)
 	}
