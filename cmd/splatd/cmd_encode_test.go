@@ -72,7 +72,8 @@ func TestEncodeCommand(t *testing.T) {
 
 // TestE2EPublishEncodeLegacy: `splatd publish` under the legacy protocol
 // with publish.encode sog uploads the SOG encoded from the PLY, signed as
-// <stem>.sog, and leaves no temporary file behind.
+// <stem>.sog, and leaves no temporary file behind (in a TMPDIR of its own:
+// the machine's temp folder holds other tests' and processes' encodings).
 func TestE2EPublishEncodeLegacy(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{})
@@ -85,7 +86,8 @@ func TestE2EPublishEncodeLegacy(t *testing.T) {
 	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := runCLI(t, nil, "publish", "-config", e.cfgPath, p); code != 0 {
+	tmp := t.TempDir()
+	if code, _, errOut := runCLI(t, []string{"TMPDIR=" + tmp}, "publish", "-config", e.cfgPath, p); code != 0 {
 		t.Fatalf("publish: exit %d, %s", code, errOut)
 	}
 	want := filepath.Join(t.TempDir(), "want.sog")
@@ -102,7 +104,7 @@ func TestE2EPublishEncodeLegacy(t *testing.T) {
 	if len(sp) != 1 || sp[0].ObjectSHA256 != sum || !strings.HasSuffix(sp[0].Key, ".sog") {
 		t.Fatalf("server's splats %+v, want one of the SOG (sha256 %s)", sp, sum)
 	}
-	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "splatd-encode-*", "hall.sog")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(tmp, "splatd-encode-*")); len(left) != 0 {
 		t.Errorf("temporary encodings left: %v", left)
 	}
 }
