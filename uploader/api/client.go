@@ -67,7 +67,7 @@ type ClientOptions struct {
 // call with the answer: nil when none came, pace.NotSent when the slot was
 // not used.
 type Pacer interface {
-	Wait(ctx context.Context, route string, read bool) (release func(*http.Response), err error)
+	Wait(ctx context.Context, route string, read bool) (release func(*pace.Answer), err error)
 }
 
 var _ Pacer = (*pace.Pacer)(nil)
@@ -134,7 +134,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		c.obs = NopObserver{}
 	}
 	if c.pacer == nil {
-		c.pacer = pace.New(pace.Options{Logger: c.log, Observer: c.obs})
+		c.pacer = pace.New(pace.Options{Logger: c.log})
 	}
 
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -271,6 +271,14 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	return req, nil
 }
 
+// wait is the pacer's Wait, its time counted in ratelimit_wait_seconds_total.
+func (c *Client) wait(ctx context.Context, route string) (func(*pace.Answer), error) {
+	start := c.now()
+	release, err := c.pacer.Wait(ctx, route, readRoutes[route])
+	c.obs.RateLimitWait(c.now().Sub(start))
+	return release, err
+}
+
 // do paces, sends and checks one API exchange and decodes a 2xx JSON body
 // into v (when not nil). The pacer's wait is outside the per-call timeout: a
 // request held for a rate-limit window has not started yet.
@@ -286,7 +294,7 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	release, ok := reserved(ctx, route)
 	if !ok {
 		var err error
-		release, err = c.pacer.Wait(ctx, route, readRoutes[route])
+		release, err = c.wait(ctx, route)
 		if err != nil {
 			return 0, nil, fmt.Errorf("%s: waiting for rate limit: %w", route, err)
 		}
@@ -304,7 +312,11 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 		c.log.Debug().Str("route", route).Err(err).Msg("API request failed")
 		return 0, nil, err
 	}
-	release(resp) // the headers are all the pacer needs; free the slot now
+	a := rateAnswer(resp, c.now())
+	release(a) // the headers are all the pacer needs; free the slot now
+	if a.Limit > 0 && a.Remaining >= 0 {
+		c.obs.RateLimit(pace.ClassName(a.Limit), a.Remaining)
+	}
 	defer resp.Body.Close()
 
 	err = c.checkResponse(route, resp, nil)
@@ -359,10 +371,10 @@ func (c *Client) checkResponse(route string, resp *http.Response, extra []string
 	e.Message = state.ScrubText(e.Message, c.secrets(extra)...)
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests:
-		e.Reset = pace.ParseReset(resp.Header)
-		e.RetryAfter = pace.ParseRetryAfter(resp.Header, c.now())
+		e.Reset = parseReset(resp.Header)
+		e.RetryAfter = parseRetryAfter(resp.Header, c.now())
 	case http.StatusServiceUnavailable:
-		e.RetryAfter = pace.ParseRetryAfter(resp.Header, c.now())
+		e.RetryAfter = parseRetryAfter(resp.Header, c.now())
 	}
 	return e
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"net/http"
 	"sync"
 
 	"github.com/splatd/splatd/uploader/pace"
@@ -15,14 +14,14 @@ import (
 type Reservation struct {
 	route   string
 	once    sync.Once
-	release func(*http.Response)
+	release func(*pace.Answer)
 }
 
 // Reserve waits until the pacer admits one call of route and holds that
 // admission. Pass it to the call with WithReservation; Cancel gives it back
 // unused (a no-op once used).
 func (c *Client) Reserve(ctx context.Context, route string) (*Reservation, error) {
-	release, err := c.pacer.Wait(ctx, route, readRoutes[route])
+	release, err := c.wait(ctx, route)
 	if err != nil {
 		return nil, err
 	}
@@ -39,11 +38,11 @@ func (r *Reservation) Cancel() {
 
 // take hands the slot to the call that uses it; false if already used or
 // cancelled, or reserved for another route.
-func (r *Reservation) take(route string) (func(*http.Response), bool) {
+func (r *Reservation) take(route string) (func(*pace.Answer), bool) {
 	if r == nil || r.route != route {
 		return nil, false
 	}
-	var rel func(*http.Response)
+	var rel func(*pace.Answer)
 	r.once.Do(func() { rel = r.release })
 	return rel, rel != nil
 }
@@ -57,7 +56,7 @@ func WithReservation(ctx context.Context, r *Reservation) context.Context {
 }
 
 // reserved returns the slot reserved for route in ctx, if any.
-func reserved(ctx context.Context, route string) (func(*http.Response), bool) {
+func reserved(ctx context.Context, route string) (func(*pace.Answer), bool) {
 	r, _ := ctx.Value(reservationKey{}).(*Reservation)
 	return r.take(route)
 }

@@ -3,9 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/uploader/pace"
 )
@@ -32,17 +32,17 @@ func (b *syncBuffer) String() string {
 type countingPacer struct {
 	mu       sync.Mutex
 	waits    []string
-	released []*http.Response
+	released []*pace.Answer
 }
 
-func (p *countingPacer) Wait(_ context.Context, route string, read bool) (func(*http.Response), error) {
+func (p *countingPacer) Wait(_ context.Context, route string, read bool) (func(*pace.Answer), error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if read {
 		route += " (read)"
 	}
 	p.waits = append(p.waits, route)
-	return func(resp *http.Response) {
+	return func(resp *pace.Answer) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.released = append(p.released, resp)
@@ -55,7 +55,7 @@ func (p *countingPacer) Wait(_ context.Context, route string, read bool) (func(*
 func TestReservationCancelledIsNotSent(t *testing.T) {
 	t.Parallel()
 	p := &countingPacer{}
-	c := &Client{pacer: p}
+	c := &Client{pacer: p, obs: NopObserver{}, now: time.Now}
 	r, err := c.Reserve(context.Background(), RoutePublish)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,7 +26,7 @@ func newFleetServer(clk *fakeClock, limit int, window time.Duration, clients int
 	return &fleetServer{clk: clk, fixedWindow: fixedWindow{limit: limit, window: window}, ok: make([]int, clients), r429: make([]int, clients)}
 }
 
-func (s *fleetServer) handle(who int) *http.Response {
+func (s *fleetServer) handle(who int) *Answer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
@@ -89,7 +88,7 @@ func fleetRun(tb testing.TB, daemons, workers, each, limit int, window, rtt, spr
 				resp := srv.handle(d)
 				sleepFake(clk, clk.Now().Add(rtt/2))
 				rel(resp)
-				if resp.StatusCode != http.StatusTooManyRequests {
+				if resp.Status != 429 {
 					break
 				}
 			}
@@ -248,7 +247,7 @@ func folderRun(tb testing.TB, daemons, workers, files, limit int, window, rtt, s
 	for i := range uploads {
 		uploads[i] = time.Duration((0.2 + 0.6*rng.Float64()) * float64(time.Second))
 	}
-	call := func(d int, route string, s *fleetServer) *http.Response {
+	call := func(d int, route string, s *fleetServer) *Answer {
 		rel, err := pacers[d].Wait(context.Background(), route, isRead(route))
 		if err != nil {
 			tb.Error(err)
@@ -268,7 +267,7 @@ func folderRun(tb testing.TB, daemons, workers, files, limit int, window, rtt, s
 		for n := left.Add(-1); n >= 0; n = left.Add(-1) {
 			call(d, routeSigned, normal)
 			sleepFake(clk, clk.Now().Add(uploads[n]))
-			for call(d, routePublish, srv).StatusCode == http.StatusTooManyRequests {
+			for call(d, routePublish, srv).Status == 429 {
 			}
 		}
 	})

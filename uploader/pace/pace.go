@@ -81,7 +81,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,17 +116,6 @@ const (
 	quietWindows   = 10          // others unseen this many windows in a row are forgotten by halves
 )
 
-// Observer receives the pacer's metrics; uploader/api's Observer is one.
-type Observer interface {
-	RateLimit(class string, remaining int)
-	RateLimitWait(d time.Duration)
-}
-
-type nopObserver struct{}
-
-func (nopObserver) RateLimit(string, int)       {}
-func (nopObserver) RateLimitWait(time.Duration) {}
-
 // Options configures a Pacer; every field is optional. Now, Timer and Rand
 // let tests drive it on a fake clock.
 type Options struct {
@@ -143,7 +131,6 @@ type Options struct {
 	// (state.go); the daemon passes <state_dir>/pacer.json.
 	StateFile string
 	Logger    zerolog.Logger
-	Observer  Observer
 }
 
 // Hold says why Wait holds a request back: the class's label ("unknown" for
@@ -164,9 +151,20 @@ func WithHoldReport(ctx context.Context, report func(Hold)) context.Context {
 	return context.WithValue(ctx, holdKey{}, report)
 }
 
+// Answer is what one response said of the rate limit; the API client reads
+// it from the headers (uploader/api).
+type Answer struct {
+	Status     int           // the HTTP status: a 429 says the window is spent
+	Limit      int           // X-RateLimit-Limit; 0: absent
+	Remaining  int           // X-RateLimit-Remaining; negative: absent
+	Reset      time.Time     // X-RateLimit-Reset; zero: absent
+	Date       time.Time     // the server's clock (Date); zero: absent
+	RetryAfter time.Duration // Retry-After; 0: absent
+}
+
 // NotSent is the release value of a slot given back unused: unlike nil (no
-// answer), it costs no budget.
-var NotSent = &http.Response{}
+// answer came), it costs no budget.
+var NotSent = &Answer{}
 
 // Pacer paces the API requests of one token; safe for concurrent use. Give
 // every client using the token the same Pacer.
@@ -232,9 +230,6 @@ func New(o Options) *Pacer {
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
 	}
-	if o.Observer == nil {
-		o.Observer = nopObserver{}
-	}
 	o.Jitter = max(o.Jitter, 0)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
 		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]int{}, lag: math.MaxInt64}
@@ -245,19 +240,15 @@ func New(o Options) *Pacer {
 }
 
 // Wait blocks until route may send one request and returns the function to
-// call with its response (nil: none came; NotSent: not sent). read says the
+// call with its answer (nil: none came; NotSent: not sent). read says the
 // route only reads (GET). The release must be called once; until then the
 // request counts as in flight. Wait returns ctx's error when ctx ends.
-func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*http.Response), err error) {
+func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
 	report, _ := ctx.Value(holdKey{}).(func(Hold))
-	var start time.Time
-	var shown string // the reason last reported
+	shown := "" // the reason last reported
 	defer func() {
-		if shown != "" {
+		if shown != "" && report != nil {
 			report(Hold{})
-		}
-		if d := p.o.Now().Sub(start); !start.IsZero() && d > 0 {
-			p.o.Observer.RateLimitWait(d)
 		}
 	}()
 	for ctx.Err() == nil {
@@ -274,34 +265,29 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 				_ = p.save() // a failure is logged
 			}
 			var once sync.Once
-			return func(resp *http.Response) { once.Do(func() { p.release(t, resp) }) }, nil
+			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
 		}
 		timer := max(d, time.Millisecond)
 		if d == 0 {
 			timer = p.o.MaxWait // until an answer; the cap is a guard
 		}
 		c, stop := p.o.Timer(timer)
-		limit := 0
-		if rc := p.routes[route]; rc != nil {
-			limit = rc.limit
+		h, limit := Hold{Class: "unknown", Reason: why}, 0
+		if rc := p.routes[route]; rc != nil && rc.limit > 0 {
+			h.Class, limit = ClassName(rc.limit), rc.limit
+		}
+		if d > 0 {
+			h.Until = now.Add(d)
 		}
 		p.parked[&stop] = limit
 		ch := p.changed
 		p.mu.Unlock()
-		if report != nil && why != shown {
-			h := Hold{Class: "unknown", Reason: why}
-			if limit > 0 {
-				h.Class = ClassName(limit)
-			}
-			if d > 0 {
-				h.Until = now.Add(d)
-			}
+		if why != shown {
 			shown = why
-			report(h)
-		}
-		if start.IsZero() {
-			start = now
 			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")
+			if report != nil {
+				report(h)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -456,10 +442,10 @@ func (p *Pacer) jitter() time.Duration {
 }
 
 // release folds one answer into the state and wakes the parked callers.
-func (p *Pacer) release(t *ticket, resp *http.Response) {
+func (p *Pacer) release(t *ticket, a *Answer) {
 	now := p.o.Now()
 	p.mu.Lock()
-	learned := p.settle(t, resp, now)
+	learned := p.settle(t, a, now)
 	write := learned || p.spent(now, append(t.in, p.routes[t.route]))
 	for stop := range p.parked {
 		(*stop)()
@@ -472,9 +458,9 @@ func (p *Pacer) release(t *ticket, resp *http.Response) {
 	}
 }
 
-// settle folds resp into the state; learned says it named a route's class
-// or a new window, which a restart must know.
-func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) (learned bool) {
+// settle folds a into the state; learned says it named a route's class or a
+// new window, which a restart must know.
+func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	for _, c := range t.in {
 		c.inFlight--
 	}
@@ -483,31 +469,29 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) (learned b
 	}
 	c := p.routes[t.route]
 	switch {
-	case resp == NotSent:
+	case a == NotSent:
 		return false
-	case resp == nil: // no answer: the request may have been counted; assume it was
+	case a == nil: // no answer: the request may have been counted; assume it was
 		if !t.probe && c.current(now) && c.remaining > 0 {
 			c.remaining--
 			c.own++
 		}
 		return false
 	}
-	if limit, _ := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Limit"))); limit > 0 && (c == nil || c.limit != limit) {
-		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(limit)).Int("limit", limit).Msg("pacer learned rate-limit class")
-		c, learned = p.classOf(limit), true
+	if a.Limit > 0 && (c == nil || c.limit != a.Limit) {
+		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
+		c, learned = p.classOf(a.Limit), true
 		p.routes[t.route] = c
 	} else if c == nil {
 		c = &class{} // no headers: held only by a Retry-After
 		p.routes[t.route] = c
 	}
-	limited := resp.StatusCode == http.StatusTooManyRequests
-	remaining, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("X-RateLimit-Remaining")))
-	if c.limit > 0 && err == nil {
-		learned = p.observe(c, resp.Header, max(remaining, 0), !limited, now) || learned
-		p.o.Observer.RateLimit(ClassName(c.limit), max(remaining, 0))
+	limited := a.Status == 429 // Too Many Requests
+	if c.limit > 0 && a.Remaining >= 0 {
+		learned = p.observe(c, a, !limited, now) || learned
 	}
 	if limited {
-		p.limited(t.route, c, ParseRetryAfter(resp.Header, now), now)
+		p.limited(t.route, c, a.RetryAfter, now)
 	}
 	return learned
 }
@@ -516,12 +500,12 @@ func (p *Pacer) settle(t *ticket, resp *http.Response, now time.Time) (learned b
 // the least Remaining wins, an older window's answer is ignored. counted:
 // the server charged the request (not a 429). It says whether the answer
 // named a new window.
-func (p *Pacer) observe(c *class, h http.Header, remaining int, counted bool, now time.Time) bool {
-	in, reset, raw := assumedWindow, ParseReset(h), int64(0)
-	if !reset.IsZero() {
-		raw, in = reset.Unix(), reset.Sub(now)
-		if date, err := http.ParseTime(h.Get("Date")); err == nil {
-			in += p.leastLag(now.Sub(date)) // Reset on our clock
+func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
+	in, raw, remaining := assumedWindow, int64(0), a.Remaining
+	if !a.Reset.IsZero() {
+		raw, in = a.Reset.Unix(), a.Reset.Sub(now)
+		if !a.Date.IsZero() {
+			in += p.leastLag(now.Sub(a.Date)) // Reset on our clock
 		}
 		if raw < c.reset {
 			return false

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,28 +193,6 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// recorder is an Observer that keeps what the pacer reports.
-type recorder struct {
-	mu        sync.Mutex
-	remaining map[string]int
-	waited    time.Duration
-}
-
-func (r *recorder) RateLimit(class string, remaining int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.remaining == nil {
-		r.remaining = map[string]int{}
-	}
-	r.remaining[class] = remaining
-}
-
-func (r *recorder) RateLimitWait(d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.waited += d
-}
-
 func newTestPacer(t *testing.T, clk *fakeClock, o Options) *Pacer {
 	t.Helper()
 	o.Now, o.Timer = clk.Now, clk.Timer
@@ -232,28 +208,25 @@ func newTestPacer(t *testing.T, clk *fakeClock, o Options) *Pacer {
 	return p
 }
 
-// windowResp builds a response with rate-limit headers; a zero reset or date
-// leaves the header out.
-func windowResp(status, limit, remaining int, reset, date time.Time, retryAfter string) *http.Response {
-	h := http.Header{}
+// windowResp builds an answer with rate-limit headers, as the API client
+// reads them (whole seconds); a zero reset or date leaves the header out,
+// and without a limit there is no Remaining either.
+func windowResp(status, limit, remaining int, reset, date time.Time, retryAfter time.Duration) *Answer {
+	a := &Answer{Status: status, Remaining: -1, RetryAfter: retryAfter}
 	if limit > 0 {
-		h.Set("X-RateLimit-Limit", strconv.Itoa(limit))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
+		a.Limit, a.Remaining = limit, max(remaining, 0)
 	}
 	if !reset.IsZero() {
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
+		a.Reset = time.Unix(reset.Unix(), 0).UTC()
 	}
 	if !date.IsZero() {
-		h.Set("Date", date.UTC().Format(http.TimeFormat))
+		a.Date = date.UTC().Truncate(time.Second)
 	}
-	if retryAfter != "" {
-		h.Set("Retry-After", retryAfter)
-	}
-	return &http.Response{StatusCode: status, Header: h}
+	return a
 }
 
 type waitResult struct {
-	release func(*http.Response)
+	release func(*Answer)
 	err     error
 }
 
@@ -287,7 +260,7 @@ func mustNotReturn(t *testing.T, ch <-chan waitResult) {
 	}
 }
 
-func mustWait(t *testing.T, p *Pacer, route string) func(*http.Response) {
+func mustWait(t *testing.T, p *Pacer, route string) func(*Answer) {
 	t.Helper()
 	rel, err := p.Wait(context.Background(), route, isRead(route))
 	if err != nil {
@@ -330,12 +303,12 @@ func TestPacerProbeHoldsOthersUntilHeaders(t *testing.T) {
 	mustNotReturn(t, second)
 
 	now := clk.Now()
-	probe(windowResp(201, 10, 9, now.Add(60*time.Second), now, ""))
+	probe(windowResp(201, 10, 9, now.Add(60*time.Second), now, 0))
 	r := receive(t, second)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	r.release(windowResp(200, 10, 8, now.Add(60*time.Second), now, ""))
+	r.release(windowResp(200, 10, 8, now.Add(60*time.Second), now, 0))
 	if got := ClassName(p.routes[routePublish].limit); got != "strict" {
 		t.Errorf("class = %q, want strict", got)
 	}
@@ -371,10 +344,10 @@ func TestPacerUsesTheBudget(t *testing.T) {
 	reset := t0.Add(60 * time.Second)
 
 	const limit = 240
-	mustWait(t, p, routeCheckpoints)(windowResp(200, limit, limit-1, reset, t0, ""))
+	mustWait(t, p, routeCheckpoints)(windowResp(200, limit, limit-1, reset, t0, 0))
 	// 239 left: down to the last quarter (60), they leave without waiting,
 	// even before any answers.
-	var rels []func(*http.Response)
+	var rels []func(*Answer)
 	for range limit - 1 - limit/4 {
 		rels = append(rels, mustWait(t, p, routeCheckpoints))
 	}
@@ -386,11 +359,11 @@ func TestPacerUsesTheBudget(t *testing.T) {
 	clk.awaitParked(t, 1)
 	for i, rel := range rels {
 		mustNotReturn(t, next)
-		rel(windowResp(200, limit, limit-2-i, reset, t0, ""))
+		rel(windowResp(200, limit, limit-2-i, reset, t0, 0))
 	}
 	rel := receive(t, next).release
 	for left := limit / 4; left > 0; left-- {
-		rel(windowResp(200, limit, left-1, reset, t0, ""))
+		rel(windowResp(200, limit, left-1, reset, t0, 0))
 		if left > 1 {
 			rel = mustWait(t, p, routeCheckpoints)
 		}
@@ -404,19 +377,14 @@ func TestPacerUsesTheBudget(t *testing.T) {
 func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	rec := &recorder{}
-	p := newTestPacer(t, clk, Options{Jitter: time.Second, Observer: rec}) // Rand 0.5 → 500 ms jitter
+	p := newTestPacer(t, clk, Options{Jitter: time.Second}) // Rand 0.5 → 500 ms jitter
 	t0 := clk.Now()
 	// We spend the window ourselves (a window someone else spent would
 	// make the pacer share the next one).
-	mustWait(t, p, routeSigned)(windowResp(200, 5, 4, t0.Add(30*time.Second), t0, ""))
+	mustWait(t, p, routeSigned)(windowResp(200, 5, 4, t0.Add(30*time.Second), t0, 0))
 	for left := range []int{3, 2, 1, 0} {
-		mustWait(t, p, routeSigned)(windowResp(200, 5, 3-left, t0.Add(30*time.Second), t0, ""))
+		mustWait(t, p, routeSigned)(windowResp(200, 5, 3-left, t0.Add(30*time.Second), t0, 0))
 	}
-	if got := rec.remaining["strict"]; got != 0 {
-		t.Errorf("observer remaining = %d, want 0", got)
-	}
-
 	held := waitAsync(context.Background(), p, routeSigned)
 	clk.awaitParked(t, 1)
 	if got, want := clk.lastAsked(), 30*time.Second+500*time.Millisecond; got != want {
@@ -434,39 +402,32 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, third)
 	now := clk.Now()
-	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, ""))
+	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, 0))
 	// The probe's headers make the window known, with budget left.
 	receive(t, third).release(nil)
-
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if rec.waited < 30*time.Second {
-		t.Errorf("RateLimitWait total = %v, want >= 30s", rec.waited)
-	}
 }
 
 func TestPacer429HoldsWholeClass(t *testing.T) {
 	t.Parallel()
-	httpDate := func(d time.Duration) string { return epoch.Add(d).UTC().Format(http.TimeFormat) }
 	cases := []struct {
 		name       string
 		resetIn    time.Duration // 0: no Reset header
-		retryAfter string
+		retryAfter time.Duration
 		want       time.Duration
 	}{
-		{"retry-after later than reset", 10 * time.Second, "45", 45*time.Second + 500*time.Millisecond},
+		{"retry-after later than reset", 10 * time.Second, 45 * time.Second, 45*time.Second + 500*time.Millisecond},
 		// Back at Reset with the jitter every window change has, like the
 		// token's other clients.
-		{"reset later than retry-after", 20 * time.Second, "5", 20*time.Second + 500*time.Millisecond},
+		{"reset later than retry-after", 20 * time.Second, 5 * time.Second, 20*time.Second + 500*time.Millisecond},
 		// Retry-After is whole seconds: a server rounding its Reset up
 		// (here 10 s to 11) does not make us come back a second late.
-		{"retry-after is the reset rounded up", 10 * time.Second, "11", 10*time.Second + 500*time.Millisecond},
-		{"retry-after as HTTP date", 0, httpDate(40 * time.Second), 40*time.Second + 500*time.Millisecond},
+		{"retry-after is the reset rounded up", 10 * time.Second, 11 * time.Second, 10*time.Second + 500*time.Millisecond},
+		{"retry-after without a window", 0, 40 * time.Second, 40*time.Second + 500*time.Millisecond},
 		// Nothing known: no hold, and no backoff of the pacer's own (the
 		// caller's retry rule times the retry); the window is unknown, so
 		// the next request goes at once as its probe.
-		{"neither: no hold", 0, "", 0},
-		{"huge retry-after is capped", 0, "86400", DefaultMaxWait + 500*time.Millisecond},
+		{"neither: no hold", 0, 0, 0},
+		{"huge retry-after is capped", 0, 24 * time.Hour, DefaultMaxWait + 500*time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -481,17 +442,17 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 			}
 			// resp builds the case's answers; without a Reset the server
 			// names only its limit, so no window is known.
-			resp := func(status, remaining int, retryAfter string) *http.Response {
+			resp := func(status, remaining int, retryAfter time.Duration) *Answer {
 				r := windowResp(status, 10, remaining, reset, t0, retryAfter)
 				if reset.IsZero() {
-					r.Header.Del("X-RateLimit-Remaining")
+					r.Remaining = -1
 				}
 				return r
 			}
 			// Both routes learn the same class first.
-			mustWait(t, p, routeSigned)(resp(200, 9, ""))
-			mustWait(t, p, routePublish)(resp(200, 8, ""))
-			mustWait(t, p, routeSigned)(resp(http.StatusTooManyRequests, 0, tc.retryAfter))
+			mustWait(t, p, routeSigned)(resp(200, 9, 0))
+			mustWait(t, p, routePublish)(resp(200, 8, 0))
+			mustWait(t, p, routeSigned)(resp(429, 0, tc.retryAfter))
 
 			if tc.want == 0 {
 				mustWait(t, p, routePublish)(nil)
@@ -526,8 +487,8 @@ func TestPacer429HasNoBackoffOfItsOwn(t *testing.T) {
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{Jitter: -1})
 	for range 3 {
-		resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, clk.Now(), "30")
-		resp.Header.Del("X-RateLimit-Remaining")
+		resp := windowResp(429, 10, 0, time.Time{}, clk.Now(), 30*time.Second)
+		resp.Remaining = -1
 		mustWait(t, p, routePublish)(resp)
 		mustHoldFor(t, clk, p, routePublish, 30*time.Second, "hold after a 429 with Retry-After 30")
 	}
@@ -539,7 +500,7 @@ func TestPacerCapsFarReset(t *testing.T) {
 	var logs syncBuffer
 	p := newTestPacer(t, clk, Options{Jitter: time.Second, Logger: zerolog.New(&logs)})
 	t0 := clk.Now()
-	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, 0))
 	// The capped hold still has a known end, which the caller is told (a
 	// worker parks its job until then instead of waiting in the pacer).
 	reports := make(chan Hold, 2)
@@ -565,7 +526,7 @@ func TestPacerClockSkew(t *testing.T) {
 		clk := newFakeClock()
 		p := newTestPacer(t, clk, Options{Jitter: -1})
 		server := clk.Now().Add(-time.Hour)
-		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(30*time.Second), server, ""))
+		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(30*time.Second), server, 0))
 		held := waitAsync(context.Background(), p, routePublish)
 		clk.awaitParked(t, 1)
 		if got := clk.lastAsked(); got != 30*time.Second {
@@ -579,7 +540,7 @@ func TestPacerClockSkew(t *testing.T) {
 		clk := newFakeClock()
 		p := newTestPacer(t, clk, Options{Jitter: -1})
 		server := clk.Now().Add(10 * time.Second)
-		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(-5*time.Second), server, ""))
+		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(-5*time.Second), server, 0))
 		// Renewed window: the next request goes at once, as its probe.
 		mustWait(t, p, routePublish)(nil)
 	})
@@ -587,7 +548,7 @@ func TestPacerClockSkew(t *testing.T) {
 		t.Parallel()
 		clk := newFakeClock()
 		p := newTestPacer(t, clk, Options{Jitter: -1})
-		mustWait(t, p, routePublish)(windowResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, ""))
+		mustWait(t, p, routePublish)(windowResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, 0))
 		held := waitAsync(context.Background(), p, routePublish)
 		clk.awaitParked(t, 1)
 		if got := clk.lastAsked(); got != 20*time.Second {
@@ -603,7 +564,7 @@ func TestPacerContextCancel(t *testing.T) {
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
-	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, 0))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	held := waitAsync(ctx, p, routePublish)
@@ -625,9 +586,9 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
-	mustWait(t, p, routeSigned)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
-	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(time.Minute), t0, ""))
-	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routeSigned)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, 0))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(time.Minute), t0, 0))
+	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))
 	if p.routes[routeSigned] != p.routes[routePublish] {
 		t.Error("routes with the same limit should share a class")
 	}
@@ -638,7 +599,7 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 		t.Errorf("shared remaining = %d, want 8", b.remaining)
 	}
 	// An older response from the same window cannot raise Remaining.
-	mustWait(t, p, routeSigned)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routeSigned)(windowResp(200, 10, 9, t0.Add(time.Minute), t0, 0))
 	if b := p.routes[routePublish]; b.remaining != 8 {
 		t.Errorf("remaining after a stale response = %d, want 8", b.remaining)
 	}
@@ -648,8 +609,8 @@ func TestPacerRouteWithoutHeadersIsNotHeld(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{})
-	mustWait(t, p, routeGet)(&http.Response{StatusCode: 200, Header: http.Header{}})
-	var rels []func(*http.Response)
+	mustWait(t, p, routeGet)(&Answer{Status: 200, Remaining: -1})
+	var rels []func(*Answer)
 	for range 5 {
 		rels = append(rels, mustWait(t, p, routeGet)) // would block if paced
 	}
@@ -699,7 +660,7 @@ func (s *span) mark(now time.Time) {
 
 // charge counts one request at now if the window has room, and returns the
 // server's answer: 200 with the count left, or 429 with Retry-After.
-func (w *fixedWindow) charge(now time.Time) (resp *http.Response, counted bool) {
+func (w *fixedWindow) charge(now time.Time) (resp *Answer, counted bool) {
 	if w.start.IsZero() {
 		w.start = now.Truncate(time.Second)
 	}
@@ -708,13 +669,13 @@ func (w *fixedWindow) charge(now time.Time) (resp *http.Response, counted bool) 
 	}
 	reset, date := w.start.Add(w.window), now.Truncate(time.Second)
 	if w.count >= w.limit {
-		return windowResp(http.StatusTooManyRequests, w.limit, 0, reset, date, strconv.Itoa(int(reset.Sub(now).Seconds())+1)), false
+		return windowResp(429, w.limit, 0, reset, date, time.Duration(int(reset.Sub(now).Seconds())+1)*time.Second), false
 	}
 	w.count++
-	return windowResp(200, w.limit, w.limit-w.count, reset, date, ""), true
+	return windowResp(200, w.limit, w.limit-w.count, reset, date, 0), true
 }
 
-func (s *simServer) handle() *http.Response {
+func (s *simServer) handle() *Answer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
@@ -984,16 +945,16 @@ func TestPacerNeighbourSeenFromTheFirstAnswer(t *testing.T) {
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
 	// Alone: 3 of ours out, answers in any order, no one else.
-	mustWait(t, p, routePublish)(windowResp(200, 100, 99, reset, t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 100, 99, reset, t0, 0))
 	a, b := mustWait(t, p, routePublish), mustWait(t, p, routePublish)
-	b(windowResp(200, 100, 97, reset, t0, ""))
-	a(windowResp(200, 100, 98, reset, t0, ""))
+	b(windowResp(200, 100, 97, reset, t0, 0))
+	a(windowResp(200, 100, 98, reset, t0, 0))
 	bk := p.routes[routePublish]
 	if bk.own != 3 || bk.others != 0 {
 		t.Fatalf("alone: own %d others %d, want 3 and 0", bk.own, bk.others)
 	}
 	// Two more went to someone else before our next answer.
-	mustWait(t, p, routePublish)(windowResp(200, 100, 94, reset, t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 100, 94, reset, t0, 0))
 	if bk.own != 4 || bk.others != 2 {
 		t.Fatalf("shared: own %d others %d, want 4 and 2", bk.own, bk.others)
 	}
@@ -1018,7 +979,7 @@ func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
-	mustWait(t, p, routeSigned)(windowResp(200, 10, 1, reset, t0, "")) // one left in this window
+	mustWait(t, p, routeSigned)(windowResp(200, 10, 1, reset, t0, 0)) // one left in this window
 
 	probe := mustWait(t, p, routePublish) // new route: a class probe
 	held := waitAsync(context.Background(), p, routeSigned)
@@ -1026,7 +987,7 @@ func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	mustNotReturn(t, held) // the last slot is the probe's
 
 	// The probe turns out to be of the same class and spent that slot.
-	probe(windowResp(200, 10, 0, reset, t0, ""))
+	probe(windowResp(200, 10, 0, reset, t0, 0))
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, held)
 	clk.Advance(61 * time.Second)
@@ -1044,13 +1005,13 @@ func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
-	mustWait(t, p, routePublish)(windowResp(200, 10, 0, reset, t0, "")) // strict, spent
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, reset, t0, 0)) // strict, spent
 
 	poll := receive(t, waitAsync(context.Background(), p, routeGet))
 	if b := p.routes[routePublish]; b.inFlight != 0 {
 		t.Errorf("the read probe was counted in the strict window (in flight %d)", b.inFlight)
 	}
-	poll.release(windowResp(200, 240, 239, reset, t0, ""))
+	poll.release(windowResp(200, 240, 239, reset, t0, 0))
 	if got := ClassName(p.routes[routeGet].limit); got != "normal" {
 		t.Fatalf("get_splat class = %q, want normal", got)
 	}
@@ -1062,7 +1023,7 @@ func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 	clk2 := newFakeClock()
 	q := newTestPacer(t, clk2, Options{})
 	t1 := clk2.Now()
-	mustWait(t, q, routeCheckpoints)(windowResp(200, 10, 0, t1.Add(60*time.Second), t1, ""))
+	mustWait(t, q, routeCheckpoints)(windowResp(200, 10, 0, t1.Add(60*time.Second), t1, 0))
 	mustHoldFor(t, clk2, q, routeGet, 60*time.Second+500*time.Millisecond/5,
 		"a read route's first request while a class holding a read route is spent (until Reset)")
 }
@@ -1075,7 +1036,7 @@ func TestPacerNotSentCostsNothing(t *testing.T) {
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
-	mustWait(t, p, routePublish)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))
 	for range 2 {
 		mustWait(t, p, routePublish)(NotSent)
 	}
@@ -1094,9 +1055,9 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
 	clk.Advance(100 * time.Millisecond) // an answer early in second t0
-	mustWait(t, p, routePublish)(windowResp(200, 100, 99, t0.Add(10*time.Second), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 100, 99, t0.Add(10*time.Second), t0, 0))
 	clk.Advance(10*time.Second + 800*time.Millisecond) // the next window, late in second t0+10
-	mustWait(t, p, routePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), ""))
+	mustWait(t, p, routePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), 0))
 	// Reset t0+20 is 9.1 s away from now (t0+10.9), plus the first
 	// answer's 0.1 s lag: 9.2 s, not the 10 s that now - Date would say.
 	mustHoldFor(t, clk, p, routePublish, 9200*time.Millisecond, "wait for Reset")
@@ -1139,16 +1100,16 @@ func TestPacerShareMemory(t *testing.T) {
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
-	mustWait(t, p, routePublish)(windowResp(200, 10, 9, t0.Add(60*time.Second), t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 9, t0.Add(60*time.Second), t0, 0))
 	k := p.routes[routePublish]
 	k.late = 20 * time.Second
 	clk.Advance(30 * time.Second)
-	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(60*time.Second), t0.Add(30*time.Second), ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 8, t0.Add(60*time.Second), t0.Add(30*time.Second), 0))
 	if k.quiet == 0 {
 		t.Errorf("an answer 30 s before Reset marked the window seen (they showed 20 s before it)")
 	}
 	clk.Advance(15 * time.Second)
-	mustWait(t, p, routePublish)(windowResp(200, 10, 7, t0.Add(60*time.Second), t0.Add(45*time.Second), ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 7, t0.Add(60*time.Second), t0.Add(45*time.Second), 0))
 	if k.quiet != 0 {
 		t.Errorf("an answer 15 s before Reset did not mark the window seen (they showed 20 s before it)")
 	}
@@ -1194,7 +1155,7 @@ func TestPacerClassesCountHeldRequests(t *testing.T) {
 	p := newTestPacer(t, clk, Options{})
 	t0 := clk.Now()
 	reset := t0.Add(60 * time.Second)
-	mustWait(t, p, routePublish)(windowResp(200, 10, 9, reset, t0, ""))
+	mustWait(t, p, routePublish)(windowResp(200, 10, 9, reset, t0, 0))
 	out := mustWait(t, p, routePublish) // in flight: the next wait for its count
 	ctx, cancel := context.WithCancel(context.Background())
 	a := waitAsync(ctx, p, routePublish)
@@ -1210,7 +1171,7 @@ func TestPacerClassesCountHeldRequests(t *testing.T) {
 			r.release(NotSent)
 		}
 	}
-	out(windowResp(200, 10, 8, reset, t0, ""))
+	out(windowResp(200, 10, 8, reset, t0, 0))
 	if cs := p.Classes(); cs[0].Waiting != 0 || cs[0].InFlight != 0 {
 		t.Errorf("after the callers gave up: %+v, want none waiting or in flight", cs[0])
 	}
@@ -1224,7 +1185,7 @@ func TestPacerReportsItsHolds(t *testing.T) {
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
-	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(30*time.Second), t0, "")) // spent
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(30*time.Second), t0, 0)) // spent
 
 	reports := make(chan Hold, 10)
 	next := func() Hold {
@@ -1264,7 +1225,7 @@ func TestPacerReportsItsHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel(&http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"5"}}})
+	rel(&Answer{Status: 429, Remaining: -1, RetryAfter: 5 * time.Second})
 	held = waitAsync(ctx, p, routeSigned)
 	if h := next(); h.Class != "unknown" || !h.Until.Equal(clk.Now().Add(5*time.Second)) {
 		t.Errorf("a held route without headers reported %+v, want class unknown until the Retry-After", h)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -107,8 +106,8 @@ func TestPacerStateKeepsA429Hold(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	a := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
-	resp := windowResp(http.StatusTooManyRequests, 10, 0, time.Time{}, t0, "30")
-	resp.Header.Del("X-RateLimit-Remaining") // no window, only the hold
+	resp := windowResp(429, 10, 0, time.Time{}, t0, 30*time.Second)
+	resp.Remaining = -1 // no window, only the hold
 	mustWait(t, a, routePublish)(resp)
 
 	b := newTestPacer(t, clk, Options{StateFile: path})
@@ -130,7 +129,7 @@ func TestPacerStateIgnoresWhatIsOver(t *testing.T) {
 	path := filepath.Join(dir, "pacer.json")
 	a := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
-	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, ""))
+	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, 0))
 	clk.Advance(time.Minute + time.Second)
 
 	b := newTestPacer(t, clk, Options{StateFile: path})
@@ -180,7 +179,7 @@ func BenchmarkPacerRelease(b *testing.B) {
 					left, reset = limit, now.Truncate(time.Minute).Add(time.Minute)
 				}
 				left--
-				rel(windowResp(200, limit, left, reset, now, ""))
+				rel(windowResp(200, limit, left, reset, now, 0))
 			}
 		})
 	}
@@ -244,15 +243,15 @@ func BenchmarkPacerStateWrite(b *testing.B) {
 	clk := newFakeClock()
 	p := New(Options{Now: clk.Now, Timer: clk.Timer, StateFile: filepath.Join(b.TempDir(), "pacer.json")})
 	t0 := clk.Now()
-	mustWaitB := func(route string, resp *http.Response) {
+	mustWaitB := func(route string, resp *Answer) {
 		rel, err := p.Wait(context.Background(), route, isRead(route))
 		if err != nil {
 			b.Fatal(err)
 		}
 		rel(resp)
 	}
-	mustWaitB(routePublish, windowResp(200, 10, 9, t0.Add(time.Minute), t0, ""))
-	mustWaitB(routeGet, windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWaitB(routePublish, windowResp(200, 10, 9, t0.Add(time.Minute), t0, 0))
+	mustWaitB(routeGet, windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))
 	_ = p.Flush()
 	for b.Loop() {
 		if err := p.save(); err != nil {
@@ -304,8 +303,8 @@ func TestPacerStatePollKnownAfterRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	a := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
-	mustWait(t, a, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
-	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, "")) // spent: written at once
+	mustWait(t, a, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))
+	mustWait(t, a, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, 0)) // spent: written at once
 
 	b := newTestPacer(t, clk, Options{StateFile: path})
 	poll := mustWait(t, b, routeGet)
@@ -313,7 +312,7 @@ func TestPacerStatePollKnownAfterRestart(t *testing.T) {
 		t.Fatalf("the restarted daemon's first poll: %d waits, %d probes, %d in flight in the strict class; want 0, 0, 0",
 			n, len(b.probes), strict.inFlight)
 	}
-	poll(windowResp(200, 240, 230, t0.Add(time.Minute), t0, ""))
+	poll(windowResp(200, 240, 230, t0.Add(time.Minute), t0, 0))
 	held := waitAsync(context.Background(), b, routePublish)
 	clk.awaitParked(t, 1)
 	mustNotReturn(t, held)
@@ -334,21 +333,21 @@ func TestPacerStateWritesWhatARestartNeeds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	p := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
-	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))
 	if f := readState(t, path); f.Routes[routeGet] != 240 || len(f.Classes) != 1 || f.Classes[0].Reset != t0.Add(time.Minute).Unix() {
 		t.Fatalf("after a route's first answer: %+v, want its class and window", f)
 	}
-	mustWait(t, p, routeGet)(windowResp(200, 240, 238, t0.Add(time.Minute), t0, ""))
+	mustWait(t, p, routeGet)(windowResp(200, 240, 238, t0.Add(time.Minute), t0, 0))
 	if f := readState(t, path); f.Classes[0].Remaining != 239 {
 		t.Errorf("a count within the window was written: remaining %d, want 239", f.Classes[0].Remaining)
 	}
 	clk.Advance(time.Minute)
 	t1 := clk.Now()
-	mustWait(t, p, routeCheckpoints)(windowResp(200, 240, 237, t1.Add(time.Minute), t1, ""))
+	mustWait(t, p, routeCheckpoints)(windowResp(200, 240, 237, t1.Add(time.Minute), t1, 0))
 	if f := readState(t, path); f.Routes[routeCheckpoints] != 240 || f.Classes[0].Reset != t1.Add(time.Minute).Unix() {
 		t.Errorf("after a new route's answer in a new window: %+v, want both", f)
 	}
-	mustWait(t, p, routeGet)(windowResp(200, 240, 236, t1.Add(time.Minute), t1, ""))
+	mustWait(t, p, routeGet)(windowResp(200, 240, 236, t1.Add(time.Minute), t1, 0))
 	if err := p.Flush(); err != nil {
 		t.Fatal(err)
 	}
