@@ -36,7 +36,7 @@ const fileVersion = 2
 
 type stateFile struct {
 	Version int            `json:"version"`
-	Written time.Time      `json:"written"`
+	Written time.Time      `json:"written"` // for a reader; not loaded
 	Classes []savedClass   `json:"classes"`
 	Routes  map[string]int `json:"routes"` // route → X-RateLimit-Limit of its class
 	Reads   []string       `json:"reads,omitempty"`
@@ -106,10 +106,7 @@ func (p *Pacer) Flush() error {
 	if p.o.StateFile == "" {
 		return nil
 	}
-	if err := p.save(); err != nil {
-		return fmt.Errorf("pace: saving the rate-limit state: %w", err)
-	}
-	return nil
+	return p.save()
 }
 
 // load starts the pacer from the state file, if there is one.
@@ -136,16 +133,16 @@ func (p *Pacer) load() {
 		}
 		c := p.classOf(s.Limit)
 		c.expect, c.late = s.Expect, s.Late
-		switch {
-		case !now.Before(s.ResetAt): // over; who else spent it still counts
+		if !now.Before(s.ResetAt) { // over; who else spent it still counts
 			c.expect = max(c.expect, s.Others)
-		case s.Remaining == 0: // spent: waited out
-			c.reset, c.others, c.resetAt = s.Reset, s.Others, s.ResetAt
+			continue
+		}
+		c.reset, c.others = s.Reset, s.Others // with budget: known by its Reset only, until an answer confirms it
+		if s.Remaining == 0 {                 // spent: waited out
+			c.resetAt = s.ResetAt
 			if limit := now.Add(p.o.MaxWait + p.o.Jitter); limit.Before(c.resetAt) {
 				c.resetAt = limit
 			}
-		default: // with budget: known by its Reset only, until an answer confirms it
-			c.reset, c.others = s.Reset, s.Others
 		}
 	}
 	for name, limit := range f.Routes {
