@@ -244,7 +244,7 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 // file itself for a delete); its error stops the action.
 func (a *Runner) act(j state.Job, place func(root, file string) error) (file, root string, actErr error) {
 	file, root = j.Path, j.Root
-	held := trustfs.ID{Dev: j.Dev, Ino: j.Ino}
+	held := heldFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime}
 	placeIn := func(root string) func(string) error {
 		return func(target string) error { return place(root, target) }
 	}
@@ -266,7 +266,7 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 		if err := place(j.Root, j.Path); err != nil {
 			return file, root, nil // Finish reports the receipt's error
 		}
-		err := removeSource(j.Root, j.Path, held)
+		err := removeSource(j.Root, j.Path, held.ID)
 		switch {
 		case err == nil || errors.Is(err, fs.ErrNotExist):
 			_ = trustfs.RemoveIf(j.Root, sidecar.Path(j.Path), trustfs.ID{})
@@ -292,7 +292,7 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 // move moves a job's file under dest (moveUnder), or its whole folder for
 // an unbundled SOG folder (moveFolderUnder); place is called before the
 // file leaves (moveUnder).
-func move(file, root, dest string, held trustfs.ID, place func(string) error) (string, error) {
+func move(file, root, dest string, held heldFile, place func(string) error) (string, error) {
 	if splatfile.IsSOGFolder(file) {
 		return moveFolderUnder(file, root, dest, place)
 	}

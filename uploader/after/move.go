@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -27,11 +28,11 @@ var errFileGone = errors.New("file is gone")
 // that a fleet peer finds it as soon as the file is gone (an error from
 // place stops the move). The sidecar travels with its file when it is a
 // regular file (a link or a pipe stays where it is). A file already gone
-// (moved by an earlier run of Finish) is looked for at its destination; a
-// second name of the file left at the destination by a crash in the middle
-// of a move (linked, its source not yet removed) is removed and the move
-// runs again.
-func moveUnder(file, root, dest string, held trustfs.ID, place func(target string) error) (string, error) {
+// (moved by an earlier run of Finish) is looked for at its destination; what
+// a crash in the middle of a move left at the destination before the source
+// was removed (a second name of the file, or across filesystems its copy,
+// known by its mark) is removed and the move runs again.
+func moveUnder(file, root, dest string, held heldFile, place func(target string) error) (string, error) {
 	target := moveTarget(file, root, dest)
 	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return file, err
@@ -47,13 +48,14 @@ func moveUnder(file, root, dest string, held trustfs.ID, place func(target strin
 		return file, err
 	}
 	defer f.Close()
-	if held != (trustfs.ID{}) && trustfs.IDOf(fi) != held {
+	if held.ID != (trustfs.ID{}) && trustfs.IDOf(fi) != held.ID {
 		return file, &trustfs.ReplacedError{Path: file}
 	}
-	if linked := sameFileAt(target, fi); linked != "" {
-		if err := os.Remove(linked); err != nil {
+	if left := leftAt(target, fi); left != "" {
+		if err := os.Remove(left); err != nil {
 			return file, err
 		}
+		_ = os.Remove(copyMark(left, trustfs.IDOf(fi)))
 	}
 	target = freeName(target)
 	if err := place(target); err != nil {
@@ -69,41 +71,62 @@ func moveUnder(file, root, dest string, held trustfs.ID, place func(target strin
 	return target, nil
 }
 
-// movedTo is where a move before a crash put the file whose name is gone:
-// the one of target, target.1, … (the names freeName tries, as long as they
-// exist) that is the held file, else target when it exists (a copy across
-// filesystems is another file), else "".
-func movedTo(target string, held trustfs.ID) string {
-	if held != (trustfs.ID{}) {
-		for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
-			fi, err := os.Lstat(p)
-			if err != nil {
-				break
-			}
-			if trustfs.IDOf(fi) == held {
-				return p
-			}
-		}
-	}
-	if exists(target) {
-		return target
-	}
-	return ""
+// heldFile is the file a job read, by which a move knows it again: its ID,
+// and for a copy, which keeps neither, its size and modification time.
+type heldFile struct {
+	trustfs.ID
+	Size    int64
+	ModTime time.Time
 }
 
-// sameFileAt is the one of target, target.1, … (as long as they exist)
-// that is the file fi itself, linked there by a move that a crash stopped
-// before it removed the source ("" when none is).
-func sameFileAt(target string, fi fs.FileInfo) string {
+// movedTo is where a move before a crash put the file whose name is gone:
+// the one of target, target.1, … (the names freeName tries, as long as they
+// exist) that is the held file, or its copy across filesystems (with its
+// mark still there, or of its size and modification time), else "". A job
+// that knows no ID (recorded before IDs were) takes target when it exists.
+func movedTo(target string, held heldFile) string {
+	if held.ID == (trustfs.ID{}) {
+		if exists(target) {
+			return target
+		}
+		return ""
+	}
+	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			return ""
+		case trustfs.IDOf(fi) == held.ID:
+			return p
+		case os.Remove(copyMark(p, held.ID)) == nil: // copied, the source removed, the mark not yet
+			return p
+		case fi.Mode().IsRegular() && fi.Size() == held.Size && fi.ModTime().Equal(held.ModTime):
+			return p
+		}
+	}
+}
+
+// leftAt is the one of target, target.1, … (as long as they exist) that a
+// move stopped by a crash left there before it removed the source fi: fi
+// itself, linked there, or its copy, which its mark names ("" when none
+// is).
+func leftAt(target string, fi fs.FileInfo) string {
 	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
 		lfi, err := os.Lstat(p)
 		if err != nil {
 			return ""
 		}
-		if os.SameFile(fi, lfi) {
+		if mfi, err := os.Lstat(copyMark(p, trustfs.IDOf(fi))); os.SameFile(fi, lfi) || err == nil && os.SameFile(mfi, lfi) {
 			return p
 		}
 	}
+}
+
+// copyMark is the hidden second name a copy at dst of the file src (its
+// ID) keeps until src is removed: a copy whose mark is there is the one a
+// crash left between the two, not a file of the same name.
+func copyMark(dst string, src trustfs.ID) string {
+	return filepath.Join(filepath.Dir(dst), fmt.Sprintf(".%s.splatd-copy-%d-%d", filepath.Base(dst), src.Dev, src.Ino))
 }
 
 // moveTarget is where moveUnder first tries to put file: its path under
@@ -148,9 +171,10 @@ func numbered(p string, i int) string {
 // two copies or replacing an existing dst. On one filesystem it links the
 // open file itself to dst (a link refuses an existing name) and removes
 // src's name, if it still names that file; across filesystems (EXDEV), or
-// where links are not allowed, it copies the open file to a temp name in
-// dst's folder with its mode, fsyncs, links that to dst and removes the
-// temp name, then removes src. When src cannot be removed (a folder the
+// where links are not allowed, it copies the open file to its mark beside
+// dst with its mode, fsyncs, links the mark to dst, removes src, then the
+// mark (a crash between the link and the removal leaves the mark, by which
+// the next run knows the copy). When src cannot be removed (a folder the
 // daemon may not write, an immutable file), dst is removed again: a
 // half-done move would otherwise copy the file once more at every retry and
 // restart (ro1.ply, ro1.1.ply, …).
@@ -160,16 +184,24 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 		!errors.Is(err, syscall.ENOTSUP) && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	mark := ""
 	if err != nil {
-		if err := copyOpen(f, fi, dst); err != nil {
+		mark = copyMark(dst, trustfs.IDOf(fi))
+		if err := copyOpen(f, fi, mark, dst); err != nil {
 			return err
 		}
 	}
 	if err := removeSource(root, src, trustfs.IDOf(fi)); err != nil {
+		if mark != "" {
+			_ = os.Remove(mark)
+		}
 		if rerr := os.Remove(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			return fmt.Errorf("cannot remove the source (%w) nor the copy %s (%v): remove one by hand", err, dst, rerr)
 		}
 		return fmt.Errorf("cannot remove the source, so the copy at %s was removed again: %w", dst, err)
+	}
+	if mark != "" {
+		_ = os.Remove(mark)
 	}
 	return nil
 }
@@ -183,28 +215,34 @@ var linkTo = linkOpen
 // or to look at the folders as the file leaves.
 var removeSource = trustfs.RemoveIf
 
-// copyOpen copies the open regular file f to a temp name beside dst with
-// f's mode, fsynced, and links it to dst; dst never exists half-written.
-func copyOpen(f *os.File, fi fs.FileInfo, dst string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+// copyOpen copies the open regular file f to mark with f's mode and
+// modification time, fsynced, and links it to dst; dst never exists half-written. A mark left by a
+// copy a crash stopped is written over.
+func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
+	tmp, err := os.OpenFile(mark, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // after the link, or on failure
 	if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, fi.Size())); err != nil {
 		tmp.Close()
-		return err
+		return errors.Join(err, os.Remove(mark))
 	}
 	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
 		tmp.Close()
-		return err
+		return errors.Join(err, os.Remove(mark))
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return err
+		return errors.Join(err, os.Remove(mark))
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return errors.Join(err, os.Remove(mark))
 	}
-	return os.Link(tmp.Name(), dst)
+	if err := os.Chtimes(mark, time.Time{}, fi.ModTime()); err != nil { // as a link keeps it
+		return errors.Join(err, os.Remove(mark))
+	}
+	if err := os.Link(mark, dst); err != nil {
+		return errors.Join(err, os.Remove(mark))
+	}
+	return nil
 }

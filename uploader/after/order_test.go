@@ -4,7 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/splatfile"
@@ -124,7 +127,8 @@ func TestReceiptIsThereWhenTheFileLeaves(t *testing.T) {
 // the move did not take left as it was.
 func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 	type crash struct{}
-	for _, at := range []string{"before the link", "before the source is removed", "after the source was removed"} {
+	for _, at := range []string{"before the link", "before the source is removed", "after the source was removed",
+		"across filesystems, before the source is removed", "across filesystems, after the source was removed"} {
 		t.Run(at, func(t *testing.T) {
 			root, dest := t.TempDir(), t.TempDir()
 			j := afterTestJob(t, root, "rig/scan.ply", state.Done)
@@ -152,6 +156,12 @@ func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 				linkTo = func(*os.File, string) error { panic(crash{}) }
 			case "before the source is removed":
 				removeSource = func(string, string, trustfs.ID) error { panic(crash{}) }
+			case "across filesystems, before the source is removed": // a copy is left, not a second name
+				linkTo = func(*os.File, string) error { return syscall.EXDEV }
+				removeSource = func(string, string, trustfs.ID) error { panic(crash{}) }
+			case "across filesystems, after the source was removed": // the copy's mark is left
+				linkTo = func(*os.File, string) error { return syscall.EXDEV }
+				fallthrough
 			default:
 				removeSource = func(r, p string, id trustfs.ID) error {
 					if err := trustfs.RemoveIf(r, p, id); err != nil {
@@ -177,6 +187,9 @@ func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 			}
 
 			linkTo, removeSource = linkOpen, trustfs.RemoveIf // the restart
+			if strings.HasPrefix(at, "across") {
+				linkTo = func(*os.File, string) error { return syscall.EXDEV }
+			}
 			file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"}).Finish(context.Background(), j)
 			if err != nil || file != want {
 				t.Fatalf("Finish after the crash = %q, %v; want %q", file, err, want)
@@ -233,5 +246,57 @@ func TestNoReceiptLeftWhereAVanishedFileNeverWent(t *testing.T) {
 	}
 	if _, err := os.Stat(ReceiptPath(j.Path)); !os.IsNotExist(err) {
 		t.Errorf("receipt beside the file gone: %v", err)
+	}
+}
+
+// TestMoveAcrossFilesystemsFoundAgain: a file copied to success_dir on
+// another filesystem (a new inode) is found again by a second Finish (a
+// crash after the move, before the job recorded it) by its size and
+// modification time, which the copy keeps: not taken for the older file
+// of its name there, whose receipt stays as it was, and not copied twice.
+func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
+	root, dest := t.TempDir(), t.TempDir()
+	j := afterTestJob(t, root, "scan.ply", state.Done)
+	fi, err := os.Stat(j.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := trustfs.IDOf(fi)
+	j.Dev, j.Ino, j.ModTime = id.Dev, id.Ino, fi.ModTime()
+	// Older files of the same name: one of another size, one of the same
+	// size and another time.
+	older := filepath.Join(dest, "scan.ply")
+	if err := os.WriteFile(older, []byte("older\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	olderReceipt := Receipt{File: older, Size: 6, SHA256: "0ld", Status: "done", Job: 1, Splat: ReceiptSplat{ID: "s-older"}}
+	if err := WriteReceipt(ReceiptPath(older), olderReceipt); err != nil {
+		t.Fatal(err)
+	}
+	same := filepath.Join(dest, "scan.1.ply")
+	if err := os.WriteFile(same, []byte("PLY\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(same, time.Time{}, fi.ModTime().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	linkTo = func(*os.File, string) error { return syscall.EXDEV }
+	t.Cleanup(func() { linkTo = linkOpen })
+	a := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"})
+	want := filepath.Join(dest, "scan.2.ply")
+	for run := range 2 {
+		file, err := a.Finish(context.Background(), j)
+		if err != nil || file != want {
+			t.Fatalf("Finish #%d = %q, %v; want %q", run+1, file, err, want)
+		}
+	}
+	if got := names(t, dest); len(got) != 5 { // scan.ply and its receipt, scan.1.ply, scan.2.ply and its receipt
+		t.Errorf("success_dir holds %q", got)
+	}
+	if r := readReceipt(t, ReceiptPath(older)); r != olderReceipt {
+		t.Errorf("the older file's receipt is now %+v", r)
+	}
+	if gi, err := os.Stat(want); err != nil || !gi.ModTime().Equal(fi.ModTime()) {
+		t.Errorf("the copy's time: %v, %v; want %v", gi, err, fi.ModTime())
 	}
 }
