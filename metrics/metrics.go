@@ -159,7 +159,7 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 		}, []string{"class"}),
 		rateLimitWait: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "ratelimit_wait_seconds_total",
-			Help: "Time requests spent held back by the rate-limit pacer.",
+			Help: "Time requests spent held back by the rate-limit pacer, and jobs parked on a rate-limit hold (counted when they are claimed again).",
 		}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "job_duration_seconds",
@@ -312,7 +312,8 @@ func (m *Metrics) RateLimit(class string, remaining int) {
 	m.rateLimitRemaining.WithLabelValues(class).Set(float64(remaining))
 }
 
-// RateLimitWait implements api.Observer.
+// RateLimitWait implements api.Observer (a request's wait in the pacer) and the
+// pool's hook of a parked job's wait.
 func (m *Metrics) RateLimitWait(d time.Duration) {
 	if m == nil || d <= 0 {
 		return

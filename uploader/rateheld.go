@@ -78,7 +78,7 @@ func rateParked(ctx context.Context) (pace.Hold, bool) {
 // parkOnHold returns j (the step's job, in its stage) parked until the
 // hold ends: not an attempt, not a backoff.
 func (p *Pool) parkOnHold(j state.Job, h pace.Hold) state.Job {
-	p.setParkedOn(j.ID, h)
+	p.setParkedOn(j.ID, parked{h, p.o.Now()})
 	j.NextAttempt = h.Until
 	j.RateLimited = &state.RateWait{Class: h.Class, Reason: h.Reason, Until: h.Until}
 	j.LastError, j.LastStatus = "", 0
@@ -87,16 +87,45 @@ func (p *Pool) parkOnHold(j state.Job, h pace.Hold) state.Job {
 	return j
 }
 
-// setParkedOn records that job id is parked on hold h; a zero Hold ends it
-// (the job is claimed again).
-func (p *Pool) setParkedOn(id uint64, h pace.Hold) {
+// parked is a job's rate-limit hold and when it was parked on it.
+type parked struct {
+	pace.Hold
+	since time.Time
+}
+
+// waitObserver is the metrics hook of the time spent waiting on the rate
+// limit (metrics.Metrics implements it): a parked job's wait is counted in
+// ratelimit_wait_seconds_total as a held request's is.
+type waitObserver interface {
+	RateLimitWait(d time.Duration)
+}
+
+// setParkedOn records that job id is parked on a hold; a zero one ends it
+// (the job is claimed again), and the time it waited on the hold is
+// counted.
+func (p *Pool) setParkedOn(id uint64, to parked) {
 	p.progMu.Lock()
 	defer p.progMu.Unlock()
-	if h == (pace.Hold{}) {
-		delete(p.parkedOn, id)
+	if to != (parked{}) {
+		for other, was := range p.parkedOn {
+			if to.since.Sub(was.Until) > time.Hour { // due long ago and never claimed: canceled
+				delete(p.parkedOn, other)
+			}
+		}
+		p.parkedOn[id] = to
 		return
 	}
-	p.parkedOn[id] = h
+	was, ok := p.parkedOn[id]
+	delete(p.parkedOn, id)
+	if obs, isObs := p.o.Observer.(waitObserver); ok && isObs {
+		end := p.o.Now()
+		if end.After(was.Until) {
+			end = was.Until // the rest was a wait for a worker
+		}
+		if d := end.Sub(was.since); d > 0 {
+			obs.RateLimitWait(d)
+		}
+	}
 }
 
 // RateParked counts, by rate-limit class, the jobs parked on a hold that
@@ -107,12 +136,10 @@ func (p *Pool) RateParked(now time.Time) map[string]int {
 	p.progMu.Lock()
 	defer p.progMu.Unlock()
 	out := map[string]int{}
-	for id, h := range p.parkedOn {
-		if !h.Until.After(now) {
-			delete(p.parkedOn, id) // due: it is no longer waiting on the limit
-			continue
+	for _, h := range p.parkedOn {
+		if h.Until.After(now) { // else due: it no longer waits on the limit
+			out[h.Class]++
 		}
-		out[h.Class]++
 	}
 	return out
 }
