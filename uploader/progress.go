@@ -113,6 +113,10 @@ const (
 	CheckHashing  = "hashing"  // the sha256 of the job's file
 	CheckBundling = "bundling" // a SOG folder's bundle, hashed as it is written
 	CheckEncoding = "encoding" // publish.encode: the PLY read by the encoder
+	// CheckCompressing follows CheckEncoding once the encoder has read the
+	// whole PLY: it compresses the scene in memory, with no bytes to count
+	// (Sent stays at Size), often for longer than the read took.
+	CheckCompressing = "compressing"
 )
 
 // checkMeter counts the bytes of one pass of a job's check as an io.Writer
@@ -146,6 +150,10 @@ func (p *Pool) startCheck(j state.Job, step string, size int64) *checkMeter {
 
 func (m *checkMeter) Write(b []byte) (int, error) {
 	done := m.done.Add(int64(len(b)))
+	if m.pr.Step == CheckEncoding && done >= m.pr.Size {
+		m.pr.Step = CheckCompressing
+		m.next = time.Time{} // shown at once
+	}
 	if now := m.p.o.Now(); !now.Before(m.next) {
 		m.next = now.Add(rateSample)
 		pr := m.pr

@@ -97,6 +97,28 @@ func TestCheckMeterRateAndETA(t *testing.T) {
 	}
 }
 
+// TestCheckEncodingThenCompressing: an encoding shows its read of the PLY,
+// then, once the encoder has read it all, that it compresses (it no
+// longer counts bytes, and 100 % "encoding" read as stuck).
+func TestCheckEncodingThenCompressing(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
+	m := p.startCheck(state.Job{ID: 7, Path: "/x.ply"}, CheckEncoding, 10)
+	if _, err := m.Write(make([]byte, 6)); err != nil {
+		t.Fatal(err)
+	}
+	if pr := p.CheckProgress()[7]; pr.Step != CheckEncoding || pr.Sent != 6 {
+		t.Errorf("mid-read: %+v, want encoding, 6 of 10", pr)
+	}
+	if _, err := m.Write(make([]byte, 4)); err != nil { // no time passed: shown at once all the same
+		t.Fatal(err)
+	}
+	if pr := p.CheckProgress()[7]; pr.Step != CheckCompressing || pr.Sent != 10 || pr.Size != 10 {
+		t.Errorf("read whole: %+v, want compressing, 10 of 10", pr)
+	}
+	m.stop()
+}
+
 // TestCheckProgressWhileHashing: while a worker hashes a job's file (held
 // midway by the test's hook, after its first MiB), CheckProgress reports it
 // hashing, with the bytes hashed so far and the file's size, and Progress

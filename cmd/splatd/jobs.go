@@ -15,6 +15,7 @@ import (
 	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 )
 
 // recentFinished is how many finished jobs `splatd jobs` shows by default,
@@ -178,12 +179,15 @@ func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {
 
 // progressText is a running upload's "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s",
 // or a running check's "hashing 42% 2.1 GiB/5.0 GiB 180.0 MiB/s ETA 16s" (a
-// queued job reading its content: hashing, bundling, encoding); "-" for a
+// queued job reading its content: hashing, bundling, encoding, then
+// compressing, whose bytes are all read); "-" for a
 // job doing neither (a canceled or failed job shows no stale percentage).
 func progressText(v daemon.JobView) string {
 	switch {
 	case v.Stage == daemon.StageUploading && v.Size > 0:
 		return bytesProgress(v.Sent, v.Size, v.Rate, v.ETA)
+	case v.Checking == uploader.CheckCompressing: // the read is over; no bytes to count
+		return "encoding: compressing the " + state.HumanSize(v.CheckSize) + " PLY read"
 	case v.Checking != "" && v.CheckSize > 0:
 		return v.Checking + " " + bytesProgress(v.Checked, v.CheckSize, v.CheckRate, v.CheckETA)
 	}

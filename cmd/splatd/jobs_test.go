@@ -86,6 +86,10 @@ func TestJobsHashingText(t *testing.T) {
 	if !strings.Contains(b.String(), "queued") || !strings.Contains(b.String(), want) {
 		t.Errorf("splatd jobs:\n%s\nwant the job queued with %q", b.String(), want)
 	}
+	v.Checking, v.Checked, v.CheckRate, v.CheckETA = "compressing", 5<<30, 0, 0
+	if got, want := progressText(v), "encoding: compressing the 5.0 GiB PLY read"; got != want {
+		t.Errorf("progress = %q, want %q", got, want)
+	}
 }
 
 // TestJobsWatch: -watch prints the list again and again until interrupted
