@@ -248,6 +248,47 @@ func TestPoolRateHeldV1CompleteParksInPublishing(t *testing.T) {
 	}
 }
 
+// TestPoolRateHeldV1FirstSigningParks: on a fresh state (no route's class
+// known), a job's first part-upload-urls request is a probe, held while
+// the strict class it may be in is spent (by the job's own create) until
+// the window's reset. With no part in flight yet, it parks the job in
+// signed instead of holding its worker for the window; resumed, the job
+// sends its parts and publishes once.
+func TestPoolRateHeldV1FirstSigningParks(t *testing.T) {
+	t.Parallel()
+	r := newParkClockEnv(t, apisim.RouteV1CreateUpload) // no learnV1Routes: a fresh state
+	path := r.writePLY("scan.ply", 40)
+	r.enqueue(path)
+	pool := r.start(r.pool(r.v1Options(1)))
+
+	var held state.Job
+	r.waitFor("the job parked in signed on the probe's hold", func() bool {
+		held, _ = r.store.Get(1)
+		return held.Stage == state.Signed && held.RateLimited != nil
+	})
+	// The route's class is not known yet: its hold is "unknown", until the
+	// strict window's reset.
+	if w := held.RateLimited; w.Class != "unknown" || !held.NextAttempt.Equal(w.Until) || w.Until.Before(r.now().Add(rateParkMin)) ||
+		held.Attempts != 0 || held.LastError != "" {
+		t.Errorf("parked job: wait %+v, next %v, %d attempts, last error %q; want unknown until the reset, no attempt",
+			w, held.NextAttempt, held.Attempts, held.LastError)
+	}
+	// Blocked in the pacer, the worker would hold the job for the window.
+	r.waitFor("the worker to let the parked job go", func() bool {
+		running, _ := pool.Busy()
+		return !running[held.ID]
+	})
+	if n := r.sim.Stats().Total(apisim.RouteV1PartURLs); n != 0 {
+		t.Errorf("%d part-upload-urls requests sent while the job is parked before its first, want 0", n)
+	}
+	r.resume(pool, held)
+	r.waitAllFinal()
+	r.checkV1Once(path)
+	if st := r.sim.Stats(); st.RateLimited != 0 || st.Creates != 1 {
+		t.Errorf("%d 429s, %d sessions created; want 0 and 1", st.RateLimited, st.Creates)
+	}
+}
+
 // TestPoolRateHeldUncertainRepublishParks: a legacy job found in publishing
 // after a crash (uncertain; publish.on_uncertain: republish) has no
 // reserved slot; its publish held back by the spent strict window parks it

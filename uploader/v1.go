@@ -375,6 +375,9 @@ type partResult struct {
 func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing []int) (state.Job, error) {
 	// Part URLs are signed while PUTs are in flight on ctx: a held
 	// signing blocks (rateheld.go) instead of ending the step under them.
+	// With none in flight (the first signing, or all done) it parks the
+	// job as any step's held request does.
+	parkable := ctx
 	ctx = p.blockingHolds(ctx, j.ID)
 	dctx, stopDrain := p.untilDrain(ctx)
 	defer stopDrain()
@@ -382,18 +385,19 @@ func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing
 	defer cancel()
 
 	s := &partSender{
-		p:       p,
-		ctx:     ctx,
-		drain:   dctx,
-		puts:    pctx,
-		f:       f,
-		j:       j,
-		par:     p.o.ParallelParts,
-		results: make(chan partResult, p.o.ParallelParts), // never blocks a PUT, even after a crash return
-		queue:   slices.Clone(missing),
-		tries:   make(map[int]int),
-		urls:    make(map[int]signedPart),
-		prog:    newPartProgress(p, j),
+		p:        p,
+		ctx:      ctx,
+		parkable: parkable,
+		drain:    dctx,
+		puts:     pctx,
+		f:        f,
+		j:        j,
+		par:      p.o.ParallelParts,
+		results:  make(chan partResult, p.o.ParallelParts), // never blocks a PUT, even after a crash return
+		queue:    slices.Clone(missing),
+		tries:    make(map[int]int),
+		urls:     make(map[int]signedPart),
+		prog:     newPartProgress(p, j),
 	}
 	defer p.setProgress(j.ID, nil)
 	done := ctx.Done()
@@ -428,13 +432,16 @@ func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing
 // partSender is the state of one v1SendParts call. Only the goroutine that
 // runs v1SendParts touches it; the PUTs report through results.
 type partSender struct {
-	p     *Pool
-	ctx   context.Context // the step's: signing, commits, the retry rule
-	drain context.Context // ends when the pool drains: no new part starts
-	puts  context.Context // the PUTs': ends when v1SendParts returns
-	f     *os.File
-	j     state.Job // as last committed, with the ETags so far
-	par   int
+	p   *Pool
+	ctx context.Context // the step's: signing, commits, the retry rule
+	// parkable is the step's context before blockingHolds: a signing held
+	// with no PUT in flight ends the step there and parks the job.
+	parkable context.Context
+	drain    context.Context // ends when the pool drains: no new part starts
+	puts     context.Context // the PUTs': ends when v1SendParts returns
+	f        *os.File
+	j        state.Job // as last committed, with the ETags so far
+	par      int
 
 	results  chan partResult
 	queue    []int       // parts to start, lowest first
@@ -480,7 +487,11 @@ func (s *partSender) startParts(now time.Time) {
 		n := s.queue[0]
 		u, ok := s.urls[n]
 		if !ok || !u.usable(now) {
-			if err := s.p.v1Sign(s.ctx, s.j, s.queue, s.urls); err != nil {
+			sctx := s.ctx
+			if s.inflight == 0 {
+				sctx = s.parkable
+			}
+			if err := s.p.v1Sign(sctx, s.j, s.queue, s.urls); err != nil {
 				s.stop = err
 				return
 			}
