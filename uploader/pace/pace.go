@@ -78,12 +78,12 @@
 package pace
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -224,13 +224,8 @@ func New(o Options) *Pacer {
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
-	if o.Jitter == 0 {
-		o.Jitter = DefaultJitter
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = DefaultMaxWait
-	}
-	o.Jitter = max(o.Jitter, 0)
+	o.Jitter = max(cmp.Or(o.Jitter, DefaultJitter), 0) // zero: the default; negative: none
+	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
 		reads: map[string]bool{}, changed: make(chan struct{}), parked: map[*func() bool]int{}, lag: math.MaxInt64}
 	if o.StateFile != "" {
@@ -610,6 +605,6 @@ func (p *Pacer) Classes() []ClassState {
 		}
 		out = append(out, cs)
 	}
-	slices.SortFunc(out, func(a, b ClassState) int { return strings.Compare(a.Class, b.Class) })
+	slices.SortFunc(out, func(a, b ClassState) int { return cmp.Compare(a.Class, b.Class) })
 	return out
 }
