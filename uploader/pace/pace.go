@@ -376,10 +376,7 @@ func (c *class) blocked(now time.Time) time.Duration {
 // doc: the share factor, one slot, peers; and in a class of more than
 // carefulSlots with peers seen, the fleet's fair share).
 func (c *class) reserve() int {
-	e := c.expect
-	if e == 0 {
-		e = 2 * c.others
-	}
+	e := cmp.Or(c.expect, 2*c.others) // none yet: as much again as they spent
 	r := max(e-c.others, min(1, e), c.peers)
 	left := c.remaining - c.inFlight
 	switch {
@@ -393,31 +390,30 @@ func (c *class) reserve() int {
 }
 
 // roll ends a window's accounting: expect and peers for the next one.
+// expect becomes the most of what the others spent and itself, or half of
+// itself after a window seen late enough (quiet 0) or a long quiet; it stays
+// at most limit − 2.
 func (c *class) roll() {
 	if c.quiet == 0 || c.quiet > quietWindows && c.others == 0 {
-		c.expect = max(c.others, c.expect/2)
-	} else {
-		c.expect = max(c.expect, c.others)
+		c.expect /= 2
 	}
+	c.expect = min(max(c.expect, c.others), c.limit-2)
 	c.quiet++
 	if c.others > 0 {
 		c.quiet = 1
 	} else {
 		c.peers = 0
 	}
-	c.expect = min(c.expect, c.limit-2)
 	c.own, c.others = 0, 0
 }
 
 // sawOthers raises the others' use of the window to f; lead is how long
 // before Reset they showed.
 func (c *class) sawOthers(f int, lead time.Duration) {
-	if f > c.others {
-		if c.others == 0 {
-			c.late = lead
-		}
-		c.others = f
+	if c.others == 0 && f > 0 {
+		c.late = lead
 	}
+	c.others = max(c.others, f)
 }
 
 func (p *Pacer) classOf(limit int) *class {
