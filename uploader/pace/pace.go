@@ -301,13 +301,13 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 // asking again (0: until an answer, which wakes every caller) and why.
 func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
 	c := p.routes[route]
-	if c == nil {
-		return p.admitProbe(route, read, now)
-	}
-	if d := c.blocked(now); d > 0 {
-		return nil, d, "no request left in the window"
-	}
 	switch {
+	case c == nil && p.probes[route]:
+		return nil, 0, "waiting for the answer of the route's first request, which names its class"
+	case c == nil:
+		return p.admitProbe(route, read, now)
+	case c.blocked(now) > 0:
+		return nil, c.blocked(now), "no request left in the window"
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
 		return nil, 0, "a new window: waiting for the answer of its first request"
@@ -320,17 +320,19 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Dur
 	return &ticket{route: route, in: []*class{c}}, 0, ""
 }
 
-// admitProbe admits the first request of a route of unknown class: one at a
-// time, while no class it may be in is spent; it holds a slot in each current
-// one, or a known route could spend the same last slot.
+// admitProbe admits the first request of a route of unknown class, whose
+// probe is not out: while no class it may be in is spent (a read route: a
+// class that holds a known read route); it holds a slot in each current one,
+// or a known route could spend the same last slot.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
-	if p.probes[route] {
-		return nil, 0, "waiting for the answer of the route's first request, which names its class"
+	readIn := map[*class]bool{} // the classes that hold a known read route
+	for name, c := range p.routes {
+		readIn[c] = readIn[c] || p.reads[name]
 	}
 	t := &ticket{route: route, probe: true}
 	var wait time.Duration
 	for _, c := range p.classes {
-		if read && !p.holdsRead(c) {
+		if read && !readIn[c] {
 			continue
 		}
 		if d := c.blocked(now); d > 0 && (wait == 0 || d < wait) {
@@ -348,16 +350,6 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, tim
 	}
 	p.probes[route] = true
 	return t, 0, ""
-}
-
-// holdsRead says a known read route is in c.
-func (p *Pacer) holdsRead(c *class) bool {
-	for name, rc := range p.routes {
-		if rc == c && p.reads[name] {
-			return true
-		}
-	}
-	return false
 }
 
 // current says c's window is known and not over.
@@ -390,9 +382,9 @@ func (c *class) reserve() int {
 }
 
 // roll ends a window's accounting: expect and peers for the next one.
-// expect becomes the most of what the others spent and itself, or half of
-// itself after a window seen late enough (quiet 0) or a long quiet; it stays
-// at most limit − 2.
+// expect becomes the most of what the others spent and itself, halved first
+// after a window seen late enough (quiet 0) or a window without them after a
+// long quiet (quiet > quietWindows); it stays at most limit − 2.
 func (c *class) roll() {
 	if c.quiet == 0 || c.quiet > quietWindows && c.others == 0 {
 		c.expect /= 2
