@@ -202,10 +202,10 @@ type class struct {
 }
 
 // ticket is one admitted request and the classes it holds a slot in: its
-// route's, or for a probe every current class the route may be in.
+// route's, or for a probe (a route of unknown class) every current class the
+// route may be in.
 type ticket struct {
 	route string
-	probe bool
 	in    []*class
 }
 
@@ -329,7 +329,7 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, tim
 	for name, c := range p.routes {
 		readIn[c] = readIn[c] || p.reads[name]
 	}
-	t := &ticket{route: route, probe: true}
+	t := &ticket{route: route}
 	var wait time.Duration
 	for _, c := range p.classes {
 		if read && !readIn[c] {
@@ -447,15 +447,13 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	for _, c := range t.in {
 		c.inFlight--
 	}
-	if t.probe {
-		delete(p.probes, t.route)
-	}
-	c := p.routes[t.route]
+	delete(p.probes, t.route) // a probe's route has no class until its answer; a known route has no probe out
+	c := p.routes[t.route]    // nil: t is a probe
 	switch {
 	case a == NotSent:
 		return false
 	case a == nil: // no answer: the request may have been counted; assume it was
-		if !t.probe && c.current(now) && c.remaining > 0 {
+		if c != nil && c.current(now) && c.remaining > 0 {
 			c.remaining--
 			c.own++
 		}
@@ -464,11 +462,10 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	if a.Limit > 0 && (c == nil || c.limit != a.Limit) {
 		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
 		c, learned = p.classOf(a.Limit), true
-		p.routes[t.route] = c
 	} else if c == nil {
 		c = &class{} // no headers: held only by a Retry-After
-		p.routes[t.route] = c
 	}
+	p.routes[t.route] = c
 	limited := a.Status == 429 // Too Many Requests
 	if c.limit > 0 && a.Remaining >= 0 {
 		learned = p.observe(c, a, !limited, now) || learned
