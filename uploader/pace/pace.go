@@ -577,14 +577,14 @@ func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.o.Now()
+	waiting := map[int]int{} // by limit
+	for _, limit := range p.parked {
+		waiting[limit]++
+	}
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, InFlight: c.inFlight, Others: c.others, Held: c.blocked(now) > 0}
-		for _, limit := range p.parked {
-			if limit == c.limit {
-				cs.Waiting++
-			}
-		}
+		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Held: c.blocked(now) > 0,
+			Waiting: waiting[c.limit], InFlight: c.inFlight, Others: c.others}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}
