@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -56,12 +58,9 @@ type savedClass struct {
 // more, so the file must show it before the caller goes on. Called with
 // p.mu held.
 func (p *Pacer) spent(now time.Time, in []*class) bool {
-	for _, c := range in {
-		if p.o.StateFile != "" && c != nil && c.limit > 0 && c.blocked(now) > 0 {
-			return true
-		}
-	}
-	return false
+	return p.o.StateFile != "" && slices.ContainsFunc(in, func(c *class) bool {
+		return c != nil && c.limit > 0 && c.blocked(now) > 0
+	})
 }
 
 // save writes the whole state now, fsynced (a power cut must not bring back
@@ -84,9 +83,7 @@ func (p *Pacer) save() error {
 			f.Routes[name] = c.limit
 		}
 	}
-	for name := range p.reads {
-		f.Reads = append(f.Reads, name)
-	}
+	f.Reads = slices.Collect(maps.Keys(p.reads))
 	p.mu.Unlock()
 	data, err := json.Marshal(f)
 	if err == nil {
