@@ -1028,6 +1028,25 @@ func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 		"a read route's first request while a class holding a read route is spent (until Reset)")
 }
 
+// TestPacerWithoutStateFileWritesNothing: a pacer kept in memory (a
+// one-shot command's) learns classes and spends windows without trying to
+// write a state file, so it logs no failed write.
+func TestPacerWithoutStateFileWritesNothing(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock()
+	var logs syncBuffer
+	p := newTestPacer(t, clk, Options{Logger: zerolog.New(&logs)})
+	t0 := clk.Now()
+	mustWait(t, p, routeGet)(windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))  // names a class
+	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, 0)) // spends one
+	if err := p.Flush(); err != nil {
+		t.Errorf("Flush without a state file: %v", err)
+	}
+	if logs.contains([]byte("rate-limit state")) {
+		t.Errorf("logged a state file it does not have: %s", logs.String())
+	}
+}
+
 // TestPacerNotSentCostsNothing: a slot admitted and given back unused (a
 // reservation cancelled: the file changed, a shutdown) does not count
 // against the window.

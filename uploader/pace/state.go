@@ -58,14 +58,18 @@ type savedClass struct {
 // more, so the file must show it before the caller goes on. Called with
 // p.mu held.
 func (p *Pacer) spent(now time.Time, in []*class) bool {
-	return p.o.StateFile != "" && slices.ContainsFunc(in, func(c *class) bool {
+	return slices.ContainsFunc(in, func(c *class) bool {
 		return c != nil && c.limit > 0 && c.blocked(now) > 0
 	})
 }
 
 // save writes the whole state now, fsynced (a power cut must not bring back
-// an emptier file), through a temporary file renamed over the old one.
+// an emptier file), through a temporary file renamed over the old one; nil
+// without a state file.
 func (p *Pacer) save() error {
+	if p.o.StateFile == "" {
+		return nil
+	}
 	p.saveMu.Lock()
 	defer p.saveMu.Unlock()
 	p.mu.Lock()
@@ -99,12 +103,7 @@ func (p *Pacer) save() error {
 }
 
 // Flush writes the current state now (fsynced); nil without a state file.
-func (p *Pacer) Flush() error {
-	if p.o.StateFile == "" {
-		return nil
-	}
-	return p.save()
-}
+func (p *Pacer) Flush() error { return p.save() }
 
 // load starts the pacer from the state file, if there is one.
 func (p *Pacer) load() {
