@@ -244,7 +244,7 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 // file itself for a delete); its error stops the action.
 func (a *Runner) act(j state.Job, place func(root, file string) error) (file, root string, actErr error) {
 	file, root = j.Path, j.Root
-	held := heldFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime}
+	held := heldFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime, j.ID, j.SHA256}
 	placeIn := func(root string) func(string) error {
 		return func(target string) error { return place(root, target) }
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/uploader/splatfile"
@@ -61,10 +62,25 @@ func moveFolderUnder(meta, root, dest string, place func(target string) error) (
 		if err != nil {
 			return meta, err
 		}
-		err = moveOpen(root, src, f, fi, filepath.Join(target, name))
+		dst := filepath.Join(target, name)
+		if lfi, lerr := os.Lstat(dst); lerr == nil && leftOf(dst, lfi, fi, heldFile{}) {
+			err = os.Remove(dst) // left by a crash before its source was removed: moved again
+		}
+		if err == nil {
+			err = moveOpen(root, src, f, fi, dst)
+		}
 		f.Close()
 		if err != nil {
 			return meta, err
+		}
+	}
+	// The marks of copies whose sources a crash removed (moveOpen) are
+	// litter once every file is here.
+	if ents, err := os.ReadDir(target); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), copyMarkPrefix) {
+				_ = os.Remove(filepath.Join(target, e.Name()))
+			}
 		}
 	}
 	sc := sidecar.Path(splatfile.FolderAsFile(root, meta))

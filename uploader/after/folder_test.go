@@ -9,6 +9,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // names lists the files under dir, relative to it ("" when dir is gone).
@@ -149,3 +150,58 @@ func TestMoveFolderAfterACrash(t *testing.T) {
 
 // noPlace is a move's place that writes nothing.
 func noPlace(string) error { return nil }
+
+// TestFolderMoveAfterACrashBetweenCopyAndRemoval: a SOG folder's move
+// across filesystems that a crash stops after a file's copy reached the
+// target is finished by the next Finish. Before its source was removed:
+// that file moves again over its own leftover copy (it failed with "file
+// exists" at every retry). After: the copy's mark is not left in the moved
+// folder.
+func TestFolderMoveAfterACrashBetweenCopyAndRemoval(t *testing.T) {
+	for _, removed := range []bool{false, true} {
+		dir := t.TempDir()
+		inbox, done := filepath.Join(dir, "inbox"), filepath.Join(dir, "done")
+		p := filepath.Join(inbox, "room")
+		writeSOGFolder(t, p, 1000)
+		files := names(t, p)
+		meta := filepath.Join(p, splatfile.SOGMeta)
+		job := state.Job{ID: 1, Path: meta, Root: inbox, Stage: state.Done, SHA256: "ab", SplatID: "s1"}
+		crossFS(t)
+		type crash struct{}
+		removeSource = func(r, src string, id trustfs.ID) error {
+			if filepath.Base(src) == splatfile.SOGMeta {
+				return trustfs.RemoveIf(r, src, id)
+			}
+			if removed { // the first image's source is gone, its mark not yet
+				if err := trustfs.RemoveIf(r, src, id); err != nil {
+					return err
+				}
+			}
+			panic(crash{})
+		}
+		t.Cleanup(func() { removeSource = trustfs.RemoveIf })
+		run := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
+		func() {
+			defer func() {
+				if r := recover(); r != (crash{}) {
+					panic(r)
+				}
+			}()
+			run.Finish(context.Background(), job)
+			t.Fatal("no crash")
+		}()
+
+		removeSource = trustfs.RemoveIf // the restart
+		moved, err := run.Finish(context.Background(), job)
+		want := filepath.Join(done, "room", splatfile.SOGMeta)
+		if err != nil || moved != want {
+			t.Fatalf("source removed %v: Finish after the crash = %q, %v; want %q", removed, moved, err, want)
+		}
+		if got, want := names(t, filepath.Dir(want)), withReceipt(files); !slices.Equal(got, want) {
+			t.Errorf("source removed %v: moved folder holds %q, want %q", removed, got, want)
+		}
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("source removed %v: the source folder is still there: %v", removed, err)
+		}
+	}
+}

@@ -40,7 +40,8 @@ func moveUnder(file, root, dest string, held heldFile, place func(target string)
 	f, fi, err := trustfs.OpenRegular(root, file)
 	if errors.Is(err, fs.ErrNotExist) {
 		if moved := movedTo(target, held); moved != "" {
-			return moved, nil // moved before a crash; nothing left to do
+			moveSidecar(root, file, moved) // a crash may have come before it went
+			return moved, nil
 		}
 		return file, fmt.Errorf("%w: %w", errFileGone, err)
 	}
@@ -51,11 +52,17 @@ func moveUnder(file, root, dest string, held heldFile, place func(target string)
 	if held.ID != (trustfs.ID{}) && trustfs.IDOf(fi) != held.ID {
 		return file, &trustfs.ReplacedError{Path: file}
 	}
-	if left := leftAt(target, fi); left != "" {
-		if err := os.Remove(left); err != nil {
-			return file, err
+	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
+		lfi, err := os.Lstat(p)
+		if err != nil {
+			break
 		}
-		_ = os.Remove(copyMark(left, trustfs.IDOf(fi)))
+		if leftOf(p, lfi, fi, held) {
+			if err := os.Remove(p); err != nil {
+				return file, err
+			}
+			break
+		}
 	}
 	target = freeName(target)
 	if err := place(target); err != nil {
@@ -64,26 +71,37 @@ func moveUnder(file, root, dest string, held heldFile, place func(target string)
 	if err := moveOpen(root, file, f, fi, target); err != nil {
 		return file, err
 	}
+	moveSidecar(root, file, target)
+	return target, nil
+}
+
+// moveSidecar moves file's sidecar, when it is a regular file, beside its
+// file moved to target.
+func moveSidecar(root, file, target string) {
 	if sf, sfi, err := trustfs.OpenRegular(root, sidecar.Path(file)); err == nil {
 		_ = moveOpen(root, sidecar.Path(file), sf, sfi, freeName(sidecar.Path(target)))
 		sf.Close()
 	}
-	return target, nil
 }
 
 // heldFile is the file a job read, by which a move knows it again: its ID,
-// and for a copy, which keeps neither, its size and modification time.
+// and for a copy across filesystems, which has another, the receipt written
+// at its name for the job (Job, SHA256), or without one its size and
+// modification time (a copy keeps both).
 type heldFile struct {
 	trustfs.ID
 	Size    int64
 	ModTime time.Time
+	Job     uint64
+	SHA256  string
 }
 
 // movedTo is where a move before a crash put the file whose name is gone:
 // the one of target, target.1, … (the names freeName tries, as long as they
-// exist) that is the held file, or its copy across filesystems (with its
-// mark still there, or of its size and modification time), else "". A job
-// that knows no ID (recorded before IDs were) takes target when it exists.
+// exist) that is the held file, or its copy (the copy's mark still linked to
+// it, or copyOf), else "". A copy's mark left unlinked (a copy a crash
+// stopped, whose source went another way) is removed. A job that knows no
+// ID (recorded before IDs were) takes target when it exists.
 func movedTo(target string, held heldFile) string {
 	if held.ID == (trustfs.ID{}) {
 		if exists(target) {
@@ -91,43 +109,63 @@ func movedTo(target string, held heldFile) string {
 		}
 		return ""
 	}
+	mark := copyMark(target, held.ID)
+	mfi, markErr := os.Lstat(mark)
 	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
 		fi, err := os.Lstat(p)
 		switch {
 		case err != nil:
+			if markErr == nil {
+				_ = os.Remove(mark)
+			}
 			return ""
 		case trustfs.IDOf(fi) == held.ID:
 			return p
-		case os.Remove(copyMark(p, held.ID)) == nil: // copied, the source removed, the mark not yet
+		case markErr == nil && os.SameFile(mfi, fi): // copied, the source removed, the mark not yet
+			_ = os.Remove(mark)
 			return p
-		case fi.Mode().IsRegular() && fi.Size() == held.Size && fi.ModTime().Equal(held.ModTime):
-			return p
-		}
-	}
-}
-
-// leftAt is the one of target, target.1, … (as long as they exist) that a
-// move stopped by a crash left there before it removed the source fi: fi
-// itself, linked there, or its copy, which its mark names ("" when none
-// is).
-func leftAt(target string, fi fs.FileInfo) string {
-	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
-		lfi, err := os.Lstat(p)
-		if err != nil {
-			return ""
-		}
-		if mfi, err := os.Lstat(copyMark(p, trustfs.IDOf(fi))); os.SameFile(fi, lfi) || err == nil && os.SameFile(mfi, lfi) {
+		case copyOf(p, fi, held.Size, held.ModTime, held):
 			return p
 		}
 	}
 }
 
-// copyMark is the hidden second name a copy at dst of the file src (its
-// ID) keeps until src is removed: a copy whose mark is there is the one a
-// crash left between the two, not a file of the same name.
+// leftOf says p (lfi) is what a move of src (the open source, held) that a
+// crash stopped left there before it removed src: src itself, linked, or
+// its copy, with the copy's mark still linked to it and copyOf it. The
+// mark alone is not enough: src's inode number is free again once a move
+// removed it, and a new file may have it.
+func leftOf(p string, lfi, src fs.FileInfo, held heldFile) bool {
+	if os.SameFile(src, lfi) {
+		return true
+	}
+	mfi, err := os.Lstat(copyMark(p, trustfs.IDOf(src)))
+	return err == nil && os.SameFile(mfi, lfi) && copyOf(p, lfi, src.Size(), src.ModTime(), held)
+}
+
+// copyOf says the regular file p (fi) is the copy of a file of size and
+// modification time mod that held's job moved: the receipt at p is the
+// job's, or, with none there (receipts off), p has that size and time.
+func copyOf(p string, fi fs.FileInfo, size int64, mod time.Time, held heldFile) bool {
+	if !fi.Mode().IsRegular() {
+		return false
+	}
+	r, err := ReadReceipt(p)
+	if errors.Is(err, ErrNoReceipt) {
+		return fi.Size() == size && fi.ModTime().Equal(mod)
+	}
+	return err == nil && held.Job != 0 && r.Job == held.Job && r.SHA256 == held.SHA256
+}
+
+// copyMark is the hidden second name a copy of the file src (its ID) into
+// dst's folder keeps until src is removed: a crash in between leaves it,
+// linked to the copy, so the next run knows the copy for src's. Its length
+// does not depend on dst's name.
 func copyMark(dst string, src trustfs.ID) string {
-	return filepath.Join(filepath.Dir(dst), fmt.Sprintf(".%s.splatd-copy-%d-%d", filepath.Base(dst), src.Dev, src.Ino))
+	return filepath.Join(filepath.Dir(dst), fmt.Sprintf("%s%d-%d", copyMarkPrefix, src.Dev, src.Ino))
 }
+
+const copyMarkPrefix = ".splatd-copy-"
 
 // moveTarget is where moveUnder first tries to put file: its path under
 // root (its base name when it lies outside root) below dest. A taken name
@@ -216,33 +254,51 @@ var linkTo = linkOpen
 var removeSource = trustfs.RemoveIf
 
 // copyOpen copies the open regular file f to mark with f's mode and
-// modification time, fsynced, and links it to dst; dst never exists half-written. A mark left by a
-// copy a crash stopped is written over.
+// modification time, fsynced, and links it to dst, fsyncing dst's folder:
+// dst never exists half-written, and is on disk before the source goes. A
+// mark left by a copy a crash stopped is replaced.
 func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
-	tmp, err := os.OpenFile(mark, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err := os.Remove(mark); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	tmp, err := os.OpenFile(mark, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, fi.Size())); err != nil {
-		tmp.Close()
-		return errors.Join(err, os.Remove(mark))
+	err = func() error {
+		defer tmp.Close()
+		if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, fi.Size())); err != nil {
+			return err
+		}
+		if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+			return err
+		}
+		if err := os.Chtimes(mark, time.Time{}, fi.ModTime()); err != nil { // as a link keeps it
+			return err
+		}
+		return tmp.Sync()
+	}()
+	if err == nil {
+		err = os.Link(mark, dst)
+		if err == nil {
+			if err = syncDir(filepath.Dir(dst)); err != nil {
+				err = errors.Join(err, os.Remove(dst))
+			}
+		}
 	}
-	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
-		tmp.Close()
-		return errors.Join(err, os.Remove(mark))
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return errors.Join(err, os.Remove(mark))
-	}
-	if err := tmp.Close(); err != nil {
-		return errors.Join(err, os.Remove(mark))
-	}
-	if err := os.Chtimes(mark, time.Time{}, fi.ModTime()); err != nil { // as a link keeps it
-		return errors.Join(err, os.Remove(mark))
-	}
-	if err := os.Link(mark, dst); err != nil {
+	if err != nil {
 		return errors.Join(err, os.Remove(mark))
 	}
 	return nil
+}
+
+// syncDir fsyncs the folder dir, so that a name made in it lasts a power
+// cut.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

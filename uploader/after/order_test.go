@@ -2,6 +2,8 @@ package after
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -251,9 +253,10 @@ func TestNoReceiptLeftWhereAVanishedFileNeverWent(t *testing.T) {
 
 // TestMoveAcrossFilesystemsFoundAgain: a file copied to success_dir on
 // another filesystem (a new inode) is found again by a second Finish (a
-// crash after the move, before the job recorded it) by its size and
-// modification time, which the copy keeps: not taken for the older file
-// of its name there, whose receipt stays as it was, and not copied twice.
+// crash after the move, before the job recorded it) by the receipt written
+// there for its job: not taken for an older file of its name there, nor
+// for another job's copy of the same bytes and time, whose receipts stay as
+// they were, and not copied twice.
 func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
 	root, dest := t.TempDir(), t.TempDir()
 	j := afterTestJob(t, root, "scan.ply", state.Done)
@@ -273,11 +276,17 @@ func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
 	if err := WriteReceipt(ReceiptPath(older), olderReceipt); err != nil {
 		t.Fatal(err)
 	}
+	// A copy of the same bytes and time (cp -p) that another job published:
+	// its receipt says so.
 	same := filepath.Join(dest, "scan.1.ply")
-	if err := os.WriteFile(same, []byte("PLY\n"), 0o644); err != nil {
+	if err := os.WriteFile(same, []byte("ply\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chtimes(same, time.Time{}, fi.ModTime().Add(-time.Hour)); err != nil {
+	if err := os.Chtimes(same, time.Time{}, fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	sameReceipt := Receipt{File: same, Size: 4, SHA256: "abc", Status: "done", Job: 2, Splat: ReceiptSplat{ID: "s-same"}}
+	if err := WriteReceipt(ReceiptPath(same), sameReceipt); err != nil {
 		t.Fatal(err)
 	}
 	linkTo = func(*os.File, string) error { return syscall.EXDEV }
@@ -290,13 +299,123 @@ func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
 			t.Fatalf("Finish #%d = %q, %v; want %q", run+1, file, err, want)
 		}
 	}
-	if got := names(t, dest); len(got) != 5 { // scan.ply and its receipt, scan.1.ply, scan.2.ply and its receipt
+	if got := names(t, dest); len(got) != 6 { // the three files and their receipts, no mark
 		t.Errorf("success_dir holds %q", got)
 	}
 	if r := readReceipt(t, ReceiptPath(older)); r != olderReceipt {
 		t.Errorf("the older file's receipt is now %+v", r)
 	}
+	if r := readReceipt(t, ReceiptPath(same)); r != sameReceipt {
+		t.Errorf("the other job's copy's receipt is now %+v", r)
+	}
 	if gi, err := os.Stat(want); err != nil || !gi.ModTime().Equal(fi.ModTime()) {
 		t.Errorf("the copy's time: %v, %v; want %v", gi, err, fi.ModTime())
+	}
+}
+
+// crossFS makes every move of the test copy, as across filesystems.
+func crossFS(t *testing.T) {
+	linkTo = func(*os.File, string) error { return syscall.EXDEV }
+	t.Cleanup(func() { linkTo = linkOpen })
+}
+
+// markFor links a copy mark for src's file (as a crash between the copy's
+// link and the removal of its source leaves it) to p.
+func markFor(t *testing.T, src, p string) {
+	t.Helper()
+	fi, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(p, copyMark(p, trustfs.IDOf(fi))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMoveKeepsAFileMarkedForAReusedInode: a copy's mark names its source
+// by inode, and a source removed frees its inode for a new file. A file in
+// success_dir whose mark names the inode the job's file now has, but which
+// is not a copy of it (another size and time, another job's receipt), was
+// left by an older move: it stays, and the file moves beside it.
+func TestMoveKeepsAFileMarkedForAReusedInode(t *testing.T) {
+	root, dest := t.TempDir(), t.TempDir()
+	crossFS(t)
+	j := afterTestJob(t, root, "scan.ply", state.Done)
+	older := filepath.Join(dest, "scan.ply")
+	if err := os.WriteFile(older, []byte("an older scan\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	olderReceipt := Receipt{File: older, Size: 14, SHA256: "0ld", Status: "done", Job: 1, Splat: ReceiptSplat{ID: "s-older"}}
+	if err := WriteReceipt(ReceiptPath(older), olderReceipt); err != nil {
+		t.Fatal(err)
+	}
+	markFor(t, j.Path, older)
+	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	if want := filepath.Join(dest, "scan.1.ply"); err != nil || file != want {
+		t.Fatalf("Finish = %q, %v; want %q", file, err, want)
+	}
+	if b, err := os.ReadFile(older); err != nil || string(b) != "an older scan\n" {
+		t.Errorf("the older file: %q, %v", b, err)
+	}
+	if r := readReceipt(t, ReceiptPath(older)); r != olderReceipt {
+		t.Errorf("the older file's receipt is now %+v", r)
+	}
+}
+
+// TestMoveGoneFileNotFoundInAnUnlinkedMark: a mark left by a copy a crash
+// stopped mid-way, whose source then went away (its owner removed it), is
+// linked to nothing: the job's file is not taken for another file there
+// (the Finish says it is gone), and the mark is removed.
+func TestMoveGoneFileNotFoundInAnUnlinkedMark(t *testing.T) {
+	root, dest := t.TempDir(), t.TempDir()
+	crossFS(t)
+	j := afterTestJob(t, root, "scan.ply", state.Done)
+	fi, err := os.Stat(j.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := trustfs.IDOf(fi)
+	j.Dev, j.Ino, j.ModTime = id.Dev, id.Ino, fi.ModTime()
+	other := filepath.Join(dest, "scan.ply")
+	if err := os.WriteFile(other, []byte("another\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	otherReceipt := Receipt{File: other, Size: 8, SHA256: "0th", Status: "done", Job: 99, Splat: ReceiptSplat{ID: "s-other"}}
+	if err := WriteReceipt(ReceiptPath(other), otherReceipt); err != nil {
+		t.Fatal(err)
+	}
+	mark := copyMark(other, id)
+	if err := os.WriteFile(mark, []byte("pl"), 0o600); err != nil { // half a copy
+		t.Fatal(err)
+	}
+	if err := os.Remove(j.Path); err != nil {
+		t.Fatal(err)
+	}
+	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	if file == other || !errors.Is(err, errFileGone) {
+		t.Errorf("Finish = %q, %v; want the file gone, not taken for %s", file, err, other)
+	}
+	if r := readReceipt(t, ReceiptPath(other)); r != otherReceipt {
+		t.Errorf("the other file's receipt is now %+v", r)
+	}
+	if _, err := os.Lstat(mark); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the unlinked mark is still there: %v", err)
+	}
+}
+
+// TestMoveAcrossFilesystemsLongName: the copy's mark does not grow with the
+// file's name: a name of 240 bytes (its receipt's, 251) moves as it would
+// on one filesystem.
+func TestMoveAcrossFilesystemsLongName(t *testing.T) {
+	root, dest := t.TempDir(), t.TempDir()
+	crossFS(t)
+	name := strings.Repeat("n", 236) + ".ply"
+	j := afterTestJob(t, root, name, state.Done)
+	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	if want := filepath.Join(dest, name); err != nil || file != want {
+		t.Fatalf("Finish = %q, %v; want %q", file, err, want)
+	}
+	if got := names(t, dest); len(got) != 2 {
+		t.Errorf("success_dir holds %q, want the file and its receipt", got)
 	}
 }
