@@ -47,7 +47,7 @@ type ClientOptions struct {
 	RootCAs     *x509.CertPool // nil = system roots (cmd adds api.ca_file to the system pool)
 	Timeout     time.Duration  // per API call; the storage PUT uses it as an idle/progress timeout instead
 	UserAgent   string
-	Pacer       Pacer    // shared by all goroutines using the token; nil = a pace.Pacer of its own, without state
+	Pacer       Pacer    // shared by all goroutines using the token; nil = a pace.Pacer of its own, without state (its waits go to Observer)
 	Observer    Observer // metrics hooks; nil = no-op
 	Logger      zerolog.Logger
 	// Limiter, when set, limits the aggregate rate of every storage PUT
@@ -134,7 +134,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		c.obs = NopObserver{}
 	}
 	if c.pacer == nil {
-		c.pacer = pace.New(pace.Options{Logger: c.log})
+		c.pacer = pace.New(pace.Options{Logger: c.log, Waited: c.obs.RateLimitWait})
 	}
 
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -271,14 +271,6 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 	return req, nil
 }
 
-// wait is the pacer's Wait, its time counted in ratelimit_wait_seconds_total.
-func (c *Client) wait(ctx context.Context, route string) (func(*pace.Answer), error) {
-	start := c.now()
-	release, err := c.pacer.Wait(ctx, route, readRoutes[route])
-	c.obs.RateLimitWait(c.now().Sub(start))
-	return release, err
-}
-
 // do paces, sends and checks one API exchange and decodes a 2xx JSON body
 // into v (when not nil). The pacer's wait is outside the per-call timeout: a
 // request held for a rate-limit window has not started yet.
@@ -294,7 +286,7 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	release, ok := reserved(ctx, route)
 	if !ok {
 		var err error
-		release, err = c.wait(ctx, route)
+		release, err = c.pacer.Wait(ctx, route, readRoutes[route])
 		if err != nil {
 			return 0, nil, fmt.Errorf("%s: waiting for rate limit: %w", route, err)
 		}

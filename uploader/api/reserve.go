@@ -21,7 +21,7 @@ type Reservation struct {
 // admission. Pass it to the call with WithReservation; Cancel gives it back
 // unused (a no-op once used).
 func (c *Client) Reserve(ctx context.Context, route string) (*Reservation, error) {
-	release, err := c.wait(ctx, route)
+	release, err := c.pacer.Wait(ctx, route, readRoutes[route])
 	if err != nil {
 		return nil, err
 	}

@@ -131,6 +131,7 @@ type Options struct {
 	// (state.go); the daemon passes <state_dir>/pacer.json.
 	StateFile string
 	Logger    zerolog.Logger
+	Waited    func(d time.Duration) // how long a request was held back (ratelimit_wait_seconds_total)
 }
 
 // Hold says why Wait holds a request back: the class's label ("unknown" for
@@ -240,10 +241,13 @@ func New(o Options) *Pacer {
 // request counts as in flight. Wait returns ctx's error when ctx ends.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
 	report, _ := ctx.Value(holdKey{}).(func(Hold))
-	shown := "" // the reason last reported
+	shown, since := "", time.Time{} // the reason last reported; when the hold began
 	defer func() {
 		if shown != "" && report != nil {
 			report(Hold{})
+		}
+		if shown != "" && p.o.Waited != nil {
+			p.o.Waited(p.o.Now().Sub(since))
 		}
 	}()
 	for ctx.Err() == nil {
@@ -277,6 +281,9 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 		p.parked[&stop] = limit
 		ch := p.changed
 		p.mu.Unlock()
+		if shown == "" {
+			since = now
+		}
 		if why != shown {
 			shown = why
 			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer holding request")

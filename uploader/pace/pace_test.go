@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -377,7 +378,13 @@ func TestPacerUsesTheBudget(t *testing.T) {
 func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
-	p := newTestPacer(t, clk, Options{Jitter: time.Second}) // Rand 0.5 → 500 ms jitter
+	var waitedMu sync.Mutex
+	var waited []time.Duration                                                             // Options.Waited: ratelimit_wait_seconds_total
+	p := newTestPacer(t, clk, Options{Jitter: time.Second, Waited: func(d time.Duration) { // Rand 0.5 → 500 ms jitter
+		waitedMu.Lock()
+		defer waitedMu.Unlock()
+		waited = append(waited, d)
+	}})
 	t0 := clk.Now()
 	// We spend the window ourselves (a window someone else spent would
 	// make the pacer share the next one).
@@ -405,6 +412,14 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	first.release(windowResp(200, 5, 4, now.Add(60*time.Second), now, 0))
 	// The probe's headers make the window known, with budget left.
 	receive(t, third).release(nil)
+
+	// Only the held requests count their wait: the window's reset, then
+	// the probe's answer (no time on the fake clock).
+	waitedMu.Lock()
+	defer waitedMu.Unlock()
+	if want := []time.Duration{30*time.Second + 500*time.Millisecond, 0}; !slices.Equal(waited, want) {
+		t.Errorf("waits counted %v, want %v", waited, want)
+	}
 }
 
 func TestPacer429HoldsWholeClass(t *testing.T) {

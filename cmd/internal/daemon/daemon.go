@@ -127,6 +127,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	d.pacer = pace.New(pace.Options{
 		StateFile: filepath.Join(cfg.StateDir, pacerStateFile),
 		MaxWait:   cfg.API.MaxServerWait.D(), // a Reset or Retry-After beyond it is capped, as the retry rule caps it
+		Waited:    d.m.RateLimitWait,
 		Logger:    log.With().Str("component", "pacer").Logger(),
 	})
 	if d.client, err = NewClient(cfg, o.Version, token, d.pacer, d.m, log); err != nil { // the client names its own component
@@ -541,7 +542,11 @@ func NewClient(cfg *config.Config, version string, token *api.Token, pacer api.P
 		return nil, err
 	}
 	if pacer == nil { // a one-shot's: in memory, with the daemon's cap
-		pacer = pace.New(pace.Options{MaxWait: cfg.API.MaxServerWait.D(), Logger: log})
+		o := pace.Options{MaxWait: cfg.API.MaxServerWait.D(), Logger: log}
+		if obs != nil {
+			o.Waited = obs.RateLimitWait
+		}
+		pacer = pace.New(o)
 	}
 	return api.NewClient(api.ClientOptions{
 		BaseURL:     cfg.API.BaseURL,
