@@ -29,9 +29,9 @@ import (
 // (parking costs a commit and a claim, and the job would be due again
 // before the worker had done much else); a part URL signing of the v1
 // parts phase while part PUTs are in flight, which share the step's context
-// (cancelling it would cut them and waste their bytes; a signing with none
-// in flight, such as the phase's first, parks); and `splatd publish`, which
-// has nothing else to do.
+// (cancelling it would cut them and waste their bytes; the phase's first
+// signing, before any PUT, parks); and `splatd publish`, which has nothing
+// else to do.
 
 // rateParkMin is the shortest hold that parks its job. 2 s: a shorter hold
 // would free the worker for about one poll while the park costs two store

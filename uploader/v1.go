@@ -375,8 +375,8 @@ type partResult struct {
 func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing []int) (state.Job, error) {
 	// Part URLs are signed while PUTs are in flight on ctx: a held
 	// signing blocks (rateheld.go) instead of ending the step under them.
-	// With none in flight (the first signing, or all done) it parks the
-	// job as any step's held request does.
+	// The first, before any PUT, parks the job as any step's held request
+	// does.
 	parkable := ctx
 	ctx = p.blockingHolds(ctx, j.ID)
 	dctx, stopDrain := p.untilDrain(ctx)
@@ -434,9 +434,13 @@ func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing
 type partSender struct {
 	p   *Pool
 	ctx context.Context // the step's: signing, commits, the retry rule
-	// parkable is the step's context before blockingHolds: a signing held
-	// with no PUT in flight ends the step there and parks the job.
+	// parkable is the step's context before blockingHolds: the first
+	// signing, before any PUT started, ends the step there when it is held,
+	// and parks the job. Later ones block even with none in flight: a park
+	// would cost a session read and the file's hash from its start again at
+	// each (with parallel_parts 1, at every signing).
 	parkable context.Context
+	started  bool            // a PUT has started
 	drain    context.Context // ends when the pool drains: no new part starts
 	puts     context.Context // the PUTs': ends when v1SendParts returns
 	f        *os.File
@@ -488,7 +492,7 @@ func (s *partSender) startParts(now time.Time) {
 		u, ok := s.urls[n]
 		if !ok || !u.usable(now) {
 			sctx := s.ctx
-			if s.inflight == 0 {
+			if !s.started {
 				sctx = s.parkable
 			}
 			if err := s.p.v1Sign(sctx, s.j, s.queue, s.urls); err != nil {
@@ -500,6 +504,7 @@ func (s *partSender) startParts(now time.Time) {
 		s.queue = s.queue[1:]
 		delete(s.urls, n)
 		s.inflight++
+		s.started = true
 		s.put(n, u)
 	}
 }
