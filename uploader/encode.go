@@ -88,7 +88,7 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 	})
 	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY as the encoder reads it
 	_, err = boundedMemory(j.Size, func() (sog.Result, error) {
-		return sog.TranscodeTo(ctx, io.TeeReader(io.NewSectionReader(jf.f, 0, j.Size), m), j.Size, path)
+		return sog.TranscodeTo(ctx, io.TeeReader(io.NewSectionReader(jf.f, 0, j.Size), m), j.Size, path, m.compressing)
 	})
 	m.stop()
 	<-p.encodeSlot

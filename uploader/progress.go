@@ -114,8 +114,8 @@ const (
 	CheckBundling = "bundling" // a SOG folder's bundle, hashed as it is written
 	CheckEncoding = "encoding" // publish.encode: the PLY read by the encoder
 	// CheckCompressing follows CheckEncoding once the encoder has read the
-	// whole PLY: it compresses the scene in memory, with no bytes to count
-	// (Sent stays at Size), often for longer than the read took.
+	// PLY's splats: it compresses the scene in memory, with no bytes to
+	// count, often for longer than the read took.
 	CheckCompressing = "compressing"
 )
 
@@ -150,10 +150,6 @@ func (p *Pool) startCheck(j state.Job, step string, size int64) *checkMeter {
 
 func (m *checkMeter) Write(b []byte) (int, error) {
 	done := m.done.Add(int64(len(b)))
-	if m.pr.Step == CheckEncoding && done >= m.pr.Size {
-		m.pr.Step = CheckCompressing
-		m.next = time.Time{} // shown at once
-	}
 	if now := m.p.o.Now(); !now.Before(m.next) {
 		m.next = now.Add(rateSample)
 		pr := m.pr
@@ -169,6 +165,17 @@ func (m *checkMeter) Write(b []byte) (int, error) {
 }
 
 var _ io.Writer = (*checkMeter)(nil)
+
+// compressing marks an encoding's read done: the encoder compresses now
+// (CheckCompressing), with no more bytes to count. A PLY may hold data
+// after its splats, which the encoder does not read: the count may stop
+// short of the size.
+func (m *checkMeter) compressing() {
+	m.pr.Step = CheckCompressing
+	pr := m.pr
+	pr.Sent = m.done.Load()
+	m.p.setProgressIn(m.p.checks, m.id, &pr, &m.done)
+}
 
 // stop ends the meter's entry.
 func (m *checkMeter) stop() { m.p.setProgressIn(m.p.checks, m.id, nil, nil) }

@@ -98,23 +98,22 @@ func TestCheckMeterRateAndETA(t *testing.T) {
 }
 
 // TestCheckEncodingThenCompressing: an encoding shows its read of the PLY,
-// then, once the encoder has read it all, that it compresses (it no
-// longer counts bytes, and 100 % "encoding" read as stuck).
+// then, once the encoder has read it (TranscodeTo calls back; a PLY with
+// data after its splats is not read to its end), that it compresses: it
+// no longer counts bytes, and "encoding" at a standstill read as stuck.
 func TestCheckEncodingThenCompressing(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
 	m := p.startCheck(state.Job{ID: 7, Path: "/x.ply"}, CheckEncoding, 10)
-	if _, err := m.Write(make([]byte, 6)); err != nil {
+	if _, err := m.Write(make([]byte, 8)); err != nil {
 		t.Fatal(err)
 	}
-	if pr := p.CheckProgress()[7]; pr.Step != CheckEncoding || pr.Sent != 6 {
-		t.Errorf("mid-read: %+v, want encoding, 6 of 10", pr)
+	if pr := p.CheckProgress()[7]; pr.Step != CheckEncoding || pr.Sent != 8 {
+		t.Errorf("mid-read: %+v, want encoding, 8 of 10", pr)
 	}
-	if _, err := m.Write(make([]byte, 4)); err != nil { // no time passed: shown at once all the same
-		t.Fatal(err)
-	}
-	if pr := p.CheckProgress()[7]; pr.Step != CheckCompressing || pr.Sent != 10 || pr.Size != 10 {
-		t.Errorf("read whole: %+v, want compressing, 10 of 10", pr)
+	m.compressing() // no time passed: shown at once all the same
+	if pr := p.CheckProgress()[7]; pr.Step != CheckCompressing || pr.Sent != 8 || pr.Size != 10 {
+		t.Errorf("read done: %+v, want compressing, 8 of 10", pr)
 	}
 	m.stop()
 }

@@ -24,7 +24,7 @@ func BenchmarkTranscode(b *testing.B) {
 	b.SetBytes(int64(ply.Len()))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := transcode(context.Background(), bytes.NewReader(ply.Bytes()), int64(ply.Len()), io.Discard); err != nil {
+		if _, err := transcode(context.Background(), bytes.NewReader(ply.Bytes()), int64(ply.Len()), io.Discard, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

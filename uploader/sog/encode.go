@@ -395,11 +395,12 @@ type Result struct {
 
 // Transcode reads a 3DGS PLY from r and writes it to w as a bundled SOG.
 func Transcode(ctx context.Context, r io.Reader, w io.Writer) (Result, error) {
-	return transcode(ctx, r, 0, w)
+	return transcode(ctx, r, 0, w, nil)
 }
 
-// transcode is Transcode of a source of size bytes (0: unknown).
-func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer) (Result, error) {
+// transcode is Transcode of a source of size bytes (0: unknown); read,
+// when set, is called once the PLY is read, before the encoding.
+func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer, read func()) (Result, error) {
 	go Warm()
 	s, err := readPLY(state.ContextReader(ctx, r), size)
 	if err != nil {
@@ -407,6 +408,9 @@ func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer) (Resul
 			return Result{}, ctx.Err()
 		}
 		return Result{}, &FormatError{err}
+	}
+	if read != nil {
+		read()
 	}
 	if err := Encode(ctx, w, s); err != nil {
 		return Result{}, err
@@ -427,20 +431,21 @@ func TranscodeFile(ctx context.Context, src, dst string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return TranscodeTo(ctx, in, fi.Size(), dst)
+	return TranscodeTo(ctx, in, fi.Size(), dst, nil)
 }
 
 // TranscodeTo is TranscodeFile for a PLY of size bytes read from in (the
 // daemon encodes from the descriptor it hashed, never a path looked up
-// again).
-func TranscodeTo(ctx context.Context, in io.Reader, size int64, dst string) (Result, error) {
+// again). read, when set, is called once the PLY is read (in is not read
+// after it), before the compression, which takes most of the time.
+func TranscodeTo(ctx context.Context, in io.Reader, size int64, dst string, read func()) (Result, error) {
 	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.Remove(out.Name()) // a no-op once renamed
 	bw := bufio.NewWriterSize(out, 1<<20)
-	res, err := transcode(ctx, in, size, bw)
+	res, err := transcode(ctx, in, size, bw, read)
 	if err == nil {
 		err = bw.Flush()
 	}

@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"io"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -240,4 +245,41 @@ func TestReadPLYNamesTheMissingSplat(t *testing.T) {
 	if whole.Rest[2999*45+44] == 0 || whole.Rot[3][2999] == 0 {
 		t.Fatal("the last splat was not read")
 	}
+}
+
+// TestTranscodeToSaysWhenTheReadEnds: TranscodeTo calls read once, when the
+// PLY's splats are read and before the SOG is written (the daemon shows
+// "compressing" from then), also for a PLY with bytes after its splats.
+func TestTranscodeToSaysWhenTheReadEnds(t *testing.T) {
+	t.Parallel()
+	_, ply := scene(t, 200, 1, 3)
+	ply = append(ply, make([]byte, 4096)...) // not read by the encoder
+	dst := filepath.Join(t.TempDir(), "out.sog")
+	in := &countingReader{r: bytes.NewReader(ply)}
+	calls := 0
+	read := func() {
+		calls++
+		if _, err := os.Stat(dst); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("read called after the SOG was written: %v", err)
+		}
+		in.atRead = in.n
+	}
+	if _, err := TranscodeTo(context.Background(), in, int64(len(ply)), dst, read); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || in.n != in.atRead {
+		t.Errorf("read called %d times, the input read %d bytes at the call and %d in all; want once, nothing after it", calls, in.atRead, in.n)
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r         io.Reader
+	n, atRead int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
