@@ -259,34 +259,15 @@ func TestNoReceiptLeftWhereAVanishedFileNeverWent(t *testing.T) {
 // they were, and not copied twice.
 func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
 	root, dest := t.TempDir(), t.TempDir()
-	j := afterTestJob(t, root, "scan.ply", state.Done)
-	fi, err := os.Stat(j.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := trustfs.IDOf(fi)
-	j.Dev, j.Ino, j.ModTime = id.Dev, id.Ino, fi.ModTime()
-	// Older files of the same name: one of another size, one of the same
-	// size and another time.
+	j, _ := heldJob(t, root, "scan.ply")
+	// An older file of the same name.
 	older := filepath.Join(dest, "scan.ply")
-	if err := os.WriteFile(older, []byte("older\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	olderReceipt := Receipt{File: older, Size: 6, SHA256: "0ld", Status: "done", Job: 1, Splat: ReceiptSplat{ID: "s-older"}}
-	if err := WriteReceipt(ReceiptPath(older), olderReceipt); err != nil {
-		t.Fatal(err)
-	}
+	olderReceipt := fileWithReceipt(t, older, "older\n", Receipt{SHA256: "0ld", Job: 1, Splat: ReceiptSplat{ID: "s-older"}})
 	// A copy of the same bytes and time (cp -p) that another job published:
 	// its receipt says so.
 	same := filepath.Join(dest, "scan.1.ply")
-	if err := os.WriteFile(same, []byte("ply\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(same, time.Time{}, fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
-	sameReceipt := Receipt{File: same, Size: 4, SHA256: "abc", Status: "done", Job: 2, Splat: ReceiptSplat{ID: "s-same"}}
-	if err := WriteReceipt(ReceiptPath(same), sameReceipt); err != nil {
+	sameReceipt := fileWithReceipt(t, same, "ply\n", Receipt{SHA256: "abc", Job: 2, Splat: ReceiptSplat{ID: "s-same"}})
+	if err := os.Chtimes(same, time.Time{}, j.ModTime); err != nil {
 		t.Fatal(err)
 	}
 	linkTo = func(*os.File, string) error { return syscall.EXDEV }
@@ -308,8 +289,8 @@ func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
 	if r := readReceipt(t, ReceiptPath(same)); r != sameReceipt {
 		t.Errorf("the other job's copy's receipt is now %+v", r)
 	}
-	if gi, err := os.Stat(want); err != nil || !gi.ModTime().Equal(fi.ModTime()) {
-		t.Errorf("the copy's time: %v, %v; want %v", gi, err, fi.ModTime())
+	if gi, err := os.Stat(want); err != nil || !gi.ModTime().Equal(j.ModTime) {
+		t.Errorf("the copy's time: %v, %v; want %v", gi, err, j.ModTime)
 	}
 }
 
@@ -340,15 +321,9 @@ func markFor(t *testing.T, src, p string) {
 func TestMoveKeepsAFileMarkedForAReusedInode(t *testing.T) {
 	root, dest := t.TempDir(), t.TempDir()
 	crossFS(t)
-	j := afterTestJob(t, root, "scan.ply", state.Done)
+	j, _ := heldJob(t, root, "scan.ply")
 	older := filepath.Join(dest, "scan.ply")
-	if err := os.WriteFile(older, []byte("an older scan\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	olderReceipt := Receipt{File: older, Size: 14, SHA256: "0ld", Status: "done", Job: 1, Splat: ReceiptSplat{ID: "s-older"}}
-	if err := WriteReceipt(ReceiptPath(older), olderReceipt); err != nil {
-		t.Fatal(err)
-	}
+	olderReceipt := fileWithReceipt(t, older, "an older scan\n", Receipt{SHA256: "0ld", Job: 1, Splat: ReceiptSplat{ID: "s-older"}})
 	markFor(t, j.Path, older)
 	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
 	if want := filepath.Join(dest, "scan.1.ply"); err != nil || file != want {
@@ -369,21 +344,9 @@ func TestMoveKeepsAFileMarkedForAReusedInode(t *testing.T) {
 func TestMoveGoneFileNotFoundInAnUnlinkedMark(t *testing.T) {
 	root, dest := t.TempDir(), t.TempDir()
 	crossFS(t)
-	j := afterTestJob(t, root, "scan.ply", state.Done)
-	fi, err := os.Stat(j.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := trustfs.IDOf(fi)
-	j.Dev, j.Ino, j.ModTime = id.Dev, id.Ino, fi.ModTime()
+	j, id := heldJob(t, root, "scan.ply")
 	other := filepath.Join(dest, "scan.ply")
-	if err := os.WriteFile(other, []byte("another\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	otherReceipt := Receipt{File: other, Size: 8, SHA256: "0th", Status: "done", Job: 99, Splat: ReceiptSplat{ID: "s-other"}}
-	if err := WriteReceipt(ReceiptPath(other), otherReceipt); err != nil {
-		t.Fatal(err)
-	}
+	otherReceipt := fileWithReceipt(t, other, "another\n", Receipt{SHA256: "0th", Job: 99, Splat: ReceiptSplat{ID: "s-other"}})
 	mark := copyMark(other, id)
 	if err := os.WriteFile(mark, []byte("pl"), 0o600); err != nil { // half a copy
 		t.Fatal(err)
@@ -418,4 +381,32 @@ func TestMoveAcrossFilesystemsLongName(t *testing.T) {
 	if got := names(t, dest); len(got) != 2 {
 		t.Errorf("success_dir holds %q, want the file and its receipt", got)
 	}
+}
+
+// heldJob is afterTestJob with the file's ID and time recorded, as the
+// daemon records them when it reads the file.
+func heldJob(t *testing.T, root, rel string) (state.Job, trustfs.ID) {
+	t.Helper()
+	j := afterTestJob(t, root, rel, state.Done)
+	fi, err := os.Stat(j.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := trustfs.IDOf(fi)
+	j.Dev, j.Ino, j.ModTime = id.Dev, id.Ino, fi.ModTime()
+	return j, id
+}
+
+// fileWithReceipt writes content at path and r as its receipt (its File
+// and Size set here), and returns r.
+func fileWithReceipt(t *testing.T, path, content string, r Receipt) Receipt {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.File, r.Size, r.Status = path, int64(len(content)), "done"
+	if err := WriteReceipt(ReceiptPath(path), r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
