@@ -261,7 +261,7 @@ func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
 	if err := os.Remove(mark); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	tmp, err := os.OpenFile(mark, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	tmp, err := os.OpenFile(mark, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // O_EXCL: never through a link planted there
 	if err != nil {
 		return err
 	}
