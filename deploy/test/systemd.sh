@@ -319,7 +319,7 @@ if ! skipped priority; then
 	receipt=$tree/srv/captures/bad.ply.splat.json
 	receipt_failed() { [ -s "$receipt" ] && [ "$(json_field "$receipt" status)" = failed ]; }
 	wait_for 60 "no \"failed\" receipt for /srv/captures/bad.ply" receipt_failed
-	warned() { inside journalctl -u splatd -p warning --no-pager -o cat | grep 'bad\.ply' | grep -q 'job failed'; }
+	warned() { inside journalctl -u splatd -p warning --no-pager -o cat >"$work/warned.log" && grep 'bad\.ply' "$work/warned.log" | grep -q 'job failed'; }
 	# The journal may trail the receipt by a moment.
 	poll 10 warned || die "journalctl -u splatd -p warning has no warning for the invalid bad.ply; it has:$(printf '\n    %s' "$(inside journalctl -u splatd -p warning --no-pager -o cat | tail -5)")"
 	if inside journalctl -u splatd -p warning --no-pager -o cat | grep -E 'file found|job done|splatd started' >"$work/info.log"; then
@@ -350,7 +350,10 @@ if ! skipped watchdog; then
 	[ "$(main_pid)" = "$pid" ] || die "splatd was restarted while running normally with WatchdogSec=4s (pings too rare?)"
 	cursor=$(inside journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')
 	inside kill -STOP "$pid"
-	watchdog_fired() { journal_after "$cursor" -u splatd | grep -q "Failed with result 'watchdog'"; }
+	# Through a file, not a pipe: grep -q exits at its match, and journalctl,
+	# still writing the stopped process's goroutine dump, dies of SIGPIPE,
+	# which pipefail takes for a failed check (a CI run missed the line so).
+	watchdog_fired() { journal_after "$cursor" -u splatd >"$work/watchdog.log" && grep -q "Failed with result 'watchdog'" "$work/watchdog.log"; }
 	poll 30 watchdog_fired ||
 		die "no watchdog kill 30s after SIGSTOP of PID $pid:$(printf '\n    %s' "$(journal_after "$cursor" -u splatd | grep -v '^ ' | tail -5)")"
 	restarted() { [ "$(inside systemctl is-active splatd)" = active ] && p=$(main_pid) && [ "$p" != 0 ] && [ "$p" != "$pid" ]; }
@@ -364,7 +367,7 @@ if ! skipped reload; then
 	cursor=$(inside journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')
 	inside systemctl reload splatd || die "systemctl reload splatd failed"
 	# splatd's own JSON line (PID 1's "Reloading…" lines are not JSON).
-	reload_logged() { journal_after "$cursor" -u splatd | grep -q '"message":"config reloaded"'; }
+	reload_logged() { journal_after "$cursor" -u splatd >"$work/reload.log" && grep -q '"message":"config reloaded"' "$work/reload.log"; }
 	poll 10 reload_logged ||
 		die "splatd logged no line containing \"reload\" after systemctl reload (now $(inside systemctl is-active splatd || true), main PID $(main_pid || true), was $pid)"
 	sleep 1
