@@ -80,19 +80,13 @@ func rateParked(ctx context.Context) (pace.Hold, bool) {
 // parkOnHold returns j (the step's job, in its stage) parked until the
 // hold ends: not an attempt, not a backoff.
 func (p *Pool) parkOnHold(j state.Job, h pace.Hold) state.Job {
-	p.setParkedOn(j.ID, parked{h, p.o.Now()})
+	p.setParkedOn(j.ID, h)
 	j.NextAttempt = h.Until
 	j.RateLimited = &state.RateWait{Class: h.Class, Reason: h.Reason, Until: h.Until}
 	j.LastError, j.LastStatus = "", 0
 	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("class", h.Class).
 		Str("reason", h.Reason).Time("until", h.Until).Msg("the rate limit holds the job's next request: parked until then, the worker takes other work")
 	return j
-}
-
-// parked is a job's rate-limit hold and when it was parked on it.
-type parked struct {
-	pace.Hold
-	since time.Time
 }
 
 // waitObserver is the metrics hook of the time spent waiting on the rate
@@ -102,32 +96,33 @@ type waitObserver interface {
 	RateLimitWait(d time.Duration)
 }
 
-// setParkedOn records that job id is parked on a hold; a zero one ends it
-// (the job is claimed again), and the time it waited on the hold is
-// counted.
-func (p *Pool) setParkedOn(id uint64, to parked) {
-	p.progMu.Lock()
-	defer p.progMu.Unlock()
-	if to != (parked{}) {
-		for other, was := range p.parkedOn {
-			if to.since.Sub(was.Until) > time.Hour { // due long ago and never claimed: canceled
-				delete(p.parkedOn, other)
-			}
-		}
-		p.parkedOn[id] = to
-		return
-	}
-	was, ok := p.parkedOn[id]
-	delete(p.parkedOn, id)
-	if obs, isObs := p.o.Observer.(waitObserver); ok && isObs {
+// countParkedWait counts, as j is claimed again, the time it waited parked
+// on its rate-limit hold: from the park's commit (UpdatedAt) to now, or to
+// the hold's end if it waited for a worker after it. The job carries both,
+// so a park from before a restart counts too.
+func (p *Pool) countParkedWait(j state.Job) {
+	obs, ok := p.o.Observer.(waitObserver)
+	if w := j.RateLimited; ok && w != nil {
 		end := p.o.Now()
-		if end.After(was.Until) {
-			end = was.Until // the rest was a wait for a worker
+		if end.After(w.Until) {
+			end = w.Until
 		}
-		if d := end.Sub(was.since); d > 0 {
+		if d := end.Sub(j.UpdatedAt); d > 0 {
 			obs.RateLimitWait(d)
 		}
 	}
+}
+
+// setParkedOn records that job id is parked on hold h; a zero Hold ends it
+// (the job is claimed again).
+func (p *Pool) setParkedOn(id uint64, h pace.Hold) {
+	p.progMu.Lock()
+	defer p.progMu.Unlock()
+	if h == (pace.Hold{}) {
+		delete(p.parkedOn, id)
+		return
+	}
+	p.parkedOn[id] = h
 }
 
 // RateParked counts, by rate-limit class, the jobs parked on a hold that
@@ -138,10 +133,12 @@ func (p *Pool) RateParked(now time.Time) map[string]int {
 	p.progMu.Lock()
 	defer p.progMu.Unlock()
 	out := map[string]int{}
-	for _, h := range p.parkedOn {
-		if h.Until.After(now) { // else due: it no longer waits on the limit
-			out[h.Class]++
+	for id, h := range p.parkedOn {
+		if !h.Until.After(now) {
+			delete(p.parkedOn, id) // due: it no longer waits on the limit
+			continue
 		}
+		out[h.Class]++
 	}
 	return out
 }

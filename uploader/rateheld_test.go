@@ -9,7 +9,6 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
-	"github.com/splatd/splatd/uploader/pace"
 )
 
 // rateHeldEnv is a simulator whose publish route is in a strict class of
@@ -201,36 +200,27 @@ type waitRecorder struct {
 
 func (w *waitRecorder) RateLimitWait(d time.Duration) { w.waits = append(w.waits, d) }
 
-// TestParkedWaitIsCounted: the time a job waits parked on a rate-limit hold
-// is counted in ratelimit_wait_seconds_total when it is claimed again, as a
-// held request's wait in the pacer is: up to the hold's end, not the time
-// it then waited for a worker. A park never claimed again (the job was
-// canceled) is forgotten an hour after its end.
+// TestParkedWaitIsCounted: the time a job waited parked on a rate-limit
+// hold is counted in ratelimit_wait_seconds_total when it is claimed again,
+// as a held request's wait in the pacer is: from its park (the commit) up to
+// the hold's end, not the time it then waited for a worker. The job carries
+// both, so a park from before a restart counts too; a job claimed unparked
+// counts nothing.
 func TestParkedWaitIsCounted(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	now := t0
 	obs := &waitRecorder{}
-	p := &Pool{parkedOn: map[uint64]parked{}, o: PoolOptions{Observer: obs, Now: func() time.Time { return now }}}
-	hold := func(until time.Duration) pace.Hold {
-		return pace.Hold{Class: "strict", Reason: "no request left in the window", Until: t0.Add(until)}
+	p := &Pool{o: PoolOptions{Observer: obs, Now: func() time.Time { return now }}}
+	parkedJob := func(until time.Duration) state.Job {
+		return state.Job{ID: 1, UpdatedAt: t0, RateLimited: &state.RateWait{Class: "strict", Until: t0.Add(until)}}
 	}
-
-	p.parkOnHold(state.Job{ID: 1}, hold(30*time.Second))
-	now = t0.Add(10 * time.Second) // claimed early (a slot came back)
-	p.setParkedOn(1, parked{})
-	p.parkOnHold(state.Job{ID: 1}, hold(40*time.Second))
+	now = t0.Add(10 * time.Second) // claimed early (a slot came back, or splatd retry)
+	p.countParkedWait(parkedJob(30 * time.Second))
 	now = t0.Add(time.Minute) // claimed 20 s after its hold ended
-	p.setParkedOn(1, parked{})
-	p.setParkedOn(2, parked{}) // never parked: nothing to count
-	if want := []time.Duration{10 * time.Second, 30 * time.Second}; !slices.Equal(obs.waits, want) {
+	p.countParkedWait(parkedJob(40 * time.Second))
+	p.countParkedWait(state.Job{ID: 2, UpdatedAt: t0}) // never parked
+	if want := []time.Duration{10 * time.Second, 40 * time.Second}; !slices.Equal(obs.waits, want) {
 		t.Errorf("waits counted %v, want %v", obs.waits, want)
-	}
-
-	p.parkOnHold(state.Job{ID: 3}, hold(2*time.Minute))
-	now = t0.Add(3*time.Hour + time.Minute)
-	p.parkOnHold(state.Job{ID: 4}, hold(3*time.Hour+2*time.Minute))
-	if _, ok := p.parkedOn[3]; ok || len(p.parkedOn) != 1 {
-		t.Errorf("parked jobs %v: the one due hours ago and never claimed should be gone", p.parkedOn)
 	}
 }

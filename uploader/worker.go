@@ -171,7 +171,7 @@ type Pool struct {
 	progress map[uint64]*progressEntry // running uploads (progress.go)
 	checks   map[uint64]*progressEntry // running hashes, bundles, encodings (progress.go)
 	holds    map[uint64]pace.Hold      // jobs whose request the pacer holds back (progress.go)
-	parkedOn map[uint64]parked         // jobs parked on a rate-limit hold since this start (rateheld.go)
+	parkedOn map[uint64]pace.Hold      // jobs parked on a rate-limit hold since this start (rateheld.go)
 
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
@@ -231,7 +231,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		progress:    make(map[uint64]*progressEntry),
 		checks:      make(map[uint64]*progressEntry),
 		holds:       make(map[uint64]pace.Hold),
-		parkedOn:    make(map[uint64]parked),
+		parkedOn:    make(map[uint64]pace.Hold),
 		running:     make(map[uint64]context.CancelCauseFunc),
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
@@ -528,7 +528,8 @@ func (p *Pool) Abort(id uint64) bool {
 
 // runJob advances a claimed job until it is final, waits, or the pool stops.
 func (p *Pool) runJob(ctx context.Context, j state.Job) error {
-	p.setParkedOn(j.ID, parked{}) // claimed again: no longer parked
+	p.countParkedWait(j)
+	p.setParkedOn(j.ID, pace.Hold{}) // claimed again: no longer parked
 	jctx, cancel := context.WithCancelCause(ctx)
 	p.runMu.Lock()
 	p.running[j.ID] = cancel
