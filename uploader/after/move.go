@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,11 +53,7 @@ func moveUnder(file, root, dest string, held heldFile, place func(target string)
 	if held.ID != (trustfs.ID{}) && trustfs.IDOf(fi) != held.ID {
 		return file, &trustfs.ReplacedError{Path: file}
 	}
-	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
-		lfi, err := os.Lstat(p)
-		if err != nil {
-			break
-		}
+	for p, lfi := range taken(target) {
 		if leftOf(p, lfi, fi, held) {
 			if err := os.Remove(p); err != nil {
 				return file, err
@@ -111,14 +108,8 @@ func movedTo(target string, held heldFile) string {
 	}
 	mark := copyMark(target, held.ID)
 	mfi, markErr := os.Lstat(mark)
-	for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
-		fi, err := os.Lstat(p)
+	for p, fi := range taken(target) {
 		switch {
-		case err != nil:
-			if markErr == nil {
-				_ = os.Remove(mark)
-			}
-			return ""
 		case trustfs.IDOf(fi) == held.ID:
 			return p
 		case markErr == nil && os.SameFile(mfi, fi): // copied, the source removed, the mark not yet
@@ -128,6 +119,10 @@ func movedTo(target string, held heldFile) string {
 			return p
 		}
 	}
+	if markErr == nil {
+		_ = os.Remove(mark)
+	}
+	return ""
 }
 
 // leftOf says p (lfi) is what a move of src (the open source, held) that a
@@ -186,14 +181,28 @@ func existsIn(root, path string) bool {
 	return err == nil
 }
 
+// freeName is the first of p, p.1, … (numbered) that does not exist.
 func freeName(p string) string {
-	if _, err := os.Lstat(p); err != nil {
+	n := 0
+	for range taken(p) {
+		n++
+	}
+	if n == 0 {
 		return p
 	}
-	for i := 1; ; i++ {
-		c := numbered(p, i)
-		if _, err := os.Lstat(c); err != nil {
-			return c
+	return numbered(p, n)
+}
+
+// taken yields target, target.1, … (numbered) with their Lstat, as long as
+// they exist: the names a move may have used for a file, in the order
+// freeName picks them.
+func taken(target string) iter.Seq2[string, fs.FileInfo] {
+	return func(yield func(string, fs.FileInfo) bool) {
+		for i, p := 0, target; ; i, p = i+1, numbered(target, i+1) {
+			fi, err := os.Lstat(p)
+			if err != nil || !yield(p, fi) {
+				return
+			}
 		}
 	}
 }
