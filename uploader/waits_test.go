@@ -86,19 +86,7 @@ func TestPoolAfterActionStage(t *testing.T) {
 		}
 		return nil
 	}
-	pool, err := NewPool(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	pool := runPool(t, o)
 
 	e.waitFor("the after-action to fail three times without a restart", func() bool {
 		j, _ := e.store.Get(1)
@@ -200,19 +188,7 @@ func TestPoolConfigErrorPausesAndResumes(t *testing.T) {
 	o := e.options(2)
 	o.Client, o.Observer = c, obs
 	o.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}}
-	pool, err := NewPool(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	pool := runPool(t, o)
 
 	e.waitFor("the job to show the configuration error", func() bool {
 		j, _ := e.store.Get(1)
