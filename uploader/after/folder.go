@@ -47,7 +47,7 @@ func moveFolderUnder(meta, root, dest string, place func(target string) error) (
 	for i := 1; exists(filepath.Join(target, splatfile.SOGMeta)); i++ {
 		target = fmt.Sprintf("%s.%d", base, i)
 	}
-	if err := os.MkdirAll(target, 0o755); err != nil {
+	if err := trustfs.MkdirDurable(dest, target, 0o755); err != nil {
 		return meta, err
 	}
 	if err := place(filepath.Join(target, splatfile.SOGMeta)); err != nil {

@@ -35,7 +35,7 @@ var errFileGone = errors.New("file is gone")
 // known by its mark) is removed and the move runs again.
 func moveUnder(file, root, dest string, held heldFile, place func(target string) error) (string, error) {
 	target := moveTarget(file, root, dest)
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+	if err := trustfs.MkdirDurable(dest, filepath.Dir(target), 0o755); err != nil {
 		return file, err
 	}
 	f, fi, err := trustfs.OpenRegular(root, file)
@@ -216,15 +216,18 @@ func numbered(p string, i int) string {
 
 // moveOpen moves src (open as f, under root) to dst without ever leaving
 // two copies or replacing an existing dst. On one filesystem it links the
-// open file itself to dst (a link refuses an existing name) and removes
-// src's name, if it still names that file; across filesystems (EXDEV), or
-// where links are not allowed, it copies the open file to its mark beside
-// dst with its mode, fsyncs, links the mark to dst, removes src, then the
-// mark (a crash between the link and the removal leaves the mark, by which
-// the next run knows the copy). When src cannot be removed (a folder the
-// daemon may not write, an immutable file), dst is removed again: a
-// half-done move would otherwise copy the file once more at every retry and
-// restart (ro1.ply, ro1.1.ply, …).
+// open file itself to dst (a link refuses an existing name), fsyncs dst's
+// folder, and removes src's name, if it still names that file, fsyncing
+// src's folder (RemoveIf); across filesystems (EXDEV), or where links are
+// not allowed, it copies the open file to its mark beside dst with its
+// mode, fsyncs it, links the mark to dst, fsyncs dst's folder, removes src,
+// then the mark (a crash between the link and the removal leaves the mark,
+// by which the next run knows the copy). dst's folder is durable in its
+// parent before (MkdirDurable), so src goes only once its new name lasts a
+// power cut. When src cannot be removed (a folder the daemon may not
+// write, an immutable file), dst is removed again: a half-done move would
+// otherwise copy the file once more at every retry and restart (ro1.ply,
+// ro1.1.ply, …).
 func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 	err := linkTo(f, dst)
 	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) &&
@@ -232,7 +235,12 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 		return err
 	}
 	mark := ""
-	if err != nil {
+	if err == nil {
+		trustfs.Note("link", dst)
+		if err := trustfs.SyncDir(filepath.Dir(dst)); err != nil {
+			return errors.Join(err, os.Remove(dst))
+		}
+	} else {
 		mark = copyMark(dst, trustfs.IDOf(fi))
 		if err := copyOpen(f, fi, mark, dst); err != nil {
 			return err
@@ -247,8 +255,8 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 		}
 		return fmt.Errorf("cannot remove the source, so the copy at %s was removed again: %w", dst, err)
 	}
-	if mark != "" {
-		_ = os.Remove(mark)
+	if mark != "" && os.Remove(mark) == nil {
+		_ = trustfs.SyncDir(filepath.Dir(dst)) // a mark back after a cut is litter only
 	}
 	return nil
 }
@@ -274,6 +282,7 @@ func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
 	if err != nil {
 		return err
 	}
+	trustfs.Note("create", mark)
 	err = func() error {
 		defer tmp.Close()
 		if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, fi.Size())); err != nil {
@@ -285,12 +294,13 @@ func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
 		if err := os.Chtimes(mark, time.Time{}, fi.ModTime()); err != nil { // as a link keeps it
 			return err
 		}
-		return tmp.Sync()
+		return trustfs.SyncFile(tmp, mark)
 	}()
 	if err == nil {
 		err = os.Link(mark, dst)
 		if err == nil {
-			if err = syncDir(filepath.Dir(dst)); err != nil {
+			trustfs.Note("link", dst)
+			if err = trustfs.SyncDir(filepath.Dir(dst)); err != nil {
 				err = errors.Join(err, os.Remove(dst))
 			}
 		}
@@ -299,15 +309,4 @@ func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
 		return errors.Join(err, os.Remove(mark))
 	}
 	return nil
-}
-
-// syncDir fsyncs the folder dir, so that a name made in it lasts a power
-// cut.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -289,9 +289,9 @@ func ReadSmall(root, path string, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// RemoveEmptyDir removes the folder dir under root when it is empty; a
-// link there is left alone (an error), and so is a folder that is not
-// empty (an error too).
+// RemoveEmptyDir removes the folder dir under root when it is empty, then
+// fsyncs its parent; a link there is left alone (an error), and so is a
+// folder that is not empty (an error too).
 func RemoveEmptyDir(root, dir string) error {
 	r, rel, err := open(root, dir)
 	if err != nil {
@@ -305,12 +305,17 @@ func RemoveEmptyDir(root, dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%s is not a folder", dir)
 	}
-	return classify(r.Remove(rel), dir, root)
+	if err := r.Remove(rel); err != nil {
+		return classify(err, dir, root)
+	}
+	note("rmdir", dir)
+	return syncIn(r, filepath.Dir(rel), filepath.Dir(dir))
 }
 
 // RemoveIf removes path under root (the name, never what a link names)
 // when it is still the file want identifies (any non-folder when want is
-// zero). A path already gone is fs.ErrNotExist; another file there is a
+// zero), then fsyncs its folder: the removal is durable when it returns. A
+// path already gone is fs.ErrNotExist; another file there is a
 // *ReplacedError and stays.
 func RemoveIf(root, path string, want ID) error {
 	r, rel, err := open(root, path)
@@ -328,12 +333,18 @@ func RemoveIf(root, path string, want ID) error {
 	if want != (ID{}) && IDOf(fi) != want {
 		return &ReplacedError{Path: path}
 	}
-	return classify(r.Remove(rel), path, root)
+	if err := r.Remove(rel); err != nil {
+		return classify(err, path, root)
+	}
+	note("unlink", path)
+	return syncIn(r, filepath.Dir(rel), filepath.Dir(path))
 }
 
 // WriteAtomic writes data to path under root: a temp file created (never
-// through a link) in the same folder, fsynced, then renamed over path. A
-// link at path is replaced, never written through.
+// through a link) in the same folder, fsynced, renamed over path, then the
+// folder fsynced, so that path holds the old data or the new after a power
+// cut, and the new once it returns. A link at path is replaced, never
+// written through.
 func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 	r, rel, err := open(root, path)
 	if err != nil {
@@ -355,6 +366,8 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 			return classify(err, path, root)
 		}
 	}
+	tmpPath := filepath.Join(filepath.Dir(path), filepath.Base(tmp))
+	note("create", tmpPath)
 	defer r.Remove(tmp) // harmless after the rename
 	if _, err := f.Write(data); err != nil {
 		f.Close()
@@ -364,7 +377,7 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	if err := SyncFile(f, tmpPath); err != nil {
 		f.Close()
 		return err
 	}
@@ -374,11 +387,8 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 	if err := r.Rename(tmp, rel); err != nil {
 		return classify(err, path, root)
 	}
-	if d, err := r.Open(filepath.Clean(dir + ".")); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	note("rename", path)
+	return syncIn(r, filepath.Clean(dir+"."), filepath.Dir(path))
 }
 
 // openChecked opens rel in r for reading, non-blocking, and requires a

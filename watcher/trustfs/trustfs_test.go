@@ -233,3 +233,52 @@ func TestNestedWatchFolderOpenedThroughTheOuter(t *testing.T) {
 		f.Close()
 	}
 }
+
+// TestMkdirDurable: every folder made is fsynced in its parent, and so is
+// every folder between base and dir that was there already; base's own
+// parent is left alone.
+func TestMkdirDurable(t *testing.T) {
+	base := t.TempDir()
+	old := filepath.Join(base, "old")
+	if err := os.Mkdir(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	restore := SetTrace(func(op, path string) { got = append(got, op+" "+path) })
+	defer restore()
+	dir := filepath.Join(old, "a", "b")
+	if err := MkdirDurable(base, dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"fsync-dir " + base,
+		"mkdir " + filepath.Join(old, "a"), "fsync-dir " + old,
+		"mkdir " + dir, "fsync-dir " + filepath.Join(old, "a"),
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Errorf("%s: %v", dir, err)
+	}
+	write(t, filepath.Join(base, "file"), "x", 0o644)
+	if err := MkdirDurable(base, filepath.Join(base, "file", "sub"), 0o755); err == nil {
+		t.Error("made a folder under a file")
+	}
+}
+
+// TestRemoveIfIsDurable: a removal is fsynced in its folder.
+func TestRemoveIfIsDurable(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "sub", "scan.ply")
+	write(t, p, "ply", 0o644)
+	var got []string
+	restore := SetTrace(func(op, path string) { got = append(got, op+" "+path) })
+	defer restore()
+	if err := RemoveIf(root, p, ID{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "unlink " + p + "\nfsync-dir " + filepath.Dir(p); strings.Join(got, "\n") != want {
+		t.Errorf("steps %q, want %q", got, want)
+	}
+}
