@@ -153,7 +153,9 @@ func (e *ActionError) AfterAction() string { return e.Action }
 // evidence that it was published exists while the action is retried (the
 // one written at the move's target is removed again); a later successful
 // move writes the receipt at the target and removes the one left at the
-// source. An error is an *ActionError.
+// source. A receipt that cannot be written (a name with no room for
+// ".splat.json", a folder refusing writes) stops the move or delete: the
+// file stays until it can be. An error is an *ActionError.
 func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
 	var (
@@ -169,15 +171,20 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		}
 		r := rec
 		r.File = file
-		err := writeReceiptIn(root, ReceiptPath(file), r)
+		err := writeReceipt(root, ReceiptPath(file), r)
 		switch {
-		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
-			// No retry would help: the action goes on without a receipt.
+		case errors.As(err, new(*trustfs.EscapeError)),
+			errors.As(err, new(*trustfs.NameTooLongError)) && !existsIn(j.Root, j.Path):
+			// No retry would help, and no file is kept by stopping: the
+			// action goes on without a receipt.
 			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
 			gaveUp = file
 			return nil
 		case err != nil:
-			placeErr = fmt.Errorf("receipt for %s: %w", file, err)
+			// The file stays where it is: moved or deleted without its
+			// receipt, nothing would show it published.
+			placeErr = fmt.Errorf("receipt for %s: %w: the file stays where it is until its receipt can be written%s",
+				file, err, receiptHint(err))
 			return placeErr
 		}
 		placed, placedRoot = file, root
@@ -209,7 +216,7 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		case gaveUp == file && placed == "":
 			// Logged by place.
 		default:
-			err = writeReceiptIn(fileRoot, ReceiptPath(file), rec)
+			err = writeReceipt(fileRoot, ReceiptPath(file), rec)
 		}
 		switch {
 		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
@@ -376,6 +383,18 @@ func (a *Runner) receipt(j state.Job) Receipt {
 	}
 	return r
 }
+
+// receiptHint says what lets a receipt that failed with err be written.
+func receiptHint(err error) string {
+	if errors.As(err, new(*trustfs.NameTooLongError)) {
+		return " (the name leaves no room for .splat.json: rename the file shorter, or set after.receipt: false)"
+	}
+	return ""
+}
+
+// writeReceipt writes a receipt (writeReceiptIn); tests replace it to make
+// a folder refuse writes.
+var writeReceipt = writeReceiptIn
 
 // WriteReceipt writes r to path atomically: a temp file in the same folder,
 // fsynced, then renamed over the target, so a reader never sees half a
