@@ -21,8 +21,8 @@ func TestUnwritableReceiptKeepsTheFile(t *testing.T) {
 	long := strings.Repeat("n", 251) + ".ply" // 255 bytes; its receipt's name, 266
 	for _, tt := range []struct {
 		name, onSuccess, file string
-		refuse               bool // every receipt write fails with EROFS
-		want                 string
+		refuse                bool // every receipt write fails with EROFS
+		want                  string
 	}{
 		{"delete, name too long", "delete", long, false, "name longer than"},
 		{"move, name too long", "move", long, false, "name longer than"},
