@@ -25,6 +25,7 @@ func FuzzSidecar(f *testing.F) {
 	f.Add([]byte("settings: {a: {1: b}, c: .nan}\n"))
 	f.Add([]byte("title: " + strings.Repeat("é", 200) + "\n"))
 	f.Add([]byte("\x00\xff{{"))
+	f.Add([]byte("settings: {a: &a xxxxxxxx, b: [*a, *a, *a, *a]}\n"))
 	root := f.TempDir()
 	file := filepath.Join(root, "scan.ply")
 	if err := os.WriteFile(file, []byte("ply"), 0o644); err != nil {
@@ -105,5 +106,8 @@ func checkLimits(t *testing.T, p state.PublishParams) {
 	}
 	if _, err := state.Unmarshal(b); err != nil {
 		t.Fatalf("a job record that does not read back: %v", err)
+	}
+	if len(b) > MaxSettingsBytes+32<<10 { // settings, a description of 5000 runes, a title
+		t.Fatalf("a job record of %d bytes", len(b))
 	}
 }

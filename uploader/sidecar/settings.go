@@ -18,10 +18,14 @@ const MaxSettingsDepth = 32
 
 var errTooDeep = fmt.Errorf("nested more than %d levels deep", MaxSettingsDepth)
 
+// MaxSettingsBytes caps settings as a job stores them (JSON): one job's
+// record stays small whatever its sidecar says.
+const MaxSettingsBytes = 64 << 10
+
 // CheckSettings says what keeps settings from being stored with a job:
 // nesting deeper than MaxSettingsDepth, a key that is not text (YAML's
-// `{1: x}` below the top), or a value JSON cannot hold (.inf, .nan). nil
-// when nothing. Everything a sidecar or the config gives as settings is
+// `{1: x}` below the top), a value JSON cannot hold (.inf, .nan), or more
+// than MaxSettingsBytes of JSON. nil when nothing. Everything a sidecar or the config gives as settings is
 // checked with it before a job stores it.
 func CheckSettings(m map[string]any) error {
 	if m == nil {
@@ -30,8 +34,12 @@ func CheckSettings(m map[string]any) error {
 	if err := checkValue(m, 1); err != nil {
 		return err
 	}
-	if _, err := json.Marshal(m); err != nil {
+	b, err := json.Marshal(m)
+	if err != nil {
 		return fmt.Errorf("cannot be stored as JSON: %v", err)
+	}
+	if len(b) > MaxSettingsBytes {
+		return fmt.Errorf("%d bytes as a job stores them, more than %d", len(b), MaxSettingsBytes)
 	}
 	return nil
 }

@@ -106,6 +106,11 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 	}
 	r = Apply(r, sc)
 	r.Title, r.Description = limitParams(r.Title, r.Description)
+	// Each file is within the cap; what they make together is stored with
+	// the job too.
+	if err := CheckSettings(r.Settings); err != nil {
+		return state.PublishParams{}, fmt.Errorf("settings of %s (the configured, its folders' and its sidecar's, merged): %w", name, err)
+	}
 	return r, nil
 }
 
@@ -164,6 +169,9 @@ func read(root, path, name string) (Overrides, error) {
 		return sc, nil // empty: no overrides
 	}
 	top := doc.Content[0]
+	if n := decodedSize(top, MaxDecoded); n > MaxDecoded {
+		return sc, fmt.Errorf("%s: decodes to more than %d bytes (its aliases expanded): refused", name, MaxDecoded)
+	}
 	if top.Kind != yaml.MappingNode {
 		return sc, fmt.Errorf("%s: want keys (title, description, listed, format, settings, encode) (line %d)", name, top.Line)
 	}
@@ -217,6 +225,33 @@ func read(root, path, name string) (Overrides, error) {
 		return sc, fmt.Errorf("%s: %s", name, strings.Join(problems, "; "))
 	}
 	return sc, nil
+}
+
+// MaxDecoded caps what a sidecar or folder settings file decodes to, its
+// aliases expanded (decodedSize): as much as the file itself may hold.
+const MaxDecoded = trustfs.SmallMax
+
+// decodedSize is the size of the value n decodes to, each alias counted as
+// a copy of what it names: one per node, plus the bytes of every scalar. It
+// stops counting once past limit (a result over limit), so an alias bomb
+// or an alias cycle costs at most limit steps.
+func decodedSize(n *yaml.Node, limit int) int {
+	size, stack := 0, []*yaml.Node{n}
+	for len(stack) > 0 && size <= limit {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n == nil {
+			continue
+		}
+		size += 1 + len(n.Value)
+		switch n.Kind {
+		case yaml.AliasNode:
+			stack = append(stack, n.Alias)
+		case yaml.DocumentNode, yaml.SequenceNode, yaml.MappingNode:
+			stack = append(stack, n.Content...)
+		}
+	}
+	return size
 }
 
 // ValidEncode reports whether v is a value of the encode key: "sog", or
