@@ -309,6 +309,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	workers.start("workers", d.pool.Run)
 	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
 	workers.start("maintenance", func(ctx context.Context) error { d.maintain(ctx); return nil })
+	// Once at start: what a power cut left of a move recorded done.
+	workers.start("leftovers", func(ctx context.Context) error {
+		d.actions.Load().FinishLeftovers(ctx, d.store.Get)
+		return nil
+	})
 
 	// Intake: the watcher reports finished files, the enqueuer records them.
 	intake := newStage(ctx, fail)
