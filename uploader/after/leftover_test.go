@@ -134,3 +134,24 @@ func TestIsNumbered(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingMoveOfALostFileSaysSo: a job whose move is still pending
+// (its after-action not recorded done) and whose file is at neither place,
+// its receipt at the target, fails its move with a reason that says so
+// (splatd jobs shows it).
+func TestPendingMoveOfALostFileSaysSo(t *testing.T) {
+	t.Parallel()
+	root, dest := t.TempDir(), t.TempDir()
+	a := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true})
+	j, _ := heldJob(t, root, "scan.ply")
+	j = movedThenUndone(t, a, j)
+	if err := os.Remove(j.Path); err != nil {
+		t.Fatal(err)
+	}
+	j.Finalized = false
+	_, err := a.Finish(context.Background(), j)
+	var ae *ActionError
+	if !errors.As(err, &ae) || ae.Action != ActionMove || !errors.Is(err, errFileGone) || !strings.Contains(err.Error(), "where its receipt is") {
+		t.Fatalf("Finish = %v; want a move error saying the file is lost, its receipt at the target", err)
+	}
+}

@@ -44,6 +44,10 @@ func moveUnder(file, root, dest string, held heldFile, place func(target string)
 			moveSidecar(root, file, moved) // a crash may have come before it went
 			return moved, nil
 		}
+		if r, rerr := readReceiptIn(dest, target); rerr == nil && held.Job != 0 && r.Job == held.Job {
+			return file, fmt.Errorf("%w: neither here nor at %s, where its receipt is (lost at a power cut, or removed by hand): %w",
+				errFileGone, target, err)
+		}
 		return file, fmt.Errorf("%w: %w", errFileGone, err)
 	}
 	if err != nil {
