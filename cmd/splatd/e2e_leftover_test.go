@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/splatd/splatd/uploader/apisim"
@@ -62,6 +63,41 @@ func TestE2ELeftoverOfAMoveAtStart(t *testing.T) {
 	if n := len(sim.Splats()); n != 2 {
 		t.Errorf("%d splats, want 2 (none published again)", n)
 	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("splatd exited %d", code)
+	}
+}
+
+// TestE2ELongestNameKeptUnderDelete is issue 36's deliverable 7: with
+// on_success: delete, a file whose 255-byte name leaves no room for its
+// receipt's is published and kept, not deleted without a trace; splatd
+// jobs says why.
+func TestE2ELongestNameKeptUnderDelete(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{extra: "after: {on_success: delete}\n"})
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	long := filepath.Join(e.inbox, strings.Repeat("L", 251)+".ply")
+	writePLY(t, long, 1100)
+	var job e2eJob
+	waitFor(t, "the long name's receipt error in splatd jobs", func() bool {
+		jobs, _ := adminJobs(t, e.stateDir)
+		for _, j := range jobs {
+			if j.File == long && j.AfterErr != "" {
+				job = j
+				return true
+			}
+		}
+		return false
+	})
+	if job.Stage != "done" || !strings.Contains(job.AfterErr, "stays where it is") || !strings.Contains(job.AfterErr, "name longer than") {
+		t.Errorf("job: %s, after_error %q; want done, the file kept for its receipt", job.Stage, job.AfterErr)
+	}
+	if _, err := os.Stat(long); err != nil {
+		t.Errorf("the file: %v; want it kept", err)
+	}
+	d.waitLogLine("after-action failed")
 	if code := d.stop(); code != 0 {
 		t.Errorf("splatd exited %d", code)
 	}
