@@ -219,19 +219,12 @@ func numbered(p string, i int) string {
 }
 
 // moveOpen moves src (open as f, under root) to dst without ever leaving
-// two copies or replacing an existing dst. On one filesystem it links the
-// open file itself to dst (a link refuses an existing name), fsyncs dst's
-// folder, and removes src's name, if it still names that file, fsyncing
-// src's folder (RemoveIf); across filesystems (EXDEV), or where links are
-// not allowed, it copies the open file to its mark beside dst with its
-// mode, fsyncs it, links the mark to dst, fsyncs dst's folder, removes src,
-// then the mark (a crash between the link and the removal leaves the mark,
-// by which the next run knows the copy). dst's folder is durable in its
-// parent before (MkdirDurable), so src goes only once its new name lasts a
-// power cut. When src cannot be removed (a folder the daemon may not
-// write, an immutable file), dst is removed again: a half-done move would
-// otherwise copy the file once more at every retry and restart (ro1.ply,
-// ro1.1.ply, …).
+// two copies or replacing an existing dst: it links the open file to dst,
+// or across filesystems (EXDEV, or no links allowed) copies it to its mark
+// beside dst and links that, then removes src, each step durable before
+// the next (docs/durability.md). When src cannot be removed (a folder the
+// daemon may not write, an immutable file), dst is removed again: a
+// half-done move would otherwise copy the file once more at every retry.
 func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 	err := linkTo(f, dst)
 	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) &&
