@@ -165,7 +165,23 @@ func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 	return w.walkDir(r, sub, dir, st, true)
 }
 
-// walkDir is walk in the folder dir, open as d.
+// dirEntry is one name in a folder listing, with its type when the listing
+// says it.
+type dirEntry struct {
+	name string
+	typ  fileType
+}
+
+type fileType uint8
+
+const (
+	typeUnknown fileType = iota
+	typeDir
+	typeOther // a regular file, link, FIFO, socket or device
+)
+
+// walkDir is walk in the folder dir, open as d. Only the folder's listing
+// and one fstatat per wanted file (or entry of unknown type) touch the disk.
 func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bool) error {
 	if st.dirs != nil {
 		st.dirs[dir] = true
@@ -182,14 +198,23 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			w.log.Warn().Err(err).Str("path", dir).Msg("cannot read folder; skipping it")
 		}
 	}
+	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 	for _, e := range ents {
-		name := e.Name()
-		p := filepath.Join(dir, name)
-		if e.IsDir() {
-			if !r.Recursive || r.skipsDir(name) || w.otherRoot(p, r) {
+		var fi fs.FileInfo
+		if e.typ == typeUnknown {
+			if fi, err = d.Lstat(e.name); err != nil {
+				continue // vanished since the listing
+			}
+			if e.typ = typeOther; fi.IsDir() {
+				e.typ = typeDir
+			}
+		}
+		p := filepath.Join(dir, e.name)
+		if e.typ == typeDir {
+			if !r.Recursive || r.skipsDir(e.name) || w.otherRoot(p, r) {
 				continue
 			}
-			sub, err := d.OpenRoot(name)
+			sub, err := d.OpenRoot(e.name)
 			if err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
 					w.log.Warn().Err(err).Str("path", p).Msg("cannot read folder; skipping it")
@@ -200,31 +225,20 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			sub.Close()
 			continue
 		}
-		if !r.wants(name) {
+		if !r.wants(e.name) {
 			continue
 		}
 		st.files++
-		fi, err := d.Lstat(name)
-		if err != nil {
-			continue // vanished since the listing
+		if fi == nil {
+			if fi, err = d.Lstat(e.name); err != nil {
+				continue // vanished since the listing
+			}
 		}
 		if fi, ok := r.candidateInfo(p, fi); ok {
 			w.tr.observe(r, p, fi, false)
 		}
 	}
 	return nil
-}
-
-// readDir lists the folder d is open on, sorted by name.
-func readDir(d *os.Root) ([]fs.DirEntry, error) {
-	f, err := d.Open(".")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return ents, err
 }
 
 // watchDir adds an inotify watch on dir unless it has one. Running out of
