@@ -56,6 +56,11 @@ func (s *Store) AdoptBatch(ctx context.Context, as []Adoption) ([]state.Job, err
 	if err != nil {
 		return nil, err
 	}
+	// Retention runs now, so that a folder of receipts adopted batch by
+	// batch reuses the pages the last batch freed instead of growing the file.
+	if _, err := s.Prune(); err != nil {
+		s.log.Error().Err(err).Msg("retention pass failed")
+	}
 	return out, nil
 }
 

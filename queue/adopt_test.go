@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,5 +89,46 @@ func TestRecordAfterError(t *testing.T) {
 	}
 	if got, _ := s.Get(j.ID); got.AfterError != "" || got.AfterAttempts != 0 || !got.Finalized {
 		t.Errorf("after MarkFinalized: %+v", got)
+	}
+}
+
+// TestAdoptKeepsRetention: adopting more receipts than the retention keeps
+// prunes as it goes, over more jobs than one retention transaction takes,
+// and leaves exactly MaxFinished jobs in full, the rest as tombstones.
+func TestAdoptKeepsRetention(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	const keep, n = 100, 2*pruneBatch + 500
+	s := open(t, t.TempDir(), Options{Now: clk.Now, Retention: Retention{MaxFinished: keep}})
+	var as []Adoption
+	for i := range n {
+		done := time.Unix(int64(1000+i), 0)
+		as = append(as, Adoption{Path: fmt.Sprintf("/in/%05d.ply", i), Size: 1, ModTime: time.Unix(1, 0),
+			SHA256: fmt.Sprintf("%064x", i), SplatID: fmt.Sprint(i), CompletedAt: &done})
+	}
+	if _, err := s.AdoptBatch(context.Background(), as[:n/2]); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats()
+	if st.Jobs != keep || st.Tombstones != n/2-keep {
+		t.Fatalf("after the first batch: %d jobs, %d tombstones; want %d and %d", st.Jobs, st.Tombstones, keep, n/2-keep)
+	}
+	if _, err := s.AdoptBatch(context.Background(), as[n/2:]); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = s.Stats()
+	if st.Jobs != keep || st.Tombstones != n-keep {
+		t.Fatalf("after both: %d jobs, %d tombstones; want %d and %d", st.Jobs, st.Tombstones, keep, n-keep)
+	}
+	for _, i := range []int{0, n - keep - 1, n - keep, n - 1} {
+		if !s.Known(as[i].Path, 1, time.Unix(1, 0)) {
+			t.Errorf("%s not Known", as[i].Path)
+		}
+	}
+	if _, err := s.Get(uint64(n)); err != nil {
+		t.Errorf("the newest adoption was pruned: %v", err)
+	}
+	if _, err := s.Get(uint64(n - keep)); !errors.Is(err, ErrNotFound) {
+		t.Errorf("job %d (older than the newest %d) is kept: %v", n-keep, keep, err)
 	}
 }

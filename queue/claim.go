@@ -227,16 +227,41 @@ func duplicate(j, owner state.Job, now time.Time) state.Job {
 	return j
 }
 
+// pruneBatch bounds the jobs one retention transaction deletes, so that a
+// pass over a large backlog holds a bounded number of dirty pages.
+const pruneBatch = 1000
+
 // Prune applies the retention rule: finished jobs beyond MaxFinished (oldest
 // first) or older than MaxAge are deleted. A pruned done job leaves a
 // tombstone in the sha256 index so its content stays deduplicated, and its
 // path entry so the unchanged file stays Known. It returns the number of
 // jobs pruned.
 func (s *Store) Prune() (int, error) {
+	var n, skipped int
+	var after []byte
+	for {
+		pruned, next, err := s.pruneSome(after, &skipped)
+		n += pruned
+		if err != nil || next == nil {
+			if n > 0 {
+				s.log.Debug().Int("jobs", n).Msg("pruned finished jobs")
+			}
+			return n, err
+		}
+		after = next
+	}
+}
+
+// pruneSome is one transaction of Prune: at most pruneBatch jobs from the
+// finished bucket's key after (nil: its start). It returns the key to go on
+// after (nil when the pass is over); skipped counts the unreadable records
+// kept so far, which still count toward MaxFinished.
+func (s *Store) pruneSome(after []byte, skipped *int) (int, []byte, error) {
 	r := s.o.Retention
 	var n int
+	var next []byte
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		n = 0
+		n, next = 0, nil
 		// The finished bucket holds the done, failed and canceled jobs:
 		// their counters say how many without walking it.
 		fin := tx.Bucket(bucketFinished)
@@ -244,20 +269,32 @@ func (s *Store) Prune() (int, error) {
 		cutoff := s.o.Now().Add(-r.MaxAge)
 		var victims [][]byte
 		c := fin.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		k, _ := c.First()
+		if after != nil {
+			if k, _ = c.Seek(after); k != nil && string(k) == string(after) {
+				k, _ = c.Next()
+			}
+		}
+		for ; k != nil; k, _ = c.Next() {
 			at, _ := splitTimeKey(k)
-			over := r.MaxFinished >= 0 && total-len(victims) > r.MaxFinished
+			over := r.MaxFinished >= 0 && total-*skipped-len(victims) > r.MaxFinished
 			old := r.MaxAge > 0 && at.Before(cutoff)
 			if !over && !old {
 				break
 			}
+			if len(victims) == pruneBatch {
+				next = victims[len(victims)-1]
+				break
+			}
 			victims = append(victims, append([]byte(nil), k...))
 		}
+		kept := 0
 		for _, k := range victims {
 			_, id := splitTimeKey(k)
 			j, err := getJob(tx, id)
 			if s.skip(err) {
-				continue // kept until an operator forgets it
+				kept++ // kept until an operator forgets it
+				continue
 			}
 			if err != nil {
 				return err
@@ -267,12 +304,13 @@ func (s *Store) Prune() (int, error) {
 			}
 			n++
 		}
+		*skipped += kept
 		return nil
 	})
-	if n > 0 {
-		s.log.Debug().Int("jobs", n).Msg("pruned finished jobs")
+	if err != nil {
+		return 0, nil, err
 	}
-	return n, err
+	return n, next, nil
 }
 
 func (s *Store) prune(tx *bolt.Tx, j state.Job) error {

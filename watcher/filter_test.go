@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -173,6 +174,22 @@ func TestBadBoundsRefused(t *testing.T) {
 	for _, r := range []Root{{Path: "/x", MinSize: 10, MaxSize: 5}, {Path: "/x", MinAge: -time.Second}} {
 		if _, err := New(Options{Roots: []Root{r}}); err == nil {
 			t.Errorf("New(%+v) accepted", r)
+		}
+	}
+}
+
+// TestMatchOneIsFilepathMatch: the fast shapes of matchOne answer as
+// filepath.Match does for every base name.
+func TestMatchOneIsFilepathMatch(t *testing.T) {
+	t.Parallel()
+	patterns := append(append([]string{"*", "*.", ".", "a*", "*a*", "scan-?.ply", "[ab]*.ply", `\*.ply`, "meta.json", "take*", "*~"}, DefaultInclude...), DefaultExclude...)
+	names := []string{"", ".", "..", ".hidden", "a.ply", "scan-1.ply", "scan-12.ply", "*.ply", "meta.json", "xmeta.json", "take-001.ply", "f~", "~", "a.part", ".ply", "b.tmp.ply", "é.ply"}
+	for _, p := range patterns {
+		for _, n := range names {
+			want, _ := filepath.Match(p, n)
+			if got := matchOne(p, n); got != want {
+				t.Errorf("matchOne(%q, %q) = %v, filepath.Match says %v", p, n, got, want)
+			}
 		}
 	}
 }

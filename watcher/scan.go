@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -138,60 +140,105 @@ func (w *Watcher) scanRoot(r *root) {
 // by the listing or by an event, never by neither. Only an error on dir
 // itself is returned; unreadable subfolders are logged and skipped.
 func (w *Watcher) walk(r *root, dir string, st *scanState) error {
-	// Through an os.Root on the watch root: a subfolder swapped for a link
-	// to somewhere else while the walk runs is not listed, and no stat
-	// follows a link out of the root. The root itself may be a link, unless
+	// Through an os.Root on the watch root, and one per folder below it: a
+	// subfolder swapped for a link to somewhere else while the walk runs is
+	// not listed, no stat follows a link out of the root, and a file's stat
+	// is one fstatat in its folder. The root itself may be a link, unless
 	// it lies in another watch root (trustfs.OpenRoot).
 	rt, err := trustfs.OpenRoot(r.path)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	start := "."
-	if dir != r.path {
-		rel, err := filepath.Rel(r.path, dir)
-		if err != nil || !filepath.IsLocal(rel) {
-			return fmt.Errorf("%s is not inside the watch root %s", dir, r.path)
-		}
-		start = filepath.ToSlash(rel)
+	if dir == r.path {
+		return w.walkDir(r, rt, dir, st, true)
 	}
-	return fs.WalkDir(rt.FS(), start, func(rel string, d fs.DirEntry, err error) error {
-		top := rel == start
-		p := filepath.Join(r.path, filepath.FromSlash(rel))
-		if err != nil {
-			if top {
-				return err
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				w.log.Warn().Err(err).Str("path", p).Msg("cannot read folder; skipping it")
-			}
-			return nil
+	rel, err := filepath.Rel(r.path, dir)
+	if err != nil || !filepath.IsLocal(rel) {
+		return fmt.Errorf("%s is not inside the watch root %s", dir, r.path)
+	}
+	sub, err := rt.OpenRoot(rel)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return w.walkDir(r, sub, dir, st, true)
+}
+
+// dirEntry is one name in a folder listing, with its type when the listing
+// says it.
+type dirEntry struct {
+	name string
+	typ  fileType
+}
+
+type fileType uint8
+
+const (
+	typeUnknown fileType = iota
+	typeDir
+	typeOther // a regular file, link, FIFO, socket or device
+)
+
+// walkDir is walk in the folder dir, open as d. Only the folder's listing
+// and one fstatat per wanted file (or entry of unknown type) touch the disk.
+func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bool) error {
+	if st.dirs != nil {
+		st.dirs[dir] = true
+	}
+	if st.tryWatch {
+		w.watchDir(r, dir, st)
+	}
+	ents, err := readDir(d)
+	if err != nil {
+		if top {
+			return err
 		}
-		if d.IsDir() {
-			if !top && (!r.Recursive || r.skipsDir(d.Name()) || w.otherRoot(p, r)) {
-				return filepath.SkipDir
-			}
-			if st.dirs != nil {
-				st.dirs[p] = true
-			}
-			if st.tryWatch {
-				w.watchDir(r, p, st)
-			}
-			return nil
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.log.Warn().Err(err).Str("path", dir).Msg("cannot read folder; skipping it")
 		}
-		if !r.wants(d.Name()) {
-			return nil
+	}
+	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
+	for _, e := range ents {
+		var fi fs.FileInfo
+		if e.typ == typeUnknown {
+			if fi, err = d.Lstat(e.name); err != nil {
+				continue // vanished since the listing
+			}
+			if e.typ = typeOther; fi.IsDir() {
+				e.typ = typeDir
+			}
+		}
+		p := filepath.Join(dir, e.name)
+		if e.typ == typeDir {
+			if !r.Recursive || r.skipsDir(e.name) || w.otherRoot(p, r) {
+				continue
+			}
+			sub, err := d.OpenRoot(e.name)
+			if err != nil {
+				if !errors.Is(err, fs.ErrNotExist) {
+					w.log.Warn().Err(err).Str("path", p).Msg("cannot read folder; skipping it")
+				}
+				continue
+			}
+			w.walkDir(r, sub, p, st, false)
+			sub.Close()
+			continue
+		}
+		if !r.wants(e.name) {
+			continue
 		}
 		st.files++
-		fi, err := rt.Lstat(filepath.FromSlash(rel))
-		if err != nil {
-			return nil // vanished since the listing, or now out of the root
+		if fi == nil {
+			if fi, err = d.Lstat(e.name); err != nil {
+				continue // vanished since the listing
+			}
 		}
 		if fi, ok := r.candidateInfo(p, fi); ok {
 			w.tr.observe(r, p, fi, false)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // watchDir adds an inotify watch on dir unless it has one. Running out of

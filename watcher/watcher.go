@@ -467,11 +467,27 @@ func newRoot(cfg Root) (*root, error) {
 func matchAny(patterns []string, name string) bool {
 	name = strings.ToLower(name)
 	for _, p := range patterns {
-		if ok, _ := filepath.Match(p, name); ok {
+		if ok := matchOne(p, name); ok {
 			return true
 		}
 	}
 	return false
+}
+
+// matchOne is filepath.Match, with the common shapes "*.ext" and ".*"
+// answered without it.
+func matchOne(p, name string) bool {
+	const meta = `*?[\`
+	switch {
+	case len(p) > 1 && p[0] == '*' && !strings.ContainsAny(p[1:], meta):
+		return strings.HasSuffix(name, p[1:])
+	case len(p) > 1 && p[len(p)-1] == '*' && !strings.ContainsAny(p[:len(p)-1], meta):
+		return strings.HasPrefix(name, p[:len(p)-1])
+	case !strings.ContainsAny(p, meta):
+		return name == p
+	}
+	ok, _ := filepath.Match(p, name)
+	return ok
 }
 
 // wants reports whether a file's base name makes it a candidate. splatd's

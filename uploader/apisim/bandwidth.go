@@ -99,6 +99,9 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 		p = p[:paceChunk]
 	}
 	n, err := b.ReadCloser.Read(p)
+	if n > 0 && b.read == 0 {
+		b.s.noteFirstByte()
+	}
 	b.read += int64(n)
 	if n > 0 && b.conn != nil {
 		wait, perr := b.conn.pace(b.ctx, n, rate, b.s.now, b.s.o.Sleep)
@@ -108,6 +111,17 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// noteFirstByte stamps Stats.FirstBodyByte the first time storage reads a
+// body byte, as it happens (the per-request counters add up only when a
+// request ends).
+func (s *Server) noteFirstByte() {
+	s.mu.Lock()
+	if s.stats.FirstBodyByte.IsZero() {
+		s.stats.FirstBodyByte = s.now()
+	}
+	s.mu.Unlock()
 }
 
 // sleep waits d unless ctx ends first.

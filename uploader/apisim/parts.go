@@ -312,6 +312,7 @@ func (s *Server) partPut(w http.ResponseWriter, r *http.Request, body *pacedBody
 	u.uploading = true
 	s.stats.PartPuts++
 	s.stats.PartBytes += r.ContentLength
+	s.stats.LastPartStored = s.now()
 	ss := s.stats.Sessions[uploadID]
 	ss.PartPuts++
 	ss.PartBytes += r.ContentLength

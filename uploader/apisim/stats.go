@@ -88,6 +88,10 @@ type Stats struct {
 	// StorageConns holds the body bytes read and the bandwidth-cap waits of
 	// each storage TCP connection, keyed by accept order (1, 2, …).
 	StorageConns map[int64]ConnStats
+	// FirstBodyByte is when storage first read a request-body byte;
+	// LastPartStored when it last stored a v1 part (zero until then).
+	FirstBodyByte  time.Time
+	LastPartStored time.Time
 }
 
 // SessionStats are the storage counters of one v1 session.
