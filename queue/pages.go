@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"io"
 	"slices"
+	"strings"
 )
 
 // A reader of bbolt's file format that trusts nothing it reads: every page
@@ -177,6 +178,20 @@ type walker struct {
 	value func(bucket []string, k, v []byte)
 	// bucket, when set, receives each bucket's path and sequence.
 	bucket func(bucket []string, seq uint64)
+	// page, when set, receives each page read with its bucket and flags.
+	page func(bucket []string, id uint64, flags uint16)
+	// hurt holds the buckets (paths joined by "/"; "" is the root) in
+	// which a page could not be read.
+	hurt map[string]bool
+}
+
+// bad notes a problem in bucket path.
+func (w *walker) bad(path []string, format string, a ...any) {
+	if w.hurt == nil {
+		w.hurt = map[string]bool{}
+	}
+	w.hurt[strings.Join(path, "/")] = true
+	w.probs.add(format, a...)
 }
 
 func bucketName(path []string) string {
@@ -205,21 +220,24 @@ func (w *walker) walk() {
 func (w *walker) tree(path []string, id uint64, depth int, lo, hi []byte) {
 	name := bucketName(path)
 	if depth > maxDepth {
-		w.probs.add("bucket %s: its tree is deeper than %d pages at page %d (a loop of pages)", name, maxDepth, id)
+		w.bad(path, "bucket %s: its tree is deeper than %d pages at page %d (a loop of pages)", name, maxDepth, id)
 		return
 	}
 	if by, seen := w.reached[id]; seen {
-		w.probs.add("page %d of bucket %s is also used by %s", id, name, by)
+		w.bad(path, "page %d of bucket %s is also used by %s", id, name, by)
 		return
 	}
 	p, err := w.pf.page(id)
 	if err != nil {
-		w.probs.add("bucket %s: %v", name, err)
+		w.bad(path, "bucket %s: %v", name, err)
 		return
+	}
+	if w.page != nil {
+		w.page(path, id, flags(p))
 	}
 	for i := 0; i <= overflowOf(p); i++ {
 		if by, seen := w.reached[id+uint64(i)]; seen && i > 0 {
-			w.probs.add("overflow page %d of bucket %s is also used by %s", id+uint64(i), name, by)
+			w.bad(path, "overflow page %d of bucket %s is also used by %s", id+uint64(i), name, by)
 		}
 		w.reached[id+uint64(i)] = name
 	}
@@ -229,7 +247,7 @@ func (w *walker) tree(path []string, id uint64, depth int, lo, hi []byte) {
 	case flagLeaf:
 		w.leaf(path, fmt.Sprintf("page %d", id), p, depth, lo, hi)
 	default:
-		w.probs.add("page %d of bucket %s is neither a branch nor a leaf (flags %#x): zeroed or overwritten", id, name, flags(p))
+		w.bad(path, "page %d of bucket %s is neither a branch nor a leaf (flags %#x): zeroed or overwritten", id, name, flags(p))
 	}
 }
 
@@ -237,7 +255,7 @@ func (w *walker) branch(path []string, id uint64, p []byte, depth int, lo, hi []
 	name := bucketName(path)
 	n := elements(p)
 	if n == 0 || !inRange(p, pageHeaderSize, uint64(n)*elementSize) {
-		w.probs.add("branch page %d of bucket %s: %d elements do not fit its %s", id, name, n, pageLen(p))
+		w.bad(path, "branch page %d of bucket %s: %d elements do not fit its %s", id, name, n, pageLen(p))
 		return
 	}
 	keys := make([][]byte, 0, n)
@@ -246,12 +264,12 @@ func (w *walker) branch(path []string, id uint64, p []byte, depth int, lo, hi []
 		e := elemAt(i)
 		pos, ksize := uint64(native.Uint32(p[e:])), uint64(native.Uint32(p[e+4:]))
 		if !inRange(p, uint64(e)+pos, ksize) {
-			w.probs.add("branch page %d of bucket %s: element %d points outside the page", id, name, i)
+			w.bad(path, "branch page %d of bucket %s: element %d points outside the page", id, name, i)
 			return
 		}
 		k := p[uint64(e)+pos : uint64(e)+pos+ksize]
 		if (i > 0 && bytes.Compare(k, keys[i-1]) <= 0) || (hi != nil && bytes.Compare(k, hi) >= 0) {
-			w.probs.add("branch page %d of bucket %s: its keys are out of order", id, name)
+			w.bad(path, "branch page %d of bucket %s: its keys are out of order", id, name)
 			return
 		}
 		keys = append(keys, k)
@@ -275,7 +293,7 @@ func (w *walker) leaf(path []string, where string, p []byte, depth int, lo, hi [
 	name := bucketName(path)
 	n := elements(p)
 	if !inRange(p, pageHeaderSize, uint64(n)*elementSize) {
-		w.probs.add("leaf %s of bucket %s: %d elements do not fit its %s", where, name, n, pageLen(p))
+		w.bad(path, "leaf %s of bucket %s: %d elements do not fit its %s", where, name, n, pageLen(p))
 		return
 	}
 	var prev []byte
@@ -284,13 +302,13 @@ func (w *walker) leaf(path []string, where string, p []byte, depth int, lo, hi [
 		fl := native.Uint32(p[e:])
 		pos, ksize, vsize := uint64(native.Uint32(p[e+4:])), uint64(native.Uint32(p[e+8:])), uint64(native.Uint32(p[e+12:]))
 		if fl&^bucketLeaf != 0 || !inRange(p, uint64(e)+pos, ksize) || !inRange(p, uint64(e)+pos+ksize, vsize) {
-			w.probs.add("leaf %s of bucket %s: element %d is garbled (flags %#x, or it points outside the page); the page's other %d elements are skipped", where, name, i, fl, n-i-1)
+			w.bad(path, "leaf %s of bucket %s: element %d is garbled (flags %#x, or it points outside the page); the page's other %d elements are skipped", where, name, i, fl, n-i-1)
 			return
 		}
 		k := p[uint64(e)+pos : uint64(e)+pos+ksize]
 		v := p[uint64(e)+pos+ksize : uint64(e)+pos+ksize+vsize]
 		if (prev != nil && bytes.Compare(k, prev) <= 0) || (lo != nil && bytes.Compare(k, lo) < 0) || (hi != nil && bytes.Compare(k, hi) >= 0) {
-			w.probs.add("leaf %s of bucket %s: its keys are out of order at element %d; the page's other %d elements are skipped", where, name, i, n-i-1)
+			w.bad(path, "leaf %s of bucket %s: its keys are out of order at element %d; the page's other %d elements are skipped", where, name, i, n-i-1)
 			return
 		}
 		prev = k
@@ -302,7 +320,7 @@ func (w *walker) leaf(path []string, where string, p []byte, depth int, lo, hi [
 		}
 		sub := append(slices.Clone(path), string(k))
 		if len(v) < 16 {
-			w.probs.add("bucket %s: its header in %s is %d bytes, not 16", bucketName(sub), where, len(v))
+			w.bad(sub, "bucket %s: its header in %s is %d bytes, not 16", bucketName(sub), where, len(v))
 			continue
 		}
 		root, seq := native.Uint64(v[0:]), native.Uint64(v[8:])
@@ -315,7 +333,7 @@ func (w *walker) leaf(path []string, where string, p []byte, depth int, lo, hi [
 		}
 		inline := v[16:]
 		if len(inline) < pageHeaderSize || flags(inline) != flagLeaf {
-			w.probs.add("bucket %s: its inline page in %s is not a leaf", bucketName(sub), where)
+			w.bad(sub, "bucket %s: its inline page in %s is not a leaf", bucketName(sub), where)
 			continue
 		}
 		w.leaf(sub, "inline in "+where, inline, depth+1, nil, nil)

@@ -46,6 +46,8 @@ type salvage struct {
 	indexed  map[uint64]bool // ids the stage, due and finished indexes name
 	sequence uint64
 	schema   uint64
+	fromTree map[uint64]bool // the jobs bucket was found; in orphans: the ids it held
+	orphan   map[uint64]bool // ids found only outside the tree
 }
 
 // Recover rebuilds the state file in dir from what can still be read of
@@ -77,7 +79,7 @@ func Recover(dir string, timeout time.Duration, now time.Time) (RecoverReport, e
 		return rep, err
 	}
 	rep.Problems, rep.More = chk.Problems, chk.More
-	sv := &salvage{jobs: map[uint64][]byte{}, shas: map[string]hashEntry{}, paths: map[string]pathEntry{}, indexed: map[uint64]bool{}}
+	sv := &salvage{jobs: map[uint64][]byte{}, shas: map[string]hashEntry{}, paths: map[string]pathEntry{}, indexed: map[uint64]bool{}, orphan: map[uint64]bool{}}
 	if chk.Size > 0 {
 		if pf, _ := openPages(f, chk.Size); pf != nil && pf.meta.pageSize > 0 {
 			sv.read(pf)
@@ -137,6 +139,7 @@ func (sv *salvage) read(pf *pageFile) {
 	w.bucket = func(b []string, seq uint64) {
 		if len(b) == 1 && b[0] == string(bucketJobs) {
 			sv.sequence = seq
+			sv.fromTree = map[uint64]bool{} // the jobs bucket is there
 		}
 	}
 	w.value = func(b []string, k, v []byte) {
@@ -163,6 +166,56 @@ func (sv *salvage) read(pf *pageFile) {
 		}
 	}
 	w.walk()
+	if w.hurt[""] || w.hurt[string(bucketJobs)] || sv.fromTree == nil {
+		sv.orphans(pf, w.reached)
+	}
+}
+
+// orphans reads the done jobs that only pages the walk could not reach
+// still hold (a branch or the root lost, or beyond a cut): a leaf page that
+// is itself, whose keys are job ids and whose values decode as those jobs.
+// Such a page may be an older copy of the page (bbolt copies a page on
+// write), so only done jobs are taken, the latest version of each, and
+// only for ids the walk did not find: evidence that a file was published,
+// never a stage to resume from.
+func (sv *salvage) orphans(pf *pageFile, reached map[uint64]string) {
+	sv.fromTree = map[uint64]bool{}
+	for id := range sv.jobs {
+		sv.fromTree[id] = true
+	}
+	found := map[uint64]state.Job{}
+	for id := uint64(2); id < pf.meta.hwm; id++ {
+		if _, ok := reached[id]; ok {
+			continue
+		}
+		p, err := pf.page(id)
+		if err != nil || flags(p) != flagLeaf {
+			continue
+		}
+		w := &walker{pf: pf, reached: map[uint64]string{}, value: func(_ []string, k, v []byte) {
+			if len(k) != 8 {
+				return
+			}
+			j, err := state.Unmarshal(v)
+			if err != nil || j.ID != idOf(k) || j.Stage != state.Done {
+				return
+			}
+			if old, ok := found[j.ID]; !ok || j.UpdatedAt.After(old.UpdatedAt) {
+				found[j.ID] = j
+				sv.orphanRaw(j.ID, v)
+			}
+		}}
+		w.leaf(nil, fmt.Sprintf("page %d", id), p, 0, nil, nil)
+	}
+}
+
+// orphanRaw keeps the record of job id found outside the tree, unless the
+// tree held one.
+func (sv *salvage) orphanRaw(id uint64, v []byte) {
+	if !sv.fromTree[id] {
+		sv.jobs[id] = v
+		sv.orphan[id] = true
+	}
 }
 
 // tidy drops what cannot be kept: records that do not decode, and index
@@ -181,6 +234,11 @@ func (sv *salvage) tidy(rep *RecoverReport) {
 		}
 	}
 	pruned := map[uint64]bool{}
+	for _, he := range sv.shas {
+		if he.Pruned && sv.orphan[he.Job] {
+			delete(sv.jobs, he.Job) // an old copy of a job retention pruned
+		}
+	}
 	for sha, he := range sv.shas {
 		switch _, ok := sv.jobs[he.Job]; {
 		case he.Pruned:
