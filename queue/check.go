@@ -25,6 +25,8 @@ type Report struct {
 	// rest. None: the file is sound.
 	Problems []string
 	More     int
+	// Bounded: the leaves of the paths and sha256 indexes were not read.
+	Bounded bool
 }
 
 // Damaged reports whether the check found anything wrong.
@@ -45,6 +47,19 @@ func (r Report) Err() error {
 // reader that cannot panic. It waits up to timeout for a running splatd's
 // lock (ErrLocked). A missing file is an error matching fs.ErrNotExist.
 func Check(dir string, timeout time.Duration) (Report, error) {
+	return check(dir, timeout, false)
+}
+
+// boundedOver is the file size above which Open checks the state file
+// bounded: the leaves of the two indexes that grow with the history
+// (paths, sha256) are not read, only the pages above them; a damaged one
+// is met at first use, where bbolt's panic becomes a DamagedError. At a
+// million finished jobs (a 735 MiB file) the full walk took 2.1 s and the
+// bounded one 0.14 s (BenchmarkCheck, on a loaded 2-core machine).
+const boundedOver = 64 << 20
+
+// check is Check, bounded over boundedOver when bounded is set.
+func check(dir string, timeout time.Duration, bounded bool) (Report, error) {
 	path := filepath.Join(dir, FileName)
 	f, err := os.Open(path)
 	if err != nil {
@@ -56,11 +71,11 @@ func Check(dir string, timeout time.Duration) (Report, error) {
 	} else if err != nil {
 		return Report{Path: path}, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return checkFile(f, path)
+	return checkFile(f, path, bounded)
 }
 
 // checkFile checks the open state file f.
-func checkFile(f *os.File, path string) (Report, error) {
+func checkFile(f *os.File, path string, bounded bool) (Report, error) {
 	rep := Report{Path: path}
 	fi, err := f.Stat()
 	if err != nil {
@@ -84,6 +99,10 @@ func checkFile(f *os.File, path string) (Report, error) {
 			rep.Jobs++
 		}
 	}}
+	if bounded && rep.Size > boundedOver {
+		w.shallow = map[string]bool{string(bucketPaths): true, string(bucketSHA): true}
+		rep.Bounded = true
+	}
 	w.walk()
 	w.freelist()
 	rep.Problems, rep.More = w.probs.list, w.probs.more
@@ -94,7 +113,7 @@ func checkFile(f *os.File, path string) (Report, error) {
 // says why there is no store yet ("" when there is one), and a damaged
 // file is a *DamagedError. The check holds the file's shared lock, so a
 // running splatd's writes are never read half done.
-func inspect(dir, path string, timeout time.Duration) (fresh string, err error) {
+func inspect(dir, path, command string, timeout time.Duration) (fresh string, err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -104,11 +123,11 @@ func inspect(dir, path string, timeout time.Duration) (fresh string, err error) 
 	case fi.Size() == 0:
 		return FileName + " was empty (0 bytes): whatever it held is lost", nil
 	}
-	rep, err := Check(dir, timeout)
-	if err != nil {
+	rep, err := check(dir, timeout, true)
+	if err != nil || !rep.Damaged() {
 		return "", err
 	}
-	return "", rep.Err()
+	return "", &DamagedError{Path: rep.Path, Problems: rep.Problems, More: rep.More, Command: command}
 }
 
 // syncDir makes the entries of dir durable (a new state file's name).

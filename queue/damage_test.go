@@ -363,3 +363,34 @@ func TestPanicAtFirstUse(t *testing.T) {
 	default:
 	}
 }
+
+// BenchmarkCheck is what Check (full, as `splatd state check` runs it, and
+// bounded, as every Open over boundedOver does) costs on the state of a
+// daemon that finished 1,000 and 1,000,000 jobs (SeedTombstones: what
+// retention leaves of them), with the file's size: go test -run '^$'
+// -bench Check -benchtime 3x ./queue/
+func BenchmarkCheck(b *testing.B) {
+	for _, n := range []int{1000, 1_000_000} {
+		b.Run(fmt.Sprintf("finished=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			if err := SeedTombstones(dir, "/gone", n); err != nil {
+				b.Fatal(err)
+			}
+			fi, err := os.Stat(filepath.Join(dir, FileName))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, bounded := range []bool{false, true} {
+				b.Run(fmt.Sprintf("bounded=%v", bounded), func(b *testing.B) {
+					for b.Loop() {
+						rep, err := check(dir, time.Second, bounded)
+						if err != nil || rep.Damaged() || rep.Bounded != (bounded && fi.Size() > boundedOver) {
+							b.Fatal(err, rep.Problems)
+						}
+					}
+					b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
+				})
+			}
+		})
+	}
+}

@@ -42,8 +42,8 @@ func (e *DamagedError) Error() string {
 
 func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
 
-func panicked(path, op string, p any) *DamagedError {
-	return &DamagedError{Path: path, Problems: []string{fmt.Sprintf("bbolt panicked during %s (%v)", op, p)}, Stack: string(debug.Stack())}
+func panicked(path, op, command string, p any) *DamagedError {
+	return &DamagedError{Path: path, Problems: []string{fmt.Sprintf("bbolt panicked during %s (%v)", op, p)}, Command: command, Stack: string(debug.Stack())}
 }
 
 // guardedDB is the bbolt file with every transaction guarded: a panic
@@ -52,6 +52,7 @@ func panicked(path, op string, p any) *DamagedError {
 type guardedDB struct {
 	*bolt.DB
 	path      string
+	command   string // DamagedError.Command
 	damaged   atomic.Pointer[DamagedError]
 	onDamaged func(*DamagedError) // called once, on its own goroutine
 }
@@ -71,7 +72,7 @@ func (g *guardedDB) guard(op string, run func(func(*bolt.Tx) error) error, fn fu
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			e := panicked(g.path, op, p)
+			e := panicked(g.path, op, g.command, p)
 			if g.damaged.CompareAndSwap(nil, e) && g.onDamaged != nil {
 				go g.onDamaged(e)
 			}
@@ -91,7 +92,7 @@ func (s *Store) Damaged() error {
 
 // openBolt is bolt.Open with its panics recovered: the file descriptor
 // bbolt opened is closed again (releasing its lock).
-func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+func openBolt(path, command string, bo *bolt.Options) (db *bolt.DB, err error) {
 	var f *os.File
 	bo.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		var err error
@@ -104,7 +105,7 @@ func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 			if f != nil {
 				f.Close()
 			}
-			db, err = nil, panicked(path, "open", p)
+			db, err = nil, panicked(path, "open", command, p)
 		}
 	}()
 	return bolt.Open(path, 0o600, bo)

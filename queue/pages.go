@@ -159,11 +159,11 @@ func (pf *pageFile) page(id uint64) ([]byte, error) {
 	return buf, nil
 }
 
-func flags(p []byte) uint16    { return native.Uint16(p[8:]) }
-func elements(p []byte) int    { return int(native.Uint16(p[10:])) }
-func overflowOf(p []byte) int  { return int(native.Uint32(p[12:])) }
-func elemAt(i int) int         { return pageHeaderSize + i*elementSize }
-func pageLen(p []byte) string  { return fmt.Sprintf("%d bytes", len(p)) }
+func flags(p []byte) uint16              { return native.Uint16(p[8:]) }
+func elements(p []byte) int              { return int(native.Uint16(p[10:])) }
+func overflowOf(p []byte) int            { return int(native.Uint32(p[12:])) }
+func elemAt(i int) int                   { return pageHeaderSize + i*elementSize }
+func pageLen(p []byte) string            { return fmt.Sprintf("%d bytes", len(p)) }
 func inRange(p []byte, a, n uint64) bool { return a <= uint64(len(p)) && n <= uint64(len(p))-a }
 
 // walker visits every bucket, key and value reachable from the root,
@@ -174,12 +174,16 @@ type walker struct {
 	reached map[uint64]string // page id → the bucket that uses it
 	probs   problems
 	// value, when set, receives each key and value (not bucket) with the
-	// path of its bucket; key and value are the walker's own copies.
+	// path of its bucket; they are valid during the call only.
 	value func(bucket []string, k, v []byte)
 	// bucket, when set, receives each bucket's path and sequence.
 	bucket func(bucket []string, seq uint64)
 	// page, when set, receives each page read with its bucket and flags.
 	page func(bucket []string, id uint64, flags uint16)
+	// shallow names the buckets whose leaves under a branch are counted as
+	// used without being read (a bounded check); the freelist is then
+	// checked for pages used and free at once only, not for lost pages.
+	shallow map[string]bool
 	// hurt holds the buckets (paths joined by "/"; "" is the root) in
 	// which a page could not be read.
 	hurt map[string]bool
@@ -275,6 +279,11 @@ func (w *walker) branch(path []string, id uint64, p []byte, depth int, lo, hi []
 		keys = append(keys, k)
 		kids = append(kids, native.Uint64(p[e+8:]))
 	}
+	if w.shallow[strings.Join(path, "/")] {
+		if w.leavesUnread(path, id, kids) {
+			return
+		}
+	}
 	for i, kid := range kids {
 		clo, chi := keys[i], hi
 		if i == 0 {
@@ -285,6 +294,33 @@ func (w *walker) branch(path []string, id uint64, p []byte, depth int, lo, hi []
 		}
 		w.tree(path, kid, depth+1, clo, chi)
 	}
+}
+
+// leavesUnread marks the children of branch page id as used without
+// reading them, when they are leaves; it reports whether it did (their
+// type is known from the first one: bbolt's trees are balanced).
+func (w *walker) leavesUnread(path []string, id uint64, kids []uint64) bool {
+	var hdr [pageHeaderSize]byte
+	first := kids[0]
+	if first < 2 || first >= w.pf.meta.hwm {
+		return false
+	}
+	if _, err := w.pf.r.ReadAt(hdr[:], int64(first)*int64(w.pf.meta.pageSize)); err != nil || native.Uint16(hdr[8:]) != flagLeaf {
+		return false
+	}
+	name := bucketName(path)
+	for _, kid := range kids {
+		if by, seen := w.reached[kid]; seen {
+			w.bad(path, "page %d of bucket %s is also used by %s", kid, name, by)
+			continue
+		}
+		if kid < 2 || kid >= w.pf.meta.hwm {
+			w.bad(path, "branch page %d of bucket %s names page %d, outside the file's %d pages", id, name, kid, w.pf.meta.hwm)
+			continue
+		}
+		w.reached[kid] = name
+	}
+	return true
 }
 
 // leaf reads a leaf page (where says which: a page id, or the inline page
@@ -314,7 +350,7 @@ func (w *walker) leaf(path []string, where string, p []byte, depth int, lo, hi [
 		prev = k
 		if fl&bucketLeaf == 0 {
 			if w.value != nil {
-				w.value(path, slices.Clone(k), slices.Clone(v))
+				w.value(path, k, v)
 			}
 			continue
 		}
@@ -387,6 +423,9 @@ func (w *walker) freelist() {
 				w.probs.add("page %d is free and used by %s at once", id, by)
 			}
 		}
+	}
+	if len(w.shallow) > 0 {
+		return // the leaves' overflow pages were not read
 	}
 	lost, first := 0, uint64(0)
 	for id := uint64(2); id < m.hwm; id++ {

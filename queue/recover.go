@@ -74,7 +74,7 @@ func Recover(dir string, timeout time.Duration, now time.Time) (RecoverReport, e
 	} else if err != nil {
 		return rep, fmt.Errorf("lock %s: %w", path, err)
 	}
-	chk, err := checkFile(f, path)
+	chk, err := checkFile(f, path, false)
 	if err != nil {
 		return rep, err
 	}
@@ -145,7 +145,7 @@ func (sv *salvage) read(pf *pageFile) {
 	w.value = func(b []string, k, v []byte) {
 		switch {
 		case len(b) == 1 && b[0] == string(bucketJobs) && len(k) == 8:
-			sv.jobs[idOf(k)] = v
+			sv.jobs[idOf(k)] = slices.Clone(v)
 		case len(b) == 1 && b[0] == string(bucketSHA):
 			var he hashEntry
 			if json.Unmarshal(v, &he) == nil {
@@ -202,7 +202,7 @@ func (sv *salvage) orphans(pf *pageFile, reached map[uint64]string) {
 			}
 			if old, ok := found[j.ID]; !ok || j.UpdatedAt.After(old.UpdatedAt) {
 				found[j.ID] = j
-				sv.orphanRaw(j.ID, v)
+				sv.orphanRaw(j.ID, slices.Clone(v))
 			}
 		}}
 		w.leaf(nil, fmt.Sprintf("page %d", id), p, 0, nil, nil)

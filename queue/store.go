@@ -132,6 +132,9 @@ type Options struct {
 	// panics on the open store (a damaged page met at first use): from then
 	// on every method fails with that *DamagedError.
 	OnDamaged func(*DamagedError)
+	// RecoverCommand is the command a DamagedError tells the operator to
+	// run, as they would type it; empty: "splatd state recover".
+	RecoverCommand string
 
 	// mmapSize is bbolt's initial mmap size: SeedTombstones sets it so that
 	// a million writes do not remap the file as it grows.
@@ -191,11 +194,11 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	fresh, err := inspect(dir, path, o.LockTimeout)
+	fresh, err := inspect(dir, path, o.RecoverCommand, o.LockTimeout)
 	if err != nil {
 		return nil, err
 	}
-	bdb, err := openBolt(path, &bolt.Options{
+	bdb, err := openBolt(path, o.RecoverCommand, &bolt.Options{
 		Timeout: o.LockTimeout,
 		// The freelist is written with each commit. Rebuilding it by
 		// scanning at open instead (NoFreelistSync) read the whole file:
@@ -226,7 +229,7 @@ func Open(dir string, o Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	db := &guardedDB{DB: bdb, path: path}
+	db := &guardedDB{DB: bdb, path: path, command: o.RecoverCommand}
 	s := &Store{db: db, dir: dir, o: o, log: o.Logger, fresh: fresh,
 		claimed: make(map[uint64]struct{}), unreadable: make(map[uint64]struct{})}
 	if err := s.init(); err != nil {
