@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -51,6 +52,7 @@ func panicked(path, op, command string, p any) *DamagedError {
 // every transaction fails with that error without reading the file again.
 type guardedDB struct {
 	*bolt.DB
+	file      *os.File // bbolt's descriptor of the file (openBolt)
 	path      string
 	command   string // DamagedError.Command
 	damaged   atomic.Pointer[DamagedError]
@@ -90,10 +92,29 @@ func (s *Store) Damaged() error {
 	return nil
 }
 
+// Close closes the file. After a panic bbolt may hold its own lock for
+// good (a panic in its rollback): then, after closeWait, the descriptor is
+// closed under it, which releases the file's lock for the next process.
+func (g *guardedDB) Close() error {
+	if g.damaged.Load() == nil {
+		return g.DB.Close()
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.DB.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(closeWait):
+		return g.file.Close()
+	}
+}
+
+// closeWait is how long Close waits for bbolt after a panic.
+const closeWait = 2 * time.Second
+
 // openBolt is bolt.Open with its panics recovered: the file descriptor
-// bbolt opened is closed again (releasing its lock).
-func openBolt(path, command string, bo *bolt.Options) (db *bolt.DB, err error) {
-	var f *os.File
+// bbolt opened is closed again (releasing its lock). f is that descriptor.
+func openBolt(path, command string, bo *bolt.Options) (db *bolt.DB, f *os.File, err error) {
 	bo.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		var err error
 		f, err = os.OpenFile(name, flag, perm)
@@ -108,5 +129,6 @@ func openBolt(path, command string, bo *bolt.Options) (db *bolt.DB, err error) {
 			db, err = nil, panicked(path, "open", command, p)
 		}
 	}()
-	return bolt.Open(path, 0o600, bo)
+	db, err = bolt.Open(path, 0o600, bo)
+	return db, f, err
 }

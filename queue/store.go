@@ -198,7 +198,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	bdb, err := openBolt(path, o.RecoverCommand, &bolt.Options{
+	bdb, file, err := openBolt(path, o.RecoverCommand, &bolt.Options{
 		Timeout: o.LockTimeout,
 		// The freelist is written with each commit. Rebuilding it by
 		// scanning at open instead (NoFreelistSync) read the whole file:
@@ -229,7 +229,7 @@ func Open(dir string, o Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	db := &guardedDB{DB: bdb, path: path, command: o.RecoverCommand}
+	db := &guardedDB{DB: bdb, file: file, path: path, command: o.RecoverCommand}
 	s := &Store{db: db, dir: dir, o: o, log: o.Logger, fresh: fresh,
 		claimed: make(map[uint64]struct{}), unreadable: make(map[uint64]struct{})}
 	if err := s.init(); err != nil {
