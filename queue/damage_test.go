@@ -372,10 +372,7 @@ func TestPanicAtFirstUse(t *testing.T) {
 func BenchmarkCheck(b *testing.B) {
 	for _, n := range []int{1000, 1_000_000} {
 		b.Run(fmt.Sprintf("finished=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			if err := SeedTombstones(dir, "/gone", n); err != nil {
-				b.Fatal(err)
-			}
+			dir := seededDir(b, n)
 			fi, err := os.Stat(filepath.Join(dir, FileName))
 			if err != nil {
 				b.Fatal(err)
@@ -393,4 +390,25 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// seededDir is a state holding n finished jobs pruned to tombstones, made
+// once per process (the benchmark runs -count times) and removed by
+// TestMain with the history stores; its key is -n, apart from theirs.
+func seededDir(b *testing.B, n int) string {
+	b.Helper()
+	historyDirs.Lock()
+	defer historyDirs.Unlock()
+	if dir, ok := historyDirs.m[-n]; ok {
+		return dir
+	}
+	dir, err := os.MkdirTemp("", "queue-check-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	historyDirs.m[-n] = dir
+	if err := SeedTombstones(dir, "/gone", n); err != nil {
+		b.Fatal(err)
+	}
+	return dir
 }

@@ -236,6 +236,13 @@ func (w *walker) tree(path []string, id uint64, depth int, lo, hi []byte) {
 		w.bad(path, "bucket %s: %v", name, err)
 		return
 	}
+	// Every read is bounds-checked; this is for a reader's own bug, which
+	// must not lose the pages after this one.
+	defer func() {
+		if r := recover(); r != nil {
+			w.bad(path, "page %d of bucket %s: %v", id, name, r)
+		}
+	}()
 	if w.page != nil {
 		w.page(path, id, flags(p))
 	}
