@@ -113,3 +113,53 @@ func TestStateDamagedAndRecovered(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestEmptyStateBesideReceipts: a 0-byte splatd.db beside published files
+// is no silent fresh start: the daemon says it starts with an empty store
+// and adopts the files from their receipts, publishing none again.
+func TestEmptyStateBesideReceipts(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	var files []string
+	for i, n := range []int{900, 1000, 1100} {
+		f := filepath.Join(e.inbox, "scan-"+string(rune('a'+i))+".ply")
+		writePLY(t, f, n)
+		files = append(files, f)
+	}
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	for _, f := range files {
+		waitReceipt(t, f, "done")
+	}
+	if code := d.stop(); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+	published := sim.Stats().Publishes
+	if err := os.Truncate(filepath.Join(e.stateDir, queue.FileName), 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runCLI(t, nil, "state", "check", "-config", e.cfgPath); code != 1 || !strings.Contains(out, "empty (0 bytes)") {
+		t.Fatalf("state check of an empty file: exit %d\n%s", code, out)
+	}
+	d = startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	l := d.waitLogLine("starting with an empty job store (splatd.db was empty (0 bytes): whatever it held is lost): a file whose receipt proves it published is adopted as done, not published again; the others are published")
+	if l["level"] != "warn" {
+		t.Errorf("the empty start is logged at %v", l["level"])
+	}
+	waitFor(t, "the files adopted", func() bool {
+		jobs, err := adminJobs(t, e.stateDir)
+		n := 0
+		for _, j := range jobs {
+			if j.Stage == "done" && j.Adopted {
+				n++
+			}
+		}
+		return err == nil && n == len(files)
+	})
+	if got := sim.Stats().Publishes; got != published {
+		t.Errorf("publishes %d after the empty start, %d before", got, published)
+	}
+	d.stop()
+}
