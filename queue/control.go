@@ -62,6 +62,7 @@ func (s *Store) Cancel(id uint64) (state.Job, error) {
 		}
 		j.TaskMessage = "canceled by an operator (splatd cancel) at stage " + at
 		j.Upload = state.Upload{} // a signed URL is a secret with no further use
+		j.Params.Settings = nil   // read again if it is retried; a smaller record commits on a full disk
 		j.NextAttempt = now
 		out = j
 		return s.write(tx, old, j)
@@ -116,6 +117,7 @@ func (s *Store) Republish(id uint64) (state.Job, error) {
 // restart), is a new job, and its content may be published again. It
 // returns the job as it was. A job in flight is refused: cancel it first.
 func (s *Store) Forget(id uint64) (state.Job, error) {
+	s.lighten(id) // a full disk: diskfull.go
 	var out state.Job
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		j, err := getJob(tx, id)

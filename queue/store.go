@@ -128,6 +128,13 @@ type Options struct {
 	// Logger receives open, recovery and prune lines; the caller scopes it
 	// (component=queue).
 	Logger zerolog.Logger
+	// OnDamaged, when set, is called once, on its own goroutine, when bbolt
+	// panics on the open store (a damaged page met at first use): from then
+	// on every method fails with that *DamagedError.
+	OnDamaged func(*DamagedError)
+	// RecoverCommand is the command a DamagedError tells the operator to
+	// run, as they would type it; empty: "splatd state recover".
+	RecoverCommand string
 
 	// mmapSize is bbolt's initial mmap size: SeedTombstones sets it so that
 	// a million writes do not remap the file as it grows.
@@ -159,10 +166,11 @@ func (o *Options) fill() {
 // process may open a state directory at a time (bbolt's file lock), which is
 // what lets the claimed set live in memory.
 type Store struct {
-	db  *bolt.DB
-	dir string
-	o   Options
-	log zerolog.Logger
+	db    *guardedDB
+	dir   string
+	o     Options
+	log   zerolog.Logger
+	fresh string // why Open started an empty store ("": it opened one)
 
 	mu       sync.Mutex
 	claimed  map[uint64]struct{}
@@ -186,7 +194,11 @@ func Open(dir string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	fresh, err := inspect(dir, path, o.RecoverCommand, o.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	bdb, file, err := openBolt(path, o.RecoverCommand, &bolt.Options{
 		Timeout: o.LockTimeout,
 		// The freelist is written with each commit. Rebuilding it by
 		// scanning at open instead (NoFreelistSync) read the whole file:
@@ -204,10 +216,21 @@ func Open(dir string, o Options) (*Store, error) {
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, &lockedError{dir: dir}
 	}
+	if errors.Is(err, ErrDamaged) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s := &Store{db: db, dir: dir, o: o, log: o.Logger,
+	// A new file's name lasts a power cut only once its folder is synced.
+	if fresh != "" {
+		if err := syncDir(dir); err != nil {
+			bdb.Close()
+			return nil, err
+		}
+	}
+	db := &guardedDB{DB: bdb, file: file, path: path, command: o.RecoverCommand}
+	s := &Store{db: db, dir: dir, o: o, log: o.Logger, fresh: fresh,
 		claimed: make(map[uint64]struct{}), unreadable: make(map[uint64]struct{})}
 	if err := s.init(); err != nil {
 		db.Close()
@@ -217,6 +240,8 @@ func Open(dir string, o Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	// Damage met in Open is its error; from here on, the caller's news.
+	db.onDamaged = o.OnDamaged
 	return s, nil
 }
 
@@ -285,6 +310,10 @@ func (s *Store) init() error {
 	}
 	return nil
 }
+
+// Fresh says why Open started an empty store (no state file, or an empty
+// one), or "" when it opened an existing one.
+func (s *Store) Fresh() string { return s.fresh }
 
 // Close closes the bbolt file and releases the lock.
 func (s *Store) Close() error { return s.db.Close() }

@@ -75,6 +75,7 @@ func commands() []command {
 		{"cancel", "[-config FILE] ID", "end a job that has not sent its publish call (queued, waiting, uploading, held) as canceled: not a failure, no failure alert", cmdControl("cancel")},
 		{"republish", "[-config FILE] ID|PATH", "publish a done job's file again, on purpose: a new splat (the file must still be at its path)", cmdControl("republish")},
 		{"forget", "[-config FILE] ID|PATH", "drop a finished job, its path record, its content's dedupe record and the receipt it left: the file is found again as new and may be published again", cmdControl("forget")},
+		{"state", "check|recover [-config FILE] [-force]", "check the state file (splatd.db) for damage, or recover a damaged one: it is kept aside, every job still readable is salvaged and the receipts in the watch folders are adopted", cmdState},
 		{"reload", "[-config FILE]", "make the running daemon read its config again (as SIGHUP does) and print what was applied", cmdReload},
 		{"validate", "FILE...", "check files locally, as the daemon does before upload", cmdValidate},
 		{"encode", "[-to FORMAT] FILE OUT", "encode a 3DGS PLY (FILE) as a SOG (OUT), as publish.encode does before upload", cmdEncode},

@@ -81,6 +81,7 @@ type Daemon struct {
 	systemd *sdNotifier      // sd_notify: READY, STATUS, WATCHDOG, STOPPING
 	events  *notify.Notifier // notify.webhook and after.exec
 	intake  *intake          // receipts adopted at intake, store recovery (intake.go)
+	damaged chan error       // the store met damage while running (store.go)
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
@@ -99,17 +100,14 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		o.Getenv = func(string) string { return "" }
 	}
 	log, getenv := o.Logger, o.Getenv
-	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake()}
+	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1)}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(d.o.Version, api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
 	if err != nil {
 		return nil, err
 	}
-	d.store, err = queue.Open(cfg.StateDir, queue.Options{Logger: log.With().Str("component", "queue").Logger(), Identity: cfg.FleetIdentity()})
-	if errors.Is(err, queue.ErrLocked) {
-		return nil, fmt.Errorf("another splatd is using %s (state_dir); stop it first or give this one its own state_dir", cfg.StateDir)
-	}
+	d.store, err = d.openStore()
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +255,9 @@ func (d *Daemon) ready() error {
 	if !d.watch.Healthy() {
 		why = append(why, "watch folders not (yet) scanned and watched")
 	}
-	if err := d.pool.StoreError(); err != nil {
+	if err := d.store.Damaged(); err != nil {
+		why = append(why, err.Error())
+	} else if err := d.pool.StoreError(); err != nil {
 		why = append(why, fmt.Sprintf("the job store fails: %v", err))
 	} else if err := d.storeError(); err != nil {
 		why = append(why, fmt.Sprintf("the job store refuses writes: %v", err))
@@ -322,6 +322,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	intake.start("watcher", func(ctx context.Context) error { return d.watch.Run(ctx, cands) })
 	intake.start("enqueue", func(ctx context.Context) error { d.enqueue(ctx, cands); return nil })
 	intake.start("store probe", func(ctx context.Context) error { d.probeStore(ctx); return nil })
+	go func() {
+		select {
+		case err := <-d.damaged:
+			fail(err)
+		case <-ctx.Done():
+		}
+	}()
 
 	d.announceStarted()
 
