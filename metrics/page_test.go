@@ -116,7 +116,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	t.Run("10000 jobs", func(t *testing.T) { testPageManyJobs(t, tab(t, b)) })
 	t.Run("without script", func(t *testing.T) { testPageWithoutScript(t, tab(t, b)) })
 	t.Run("screenshot", func(t *testing.T) { testPageScreenshot(t, tab(t, b)) })
-	t.Run("server matches script", func(t *testing.T) { testPageServerMatchesScript(t, tab(t, b)) })
+	t.Run("events filter", func(t *testing.T) { testPageEventsFilter(t, tab(t, b)) })
+	t.Run("retry from the page", func(t *testing.T) { testPageRetry(t, tab(t, b)) })
+	t.Run("action without key", func(t *testing.T) { testPageActionWithoutKey(t, tab(t, b)) })
+	t.Run("action from another origin", func(t *testing.T) { testPageActionForeignOrigin(t, tab(t, b)) })
 }
 
 // testPageJobs loads the page over a source holding a job in progress, a
@@ -201,9 +204,9 @@ func testPageJobs(t *testing.T, ctx context.Context) {
 	if err != nil || value.Value != fmt.Sprint(30<<20) {
 		t.Errorf("progress value = %+v (%v), want %d", value, err, 30<<20)
 	}
-	count, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#queue tr[data-stage="failed"] td.num`)))
+	count, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#stages [data-stage="failed"] b`)))
 	if err != nil || count != "1" {
-		t.Errorf("queue failed count = %q (%v), want 1", count, err)
+		t.Errorf("stages: failed count = %q (%v), want 1", count, err)
 	}
 
 	html, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
@@ -251,7 +254,7 @@ func testPageManyJobs(t *testing.T, ctx context.Context) {
 
 	// The page asks for bounded lists and says how many there are.
 	more, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#published-more`)))
-	if err != nil || !strings.Contains(more, "showing 20 of") {
+	if err != nil || !strings.Contains(more, "showing 10 of") {
 		t.Errorf("published-more = %q (%v)", more, err)
 	}
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-job]").length`))
