@@ -18,7 +18,8 @@ import (
 
 // The status endpoints (/api/status, /api/jobs and the page at /) show what
 // the daemon is doing to people and scripts who cannot reach the admin
-// socket. They are read-only, and the types below are views: they hold only
+// socket. They are read-only (the page's actions are their own POSTs,
+// actions.go), and the types below are views: they hold only
 // what is shown, so a token or a signed upload URL cannot reach a response
 // by way of a field somebody forgot to clear. The handlers scrub the free
 // texts (errors, advice) once more before encoding, because those carry
