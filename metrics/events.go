@@ -10,10 +10,11 @@ import (
 // EventCap is how many events an EventLog keeps.
 const EventCap = 100
 
-// Event is one thing that happened to a job: a stage reached, an
-// operator's action.
+// Event is one thing that happened to a job: a file found, a stage
+// reached, an operator's action.
 type Event struct {
-	Time   time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+	// Job is 0 for a file found, whose job id the store does not return.
 	Job    uint64      `json:"job"`
 	Folder string      `json:"folder,omitempty"`
 	Path   string      `json:"path"`

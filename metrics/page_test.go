@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -116,6 +117,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	t.Run("10000 jobs", func(t *testing.T) { testPageManyJobs(t, tab(t, b)) })
 	t.Run("without script", func(t *testing.T) { testPageWithoutScript(t, tab(t, b)) })
 	t.Run("screenshot", func(t *testing.T) { testPageScreenshot(t, tab(t, b)) })
+	t.Run("not ready", func(t *testing.T) { testPageNotReady(t, tab(t, b)) })
 	t.Run("events filter", func(t *testing.T) { testPageEventsFilter(t, tab(t, b)) })
 	t.Run("retry from the page", func(t *testing.T) { testPageRetry(t, tab(t, b)) })
 	t.Run("action without key", func(t *testing.T) { testPageActionWithoutKey(t, tab(t, b)) })
@@ -260,5 +262,34 @@ func testPageManyJobs(t *testing.T, ctx context.Context) {
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-job]").length`))
 	if err != nil || rows > 120 {
 		t.Errorf("page rendered %d job rows (%v), want the bounded lists only", rows, err)
+	}
+}
+
+// testPageNotReady: readiness says not ready with the reasons /readyz
+// gives, first on the page, and the token's advice beside it.
+func testPageNotReady(t *testing.T, ctx context.Context) {
+	src := sampleSource()
+	src.status.Token = Token{State: TokenRefused, Advice: "write a valid token to /etc/splatd/token"}
+	reg, _ := NewRegistry("test", testRoutes)
+	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(), Status: src,
+		Ready: func() error {
+			return errors.Join(errors.New("the API is unreachable: dial tcp 127.0.0.1:1: connection refused"))
+		}})
+	runServer(t, s)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible(chromedp.CSS(`#readiness.bad`))); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#readiness`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"not ready", "the API is unreachable: dial tcp 127.0.0.1:1: connection refused", "refused", "write a valid token to /etc/splatd/token"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("readiness reads %q, want %q in it", text, want)
+		}
+	}
+	top, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.getElementById("readiness").getBoundingClientRect().top`))
+	if err != nil || top > 120 {
+		t.Errorf("readiness starts at y = %v (%v), want it at the top", top, err)
 	}
 }

@@ -123,7 +123,8 @@ func TestPageRetryIsTheSocketsRetry(t *testing.T) {
 	for _, e := range d.history.List() {
 		texts = append(texts, e.Text)
 	}
-	if h := strings.Join(texts, "\n"); !strings.Contains(h, "retry by an operator, from status page (127.0.0.1:") || !strings.Contains(h, "queued → failed: ") {
+	if h := strings.Join(texts, "\n"); !strings.Contains(h, "retry by an operator, from status page (127.0.0.1:") || !strings.Contains(h, "queued → failed: ") ||
+		!strings.Contains(h, "file found, 23 B") {
 		t.Errorf("event history:\n%s", h)
 	}
 }
