@@ -64,6 +64,8 @@ func studioSource(now time.Time) *fakeSource {
 		jobs: []Job{
 			{ID: 132, Path: nas + "/stairwell.ply", Size: 640 << 20, Stage: state.Signed, Attempts: 2, NextTry: now.Add(14 * time.Second),
 				Activity: Activity(state.Signed, Doing{NextTry: now.Add(14 * time.Second)}, now), LastError: "storage PUT part 4: HTTP 503 Service Unavailable", UpdatedAt: now.Add(-2 * time.Second)},
+			{ID: 133, Path: inbox + "/atrium.ply", Stage: state.Queued, Attempts: 1, NextTry: now.Add(8 * time.Second),
+				Activity: Activity(state.Queued, Doing{NextTry: now.Add(8 * time.Second)}, now), LastError: "incomplete: the PLY body is shorter than its header says", UpdatedAt: now.Add(-time.Second)},
 			{ID: 131, Path: inbox + "/hangar-east.ply", Size: 1520 << 20, Stage: state.Signed, Progress: up1, Activity: Activity(state.Signed, Doing{Upload: up1}, now), UpdatedAt: now.Add(-3 * time.Second)},
 			{ID: 130, Path: nas + "/lobby-north.ply", Size: 790 << 20, Stage: state.Signed, Attempts: 1, Progress: up2, Activity: Activity(state.Signed, Doing{Upload: up2}, now), UpdatedAt: now.Add(-4 * time.Second)},
 			{ID: 129, Path: inbox + "/notes.ply", Size: 2 << 10, Stage: state.Failed, Attempts: 1, FailReason: "invalid file: not a PLY or SOG file (starts with \"this is \")", UpdatedAt: now.Add(-9 * time.Minute)},

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,10 +29,15 @@ type pageList struct {
 }
 
 var (
-	pageActive    = pageList{[]state.Stage{state.Queued, state.Ready, state.Signed, state.Uploaded, state.Publishing, state.Processing}, 50, "stage=queued,ready,signed,uploaded,publishing,processing"}
+	pageActive    = pageList{[]state.Stage{state.Ready, state.Signed, state.Uploaded, state.Publishing, state.Processing}, 50, "stage=ready,signed,uploaded,publishing,processing"}
+	pageQueued    = pageList{[]state.Stage{state.Queued}, 5, "stage=queued"}
 	pagePublished = pageList{[]state.Stage{state.Done}, 10, "stage=done"}
 	pageFailures  = pageList{[]state.Stage{state.Failed, state.Held}, 50, "stage=failed,held"}
 )
+
+// maxSettlingShown bounds the files being written the page lists (a copy of
+// a thousand files is a thousand of them).
+const maxSettlingShown = 10
 
 // pageView is what the page template renders.
 type pageView struct {
@@ -52,9 +58,11 @@ type pageView struct {
 	TodayPublished string
 	Spark          pageSpark
 	Settling       []pageSettling
+	SettlingMore   int // files being written beyond those listed
 	Folders        []pageFolder
 	Pacing         []pagePacing
 	Active         pageRows
+	Queued         pageRows // the latest few of the backlog
 	Published      pageRows
 	Failures       pageRows
 	Events         []pageEvent
@@ -153,7 +161,7 @@ func (s *Server) pageView(ctx context.Context, now time.Time) pageView {
 	for _, l := range []struct {
 		list pageList
 		rows *pageRows
-	}{{pageActive, &v.Active}, {pagePublished, &v.Published}, {pageFailures, &v.Failures}} {
+	}{{pageActive, &v.Active}, {pageQueued, &v.Queued}, {pagePublished, &v.Published}, {pageFailures, &v.Failures}} {
 		jobs, err := s.opts.Status.Jobs(ctx, JobQuery{Stages: l.list.stages, Limit: l.list.limit})
 		if err != nil {
 			failed("the jobs", err)
@@ -161,11 +169,15 @@ func (s *Server) pageView(ctx context.Context, now time.Time) pageView {
 		}
 		*l.rows = pageJobRows(l.list, jobs, now, v.Actions)
 	}
+	active := map[uint64]bool{}
 	for _, j := range v.Active.Jobs {
+		active[j.ID] = true
 		if j.Job.Progress != nil {
 			v.Uploading++
 		}
 	}
+	// A queued job whose check runs is listed at work already.
+	v.Queued.Jobs = slices.DeleteFunc(v.Queued.Jobs, func(j pageJob) bool { return active[j.ID] })
 	return v
 }
 
@@ -192,6 +204,9 @@ func (v *pageView) setStatus(st Status, now time.Time) {
 	v.TodaySent = humanBytes(float64(st.Today.Sent))
 	v.TodayPublished = fmt.Sprintf("%d %s published (%s)", st.Today.Published, plural(st.Today.Published, "file", "files"), humanBytes(float64(st.Today.PublishedBytes)))
 	v.Spark = sparkline(st.Throughput)
+	if n := len(st.Settling) - maxSettlingShown; n > 0 {
+		st.Settling, v.SettlingMore = st.Settling[:maxSettlingShown], n
+	}
 	for _, f := range st.Settling {
 		v.Settling = append(v.Settling, pageSettling{Settling: f, Changed: timeCell(f.Changed, now),
 			Text: "being written, " + humanBytes(float64(f.Size)) + " so far"})

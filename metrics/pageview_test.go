@@ -1,8 +1,11 @@
 package metrics
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +157,42 @@ func TestActivity(t *testing.T) {
 			t.Errorf("Activity(%s, %+v) = %q, want %q", tc.stage, tc.d, got, tc.want)
 		}
 	}
+}
+
+// TestPageBacklogStaysBounded: 10,000 queued jobs and 1,000 files being
+// copied in take a few rows of "at work", so the failures stay in sight; a
+// queued job whose check runs (listed at work by the source) is listed once.
+func TestPageBacklogStaysBounded(t *testing.T) {
+	t.Parallel()
+	src := sampleSource()
+	for i := range 10_000 {
+		src.jobs = append(src.jobs, Job{ID: uint64(101 + i), Path: fmt.Sprintf("/srv/captures/q%d.ply", i), Stage: state.Queued, UpdatedAt: t0})
+	}
+	hashing := Job{ID: 100, Path: "/srv/captures/hashing.ply", Stage: state.Queued, Check: &Progress{Step: "hashing", Sent: 1, Size: 2}, UpdatedAt: t0}
+	src.jobs = append([]Job{hashing}, src.jobs...)
+	for i := range 1000 {
+		src.status.Settling = append(src.status.Settling, Settling{Path: fmt.Sprintf("/srv/captures/copy%d.ply", i), Size: 1})
+	}
+	v := (&Server{opts: ServerOptions{Status: activeAsSource{src}}}).pageView(t.Context(), t0)
+	if len(v.Queued.Jobs) != 4 || v.Queued.Total != 10_001 || len(v.Settling) != maxSettlingShown || v.SettlingMore != 991 {
+		t.Errorf("queued rows %d of %d, settling rows %d (+%d)", len(v.Queued.Jobs), v.Queued.Total, len(v.Settling), v.SettlingMore)
+	}
+	for _, j := range v.Queued.Jobs {
+		if j.ID == 100 {
+			t.Errorf("the hashing job is listed twice")
+		}
+	}
+}
+
+// activeAsSource lists, as the daemon does, the queued jobs whose check
+// runs among the active ones.
+type activeAsSource struct{ *fakeSource }
+
+func (a activeAsSource) Jobs(ctx context.Context, q JobQuery) (JobList, error) {
+	l, err := a.fakeSource.Jobs(ctx, q)
+	if slices.Contains(q.Stages, state.Ready) && !slices.Contains(q.Stages, state.Queued) {
+		l.Jobs = append(l.Jobs, a.fakeSource.jobs[0])
+		l.Total++
+	}
+	return l, err
 }
