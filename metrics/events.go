@@ -20,7 +20,7 @@ type Event struct {
 	Path   string      `json:"path"`
 	Stage  state.Stage `json:"stage"`
 	// Text says what happened ("failed: invalid PLY header",
-	// "retry from the status page (127.0.0.1:51234)").
+	// "retry by an operator, via status page (127.0.0.1:51234)").
 	Text string `json:"text"`
 }
 

@@ -54,7 +54,7 @@ func studioSource(now time.Time) *fakeSource {
 				ev(3*time.Second, 131, inbox, "hangar-east.ply", state.Signed, "ready → signed"),
 				ev(4*time.Second, 130, nas, "lobby-north.ply", state.Signed, "ready → signed"),
 				ev(50*time.Second, 132, nas, "stairwell.ply", state.Signed, "ready → signed"),
-				ev(8*time.Minute, 125, inbox, "old-scan.ply", state.Canceled, "cancel by an operator, from status page (127.0.0.1:51234)"),
+				ev(8*time.Minute, 125, inbox, "old-scan.ply", state.Canceled, "cancel by an operator, via status page (127.0.0.1:51234)"),
 				ev(9*time.Minute, 129, inbox, "notes.ply", state.Failed, "queued → failed: invalid file: not a PLY or SOG file"),
 				ev(12*time.Minute, 128, inbox, "statue.compressed.ply", state.Done, "processing → done: splat o7f5chaz"),
 				ev(40*time.Minute, 127, nas, "garden.sog", state.Done, "processing → done: splat oq82ql2v"),

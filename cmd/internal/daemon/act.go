@@ -24,7 +24,7 @@ type actResult struct {
 // act carries out an operator's action on a job: retry (ref "failed":
 // every failed job), cancel, republish or forget, for the admin socket
 // (`splatd retry`, `cancel`, …) and the status page alike, and logs it
-// with from. The daemon then does what the store alone cannot: wakes a
+// with where it came from (field via). The daemon then does what the store alone cannot: wakes a
 // worker, stops an upload, finishes a canceled job, looks for a forgotten
 // file again.
 func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, error) {
@@ -34,16 +34,15 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 			return actResult{}, err
 		}
 		d.pool.Wake()
-		d.log.Info().Str("job", ref).Int("retried", n).Str("from", from).Msg("job queued again by an operator")
-		text := fmt.Sprintf("job %s queued again", ref)
 		if ref == "failed" {
-			text = fmt.Sprintf("%d failed job(s) queued again", n)
-		} else if id, err := strconv.ParseUint(ref, 10, 64); err == nil {
-			if j, err := d.store.Get(id); err == nil {
-				d.record(j, "retry by an operator, from "+from)
-			}
+			d.log.Info().Int("retried", n).Str("via", from).Msg("failed jobs queued again by an operator")
+			return actResult{N: n, Text: fmt.Sprintf("%d failed job(s) queued again", n)}, nil
 		}
-		return actResult{N: n, Text: text}, nil
+		id, _ := strconv.ParseUint(ref, 10, 64) // Retry parsed it
+		j, _ := d.store.Get(id)
+		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", from).Msg("job queued again by an operator")
+		d.record(state.Job{ID: id, Root: j.Root, Path: j.Path, Stage: state.Queued}, "retry by an operator, via "+from)
+		return actResult{N: n, Text: fmt.Sprintf("job %d queued again", id)}, nil
 	}
 	cop, ok := ControlOps[op]
 	if !ok {
@@ -53,7 +52,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 	if err != nil {
 		return actResult{}, err
 	}
-	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("from", from)
+	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("via", from)
 	switch op {
 	case "cancel":
 		// The store says canceled; a worker still running the job's step
@@ -74,7 +73,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 			d.watch.Rediscover(j.Path)
 		}
 	}
-	d.record(j, op+" by an operator, from "+from)
+	d.record(j, op+" by an operator, via "+from)
 	return actResult{N: 1, Job: j, Text: cop.Done(j)}, nil
 }
 

@@ -111,7 +111,7 @@ func TestPageRetryIsTheSocketsRetry(t *testing.T) {
 	}
 	<-failed
 	out := logs.String()
-	for _, want := range []string{`"from":"status page (127.0.0.1:`, `"from":"admin socket"`, `"message":"status page action refused"`} {
+	for _, want := range []string{`"via":"status page (127.0.0.1:`, `"via":"admin socket"`, `"message":"status page action refused"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s", want)
 		}
@@ -123,7 +123,7 @@ func TestPageRetryIsTheSocketsRetry(t *testing.T) {
 	for _, e := range d.history.List() {
 		texts = append(texts, e.Text)
 	}
-	if h := strings.Join(texts, "\n"); !strings.Contains(h, "retry by an operator, from status page (127.0.0.1:") || !strings.Contains(h, "queued → failed: ") ||
+	if h := strings.Join(texts, "\n"); !strings.Contains(h, "retry by an operator, via status page (127.0.0.1:") || !strings.Contains(h, "queued → failed: ") ||
 		!strings.Contains(h, "file found, 23 B") {
 		t.Errorf("event history:\n%s", h)
 	}
