@@ -36,13 +36,13 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 		d.pool.Wake()
 		if ref == "failed" {
 			d.log.Info().Int("retried", n).Str("via", from).Msg("failed jobs queued again by an operator")
-			return actResult{N: n, Text: fmt.Sprintf("%d failed job(s) queued again", n)}, nil
+			return actResult{N: n, Text: RetryDone(ref, n)}, nil
 		}
 		id, _ := strconv.ParseUint(ref, 10, 64) // Retry parsed it
 		j, _ := d.store.Get(id)
 		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", from).Msg("job queued again by an operator")
 		d.record(state.Job{ID: id, Root: j.Root, Path: j.Path, Stage: state.Queued}, "retry by an operator, via "+from)
-		return actResult{N: n, Text: fmt.Sprintf("job %d queued again", id)}, nil
+		return actResult{N: n, Text: RetryDone(ref, n)}, nil
 	}
 	cop, ok := ControlOps[op]
 	if !ok {
@@ -75,6 +75,15 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 	}
 	d.record(j, op+" by an operator, via "+from)
 	return actResult{N: 1, Job: j, Text: cop.Done(j)}, nil
+}
+
+// RetryDone says what a retry of ref (a job id, or "failed") did, for
+// `splatd retry` and the page alike.
+func RetryDone(ref string, n int) string {
+	if ref == "failed" {
+		return fmt.Sprintf("re-queued %d job(s)", n)
+	}
+	return fmt.Sprintf("re-queued 1 job (job %s)", ref)
 }
 
 // pageAct is the status page's metrics.ServerOptions.Act.

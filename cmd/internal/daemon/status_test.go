@@ -100,7 +100,7 @@ func TestPageRetryIsTheSocketsRetry(t *testing.T) {
 	if code, body := post(""); code != http.StatusForbidden || !strings.Contains(body, "refused: no key") {
 		t.Errorf("without key: %d %s", code, body)
 	}
-	if code, body := post(strings.TrimSpace(string(key))); code != http.StatusOK || !strings.Contains(body, "queued again") {
+	if code, body := post(strings.TrimSpace(string(key))); code != http.StatusOK || !strings.Contains(body, `"message":"re-queued 1 job (job `+itoa(j.ID)+`)"`) {
 		t.Fatalf("with the key: %d %s", code, body)
 	}
 	if again := <-failed; again.ID != j.ID {
