@@ -150,6 +150,7 @@ func TestActivity(t *testing.T) {
 		{state.Signed, Doing{NextTry: t0.Add(10 * time.Minute), Parked: "job 3's session is another daemon's"}, "parked: job 3's session is another daemon's"},
 		{state.Ready, Doing{RateLimit: "strict: no request left, until 18:01:00 UTC"}, "rate limit strict: no request left, until 18:01:00 UTC"},
 		{state.Ready, Doing{WorkerWait: "a free worker (2 of 2 busy)"}, "waiting for a free worker (2 of 2 busy)"},
+		{state.Processing, Doing{NextTry: t0.Add(5 * time.Second)}, "the service processes it; next look in 5 s"},
 		{state.Done, Doing{NextTry: t0.Add(time.Minute)}, ""},
 		{state.Done, Doing{AfterAction: "move", AfterError: "disk full"}, "after-action move failed (tried again): disk full"},
 	} {
@@ -195,4 +196,23 @@ func (a activeAsSource) Jobs(ctx context.Context, q JobQuery) (JobList, error) {
 		l.Total++
 	}
 	return l, err
+}
+
+// TestSparkline: one point a minute across the box, the busiest minute at
+// the top, an idle hour a line along the bottom.
+func TestSparkline(t *testing.T) {
+	t.Parallel()
+	minutes := make([]int64, 60)
+	minutes[30], minutes[59] = 600<<20, 60<<20
+	sp := sparkline(minutes)
+	pts := strings.Fields(sp.Points)
+	if len(pts) != 60 || pts[0] != "0.0,39.0" || pts[30] != "122.0,1.0" || pts[59] != "240.0,35.2" {
+		t.Errorf("points %d: %s … %s … %s", len(pts), pts[0], pts[30], pts[59])
+	}
+	if sp.Peak != "10.0 MiB/s" || sp.Now != "1.0 MiB/s" {
+		t.Errorf("peak %q, now %q", sp.Peak, sp.Now)
+	}
+	if idle := sparkline(make([]int64, 60)); !strings.HasPrefix(idle.Points, "0.0,39.0 4.1,39.0") || idle.Peak != "0 B/s" {
+		t.Errorf("idle hour: %q, peak %q", idle.Points[:30], idle.Peak)
+	}
 }

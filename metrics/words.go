@@ -55,6 +55,8 @@ func Activity(stage state.Stage, d Doing, now time.Time) string {
 		return "parked: " + d.Parked
 	case d.WorkerWait != "":
 		return "waiting for " + d.WorkerWait
+	case d.NextTry.After(now) && stage == state.Processing:
+		return "the service processes it; next look in " + inDuration(d.NextTry.Sub(now))
 	case d.NextTry.After(now):
 		return "next try in " + inDuration(d.NextTry.Sub(now))
 	}
