@@ -10,8 +10,8 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// fromSocket is where the CLI's actions come from, for their log line.
-const fromSocket = "admin socket"
+// viaSocket is where the CLI's actions come from, for their log line.
+const viaSocket = "admin socket"
 
 // actResult is what an action did: how many jobs it moved, the job (a
 // control op's, as it now is), and the CLI's sentence for it.
@@ -24,10 +24,10 @@ type actResult struct {
 // act carries out an operator's action on a job: retry (ref "failed":
 // every failed job), cancel, republish or forget, for the admin socket
 // (`splatd retry`, `cancel`, …) and the status page alike, and logs it
-// with where it came from (field via). The daemon then does what the store alone cannot: wakes a
-// worker, stops an upload, finishes a canceled job, looks for a forgotten
-// file again.
-func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, error) {
+// with where it came from (via). The daemon then does what the store
+// alone cannot: wakes a worker, stops an upload, finishes a canceled job,
+// looks for a forgotten file again.
+func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error) {
 	if op == "retry" {
 		n, err := Retry(d.store, ref)
 		if err != nil {
@@ -35,13 +35,14 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 		}
 		d.pool.Wake()
 		if ref == "failed" {
-			d.log.Info().Int("retried", n).Str("via", from).Msg("failed jobs queued again by an operator")
+			d.log.Info().Int("retried", n).Str("via", via).Msg("failed jobs queued again by an operator")
 			return actResult{N: n, Text: RetryDone(ref, n)}, nil
 		}
 		id, _ := strconv.ParseUint(ref, 10, 64) // Retry parsed it
-		j, _ := d.store.Get(id)
-		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", from).Msg("job queued again by an operator")
-		d.record(state.Job{ID: id, Root: j.Root, Path: j.Path, Stage: state.Queued}, "retry by an operator, via "+from)
+		j, _ := d.store.Get(id) // as the retry left it (queued; a held job uploaded)
+		j.ID = id
+		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", via).Msg("job queued again by an operator")
+		d.record(j, "retry by an operator, via "+via)
 		return actResult{N: n, Text: RetryDone(ref, n)}, nil
 	}
 	cop, ok := ControlOps[op]
@@ -52,7 +53,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 	if err != nil {
 		return actResult{}, err
 	}
-	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("via", from)
+	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("via", via)
 	switch op {
 	case "cancel":
 		// The store says canceled; a worker still running the job's step
@@ -73,7 +74,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, from string) (actResult, erro
 			d.watch.Rediscover(j.Path)
 		}
 	}
-	d.record(j, op+" by an operator, via "+from)
+	d.record(j, op+" by an operator, via "+via)
 	return actResult{N: 1, Job: j, Text: cop.Done(j)}, nil
 }
 

@@ -238,7 +238,7 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 		writeJSON(w, views)
 	})
 	mux.HandleFunc("POST /v1/retry", func(w http.ResponseWriter, r *http.Request) {
-		res, err := d.act(r.Context(), "retry", r.URL.Query().Get("id"), fromSocket)
+		res, err := d.act(r.Context(), "retry", r.URL.Query().Get("id"), viaSocket)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

@@ -126,7 +126,7 @@ func (d *Daemon) adminControl(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	res, err := d.act(r.Context(), r.PathValue("op"), r.URL.Query().Get("ref"), fromSocket)
+	res, err := d.act(r.Context(), r.PathValue("op"), r.URL.Query().Get("ref"), viaSocket)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
