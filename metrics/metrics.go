@@ -266,6 +266,7 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 		version = bi.Main.Version
 	}
 	m.SetBuildInfo(version)
+	m.sent.started = time.Now() // today's count starts with the process
 	return m
 }
 
