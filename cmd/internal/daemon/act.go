@@ -39,7 +39,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error
 			return actResult{N: n, Text: RetryDone(ref, n)}, nil
 		}
 		id, _ := strconv.ParseUint(ref, 10, 64) // Retry parsed it
-		j, _ := d.store.Get(id) // as the retry left it (queued; a held job uploaded)
+		j, _ := d.store.Get(id)                 // as the retry left it (queued; a held job uploaded)
 		j.ID = id
 		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", via).Msg("job queued again by an operator")
 		d.record(j, "retry by an operator, via "+via)

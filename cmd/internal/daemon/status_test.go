@@ -6,13 +6,16 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 
 	"github.com/splatd/splatd/metrics"
@@ -130,3 +133,77 @@ func TestPageRetryIsTheSocketsRetry(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestPageRetryInBrowser: the operator's click. In headless Chromium, the
+// key from the state directory typed into the page, the failed job's retry
+// button queues it again in the daemon's store: its worker runs it again.
+// Without chromium it skips, unless SPLATD_REQUIRE_BROWSER=1.
+func TestPageRetryInBrowser(t *testing.T) {
+	ctx := browserTab(t)
+	cfg := testConfig(t, "tok-"+strings.Repeat("b", 20), "metrics: {listen: \"127.0.0.1:0\"}\nsettle: 50ms\n")
+	failed := make(chan state.Job, 8)
+	d, err := Open(cfg, Options{Logger: zerolog.Nop(), OnTransition: func(j state.Job, _ state.Stage) {
+		if j.Stage == state.Failed {
+			failed <- j
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	if err := os.WriteFile(filepath.Join(cfg.Watch[0].Path, "notes.ply"), []byte("this is not a PLY file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := <-failed
+	key, err := os.ReadFile(filepath.Join(cfg.StateDir, metrics.ActionKeyName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := chromedp.CSS(`#failures tr[data-job="` + itoa(j.ID) + `"] button[data-op="retry"]`)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate("http://"+d.metrics.Addr()+"/"),
+		chromedp.WaitVisible(retry),
+		chromedp.Click(chromedp.CSS(`#keybar summary`)),
+		chromedp.SendKeys(chromedp.CSS(`#key`), strings.TrimSpace(string(key))),
+		chromedp.Click(chromedp.CSS(`#key-save`)),
+		chromedp.Click(retry),
+	); err != nil {
+		t.Fatalf("retrying from the page: %v", err)
+	}
+	flash, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const f = document.getElementById("flash"); return f.className !== "muted" && f.textContent; })()`))
+	if err != nil || flash != "re-queued 1 job (job "+itoa(j.ID)+")" {
+		t.Fatalf("the page says %q (%v)", flash, err)
+	}
+	if again := <-failed; again.ID != j.ID {
+		t.Errorf("job %d failed after the retry, want job %d run again", again.ID, j.ID)
+	}
+}
+
+// browserTab starts a headless Chromium for the test and opens a tab.
+func browserTab(t *testing.T) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("SPLATD_REQUIRE_BROWSER") == "1" {
+			t.Fatal("chromium is not installed and SPLATD_REQUIRE_BROWSER=1")
+		}
+		t.Skip("chromium is not installed; set SPLATD_REQUIRE_BROWSER=1 to make this a failure")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc(); cancel() })
+	return bctx
+}
