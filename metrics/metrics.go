@@ -61,6 +61,8 @@ type Metrics struct {
 	jobsFinished *prometheus.CounterVec
 	// uploadBytes counts bytes written to object storage.
 	uploadBytes prometheus.Counter
+	// sent is uploadBytes by minute, for the status page.
+	sent Throughput
 	// uploadDuration observes each completed storage PUT.
 	uploadDuration prometheus.Histogram
 	// apiRequests counts finished HTTP exchanges by route and status code.
@@ -264,6 +266,7 @@ func New(reg prometheus.Registerer, routes []string) *Metrics {
 		version = bi.Main.Version
 	}
 	m.SetBuildInfo(version)
+	m.sent.started = time.Now() // today's count starts with the process
 	return m
 }
 
@@ -329,6 +332,13 @@ func (m *Metrics) UploadBytes(n int64) {
 		return
 	}
 	m.uploadBytes.Add(float64(n))
+	m.sent.Add(time.Now(), n)
+}
+
+// Sent returns the bytes sent in each of the last 60 minutes (oldest
+// first), today's and since when today's count (Throughput.Read).
+func (m *Metrics) Sent(now time.Time) (minutes []int64, today int64, since time.Time) {
+	return m.sent.Read(now)
 }
 
 // UploadDone implements api.Observer.

@@ -13,15 +13,17 @@ import (
 
 // statusPage is the status page: one html/template file with its CSS and
 // script inline, no build step and nothing fetched from elsewhere. The
-// daemon renders its first state (pageView, from the same scrubbed views as
-// /api/status and /api/jobs, escaped by html/template); its script then
-// refreshes it from those endpoints. The style and the script hold no
-// template action, so their hashes below are those of the page served.
+// daemon renders it (pageView, from the same scrubbed views as /api/status
+// and /api/jobs, escaped by html/template); its script refreshes it by
+// fetching it again. The style and the script hold no template action, so
+// their hashes below are those of the page served.
 //
 //go:embed status.html
 var statusPage []byte
 
-var pageTemplate = template.Must(template.New("status").Parse(string(statusPage)))
+var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
+	"bytes": func(n int64) string { return humanBytes(float64(n)) },
+}).Parse(string(statusPage)))
 
 // pageCSP allows exactly the page's own inline style and script (by hash)
 // and requests to this origin: even if a path or an error text ever reached

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -116,7 +117,11 @@ func TestStatusPageInBrowser(t *testing.T) {
 	t.Run("10000 jobs", func(t *testing.T) { testPageManyJobs(t, tab(t, b)) })
 	t.Run("without script", func(t *testing.T) { testPageWithoutScript(t, tab(t, b)) })
 	t.Run("screenshot", func(t *testing.T) { testPageScreenshot(t, tab(t, b)) })
-	t.Run("server matches script", func(t *testing.T) { testPageServerMatchesScript(t, tab(t, b)) })
+	t.Run("not ready", func(t *testing.T) { testPageNotReady(t, tab(t, b)) })
+	t.Run("events filter", func(t *testing.T) { testPageEventsFilter(t, tab(t, b)) })
+	t.Run("retry from the page", func(t *testing.T) { testPageRetry(t, tab(t, b)) })
+	t.Run("action without key", func(t *testing.T) { testPageActionWithoutKey(t, tab(t, b)) })
+	t.Run("action from another origin", func(t *testing.T) { testPageActionForeignOrigin(t, tab(t, b)) })
 }
 
 // testPageJobs loads the page over a source holding a job in progress, a
@@ -201,9 +206,9 @@ func testPageJobs(t *testing.T, ctx context.Context) {
 	if err != nil || value.Value != fmt.Sprint(30<<20) {
 		t.Errorf("progress value = %+v (%v), want %d", value, err, 30<<20)
 	}
-	count, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#queue tr[data-stage="failed"] td.num`)))
+	count, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#stages [data-stage="failed"] b`)))
 	if err != nil || count != "1" {
-		t.Errorf("queue failed count = %q (%v), want 1", count, err)
+		t.Errorf("stages: failed count = %q (%v), want 1", count, err)
 	}
 
 	html, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
@@ -251,11 +256,40 @@ func testPageManyJobs(t *testing.T, ctx context.Context) {
 
 	// The page asks for bounded lists and says how many there are.
 	more, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#published-more`)))
-	if err != nil || !strings.Contains(more, "showing 20 of") {
+	if err != nil || !strings.Contains(more, "showing 10 of") {
 		t.Errorf("published-more = %q (%v)", more, err)
 	}
 	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr[data-job]").length`))
 	if err != nil || rows > 120 {
 		t.Errorf("page rendered %d job rows (%v), want the bounded lists only", rows, err)
+	}
+}
+
+// testPageNotReady: readiness says not ready with the reasons /readyz
+// gives, first on the page, and the token's advice beside it.
+func testPageNotReady(t *testing.T, ctx context.Context) {
+	src := sampleSource()
+	src.status.Token = Token{State: TokenRefused, Advice: "write a valid token to /etc/splatd/token"}
+	reg, _ := NewRegistry("test", testRoutes)
+	s := NewServer(ServerOptions{Listen: "127.0.0.1:0", Registry: reg, Logger: zerolog.Nop(), Status: src,
+		Ready: func() error {
+			return errors.Join(errors.New("the API is unreachable: dial tcp 127.0.0.1:1: connection refused"))
+		}})
+	runServer(t, s)
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+s.Addr()+"/"), chromedp.WaitVisible(chromedp.CSS(`#readiness.bad`))); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#readiness`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"not ready", "the API is unreachable: dial tcp 127.0.0.1:1: connection refused", "refused", "write a valid token to /etc/splatd/token"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("readiness reads %q, want %q in it", text, want)
+		}
+	}
+	top, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`document.getElementById("readiness").getBoundingClientRect().top`))
+	if err != nil || top > 120 {
+		t.Errorf("readiness starts at y = %v (%v), want it at the top", top, err)
 	}
 }

@@ -7,51 +7,68 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/splatd/splatd/state"
 )
 
-// The status page is rendered on the server with its first state, so that
-// it shows data at once (and without script at all); its script then
-// refreshes the same elements from /api/status and /api/jobs. The view
-// below and the script's render functions build the same markup: a change
-// to one is a change to the other (the browser test loads both).
+// The status page is rendered on the server, the only place its markup is
+// made: its script refreshes it by fetching the page again and putting the
+// new <main> in place, and carries out the actions.
 
 // pageRefresh is how often the page's script refreshes it (REFRESH_MS).
 const pageRefresh = 5 * time.Second
 
-// pageList is one of the page's job lists: the query the script repeats
-// (the same stages and limit) and the rows.
+// pageList is one of the page's job lists: its stages and limit, and the
+// query that lists them all in /api/jobs.
 type pageList struct {
 	stages []state.Stage
 	limit  int
-	query  string // the stage query, as the script writes it
+	query  string
 }
 
 var (
 	pageActive    = pageList{[]state.Stage{state.Ready, state.Signed, state.Uploaded, state.Publishing, state.Processing}, 50, "stage=ready,signed,uploaded,publishing,processing"}
-	pagePublished = pageList{[]state.Stage{state.Done}, 20, "stage=done"}
+	pageQueued    = pageList{[]state.Stage{state.Queued}, 5, "stage=queued"}
+	pagePublished = pageList{[]state.Stage{state.Done}, 10, "stage=done"}
 	pageFailures  = pageList{[]state.Stage{state.Failed, state.Held}, 50, "stage=failed,held"}
-	// pageStages is the order of the queue table (the script's STAGES);
-	// other stages follow, sorted.
-	pageStages = []state.Stage{state.Queued, state.Ready, state.Signed, state.Uploaded, state.Publishing, state.Processing, state.Done, state.Failed, state.Held}
 )
+
+// maxSettlingShown bounds the files being written the page lists (a copy of
+// a thousand files is a thousand of them).
+const maxSettlingShown = 10
 
 // pageView is what the page template renders.
 type pageView struct {
-	Loaded     bool   // every part was read: body data-loaded
-	Conn       string // the line under the title
-	ConnClass  string
-	Status     Status
-	Ready      bool
-	TokenClass string
-	Bandwidth  string
-	Queue      []pageStage
-	Pacing     []pagePacing
-	Active     pageRows
-	Published  pageRows
-	Failures   pageRows
+	Loaded         bool   // every part was read: body data-loaded
+	Conn           string // the line under the title
+	ConnClass      string
+	CSRF           string
+	Actions        bool // the page offers actions
+	Status         Status
+	Ready          bool
+	TokenClass     string
+	Bandwidth      string
+	Stages         []pageStage // the stages holding jobs
+	Uploading      int
+	Failing        int
+	Backlog        string
+	TodaySent      string
+	TodayPublished string
+	Spark          pageSpark
+	Settling       []pageSettling
+	SettlingMore   int // files being written beyond those listed
+	Folders        []pageFolder
+	Pacing         []pagePacing
+	Active         pageRows
+	Queued         pageRows // the latest few of the backlog
+	Published      pageRows
+	Failures       pageRows
+	Events         []pageEvent
+	// EventFolders and EventStages are the history's filter choices.
+	EventFolders []string
+	EventStages  []state.Stage
 }
 
 type pageStage struct {
@@ -62,6 +79,32 @@ type pageStage struct {
 type pagePacing struct {
 	Pacing
 	Reset pageTime
+}
+
+// pageSpark is the throughput sparkline: an SVG polyline over the last
+// hour, one point a minute.
+type pageSpark struct {
+	Points string
+	Peak   string // the busiest minute's rate
+	Now    string // the current minute's rate so far
+}
+
+type pageSettling struct {
+	Settling
+	Text    string // "being written, 1.2 GiB so far"
+	Changed pageTime
+}
+
+type pageFolder struct {
+	Folder
+	State   string
+	Class   string
+	Scanned pageTime
+}
+
+type pageEvent struct {
+	Event
+	At pageTime
 }
 
 // pageRows is one rendered job list and its "showing N of M" line.
@@ -76,15 +119,16 @@ type pageRows struct {
 type pageJob struct {
 	Job
 	Updated  pageTime
+	SizeText string
 	Reason   string // fail_reason, else last_error
 	Viewer   string // an http(s) link, or ""
 	Progress *pageProgress
+	Actions  []string
 }
 
 type pageProgress struct {
 	Sent, Size int64
 	Label      string // the bar's aria-label
-	Text       string
 }
 
 // pageTime is a time cell: the exact time as its title, "12 s ago" shown.
@@ -93,11 +137,10 @@ type pageTime struct {
 	Text  string
 }
 
-// pageView reads the source as the script does and builds the first state.
-// A part that cannot be read leaves its table empty and says so; the
-// script tries again at its first refresh.
+// pageView reads the source and builds the page. A part that cannot be
+// read leaves its table empty and says so; the next refresh tries again.
 func (s *Server) pageView(ctx context.Context, now time.Time) pageView {
-	v := pageView{Loaded: true, ConnClass: "muted",
+	v := pageView{Loaded: true, ConnClass: "muted", CSRF: s.csrf, Actions: s.opts.Act != nil,
 		Conn: fmt.Sprintf("as of %s UTC; refreshes every %d s", now.UTC().Format("15:04:05"), int(pageRefresh/time.Second))}
 	failed := func(what string, err error) {
 		if v.Loaded { // the first problem is the one to read
@@ -110,23 +153,36 @@ func (s *Server) pageView(ctx context.Context, now time.Time) pageView {
 		failed("the status", err)
 	} else {
 		st.Ready = s.readiness()
+		if s.opts.Events != nil && st.Events == nil {
+			st.Events = s.opts.Events.List()
+		}
 		v.setStatus(cleanStatus(st), now)
 	}
 	for _, l := range []struct {
 		list pageList
 		rows *pageRows
-	}{{pageActive, &v.Active}, {pagePublished, &v.Published}, {pageFailures, &v.Failures}} {
+	}{{pageActive, &v.Active}, {pageQueued, &v.Queued}, {pagePublished, &v.Published}, {pageFailures, &v.Failures}} {
 		jobs, err := s.opts.Status.Jobs(ctx, JobQuery{Stages: l.list.stages, Limit: l.list.limit})
 		if err != nil {
 			failed("the jobs", err)
 			continue
 		}
-		*l.rows = pageJobRows(l.list, jobs, now)
+		*l.rows = pageJobRows(l.list, jobs, now, v.Actions)
 	}
+	active := map[uint64]bool{}
+	for _, j := range v.Active.Jobs {
+		active[j.ID] = true
+		if j.Job.Progress != nil {
+			v.Uploading++
+		}
+	}
+	// A queued job whose check runs is listed at work already.
+	v.Queued.Jobs = slices.DeleteFunc(v.Queued.Jobs, func(j pageJob) bool { return active[j.ID] })
 	return v
 }
 
-// setStatus fills the overview, the queue and the pacing of v from st.
+// setStatus fills the overview, the folders, the history and the pacing of
+// v from st.
 func (v *pageView) setStatus(st Status, now time.Time) {
 	v.Status, v.Ready = st, st.Ready.Ready
 	switch st.Token.State {
@@ -138,27 +194,92 @@ func (v *pageView) setStatus(st Status, now time.Time) {
 		v.TokenClass = "warn"
 	}
 	v.Bandwidth = bandwidthText(st.Bandwidth)
-	seen := map[state.Stage]bool{}
-	for _, s := range pageStages {
-		v.Queue = append(v.Queue, pageStage{s, st.Queue[s]})
-		seen[s] = true
-	}
-	var rest []state.Stage
-	for s := range st.Queue {
-		if !seen[s] {
-			rest = append(rest, s)
+	for _, s := range state.Stages {
+		if n := st.Queue[s]; n > 0 {
+			v.Stages = append(v.Stages, pageStage{s, n})
 		}
 	}
-	slices.Sort(rest)
-	for _, s := range rest {
-		v.Queue = append(v.Queue, pageStage{s, st.Queue[s]})
+	v.Failing = st.Queue[state.Failed] + st.Queue[state.Held]
+	v.Backlog = fmt.Sprintf("%d %s, %s", st.Backlog.Files, plural(st.Backlog.Files, "file", "files"), humanBytes(float64(st.Backlog.Bytes)))
+	v.TodaySent = humanBytes(float64(st.Today.Sent))
+	v.TodayPublished = fmt.Sprintf("%d %s published (%s)", st.Today.Published, plural(st.Today.Published, "file", "files"), humanBytes(float64(st.Today.PublishedBytes)))
+	v.Spark = sparkline(st.Throughput)
+	if n := len(st.Settling) - maxSettlingShown; n > 0 {
+		st.Settling, v.SettlingMore = st.Settling[:maxSettlingShown], n
+	}
+	for _, f := range st.Settling {
+		v.Settling = append(v.Settling, pageSettling{Settling: f, Changed: timeCell(f.Changed, now),
+			Text: "being written, " + humanBytes(float64(f.Size)) + " so far"})
+	}
+	folders := map[string]bool{}
+	for _, f := range st.Watched {
+		pf := pageFolder{Folder: f, State: "watching", Class: "ok", Scanned: timeCell(f.LastScan, now)}
+		switch {
+		case f.Error != "":
+			pf.State, pf.Class = f.Error, "bad"
+		case f.LastScan.IsZero():
+			pf.State, pf.Class = "scanning", "warn"
+		case f.Polling:
+			pf.State = "polling"
+		}
+		v.Folders = append(v.Folders, pf)
+		folders[f.Path] = true
+		v.EventFolders = append(v.EventFolders, f.Path)
+	}
+	stages := map[state.Stage]bool{}
+	for _, e := range st.Events {
+		v.Events = append(v.Events, pageEvent{Event: e, At: timeCell(e.Time, now)})
+		if e.Folder != "" && !folders[e.Folder] {
+			folders[e.Folder] = true
+			v.EventFolders = append(v.EventFolders, e.Folder)
+		}
+		stages[e.Stage] = true
+	}
+	for _, s := range state.Stages {
+		if stages[s] {
+			v.EventStages = append(v.EventStages, s)
+		}
 	}
 	for _, p := range st.Pacing {
 		v.Pacing = append(v.Pacing, pagePacing{p, timeCell(p.Reset, now)})
 	}
 }
 
-// bandwidthText is the Bandwidth line, as the script writes it.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// sparkline draws bytes per minute into a 240×40 box; an hour with no
+// upload is a flat line at the bottom.
+func sparkline(minutes []int64) pageSpark {
+	const w, h = 240.0, 40.0
+	var peak int64
+	for _, b := range minutes {
+		peak = max(peak, b)
+	}
+	var pts []string
+	for i, b := range minutes {
+		x := 0.0
+		if len(minutes) > 1 {
+			x = w * float64(i) / float64(len(minutes)-1)
+		}
+		y := h - 1
+		if peak > 0 {
+			y = h - 1 - (h-2)*float64(b)/float64(peak)
+		}
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+	}
+	sp := pageSpark{Points: strings.Join(pts, " "), Peak: humanBytes(float64(peak)/60) + "/s"}
+	if n := len(minutes); n > 0 {
+		sp.Now = humanBytes(float64(minutes[n-1])/60) + "/s"
+	}
+	return sp
+}
+
+// bandwidthText is the Bandwidth line.
 func bandwidthText(bw Bandwidth) string {
 	limit := "none"
 	if bw.Limit > 0 {
@@ -171,7 +292,7 @@ func bandwidthText(bw Bandwidth) string {
 	return s
 }
 
-func pageJobRows(l pageList, list JobList, now time.Time) pageRows {
+func pageJobRows(l pageList, list JobList, now time.Time, actions bool) pageRows {
 	if len(list.Jobs) > l.limit {
 		list.Jobs = list.Jobs[:l.limit]
 	}
@@ -183,28 +304,28 @@ func pageJobRows(l pageList, list JobList, now time.Time) pageRows {
 	for _, j := range list.Jobs {
 		j = cleanJob(j)
 		pj := pageJob{Job: j, Updated: timeCell(j.UpdatedAt, now), Reason: j.FailReason, Viewer: httpLink(j.ViewerURL)}
+		if j.Size > 0 {
+			pj.SizeText = humanBytes(float64(j.Size))
+		}
 		if pj.Reason == "" {
 			pj.Reason = j.LastError
 		}
-		p := j.Progress
-		if p == nil {
-			p = j.Check
+		if actions {
+			pj.Actions = actionsFor(string(j.Stage))
+		}
+		p, label := j.Progress, "upload"
+		if p == nil && j.Check != nil {
+			p, label = j.Check, j.Check.Step
 		}
 		if p != nil && p.Size > 0 {
-			pct := min(100, int64(math.Floor(100*float64(p.Sent)/float64(p.Size))))
-			step, label := " ", "upload"
-			if p.Step != "" {
-				step, label = " "+p.Step+" ", p.Step
-			}
-			pj.Progress = &pageProgress{Sent: min(p.Sent, p.Size), Size: p.Size, Label: fmt.Sprintf("%s of job %d", label, j.ID),
-				Text: fmt.Sprintf("%s%s of %s (%d %%)", step, humanBytes(float64(p.Sent)), humanBytes(float64(p.Size)), pct) + rateETA(*p)}
+			pj.Progress = &pageProgress{Sent: min(p.Sent, p.Size), Size: p.Size, Label: fmt.Sprintf("%s of job %d", label, j.ID)}
 		}
 		r.Jobs = append(r.Jobs, pj)
 	}
 	return r
 }
 
-// rateETA is the script's rateEta(): ", 24.0 MiB/s, ETA 3 min" while
+// rateETA is ", 24.0 MiB/s, ETA 3 min" while
 // bytes move, "" otherwise.
 func rateETA(p Progress) string {
 	if !(p.Rate > 0) {
@@ -232,7 +353,7 @@ func httpLink(u string) string {
 	return x.String()
 }
 
-// humanBytes is the script's bytes(): binary units, one decimal above B
+// humanBytes is a size in binary units, one decimal above B
 // (state.HumanSize, the program's one way to print a size).
 func humanBytes(n float64) string {
 	if math.IsNaN(n) || n < 0 {
@@ -241,7 +362,7 @@ func humanBytes(n float64) string {
 	return state.HumanSize(int64(n))
 }
 
-// timeCell is the script's when(): how long ago t was, in whole units.
+// timeCell is how long ago t was, in whole units.
 func timeCell(t time.Time, now time.Time) pageTime {
 	if t.IsZero() {
 		return pageTime{}

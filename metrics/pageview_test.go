@@ -1,8 +1,11 @@
 package metrics
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,18 +31,26 @@ func TestPageRendersFirstState(t *testing.T) {
 	}
 	for _, want := range []string{
 		`<body data-loaded="true">`,
-		`<small id="version">v1.2.3</small>`,
-		`<dd id="protocol">v1</dd>`,
-		`<dd id="bandwidth">11.9 MiB/s now, limit 50.0 MiB/s, 30.0 MiB to send</dd>`,
-		`<tr data-stage="queued"><td>queued</td><td class="num">3</td></tr>`,
-		`<tr data-job="3"><td class="num">3</td><td class="path">/srv/captures/c.ply</td><td>signed</td><td class="progress"><progress max="40" value="10" aria-label="upload of job 3"></progress> 10 B of 40 B (25 %)</td>`,
+		`<small id="version">v1.2.3</small> <small id="protocol">v1</small>`,
+		`<span id="bandwidth">11.9 MiB/s now, limit 50.0 MiB/s, 30.0 MiB to send</span>`,
+		`<span data-stage="queued">queued <b>3</b></span> · <span data-stage="done">done <b>7</b></span>`,
+		`<tr data-job="3" data-stage="signed"><td class="num">3</td><td class="path">/srv/captures/c.ply</td><td class="num size">40 B</td><td class="stage">signed</td>`,
+		`<td class="activity"><progress max="40" value="10" aria-label="upload of job 3"></progress>uploading 10 B of 40 B (25 %)</td>`,
 		`<td class="viewer"><a href="https://viewer.example/view?id=h1" target="_blank" rel="noopener noreferrer">https://viewer.example/view?id=h1</a></td>`,
 		`<td class="reason">invalid PLY header</td>`,
 		`<td class="path">/srv/captures/&lt;b&gt;x&lt;/b&gt;.ply</td>`,
 		`<td class="reason">bad &lt;img src=x onerror=&#34;alert(1)&#34;&gt;</td>`,
 		`<tr data-class="publish"><td>publish</td><td class="num">60</td><td class="num">12</td>`,
-		`<li><span class="path">/srv/captures</span> (recursive)</li>`,
-		`<span class="ok">ok</span>`,
+		`<tr data-folder="/srv/captures"><td class="path">/srv/captures <span class="muted">(recursive)</span></td><td class="ok">watching</td>`,
+		`<span id="token" class="ok">ok</span>`,
+		`<b>2 files, 1.5 GiB</b>`,
+		`<b>3.0 GiB sent</b><span>4 files published (2.0 GiB)</span>`,
+		`<tr class="settling" data-file="/srv/captures/incoming.ply"><td class="num">—</td><td class="path">/srv/captures/incoming.ply</td><td class="num size">1.2 GiB</td><td class="stage">seen</td><td class="activity">being written, 1.2 GiB so far</td>`,
+		`<tr data-folder="/srv/captures" data-stage="failed"><td class="time" title="2025-11-23T17:59:00Z">`,
+		`<td class="num">2</td><td>failed</td><td class="path">/srv/captures/b.ply</td><td>failed: invalid PLY header</td></tr>`,
+		`<option value="/srv/captures">/srv/captures</option>`,
+		`<option value="done">done</option><option value="failed">failed</option>`,
+		`<polyline points="0.0,39.0 `,
 	} {
 		if !strings.Contains(r.body, want) {
 			t.Errorf("page lacks %s", want)
@@ -101,21 +112,107 @@ func TestPageViewFormats(t *testing.T) {
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }
 
 // TestPageCheckProgress: a queued job whose file is being hashed shows its
-// check in the progress cell, in the words and units of an upload, named by
-// its step; an upload reads as before.
+// check's bar, named by its step; an upload its own.
 func TestPageCheckProgress(t *testing.T) {
 	t.Parallel()
 	list := JobList{Total: 2, Jobs: []Job{
 		{ID: 4, Path: "/srv/captures/huge.ply", Stage: state.Queued, UpdatedAt: t0,
 			Check: &Progress{Step: "hashing", Sent: 2150 << 20, Size: 5 << 30, Rate: 180 << 20, ETA: 16}},
-		{ID: 3, Path: "/srv/captures/big.ply", Stage: StageUploading, StoredStage: state.Signed, UpdatedAt: t0,
+		{ID: 3, Path: "/srv/captures/big.ply", Stage: state.Signed, UpdatedAt: t0,
 			Progress: &Progress{Sent: 30 << 20, Size: 120 << 20, Rate: 3 << 20, ETA: 30}},
 	}}
-	rows := pageJobRows(pageActive, list, t0)
-	if p := rows.Jobs[0].Progress; p == nil || p.Text != " hashing 2.1 GiB of 5.0 GiB (41 %), 180.0 MiB/s, ETA 16 s" || p.Label != "hashing of job 4" || p.Sent != 2150<<20 {
+	rows := pageJobRows(pageActive, list, t0, true)
+	if p := rows.Jobs[0].Progress; p == nil || p.Label != "hashing of job 4" || p.Sent != 2150<<20 {
 		t.Errorf("hashing job's progress = %+v", p)
 	}
-	if p := rows.Jobs[1].Progress; p == nil || p.Text != " 30.0 MiB of 120.0 MiB (25 %), 3.0 MiB/s, ETA 30 s" || p.Label != "upload of job 3" {
+	if p := rows.Jobs[1].Progress; p == nil || p.Label != "upload of job 3" {
 		t.Errorf("uploading job's progress = %+v", p)
+	}
+	if a := rows.Jobs[1].Actions; len(a) != 1 || a[0] != "cancel" {
+		t.Errorf("a signed job's actions = %v, want cancel", a)
+	}
+}
+
+// TestActivity: the one wording of what a job does, as `splatd jobs`,
+// /api/jobs and the page show it.
+func TestActivity(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		stage state.Stage
+		d     Doing
+		want  string
+	}{
+		{state.Signed, Doing{Upload: &Progress{Sent: 30 << 20, Size: 120 << 20, Rate: 3 << 20, ETA: 30}}, "uploading 30.0 MiB of 120.0 MiB (25 %), 3.0 MiB/s, ETA 30 s"},
+		{state.Queued, Doing{Check: &Progress{Step: "hashing", Sent: 2150 << 20, Size: 5 << 30, Rate: 180 << 20, ETA: 16}}, "hashing 2.1 GiB of 5.0 GiB (41 %), 180.0 MiB/s, ETA 16 s"},
+		{state.Queued, Doing{Check: &Progress{Step: CheckCompressing, Sent: 1 << 30, Size: 1 << 30}}, "encoding: compressing the 1.0 GiB PLY read"},
+		{state.Signed, Doing{NextTry: t0.Add(12 * time.Second)}, "next try in 12 s"},
+		{state.Signed, Doing{NextTry: t0.Add(-time.Second)}, ""},
+		{state.Signed, Doing{NextTry: t0.Add(10 * time.Minute), Parked: "job 3's session is another daemon's"}, "parked: job 3's session is another daemon's"},
+		{state.Ready, Doing{RateLimit: "strict: no request left, until 18:01:00 UTC"}, "rate limit strict: no request left, until 18:01:00 UTC"},
+		{state.Ready, Doing{WorkerWait: "a free worker (2 of 2 busy)"}, "waiting for a free worker (2 of 2 busy)"},
+		{state.Processing, Doing{NextTry: t0.Add(5 * time.Second)}, "the service processes it; next look in 5 s"},
+		{state.Done, Doing{NextTry: t0.Add(time.Minute)}, ""},
+		{state.Done, Doing{AfterAction: "move", AfterError: "disk full"}, "after-action move failed (tried again): disk full"},
+	} {
+		if got := Activity(tc.stage, tc.d, t0); got != tc.want {
+			t.Errorf("Activity(%s, %+v) = %q, want %q", tc.stage, tc.d, got, tc.want)
+		}
+	}
+}
+
+// TestPageBacklogStaysBounded: 10,000 queued jobs and 1,000 files being
+// copied in take a few rows of "at work", so the failures stay in sight; a
+// queued job whose check runs (listed at work by the source) is listed once.
+func TestPageBacklogStaysBounded(t *testing.T) {
+	t.Parallel()
+	src := sampleSource()
+	for i := range 10_000 {
+		src.jobs = append(src.jobs, Job{ID: uint64(101 + i), Path: fmt.Sprintf("/srv/captures/q%d.ply", i), Stage: state.Queued, UpdatedAt: t0})
+	}
+	hashing := Job{ID: 100, Path: "/srv/captures/hashing.ply", Stage: state.Queued, Check: &Progress{Step: "hashing", Sent: 1, Size: 2}, UpdatedAt: t0}
+	src.jobs = append([]Job{hashing}, src.jobs...)
+	for i := range 1000 {
+		src.status.Settling = append(src.status.Settling, Settling{Path: fmt.Sprintf("/srv/captures/copy%d.ply", i), Size: 1})
+	}
+	v := (&Server{opts: ServerOptions{Status: activeAsSource{src}}}).pageView(t.Context(), t0)
+	if len(v.Queued.Jobs) != 4 || v.Queued.Total != 10_001 || len(v.Settling) != maxSettlingShown || v.SettlingMore != 991 {
+		t.Errorf("queued rows %d of %d, settling rows %d (+%d)", len(v.Queued.Jobs), v.Queued.Total, len(v.Settling), v.SettlingMore)
+	}
+	for _, j := range v.Queued.Jobs {
+		if j.ID == 100 {
+			t.Errorf("the hashing job is listed twice")
+		}
+	}
+}
+
+// activeAsSource lists, as the daemon does, the queued jobs whose check
+// runs among the active ones.
+type activeAsSource struct{ *fakeSource }
+
+func (a activeAsSource) Jobs(ctx context.Context, q JobQuery) (JobList, error) {
+	l, err := a.fakeSource.Jobs(ctx, q)
+	if slices.Contains(q.Stages, state.Ready) && !slices.Contains(q.Stages, state.Queued) {
+		l.Jobs = append(l.Jobs, a.fakeSource.jobs[0])
+		l.Total++
+	}
+	return l, err
+}
+
+// TestSparkline: one point a minute across the box, the busiest minute at
+// the top, an idle hour a line along the bottom.
+func TestSparkline(t *testing.T) {
+	t.Parallel()
+	minutes := make([]int64, 60)
+	minutes[30], minutes[59] = 600<<20, 60<<20
+	sp := sparkline(minutes)
+	pts := strings.Fields(sp.Points)
+	if len(pts) != 60 || pts[0] != "0.0,39.0" || pts[30] != "122.0,1.0" || pts[59] != "240.0,35.2" {
+		t.Errorf("points %d: %s … %s … %s", len(pts), pts[0], pts[30], pts[59])
+	}
+	if sp.Peak != "10.0 MiB/s" || sp.Now != "1.0 MiB/s" {
+		t.Errorf("peak %q, now %q", sp.Peak, sp.Now)
+	}
+	if idle := sparkline(make([]int64, 60)); !strings.HasPrefix(idle.Points, "0.0,39.0 4.1,39.0") || idle.Peak != "0 B/s" {
+		t.Errorf("idle hour: %q, peak %q", idle.Points[:30], idle.Peak)
 	}
 }

@@ -48,6 +48,21 @@ type ServerOptions struct {
 	// rotated file applies at once. Nil turns the status endpoints off on
 	// a non-loopback listener; on loopback they are always open.
 	StatusToken func() (string, error)
+
+	// Act carries out the page's actions (retry, cancel, republish,
+	// forget) and returns what happened in the words of the CLI; it must
+	// log the action with Action.From. Nil: the page offers none.
+	Act func(ctx context.Context, a Action) (string, error)
+	// ActionKey is the key every action must carry (ActionKey reads it
+	// from ActionKeyFile, in the state directory).
+	ActionKey     string
+	ActionKeyFile string
+	// RemoteActions takes actions from other addresses than loopback
+	// (status.remote_actions); they still need the key and the token.
+	RemoteActions bool
+
+	// Events, when set, is read for the page's event history.
+	Events *EventLog
 }
 
 // Server serves /metrics, /healthz and /readyz, and with a StatusSource the
@@ -59,6 +74,7 @@ type ServerOptions struct {
 type Server struct {
 	opts ServerOptions
 	srv  *http.Server
+	csrf string // the page's CSRF token, one per process
 
 	mu sync.Mutex
 	ln net.Listener
@@ -69,12 +85,15 @@ type Server struct {
 
 // NewServer returns a server for o; nothing is bound until Listen or Run.
 func NewServer(o ServerOptions) *Server {
-	s := &Server{opts: o}
+	s := &Server{opts: o, csrf: newCSRF()}
 	mux := http.NewServeMux()
 	if o.Status != nil {
 		mux.HandleFunc("GET /{$}", s.guard(s.page))
 		mux.HandleFunc("GET /api/status", s.guard(s.apiStatus))
 		mux.HandleFunc("GET /api/jobs", s.guard(s.apiJobs))
+		if o.Act != nil {
+			mux.HandleFunc("POST /api/jobs/{id}/{op}", s.guard(s.action))
+		}
 	} else {
 		mux.HandleFunc("GET /{$}", s.index)
 	}

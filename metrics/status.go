@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,8 @@ import (
 
 // The status endpoints (/api/status, /api/jobs and the page at /) show what
 // the daemon is doing to people and scripts who cannot reach the admin
-// socket. They are read-only, and the types below are views: they hold only
+// socket. They are read-only (the page's actions are their own POSTs,
+// actions.go), and the types below are views: they hold only
 // what is shown, so a token or a signed upload URL cannot reach a response
 // by way of a field somebody forgot to clear. The handlers scrub the free
 // texts (errors, advice) once more before encoding, because those carry
@@ -65,6 +67,18 @@ type Status struct {
 	// Queue counts jobs per stage; every stage of state.Stages is present.
 	Queue map[state.Stage]int `json:"queue"`
 	Ready Readiness           `json:"ready"`
+	// Backlog is what is left to publish: the jobs not yet final.
+	Backlog Backlog `json:"backlog"`
+	// Today is the work done since local midnight.
+	Today Today `json:"today"`
+	// Settling lists the files seen but not yet finished (still being
+	// written, or quiet for less than settle).
+	Settling []Settling `json:"settling"`
+	// Throughput is the bytes sent in each minute of the last hour,
+	// oldest first, the current minute last.
+	Throughput []int64 `json:"throughput"`
+	// Events is the latest job events, newest first (at most 100).
+	Events []Event `json:"events"`
 	// Time is when the status was taken.
 	Time time.Time `json:"time"`
 }
@@ -75,6 +89,49 @@ type Folder struct {
 	Recursive bool   `json:"recursive"`
 	// Polling is true while the root runs on the polling fallback.
 	Polling bool `json:"polling,omitempty"`
+	// LastScan is when the folder's latest full scan ended; zero before
+	// the first.
+	LastScan time.Time `json:"last_scan,omitzero"`
+	// Error says why the folder cannot be scanned now ("" while it can).
+	Error string `json:"error,omitempty"`
+	// Jobs counts the folder's jobs by what they are doing.
+	Jobs FolderJobs `json:"jobs"`
+}
+
+// FolderJobs counts one folder's jobs: waiting (queued, not yet
+// started), active (between ready and processing), done, failed (failed
+// or held).
+type FolderJobs struct {
+	Waiting int `json:"waiting"`
+	Active  int `json:"active"`
+	Done    int `json:"done"`
+	Failed  int `json:"failed"`
+}
+
+// Backlog is the jobs not yet final and the bytes of their files.
+type Backlog struct {
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+// Today is the day's work: bytes sent to storage (counted by this process,
+// since Since), files published and their bytes (from the job store).
+type Today struct {
+	Sent           int64     `json:"sent_bytes"`
+	Since          time.Time `json:"since"`
+	Published      int       `json:"published"`
+	PublishedBytes int64     `json:"published_bytes"`
+}
+
+// Settling is a file the watcher has seen and waits on: it becomes a job
+// once it has been quiet for settle.
+type Settling struct {
+	Path   string `json:"path"`
+	Folder string `json:"folder"`
+	Size   int64  `json:"size"`
+	// Since is when the watcher first saw it; Changed its latest change.
+	Since   time.Time `json:"since"`
+	Changed time.Time `json:"changed"`
 }
 
 // TokenState says whether the API accepts the token.
@@ -131,13 +188,19 @@ type Readiness struct {
 
 // Job is the view of one job.
 type Job struct {
-	ID   uint64 `json:"id"`
-	Path string `json:"path"`
-	// Stage is the job's stage, or "uploading" (StageUploading) while its
-	// bytes go out; StoredStage is then the stage in the state (signed).
-	Stage       state.Stage `json:"stage"`
-	StoredStage state.Stage `json:"stored_stage,omitempty"`
-	Attempts    int         `json:"attempts"`
+	ID     uint64 `json:"id"`
+	Path   string `json:"path"`
+	Folder string `json:"folder,omitempty"`
+	// Size is the file's size once its check has read it.
+	Size int64 `json:"size,omitempty"`
+	// Stage is the job's stage in the state, the word `splatd jobs` and
+	// the log use; Activity says what it does in that stage now
+	// (Activity, the one place those words are made).
+	Stage    state.Stage `json:"stage"`
+	Activity string      `json:"activity,omitempty"`
+	Attempts int         `json:"attempts"`
+	// NextTry is when a job waiting out a backoff is tried again.
+	NextTry time.Time `json:"next_try,omitzero"`
 	// Progress is set while the file is being uploaded.
 	Progress *Progress `json:"progress,omitempty"`
 	// Check is set while the job's check reads its content, its stage
@@ -152,17 +215,10 @@ type Job struct {
 	Adopted    bool   `json:"adopted,omitempty"`
 	LastError  string `json:"last_error,omitempty"`
 	FailReason string `json:"fail_reason,omitempty"`
-	// Waiting says why a live job waits now, holding no upload: on another
-	// daemon of a fleet ("parked: ..."), or on the token's rate limit
-	// ("rate limit strict: ...").
-	Waiting string `json:"waiting,omitempty"`
 	// ViewerURL is the public viewer link of a published splat.
 	ViewerURL string    `json:"viewer_url,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
-
-// StageUploading is the stage a job shows while its upload runs.
-const StageUploading state.Stage = "uploading"
 
 // Progress is how much of a file's upload has been sent, the recent rate
 // and the time left at that rate (absent while unknown); for a check, how
@@ -175,12 +231,6 @@ type Progress struct {
 	ETA  float64 `json:"eta_s,omitempty"`
 }
 
-// Uploading marks j as uploading with progress p.
-func (j *Job) Uploading(p Progress) {
-	j.StoredStage, j.Stage = j.Stage, StageUploading
-	j.Progress = &p
-}
-
 // JobFromState returns the view of j. It copies no field of j.Upload (the
 // signed URL is a bearer secret) and leaves Progress nil: upload progress
 // lives in the workers, not in the store.
@@ -188,6 +238,8 @@ func JobFromState(j state.Job) Job {
 	return Job{
 		ID:          j.ID,
 		Path:        j.Path,
+		Folder:      j.Root,
+		Size:        j.Size,
 		Stage:       j.Stage,
 		Attempts:    j.Attempts,
 		DuplicateOf: j.DuplicateOf,
@@ -195,16 +247,8 @@ func JobFromState(j state.Job) Job {
 		LastError:   j.LastError,
 		FailReason:  j.FailReason,
 		ViewerURL:   j.ViewerURL,
-		Waiting:     parked(j),
 		UpdatedAt:   j.UpdatedAt,
 	}
-}
-
-func parked(j state.Job) string {
-	if j.Parked == "" || j.Stage.Final() {
-		return ""
-	}
-	return "parked: " + j.Parked
 }
 
 // Job list bounds: a page asks for a few dozen jobs; a script that wants
@@ -226,6 +270,9 @@ func (s *Server) apiStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.Ready = s.readiness()
+	if s.opts.Events != nil && st.Events == nil {
+		st.Events = s.opts.Events.List()
+	}
 	writeJSON(w, http.StatusOK, cleanStatus(st))
 }
 
@@ -359,6 +406,22 @@ func cleanStatus(st Status) Status {
 	if st.Pacing == nil {
 		st.Pacing = []Pacing{}
 	}
+	if st.Settling == nil {
+		st.Settling = []Settling{}
+	}
+	if st.Throughput == nil {
+		st.Throughput = []int64{}
+	}
+	events := make([]Event, len(st.Events))
+	for i, e := range st.Events {
+		e.Text = state.ScrubText(e.Text)
+		events[i] = e
+	}
+	st.Events = events
+	st.Watched = slices.Clone(st.Watched)
+	for i := range st.Watched {
+		st.Watched[i].Error = state.ScrubText(st.Watched[i].Error)
+	}
 	if r := st.Bandwidth.Rate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		st.Bandwidth.Rate = 0
 	}
@@ -368,7 +431,7 @@ func cleanStatus(st Status) Status {
 // cleanJob scrubs the free texts of j and reduces its viewer link to what
 // opens the scene.
 func cleanJob(j Job) Job {
-	j.Waiting = state.ScrubText(j.Waiting)
+	j.Activity = state.ScrubText(j.Activity)
 	j.LastError = state.ScrubText(j.LastError)
 	j.FailReason = state.ScrubText(j.FailReason)
 	j.ViewerURL = viewerLink(j.ViewerURL)

@@ -108,9 +108,13 @@ func (w *Watcher) scanRoot(r *root) {
 			w.log.Error().Err(err).Str("root", r.Path).Msg("watch root is missing or unreadable; retrying")
 		}
 		w.obs.WatchError("root")
+		msg := err.Error()
+		r.scanErr.Store(&msg)
 		r.nextScan = start.Add(min(r.pollEvery, maxRetry))
 		return
 	}
+	r.scanErr.Store(nil)
+	r.scanned.Store(time.Now().UnixNano())
 	if !r.healthy.Swap(true) && !r.nextScan.IsZero() {
 		w.log.Info().Str("root", r.Path).Msg("watch root is available again")
 	}

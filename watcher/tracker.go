@@ -35,8 +35,9 @@ type entry struct {
 	st    stamp
 	mtime time.Time
 	due   time.Time
-	idx   int    // position in the heap, -1 while out of it
-	gen   uint64 // bumped by every event, so a look taken meanwhile is stale
+	since time.Time // when it was first seen
+	idx   int       // position in the heap, -1 while out of it
+	gen   uint64    // bumped by every event, so a look taken meanwhile is stale
 }
 
 // doneEntry remembers a file version already emitted (or Known), so that
@@ -123,7 +124,7 @@ func (t *tracker) observe(r *root, path string, fi fs.FileInfo, fromEvent bool) 
 		t.update(e, st, fi.ModTime(), fromEvent, now)
 		return
 	}
-	e := &entry{path: path, r: r, st: st, mtime: fi.ModTime(), idx: -1}
+	e := &entry{path: path, r: r, st: st, mtime: fi.ModTime(), since: now, idx: -1}
 	t.pending[path] = e
 	t.schedule(e, now.Add(t.settle))
 }

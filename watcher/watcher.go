@@ -412,6 +412,8 @@ type root struct {
 	fallback atomic.Bool   // notify root polling because inotify ran out
 	rescan   atomic.Bool   // a rescan was asked for (overflow, error, root event)
 	scanNo   atomic.Uint32 // counts full scans; marks files seen by the latest
+	scanned  atomic.Int64  // when the latest scan ended well (UnixNano); 0 before
+	scanErr  atomic.Pointer[string]
 
 	// Owned by the scanner goroutine.
 	nextScan     time.Time

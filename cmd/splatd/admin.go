@@ -59,7 +59,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stderr, "retry: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintf(c.stdout, "re-queued %d job(s)\n", n)
+	fmt.Fprintln(c.stdout, daemon.RetryDone(target, n))
 	return exitOK
 }
 

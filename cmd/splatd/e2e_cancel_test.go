@@ -152,20 +152,20 @@ func TestE2EJobsUploading(t *testing.T) {
 		j = views[0]
 		return j.Rate > 0 && j.ETA > 0
 	})
-	if j.Stage != "uploading" || j.StoredStage != "signed" || j.File != big || j.Sent <= 0 || j.Sent > j.Size {
+	if j.Stage != "signed" || !strings.HasPrefix(j.Activity, "uploading ") || j.File != big || j.Sent <= 0 || j.Sent > j.Size {
 		t.Errorf("uploading job = %+v", j)
 	}
 	code, out, errOut := runCLI(t, nil, "jobs", "-config", e.cfgPath)
-	if code != 0 || !strings.Contains(out, "uploading") || !strings.Contains(out, "/s ETA ") || !strings.Contains(out, "MiB") || strings.Contains(out, "signed") {
+	if code != 0 || !strings.Contains(out, "signed") || !strings.Contains(out, "uploading ") || !strings.Contains(out, "/s, ETA ") || !strings.Contains(out, "MiB") {
 		t.Errorf("jobs: exit %d, stdout:\n%s\nstderr %q", code, out, errOut)
 	}
 	_, body := httpGet(t, "http://"+addr+"/api/jobs")
 	var list struct {
 		Jobs []struct {
-			ID          uint64 `json:"id"`
-			Stage       string `json:"stage"`
-			StoredStage string `json:"stored_stage"`
-			Progress    *struct {
+			ID       uint64 `json:"id"`
+			Stage    string `json:"stage"`
+			Activity string `json:"activity"`
+			Progress *struct {
 				Sent int64   `json:"sent"`
 				Rate float64 `json:"rate_bytes_per_second"`
 			} `json:"progress"`
@@ -174,7 +174,7 @@ func TestE2EJobsUploading(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &list); err != nil || len(list.Jobs) != 1 {
 		t.Fatalf("/api/jobs: %v, %s", err, body)
 	}
-	if a := list.Jobs[0]; a.Stage != "uploading" || a.StoredStage != "signed" || a.Progress == nil || a.Progress.Sent <= 0 {
+	if a := list.Jobs[0]; a.Stage != "signed" || !strings.HasPrefix(a.Activity, "uploading ") || a.Progress == nil || a.Progress.Sent <= 0 {
 		t.Errorf("/api/jobs job = %+v", a)
 	}
 

@@ -174,7 +174,7 @@ func TestE2EResumeLogAfterKill(t *testing.T) {
 	parts := float64((size + 1<<20 - 1) >> 20)
 	waitFor(t, "two parts stored and a third under way", func() bool {
 		jobs, _ := adminJobs(t, e.stateDir)
-		return sim.Stats().PartPuts >= 2 && len(jobs) == 1 && jobs[0].Stage == "uploading"
+		return sim.Stats().PartPuts >= 2 && len(jobs) == 1 && strings.HasPrefix(jobs[0].Activity, "uploading ")
 	})
 	d.kill()
 	if n := sim.Stats().PartPuts; float64(n) >= parts {

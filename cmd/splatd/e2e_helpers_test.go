@@ -561,6 +561,7 @@ type e2eJob struct {
 	ID       uint64 `json:"id"`
 	File     string `json:"file"`
 	Stage    string `json:"stage"`
+	Activity string `json:"activity"`
 	Attempts int    `json:"attempts"`
 	Size     int64  `json:"size"`
 	SHA256   string `json:"sha256"`

@@ -337,11 +337,11 @@ func TestE2ESigtermDuringLargeUpload(t *testing.T) {
 			return false
 		}
 		for _, j := range jobs {
-			if j.File == big && j.Stage == "uploading" && j.Sent > 0 && j.Sent < size {
+			if j.File == big && strings.HasPrefix(j.Activity, "uploading ") && j.Sent > 0 && j.Sent < size {
 				inflight = j
 				return true
 			}
-			if j.File == big && j.Stage != "queued" && j.Stage != "ready" && j.Stage != "signed" && j.Stage != "uploading" {
+			if j.File == big && j.Stage != "queued" && j.Stage != "ready" && j.Stage != "signed" {
 				t.Fatalf("job reached %s before the test saw its upload in flight", j.Stage)
 			}
 		}
@@ -875,7 +875,7 @@ func TestE2EShutdownStartsNoNewCalls(t *testing.T) {
 			return false
 		}
 		for _, j := range jobs {
-			if j.File == p && j.Stage == "uploading" && j.Sent > 0 {
+			if j.File == p && strings.HasPrefix(j.Activity, "uploading ") && j.Sent > 0 {
 				return true
 			}
 		}
@@ -1074,14 +1074,14 @@ func TestE2EJobsSayWhyAJobWaitsForTheRateLimit(t *testing.T) {
 			line = l
 		}
 	}
-	if !strings.Contains(line, "RATE LIMIT "+want) {
-		t.Errorf("splatd jobs shows the waiting job as %q, want %q in it:\n%s", line, "RATE LIMIT "+want, out)
+	if !strings.Contains(line, "rate limit "+want) {
+		t.Errorf("splatd jobs shows the waiting job as %q, want %q in it:\n%s", line, "rate limit "+want, out)
 	}
 	_, body := httpGet(t, "http://"+d.waitStarted()+"/api/jobs")
 	var list struct {
 		Jobs []struct {
-			Path    string `json:"path"`
-			Waiting string `json:"waiting"`
+			Path     string `json:"path"`
+			Activity string `json:"activity"`
 		} `json:"jobs"`
 	}
 	if err := json.Unmarshal([]byte(body), &list); err != nil {
@@ -1090,11 +1090,11 @@ func TestE2EJobsSayWhyAJobWaitsForTheRateLimit(t *testing.T) {
 	shown := "not listed"
 	for _, j := range list.Jobs {
 		if j.Path == waiting {
-			shown = j.Waiting
+			shown = j.Activity
 		}
 	}
 	if !strings.HasPrefix(shown, "rate limit "+want) {
-		t.Errorf("/api/jobs: waiting of %s = %q, want it to start %q", filepath.Base(waiting), shown, "rate limit "+want)
+		t.Errorf("/api/jobs: activity of %s = %q, want it to start %q", filepath.Base(waiting), shown, "rate limit "+want)
 	}
 }
 
@@ -1144,9 +1144,9 @@ func TestE2EJobsParkedOnTheRateLimitLeaveTheWorkerFree(t *testing.T) {
 		t.Errorf("%d publishes sent, want 1: the window allows one", n)
 	}
 	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
-	if code != 0 || strings.Count(out, "RATE LIMIT "+want) != 2 || strings.Contains(out, "WAITING for") {
+	if code != 0 || strings.Count(out, "rate limit "+want) != 2 || strings.Contains(out, "waiting for") {
 		t.Errorf("splatd jobs (exit %d) does not show the two parked jobs as %q, and no job waiting for a worker:\n%s%s",
-			code, "RATE LIMIT "+want, out, stderr)
+			code, "rate limit "+want, out, stderr)
 	}
 }
 
@@ -1163,7 +1163,7 @@ func TestE2EJobsSayTheyWaitForAWorker(t *testing.T) {
 	writeBigPLY(t, filepath.Join(e.inbox, "big.ply"), 8<<20)
 	waitFor(t, "the big file uploading", func() bool {
 		jobs, err := adminJobs(t, e.stateDir)
-		return err == nil && len(jobs) == 1 && jobs[0].Stage == "uploading"
+		return err == nil && len(jobs) == 1 && strings.HasPrefix(jobs[0].Activity, "uploading ")
 	})
 	writePLY(t, filepath.Join(e.inbox, "small.ply"), 2300)
 	const want = "a free worker (1 of 1 busy)"
@@ -1179,8 +1179,8 @@ func TestE2EJobsSayTheyWaitForAWorker(t *testing.T) {
 		return waiting != ""
 	})
 	code, out, stderr := runCLI(t, nil, "jobs", "-config", e.cfgPath)
-	if code != 0 || !strings.Contains(out, "WAITING for "+want) {
-		t.Errorf("splatd jobs (exit %d) does not say %q of %s:\n%s%s", code, "WAITING for "+want, filepath.Base(waiting), out, stderr)
+	if code != 0 || !strings.Contains(out, "waiting for "+want) {
+		t.Errorf("splatd jobs (exit %d) does not say %q of %s:\n%s%s", code, "waiting for "+want, filepath.Base(waiting), out, stderr)
 	}
 }
 

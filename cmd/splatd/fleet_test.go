@@ -26,7 +26,7 @@ func TestJobsShowParked(t *testing.T) {
 	}
 	var b bytes.Buffer
 	printJobs(&b, []daemon.JobView{v}, time.Now())
-	if !strings.Contains(b.String(), "PARKED: another daemon is uploading") {
+	if !strings.Contains(b.String(), "parked: another daemon is uploading") {
 		t.Errorf("jobs table:\n%s", b.String())
 	}
 }

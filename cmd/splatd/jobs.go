@@ -15,7 +15,6 @@ import (
 	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader"
 )
 
 // recentFinished is how many finished jobs `splatd jobs` shows by default,
@@ -170,43 +169,20 @@ func cmpUint(a, b uint64) int {
 
 func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTAGE\tATTEMPTS\tAGE\tPROGRESS\tFILE\tRESULT")
+	fmt.Fprintln(tw, "ID\tSTAGE\tATTEMPTS\tAGE\tACTIVITY\tFILE\tRESULT")
 	for _, v := range views {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), progressText(v), daemon.Shown(v.File), resultText(v))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), activityText(v), daemon.Shown(v.File), resultText(v))
 	}
 	tw.Flush()
 }
 
-// progressText is a running upload's "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s",
-// or a running check's "hashing 42% 2.1 GiB/5.0 GiB 180.0 MiB/s ETA 16s" (a
-// queued job reading its content: hashing, bundling, encoding, then
-// compressing, whose bytes are all read); "-" for a
-// job doing neither (a canceled or failed job shows no stale percentage).
-func progressText(v daemon.JobView) string {
-	switch {
-	case v.Stage == daemon.StageUploading && v.Size > 0:
-		return bytesProgress(v.Sent, v.Size, v.Rate, v.ETA)
-	case v.Checking == uploader.CheckCompressing: // the read is over; no bytes to count
-		return "encoding: compressing the " + state.HumanSize(v.CheckSize) + " PLY read"
-	case v.Checking != "" && v.CheckSize > 0:
-		return v.Checking + " " + bytesProgress(v.Checked, v.CheckSize, v.CheckRate, v.CheckETA)
+// activityText is what the job does in its stage now, in the words of
+// /api/jobs and the status page (metrics.Activity); "-" for nothing.
+func activityText(v daemon.JobView) string {
+	if v.Activity == "" {
+		return "-"
 	}
-	return "-"
-}
-
-// bytesProgress is "42% 1.2 GiB/2.9 GiB 24.0 MiB/s ETA 1m12s": done of size
-// bytes, at rate bytes per second, eta seconds left ("ETA ?": unknown).
-func bytesProgress(done, size int64, rate, eta float64) string {
-	s := fmt.Sprintf("%d%% %s/%s", done*100/size, state.HumanSize(done), state.HumanSize(size))
-	if rate > 0 {
-		s += fmt.Sprintf(" %s/s", state.HumanSize(int64(rate)))
-	}
-	if eta > 0 {
-		s += " ETA " + (time.Duration(eta) * time.Second).String()
-	} else {
-		s += " ETA ?"
-	}
-	return s
+	return daemon.Shown(v.Activity)
 }
 
 func resultText(v daemon.JobView) string {
@@ -219,18 +195,6 @@ func resultText(v daemon.JobView) string {
 	}
 	if v.Adopted {
 		result = "adopted from its receipt: " + v.URL
-	}
-	if v.Parked != "" {
-		result = "PARKED: " + v.Parked
-	}
-	if v.WaitingFor != "" {
-		result = "WAITING for " + v.WaitingFor
-	}
-	if v.RateLimit != "" {
-		result = "RATE LIMIT " + v.RateLimit
-	}
-	if v.AfterError != "" {
-		result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))
 	}
 	result = daemon.Shown(result)
 	if len(result) > 100 {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/cmd/internal/daemon"
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 )
 
 // TestSelectJobs: by default every live job and the last recentFinished
@@ -53,42 +55,29 @@ func TestSelectJobs(t *testing.T) {
 	}
 }
 
-// TestJobsProgressText: an upload reads as bytes, rate and ETA in human
-// units; any other stage shows no percentage.
-func TestJobsProgressText(t *testing.T) {
-	v := daemon.JobView{Stage: daemon.StageUploading, Size: 3 << 30, Sent: 1 << 30, Rate: 24 << 20, ETA: 85}
-	if got, want := progressText(v), "33% 1.0 GiB/3.0 GiB 24.0 MiB/s ETA 1m25s"; got != want {
-		t.Errorf("progress = %q, want %q", got, want)
-	}
-	v.Rate, v.ETA = 0, 0
-	if got := progressText(v); !strings.HasSuffix(got, "ETA ?") {
-		t.Errorf("stalled progress = %q", got)
-	}
-	for _, st := range []string{"canceled", "failed", "signed", "queued"} {
-		if got := progressText(daemon.JobView{Stage: st, Size: 100, Sent: 49}); got != "-" {
-			t.Errorf("%s job progress = %q, want -", st, got)
+// TestJobsActivityText: `splatd jobs` shows a job's stage as stored and
+// what it does in it in the words of the page (metrics.Activity): an
+// upload of a signed job, a queued job's hash, a job waiting for its next
+// try; "-" for a job doing nothing more than its stage says.
+func TestJobsActivityText(t *testing.T) {
+	now := time.Now()
+	up := daemon.ViewOf(state.Job{ID: 3, Path: "/in/big.ply", Stage: state.Signed, Size: 3 << 30, CreatedAt: now},
+		&uploader.Progress{Sent: 1 << 30, Size: 3 << 30, Rate: 24 << 20, ETA: 85 * time.Second})
+	wait := daemon.ViewOf(state.Job{ID: 5, Path: "/in/w.ply", Stage: state.Ready, CreatedAt: now, NextAttempt: now.Add(30 * time.Second), LastError: "HTTP 503"}, nil)
+	done := daemon.ViewOf(state.Job{ID: 6, Path: "/in/d.ply", Stage: state.Done, CreatedAt: now}, nil)
+	var b strings.Builder
+	printJobs(&b, []daemon.JobView{up, wait, done}, now)
+	for _, want := range []string{
+		"3 signed 0 0s uploading 1.0 GiB of 3.0 GiB (33 %), 24.0 MiB/s, ETA 85 s /in/big.ply",
+		"5 ready 0 0s next try in 30 s /in/w.ply HTTP 503",
+		"6 done 0 0s - /in/d.ply",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(b.String()), " "), want) {
+			t.Errorf("splatd jobs:\n%s\nwant a line with %q", b.String(), want)
 		}
 	}
-}
-
-// TestJobsHashingText: a queued job whose file is being hashed shows it in
-// `splatd jobs`, as an upload reads (bytes, rate, ETA), named by its step:
-// not a bare "queued" indistinguishable from a stuck job.
-func TestJobsHashingText(t *testing.T) {
-	v := daemon.JobView{ID: 4, File: "/in/huge.ply", Stage: "queued", Size: 5 << 30, CreatedAt: time.Now(),
-		Checking: "hashing", Checked: 2150 << 20, CheckSize: 5 << 30, CheckRate: 180 << 20, CheckETA: 16}
-	want := "hashing 41% 2.1 GiB/5.0 GiB 180.0 MiB/s ETA 16s"
-	if got := progressText(v); got != want {
-		t.Errorf("progress = %q, want %q", got, want)
-	}
-	var b strings.Builder
-	printJobs(&b, []daemon.JobView{v}, time.Now())
-	if !strings.Contains(b.String(), "queued") || !strings.Contains(b.String(), want) {
-		t.Errorf("splatd jobs:\n%s\nwant the job queued with %q", b.String(), want)
-	}
-	v.Checking, v.Checked, v.CheckRate, v.CheckETA = "compressing", 5<<30, 0, 0
-	if got, want := progressText(v), "encoding: compressing the 5.0 GiB PLY read"; got != want {
-		t.Errorf("progress = %q, want %q", got, want)
+	if strings.Contains(b.String(), "uploading  ") {
+		t.Errorf("a stage reads uploading:\n%s", b.String())
 	}
 }
 

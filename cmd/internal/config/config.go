@@ -102,6 +102,9 @@ type Status struct {
 	// TokenFile holds the bearer token those requests must carry; with
 	// none, they are off on such a listener. Re-read at every request.
 	TokenFile string `yaml:"token_file"`
+	// RemoteActions lets the page's actions (retry, cancel, republish,
+	// forget) come from other addresses than this machine's loopback.
+	RemoteActions bool `yaml:"remote_actions"`
 }
 
 // Upload tunes the storage uploads.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/metrics"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
@@ -39,10 +40,10 @@ type JobView struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	NextAttempt *time.Time `json:"next_attempt,omitempty"`
-	// StoredStage is the stage in the state when Stage shows the work in
-	// progress instead ("uploading" for a signed job whose bytes are going
-	// out).
-	StoredStage string `json:"stored_stage,omitempty"`
+	// Activity says what the job does in its stage now, in the words of
+	// /api/jobs and the status page ("uploading 1.2 GiB of 2.9 GiB (41 %),
+	// 24.0 MiB/s, ETA 72 s", "next try in 12 s"; metrics.Activity).
+	Activity string `json:"activity,omitempty"`
 	// Sent, Rate and ETA describe a running upload: bytes sent, recent
 	// bytes per second, seconds left at that rate (absent: unknown).
 	Sent int64   `json:"sent,omitempty"`
@@ -88,8 +89,8 @@ type JobView struct {
 	AfterRetry  *time.Time `json:"after_retry,omitempty"`
 }
 
-// StageUploading is the stage a job shows while its bytes go out: stored
-// as signed, it is doing the work of an upload.
+// StageUploading is the -state word that selects the signed jobs whose
+// bytes are going out; their stage stays signed.
 const StageUploading = "uploading"
 
 // Live is what the workers know of the jobs they run, by job id: the
@@ -176,11 +177,15 @@ func ViewOf(j state.Job, prog *uploader.Progress) JobView {
 		v.NextAttempt = &t
 	}
 	if prog != nil && !j.Stage.Final() {
-		v.Stage, v.StoredStage = StageUploading, string(j.Stage)
 		v.Sent, v.Rate = prog.Sent, prog.Rate
 		v.ETA = prog.ETA.Round(time.Second).Seconds()
 		v.NextAttempt = nil
 	}
+	live := Live{}
+	if prog != nil {
+		live.Progress = map[uint64]uploader.Progress{j.ID: *prog}
+	}
+	v.Activity = metrics.Activity(j.Stage, live.doing(j, time.Now()), time.Now())
 	switch {
 	case j.FailReason != "":
 		v.Error = j.FailReason
@@ -233,13 +238,12 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 		writeJSON(w, views)
 	})
 	mux.HandleFunc("POST /v1/retry", func(w http.ResponseWriter, r *http.Request) {
-		n, err := Retry(d.store, r.URL.Query().Get("id"))
+		res, err := d.act(r.Context(), "retry", r.URL.Query().Get("id"), viaSocket)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		d.pool.Wake()
-		writeJSON(w, map[string]int{"retried": n})
+		writeJSON(w, map[string]int{"retried": res.N})
 	})
 	mux.HandleFunc("POST /v1/adopt", func(w http.ResponseWriter, r *http.Request) {
 		rep, err := AdoptDir(r.Context(), d.store, d.config(), r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
@@ -340,7 +344,8 @@ func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 				v.RateLimitUntil = &until
 			}
 		}
-		if uploading && !stored && v.Stage != StageUploading {
+		v.Activity = metrics.Activity(j.Stage, live.doing(j, now), now)
+		if uploading && !stored && prog == nil {
 			continue
 		}
 		views = append(views, v)

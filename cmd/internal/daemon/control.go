@@ -119,43 +119,19 @@ func Control(st *queue.Store, op ControlOp, ref string) (state.Job, error) {
 	return op.apply(st, j)
 }
 
-// adminControl is the admin socket's POST /v1/{cancel,republish,forget}.
-// The daemon follows up what the store alone cannot: a canceled job gets
-// its receipt and counts as finished, a republished one wakes a worker, a
-// forgotten file is looked for again.
+// adminControl is the admin socket's POST /v1/{cancel,republish,forget}
+// (act does the daemon's part).
 func (d *Daemon) adminControl(w http.ResponseWriter, r *http.Request) {
-	op, ok := ControlOps[r.PathValue("op")]
-	if !ok {
+	if _, ok := ControlOps[r.PathValue("op")]; !ok {
 		http.NotFound(w, r)
 		return
 	}
-	j, err := Control(d.store, op, r.URL.Query().Get("ref"))
+	res, err := d.act(r.Context(), r.PathValue("op"), r.URL.Query().Get("ref"), viaSocket)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path)
-	switch op.name {
-	case "cancel":
-		// The store says canceled; a worker still running the job's step
-		// (an upload) is stopped now, so that no more bytes go out.
-		log.Bool("stopped_in_flight", d.pool.Abort(j.ID)).Msg("job canceled by an operator")
-		d.m.JobFinished("canceled", j.UpdatedAt.Sub(j.CreatedAt))
-		if _, err := d.actions.Load().Finish(r.Context(), j); err != nil {
-			d.log.Error().Uint64("job", j.ID).Err(err).Msg("after-action failed; will run again at next start")
-		} else if err := d.store.MarkFinalized(j.ID); err != nil {
-			d.log.Error().Uint64("job", j.ID).Err(err).Msg("cannot record after-action")
-		}
-	case "republish":
-		log.Int("generation", j.Generation).Msg("job queued to be published again by an operator")
-		d.pool.Wake()
-	case "forget":
-		log.Msg("job forgotten by an operator")
-		if j.Path != "" { // a record that could not be read may name none
-			d.watch.Rediscover(j.Path)
-		}
-	}
-	writeJSON(w, j)
+	writeJSON(w, res.Job)
 }
 
 // Done says what op did to j, for the command's output.

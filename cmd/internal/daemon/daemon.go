@@ -78,10 +78,11 @@ type Daemon struct {
 	m       *metrics.Metrics
 	metrics *metrics.Server // nil when metrics.listen is ""
 	admin   *adminServer
-	systemd *sdNotifier      // sd_notify: READY, STATUS, WATCHDOG, STOPPING
-	events  *notify.Notifier // notify.webhook and after.exec
-	intake  *intake          // receipts adopted at intake, store recovery (intake.go)
-	damaged chan error       // the store met damage while running (store.go)
+	systemd *sdNotifier       // sd_notify: READY, STATUS, WATCHDOG, STOPPING
+	events  *notify.Notifier  // notify.webhook and after.exec
+	intake  *intake           // receipts adopted at intake, store recovery (intake.go)
+	damaged chan error        // the store met damage while running (store.go)
+	history *metrics.EventLog // the status page's event history
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
@@ -100,7 +101,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		o.Getenv = func(string) string { return "" }
 	}
 	log, getenv := o.Logger, o.Getenv
-	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1)}
+	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(d.o.Version, api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
@@ -149,7 +150,15 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 			Ready:    d.ready,
 			Degraded: d.degraded,
 			Status:   statusView{d},
+			Events:   d.history,
 			Logger:   log.With().Str("component", "metrics").Logger(),
+			// The page's actions: the admin socket's code path (act).
+			Act:           d.pageAct,
+			ActionKeyFile: filepath.Join(cfg.StateDir, metrics.ActionKeyName),
+			RemoteActions: cfg.Status.RemoteActions,
+		}
+		if o.ActionKey, err = metrics.ActionKey(o.ActionKeyFile); err != nil {
+			return nil, err
 		}
 		if cfg.Status.TokenFile != "" {
 			o.StatusToken = metrics.TokenFile(cfg.Status.TokenFile)
@@ -200,6 +209,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		PeerReceipt:       d.peerReceipt,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
+			d.record(j, transitionText(j, from))
 			if d.o.OnTransition != nil {
 				d.o.OnTransition(j, from)
 			}
@@ -454,6 +464,8 @@ func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 			if ok {
 				n++
 				d.log.Info().Str("path", batch[i].Path).Int64("size", batch[i].Size).Msg("file found")
+				d.history.Add(metrics.Event{Time: time.Now(), Folder: batch[i].Root, Path: batch[i].Path, Stage: state.Queued,
+					Text: "file found, " + state.HumanSize(batch[i].Size)})
 			}
 		}
 		if n > 0 {

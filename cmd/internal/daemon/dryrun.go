@@ -161,9 +161,6 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 			same = same || folder.err == nil && j.Size == folder.info.Size && j.ModTime.Equal(folder.latest)
 		}
 		stored := state.Stage(j.Stage)
-		if j.StoredStage != "" {
-			stored = state.Stage(j.StoredStage)
-		}
 		if same || !stored.Final() && !stored.Published() {
 			return actKnown, knownWhy(j)
 		}

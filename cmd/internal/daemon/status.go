@@ -11,6 +11,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/watcher"
 )
 
 // statusView is what the status endpoints (/api/status, /api/jobs and the
@@ -37,9 +38,24 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 	for _, s := range state.Stages {
 		out.Queue[s] = st.Stages[s]
 	}
-	for _, w := range d.config().Watch { // as reloaded
-		out.Watched = append(out.Watched, metrics.Folder{Path: w.Path, Recursive: *w.Recursive, Polling: w.Mode == "poll"})
+	roots := map[string]watcher.RootState{}
+	for _, r := range d.watch.RootStates() {
+		roots[r.Path] = r
 	}
+	jobs, err := d.store.List(queue.Filter{})
+	if err != nil {
+		return metrics.Status{}, err
+	}
+	counts := tally(jobs, out.Time, &out)
+	for _, w := range d.config().Watch { // as reloaded
+		r := roots[w.Path]
+		out.Watched = append(out.Watched, metrics.Folder{Path: w.Path, Recursive: *w.Recursive, Polling: w.Mode == "poll" || r.Polling,
+			LastScan: r.LastScan, Error: r.Error, Jobs: counts[w.Path]})
+	}
+	for _, f := range d.watch.Settling() {
+		out.Settling = append(out.Settling, metrics.Settling{Path: f.Path, Folder: f.Root, Size: f.Size, Since: f.Since, Changed: f.Changed})
+	}
+	out.Throughput, out.Today.Sent, out.Today.Since = d.m.Sent(out.Time)
 	if err := d.pool.Paused(); err != nil {
 		out.Token = metrics.Token{State: metrics.TokenRefused, Advice: d.client.Token().Advice()}
 	}
@@ -65,25 +81,75 @@ func (v statusView) Jobs(_ context.Context, q metrics.JobQuery) (metrics.JobList
 	jobs = withChecked(jobs, q.Stages, live, v.d.store.Get)
 	slices.SortStableFunc(jobs, func(a, b state.Job) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
 	out := metrics.JobList{Total: len(jobs)}
+	now := time.Now()
 	for _, j := range jobs[:min(len(jobs), q.Limit)] {
 		view := metrics.JobFromState(j)
 		view.ViewerURL = shownViewerURL(v.d.cfg, view.ViewerURL, j.Adopted)
-		if p, ok := live.Progress[j.ID]; ok && !j.Stage.Final() {
-			view.Uploading(progressView(p))
-		} else if c, ok := live.Check(j); ok {
-			pv := progressView(c)
-			view.Check = &pv
-		}
-		now := time.Now()
-		if w := live.WorkerWait(j, now); w != "" && view.Progress == nil {
-			view.Waiting = "waiting for " + w
-		}
-		if h, ok := live.RateHold(j, now); ok {
-			view.Waiting = "rate limit " + HoldText(h)
+		do := live.doing(j, now)
+		view.Progress, view.Check = do.Upload, do.Check
+		view.Activity = metrics.Activity(j.Stage, do, now)
+		if !j.Stage.Final() && j.NextAttempt.After(now) {
+			view.NextTry = j.NextAttempt
 		}
 		out.Jobs = append(out.Jobs, view)
 	}
 	return out, nil
+}
+
+// doing gathers what the workers know j does now, for metrics.Activity:
+// the one wording of it in `splatd jobs`, /api/jobs and the page.
+func (l Live) doing(j state.Job, now time.Time) metrics.Doing {
+	do := metrics.Doing{Parked: j.Parked, WorkerWait: l.WorkerWait(j, now)}
+	if j.Stage.Final() {
+		do.Parked, do.WorkerWait = "", ""
+		if j.AfterError != "" {
+			do.AfterAction, do.AfterError = j.AfterAction, j.AfterError
+		}
+		return do
+	}
+	do.NextTry = j.NextAttempt
+	if p, ok := l.Progress[j.ID]; ok {
+		pv := progressView(p)
+		do.Upload = &pv
+	} else if c, ok := l.Check(j); ok {
+		pv := progressView(c)
+		do.Check = &pv
+	}
+	if h, ok := l.RateHold(j, now); ok {
+		do.RateLimit = HoldText(h)
+	}
+	return do
+}
+
+// tally counts jobs by folder, and fills in out's backlog (the jobs not
+// final) and what was published today (jobs done since local midnight).
+func tally(jobs []state.Job, now time.Time, out *metrics.Status) map[string]metrics.FolderJobs {
+	y, m, day := now.Date()
+	midnight := time.Date(y, m, day, 0, 0, 0, 0, now.Location())
+	counts := map[string]metrics.FolderJobs{}
+	for _, j := range jobs {
+		c := counts[j.Root]
+		switch {
+		case j.Stage == state.Queued:
+			c.Waiting++
+		case j.Stage == state.Done:
+			c.Done++
+			if !j.UpdatedAt.Before(midnight) && j.DuplicateOf == 0 && !j.Adopted {
+				out.Today.Published++
+				out.Today.PublishedBytes += j.Size
+			}
+		case j.Stage == state.Failed || j.Stage == state.Held:
+			c.Failed++
+		case !j.Stage.Final():
+			c.Active++
+		}
+		if !j.Stage.Final() {
+			out.Backlog.Files++
+			out.Backlog.Bytes += j.Size
+		}
+		counts[j.Root] = c
+	}
+	return counts
 }
 
 // withChecked adds to jobs, listed in stages, the queued jobs whose check
