@@ -493,6 +493,34 @@ func TestV1RetryOfDoneJobRepublishes(t *testing.T) {
 	}
 }
 
+// TestV1ForgetPublishesAgain: a forgotten job's content, found again, is
+// published again under a new key (a new generation), not taken for the
+// forgotten publish's completed session.
+func TestV1ForgetPublishesAgain(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("forgot.ply", 2)
+	e.enqueue(path)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.job(path)
+	if _, err := e.store.Forget(first.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(path)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(path)
+	if j.ID == first.ID || j.Stage != state.Done || j.SplatID == first.SplatID || !strings.HasSuffix(j.V1.Key, "-g1-s1") {
+		t.Errorf("forgotten and found again: job %d %s splat %s (first %s) key %s", j.ID, j.Stage, j.SplatID, first.SplatID, j.V1.Key)
+	}
+	if st := e.sim.Stats(); st.V1Splats != 2 {
+		t.Errorf("%d splats, want 2", st.V1Splats)
+	}
+}
+
 // TestV1PeerStalledSessionTakenOver: a session another daemon created and
 // left with one part is watched for PeerWait, then this daemon sends only
 // the missing parts.
