@@ -200,6 +200,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
 		PeerReceipt:       d.peerReceipt,
+		Peers:             d.peers,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.o.OnTransition != nil {
