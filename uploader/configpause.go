@@ -64,12 +64,34 @@ func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
 	c.until = ch
 	time.AfterFunc(delay, func() {
 		c.mu.Lock()
-		close(ch)
-		c.until = nil
+		if c.until == ch { // not ended early by ConfigChanged
+			close(ch)
+			c.until = nil
+		}
 		c.mu.Unlock()
 		p.Wake()
 	})
 	return delay
+}
+
+// ConfigChanged says that what a pause may wait on changed (a new
+// api.ca_file, a new token): a configuration pause ends now, the token
+// prober probes now, and the waiting jobs are tried again at once rather
+// than at the pause's next step.
+func (p *Pool) ConfigChanged() {
+	c := &p.cfg
+	c.mu.Lock()
+	if c.until != nil {
+		close(c.until)
+		c.until = nil
+		p.log.Info().Str("kind", c.kind).Msg("configuration changed: trying the paused work again now")
+	}
+	c.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	p.Wake()
 }
 
 // configPausedChan returns a channel closed when the configuration pause
