@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/uploader/apisim"
+)
+
+// TestReadyzAPIUnreachable: an idle daemon whose API does not answer is
+// not ready once the grace has passed, and says why in one line (the
+// route, the host and the cause), on /readyz and in Reason. Before, it
+// stayed ready while every call failed.
+func TestReadyzAPIUnreachable(t *testing.T) {
+	cfg := testConfig(t, "tok-"+strings.Repeat("u", 20), "metrics: {listen: \"127.0.0.1:0\"}\nrescan_interval: 0s\n")
+	d, err := Open(cfg, Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	d.apiGrace = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	const want = "cannot reach 127.0.0.1:1: connection refused"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + d.metrics.Addr() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(b), want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d %q, want 503 naming %q", resp.StatusCode, b, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := d.Reason()
+	if !strings.Contains(r, "the API has not answered for") || !strings.Contains(r, want) || strings.Contains(r, "\n") {
+		t.Errorf("Reason = %q, want one line naming the API and %q", r, want)
+	}
+}
+
+// TestCAFileReread: a changed api.ca_file is taken by the client without
+// a restart; an unchanged one is not taken again.
+func TestCAFileReread(t *testing.T) {
+	sim, err := apisim.New(apisim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	other, err := apisim.New(apisim.Options{}) // another CA: the server's does not verify
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	copyFile(t, other.CAFile(), ca)
+	cfg := testConfig(t, sim.Token(), "")
+	cfg.API.BaseURL, cfg.API.CAFile = sim.URL(), ca
+	d, err := Open(cfg, Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.client.Me(context.Background()); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("with another CA: %v, want an unknown authority", err)
+	}
+	if took, err := d.applyCA(cfg); took || err != nil {
+		t.Fatalf("unchanged ca_file taken again: %v, %v", took, err)
+	}
+	copyFile(t, sim.CAFile(), ca) // the operator put the right CA there
+	if took, err := d.applyCA(cfg); !took || err != nil {
+		t.Fatalf("changed ca_file not taken: %v, %v", took, err)
+	}
+	if _, err := d.client.Me(context.Background()); err != nil {
+		t.Fatalf("with the server's CA: %v", err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
