@@ -3,6 +3,7 @@ package uploader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
@@ -269,6 +271,44 @@ func TestV1LostAnswersMakeOneSplat(t *testing.T) {
 		if _, ss := e.session(j.V1.Key); ss.BytesReceived != j.Size {
 			t.Errorf("%s: storage received %d bytes of %d", p, ss.BytesReceived, j.Size)
 		}
+	}
+}
+
+// TestV1RestartSaysTheServerLostTheSession: a job restarted with parts
+// committed whose session the server no longer has (a restarted
+// simulator) says plainly that the server lost it, and how many parts it
+// held, before it creates a new session.
+func TestV1RestartSaysTheServerLostTheSession(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("lost.ply", 6)
+	e.enqueue(path)
+	o := e.v1Options(1)
+	var parts atomic.Int32
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "v1:part" && parts.Add(1) == 2 {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
+		t.Fatalf("first run: %v, want the simulated crash", err)
+	}
+	e.reopen()
+	j := e.job(path)
+	if !e.sim.ExpireUpload(j.V1.ID) {
+		t.Fatalf("no session %s", j.V1.ID)
+	}
+	var logs lockedBuffer
+	o = e.v1Options(1)
+	o.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(path)
+	want := fmt.Sprintf("the server lost the upload session (404), with the 2 of %d parts sent to it: creating a new session under a new key", j.V1.Parts)
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log does not say %q:\n%s", want, logs.String())
 	}
 }
 
