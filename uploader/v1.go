@@ -800,5 +800,8 @@ func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
 	if sp.ViewerURL != "" {
 		j.ViewerURL = sp.ViewerURL
 	}
+	if sp.Format != "" {
+		j.V1.Output = sp.Format
+	}
 	return p.polled(j, now, sp.Outcome(), string(sp.Status), sp.CompletedAt, fmt.Errorf("processing failed (splat %s)", j.SplatID))
 }
