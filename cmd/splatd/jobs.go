@@ -232,11 +232,7 @@ func resultText(v daemon.JobView) string {
 	if v.AfterError != "" {
 		result = fmt.Sprintf("AFTER-ACTION %s FAILED (retried): %s", strings.ToUpper(v.AfterAction), oneLine(v.AfterError))
 	}
-	result = daemon.Shown(result)
-	if len(result) > 100 {
-		result = result[:97] + "..."
-	}
-	return result
+	return daemon.Shown(result) // whole: an error cut short loses its cause
 }
 
 func age(d time.Duration) string {

@@ -102,12 +102,21 @@ type Live struct {
 	Holds    map[uint64]pace.Hold
 	Running  map[uint64]bool // the jobs the workers hold
 	Workers  int
+	// Paused is what every job waits for while the pool is paused (a
+	// refused token, a configuration error), "" while it runs.
+	Paused string
 }
 
 // LiveOf returns the pool's view of its running jobs.
 func LiveOf(p *uploader.Pool) Live {
 	running, workers := p.Busy()
-	return Live{Progress: p.Progress(), Checks: p.CheckProgress(), Holds: p.Holds(), Running: running, Workers: workers}
+	l := Live{Progress: p.Progress(), Checks: p.CheckProgress(), Holds: p.Holds(), Running: running, Workers: workers}
+	if err := p.Paused(); err != nil {
+		l.Paused = "the API to accept the token (all work is paused): " + err.Error()
+	} else if err, kind, _ := p.ConfigError(); err != nil {
+		l.Paused = "the configuration error (" + kind + ") to clear (all work is paused): " + err.Error()
+	}
+	return l
 }
 
 // Check returns the progress of j's check while it reads j's content (a
@@ -120,10 +129,14 @@ func (l Live) Check(j state.Job) (uploader.Progress, bool) {
 	return p, true
 }
 
-// WorkerWait says that j is due but every worker is busy with another job
-// ("a free worker (2 of 2 busy, 2 held by the rate limit)"), "" otherwise:
+// WorkerWait says that j waits for the paused pool (Paused), or is due
+// but every worker is busy with another job ("a free worker (2 of 2 busy,
+// 2 held by the rate limit)"), "" otherwise:
 // without it such a job showed no reason while the pacer held the workers.
 func (l Live) WorkerWait(j state.Job, now time.Time) string {
+	if l.Paused != "" && !j.Stage.Final() && j.Parked == "" && !l.Running[j.ID] {
+		return l.Paused
+	}
 	if l.Workers <= 0 || len(l.Running) < l.Workers || l.Running[j.ID] || j.Stage.Final() || j.Parked != "" || j.NextAttempt.After(now) {
 		return ""
 	}

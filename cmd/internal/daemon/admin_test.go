@@ -117,3 +117,19 @@ func TestWithCheckedInProgress(t *testing.T) {
 		t.Errorf("published list: %v", got)
 	}
 }
+
+// TestListViewsPaused: while the pool is paused (a refused token), every
+// unfinished job says what it waits for; before, a job left ready by the
+// pause showed an empty result.
+func TestListViewsPaused(t *testing.T) {
+	ready := state.Job{ID: 1, Path: "/in/a.ply", Stage: state.Ready}
+	done := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Done}
+	live := Live{Workers: 1, Paused: "the API to accept the token (all work is paused): v1_me: 401 Unauthorized"}
+	views, err := ListViews(jobList{ready, done}, "", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if views[0].WaitingFor != live.Paused || views[1].WaitingFor != "" {
+		t.Errorf("waiting_for: ready %q, done %q; want the pause, and nothing", views[0].WaitingFor, views[1].WaitingFor)
+	}
+}
