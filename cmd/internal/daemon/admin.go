@@ -246,13 +246,15 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 		writeJSON(w, views)
 	})
 	mux.HandleFunc("POST /v1/retry", func(w http.ResponseWriter, r *http.Request) {
-		n, err := Retry(d.store, r.URL.Query().Get("id"))
+		id := r.URL.Query().Get("id")
+		hints := RetryHints(d.store, id)
+		n, err := Retry(d.store, id)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		d.pool.Wake()
-		writeJSON(w, map[string]int{"retried": n})
+		writeJSON(w, map[string]any{"retried": n, "hints": hints})
 	})
 	mux.HandleFunc("POST /v1/adopt", func(w http.ResponseWriter, r *http.Request) {
 		rep, err := AdoptDir(r.Context(), d.store, d.config(), r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
@@ -390,6 +392,30 @@ func Retry(src JobSource, id string) (int, error) {
 	}
 	return 1, nil
 }
+
+// RetryHints warns, before a retry of id ("ID" or "failed"), of the jobs
+// that failed on their file's content: retried unchanged, they fail again.
+func RetryHints(src JobSource, id string) []string {
+	jobs, err := src.List(queue.Filter{Stages: []state.Stage{state.Failed}})
+	if err != nil {
+		return nil
+	}
+	var hints []string
+	for _, j := range jobs {
+		if id != "failed" && strconv.FormatUint(j.ID, 10) != id {
+			continue
+		}
+		if j.Stage == state.Failed && strings.HasPrefix(j.FailReason, invalidPrefix) {
+			hints = append(hints, fmt.Sprintf("job %d (%s) failed on its file (%s): it will fail again unless the file changed",
+				j.ID, Shown(j.Path), strings.TrimPrefix(j.FailReason, invalidPrefix)))
+		}
+	}
+	return hints
+}
+
+// invalidPrefix begins the reason of a job whose file failed the content
+// check (the uploader's failReason).
+const invalidPrefix = "invalid file: "
 
 // Resolve closes held job id with the splat the operator found.
 func Resolve(src JobSource, id, splat string) (int, error) {
