@@ -65,10 +65,10 @@ func New(o Options) *Runner {
 
 // Receipt is the JSON written beside a finished file as <file>.splat.json.
 type Receipt struct {
-	File        string       `json:"file"`
-	Size        int64        `json:"size"`
-	SHA256      string       `json:"sha256"`
-	Title       string       `json:"title"`
+	File   string `json:"file"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Title  string `json:"title"`
 	// SourceFormat is the file's format (ply, sog, spz); OutputFormat the
 	// splat's: the publish.format asked for under legacy, the service's
 	// under v1 (absent until the service names it). Format is the older
@@ -78,12 +78,12 @@ type Receipt struct {
 	OutputFormat string       `json:"output_format,omitempty"`
 	Format       string       `json:"format,omitempty"`
 	Splat        ReceiptSplat `json:"splat"`
-	Status      string       `json:"status"` // done | duplicate | failed | held | canceled
-	Message     string       `json:"message"`
-	PublishedAt *time.Time   `json:"published_at"`
-	CompletedAt *time.Time   `json:"completed_at"`
-	Job         uint64       `json:"job"`
-	DuplicateOf uint64       `json:"duplicate_of,omitempty"`
+	Status       string       `json:"status"` // done | duplicate | failed | held | canceled
+	Message      string       `json:"message"`
+	PublishedAt  *time.Time   `json:"published_at"`
+	CompletedAt  *time.Time   `json:"completed_at"`
+	Job          uint64       `json:"job"`
+	DuplicateOf  uint64       `json:"duplicate_of,omitempty"`
 	// Protocol and API say through which protocol and to which service
 	// (api.base_url) the file was published; a receipt that names another
 	// is not evidence for this daemon (see Evidence).
