@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,4 +100,58 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWrongTokenAtStart: an idle daemon (no file, no job) with a token the
+// API refuses logs it and is not ready as it starts: the token is probed
+// at start. Before, it said nothing until the first file arrived.
+func TestWrongTokenAtStart(t *testing.T) {
+	sim, err := apisim.New(apisim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	cfg := testConfig(t, "tok-"+strings.Repeat("w", 20), "metrics: {listen: \"127.0.0.1:0\"}\nrescan_interval: 0s\n")
+	cfg.API.BaseURL, cfg.API.CAFile = sim.URL(), sim.CAFile()
+	var logs lockedLog
+	d, err := Open(cfg, Options{Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.Reason(), "the API refuses the token") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Reason = %q, want the refused token", d.Reason())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), `"level":"error"`) || !strings.Contains(logs.String(), "the API refuses the token") {
+		t.Errorf("no error line for the refused token:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "tok-wwww") {
+		t.Error("the token is in the log")
+	}
+}
+
+// lockedLog is a log sink safe for the daemon's goroutines and the test.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
