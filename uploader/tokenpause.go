@@ -101,6 +101,7 @@ func (p *Pool) probeAtStart(ctx context.Context) {
 func (p *Pool) probeOnce(ctx context.Context) error {
 	err := p.probe(ctx)
 	if err != nil && ctx.Err() == nil && p.policy.DecideAs(state.ProfileToken, ctx, err, 1, p.o.Now()).Action == state.PauseToken {
+		p.log.Warn().Str("step", "token probe").Err(err).Msg("API refused the token: pausing all workers")
 		p.pause(err)
 	}
 	return err
