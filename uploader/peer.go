@@ -129,12 +129,6 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 		}
 		return j, false, nil
 	}
-	if v.ReceiptSince.IsZero() && !p.peersPossible() {
-		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", v.ID).
-			Msg("upload session under this content's key already completed, and no other daemon is known to share this folder: replaying complete for the splat's id")
-		v.NoReceipt = true
-		return j, false, nil
-	}
 	now := p.o.Now()
 	if v.ReceiptSince.IsZero() {
 		v.ReceiptSince, v.PeerPolls = now, 0
@@ -160,12 +154,6 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 		Msg("no receipt from the daemon that completed this content's session: replaying complete for the splat's id")
 	v.NoReceipt, v.ReceiptSince = true, time.Time{}
 	return j, false, nil
-}
-
-// peersPossible says whether another daemon may have completed a session
-// this daemon did not create (PoolOptions.Peers).
-func (p *Pool) peersPossible() bool {
-	return p.o.Peers == nil || p.o.Peers() || p.peerSeen.Load()
 }
 
 // v1PeerDone moves a job whose outcome a peer's receipt gave to processing,
@@ -238,7 +226,6 @@ func fromPeer(j state.Job) bool { return j.V1 != nil && j.V1.FromPeer }
 // the job only reads it again later; then it takes the session over and
 // sends the missing parts itself. wait is false when it is time to send.
 func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wait bool) {
-	p.peerSeen.Store(true)
 	now := p.o.Now()
 	v := j.V1
 	have := v.Stored()

@@ -130,12 +130,6 @@ type PoolOptions struct {
 	// fleet, and a peer's completed session is learned by replaying
 	// complete. A job waits PeerWait at most for a receipt (peer.go).
 	PeerReceipt func(j state.Job) (PeerOutcome, error)
-	// Peers, when set, reports whether another daemon may share this
-	// daemon's folders (a fleet configured, or one's receipts seen): a job
-	// that meets a completed session it did not create waits for a peer's
-	// receipt only then, or once the pool saw a peer's session uploading;
-	// otherwise complete is replayed at once. Nil: peers may exist.
-	Peers func() bool
 	// IncompleteTimeout fails a file still incomplete this long after it
 	// last changed (incomplete_timeout). Zero: 1 h; negative: never.
 	IncompleteTimeout time.Duration
@@ -208,7 +202,6 @@ type Pool struct {
 	publish     atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
 	held        heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 	slowEncoder sync.Once                       // logs once that the SOG encoder runs interpreted (encode.go)
-	peerSeen    atomic.Bool                     // a session of another daemon was seen uploading (peer.go)
 }
 
 // ParamsFunc answers the publish parameters of the file at path (under

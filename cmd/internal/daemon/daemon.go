@@ -204,7 +204,6 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		OnStoreRecovered:  d.storeRecovered,
 		PeerReceipt:       d.peerReceipt,
 		ProbeAPI:          apiProbe,
-		Peers:             d.peers,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.o.OnTransition != nil {

@@ -97,18 +97,6 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 	return rest
 }
 
-// peers is the pool's Peers: another daemon may share the folders when a
-// fleet is configured (fleet.id) or a folder held receipts this state did
-// not write.
-func (d *Daemon) peers() bool {
-	if d.config().Fleet.ID != "" {
-		return true
-	}
-	d.intake.mu.Lock()
-	defer d.intake.mu.Unlock()
-	return len(d.intake.loggedDirs) > 0
-}
-
 // logReceiptDirs logs, once per folder, that it holds receipts the state
 // did not know.
 func (d *Daemon) logReceiptDirs(byDir map[string]int) {
