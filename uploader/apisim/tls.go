@@ -9,7 +9,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -37,11 +36,9 @@ func keptCertificates(dir string, hosts []string, now time.Time) (tls.Certificat
 	certPEM, cerr := os.ReadFile(certFile)
 	keyPEM, kerr := os.ReadFile(keyFile)
 	if cerr == nil && kerr == nil {
-		ca, caKey, err := parseCA(certPEM, keyPEM)
-		if err != nil {
-			return tls.Certificate{}, nil, nil, fmt.Errorf("%s and %s: %w", certFile, keyFile, err)
-		}
-		if now.Before(ca.NotAfter.Add(-24 * time.Hour)) {
+		// A pair that does not parse or match (a start without KeepCA wrote
+		// a new ca.pem), or a CA about to expire, is replaced.
+		if ca, caKey, err := parseCA(certPEM, keyPEM); err == nil && now.Before(ca.NotAfter.Add(-24*time.Hour)) {
 			return leafFor(ca, caKey, hosts, now)
 		}
 	}
