@@ -906,3 +906,30 @@ func TestWorkerPollsAreNoAttempts(t *testing.T) {
 		t.Errorf("%d commits while processing, most attempts %d; job %s with %d attempts; want several polls, 0 attempts throughout", polls.Load(), most.Load(), j.Stage, j.Attempts)
 	}
 }
+
+// TestWorkerForgetPublishesAgain: under legacy too, a forgotten job's
+// content found again is published again, not taken for a duplicate.
+func TestWorkerForgetPublishesAgain(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	p := e.writePLY("again.ply", 30)
+	e.enqueue(p)
+	if err := e.run(e.options(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.job(p)
+	if _, err := e.store.Forget(first.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(p)
+	if err := e.run(e.options(1)); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(p)
+	if j.ID == first.ID || j.Stage != state.Done || j.DuplicateOf != 0 || j.SplatID == first.SplatID {
+		t.Errorf("found again: job %d %s duplicate of %d, splat %s (first %s)", j.ID, j.Stage, j.DuplicateOf, j.SplatID, first.SplatID)
+	}
+	if n := e.sim.PublishesByHash()[workerFileSHA(t, p)]; n != 2 {
+		t.Errorf("published %d times, want 2", n)
+	}
+}
