@@ -209,9 +209,9 @@ func wrapNetErr(route string, err error, secrets []string) error {
 // netCause says what failed in a transport error, in one readable line:
 // the host and the cause, not the request's method and URL.
 func netCause(err error) string {
-	var ue *url.Error
-	if !errors.As(err, &ue) {
-		return err.Error()
+	ue, ok := err.(*url.Error)
+	if !ok {
+		return err.Error() // already worded (a stalled PUT)
 	}
 	host := ue.URL
 	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
