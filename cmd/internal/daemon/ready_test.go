@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
@@ -154,4 +156,57 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestReloadCAFile: a reload that names a new api.ca_file applies it at
+// once (not "needs a restart"): the client verifies the server with it.
+func TestReloadCAFile(t *testing.T) {
+	sim, err := apisim.New(apisim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	other, err := apisim.New(apisim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte(sim.Token()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inbox := filepath.Join(dir, "inbox")
+	if err := os.MkdirAll(inbox, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.yaml")
+	write := func(ca string) {
+		cfg := "api: {base_url: " + sim.URL() + ", token_file: " + token + ", ca_file: " + ca + "}\nwatch:\n  - path: " + inbox +
+			"\nstate_dir: " + filepath.Join(dir, "state") + "\nmetrics: {listen: \"\"}\n"
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(other.CAFile())
+	cfg, err := config.Load(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(cfg, Options{ConfigPath: path, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := d.client.Me(context.Background()); err == nil {
+		t.Fatal("another CA verified the server")
+	}
+	write(sim.CAFile())
+	res := d.reload()
+	if len(res.Errors) > 0 || !slices.Contains(res.Applied, "api.ca_file") || slices.Contains(res.Restart, "api.ca_file") {
+		t.Fatalf("reload: %+v, want api.ca_file applied", res)
+	}
+	if _, err := d.client.Me(context.Background()); err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
 }
