@@ -38,7 +38,7 @@ type configState struct {
 // next ConfigPause step; when it ends the workers try again by themselves
 // (the real work is the probe: a TLS error on the storage host is seen only
 // there).
-func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
+func (p *Pool) pauseConfig(d state.Decision, err error) {
 	c := &p.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -56,7 +56,7 @@ func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
 	}
 	c.err, c.kind = err, d.Kind
 	if c.until != nil {
-		return 0
+		return
 	}
 	c.n++
 	delay := p.policy.ConfigPause(c.n)
@@ -71,7 +71,6 @@ func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
 		c.mu.Unlock()
 		p.Wake()
 	})
-	return delay
 }
 
 // ConfigChanged says that what a pause may wait on changed (a new
