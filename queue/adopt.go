@@ -128,7 +128,7 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 		}
 	}
 	if take {
-		if err := putJSON(shas, []byte(a.SHA256), hashEntry{V: 1, Job: id}); err != nil {
+		if err := putJSON(shas, []byte(a.SHA256), hashEntry{V: 1, Job: id, Gen: he.Gen}); err != nil {
 			return state.Job{}, err
 		}
 	}

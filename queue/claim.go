@@ -213,7 +213,10 @@ func (s *Store) dedupe(tx *bolt.Tx, j state.Job, from state.Stage, now time.Time
 	}
 	// Never a tombstone overwritten here (a pruned owner made j a duplicate
 	// above, and j itself is not pruned), so the tombstone count holds.
-	return j, putJSON(shas, key, hashEntry{V: 1, Job: j.ID})
+	if found && he.Gen > j.Generation {
+		j.Generation = he.Gen
+	}
+	return j, putJSON(shas, key, hashEntry{V: 1, Job: j.ID, Gen: j.Generation})
 }
 
 func duplicate(j, owner state.Job, now time.Time) state.Job {
@@ -348,5 +351,5 @@ func putTombstone(tx *bolt.Tx, sha []byte, j state.Job) error {
 // tombstone is the sha256 entry a pruned done job leaves.
 func tombstone(j state.Job) hashEntry {
 	return hashEntry{V: 1, Job: j.ID, Pruned: true,
-		SplatID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL, At: j.UpdatedAt}
+		SplatID: j.SplatID, Hash: j.SplatHash, URL: j.ViewerURL, At: j.UpdatedAt, Gen: j.Generation}
 }

@@ -114,7 +114,8 @@ func (s *Store) Republish(id uint64) (state.Job, error) {
 // Forget drops a finished (done, failed, canceled) or held job with its
 // entry in the path index and its content's entry in the dedupe index when
 // it owns it, so that its file, found again (a change, a rescan, a
-// restart), is a new job, and its content may be published again. It
+// restart), is a new job, and its content may be published again: under a
+// new generation (hashEntry.Gen), so not under the old idempotency key. It
 // returns the job as it was. A job in flight is refused: cancel it first.
 func (s *Store) Forget(id uint64) (state.Job, error) {
 	s.lighten(id) // a full disk: diskfull.go
@@ -156,7 +157,8 @@ func (s *Store) Forget(id uint64) (state.Job, error) {
 		if ok, err := getJSON(shas, []byte(j.SHA256), &he); err != nil || !ok || he.Job != j.ID {
 			return err
 		}
-		return shas.Delete([]byte(j.SHA256))
+		// The entry stays, owned by no job, with the next generation.
+		return putJSON(shas, []byte(j.SHA256), hashEntry{V: 1, Job: j.ID, Gen: max(he.Gen, j.Generation) + 1})
 	})
 	if err == nil {
 		s.badMu.Lock()

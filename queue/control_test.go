@@ -144,5 +144,17 @@ func TestForget(t *testing.T) {
 	if b.ID == a.ID || b.DuplicateOf != 0 {
 		t.Fatalf("after Forget: %+v", b)
 	}
+	// Its generation is a new one: a protocol's idempotency key differs
+	// from the forgotten publish's, so the content is published again.
+	if b.Generation != 1 {
+		t.Fatalf("after Forget: generation %d, want 1", b.Generation)
+	}
+	if _, err := s.Forget(b.ID); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, s, c, true)
+	if c3 := publishAll(t, s, claim(t, s, clk.Now()), "x"); c3.Generation != 2 {
+		t.Fatalf("after a second Forget: generation %d, want 2", c3.Generation)
+	}
 	checkCounts(t, s)
 }

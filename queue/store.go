@@ -331,6 +331,10 @@ type hashEntry struct {
 	Hash    string    `json:"splat_hash,omitempty"`
 	URL     string    `json:"url,omitempty"`
 	At      time.Time `json:"at,omitzero"`
+	// Gen is the content's generation (state.Job.Generation): Forget keeps
+	// the entry and raises it, so the content's next job is published
+	// under a new idempotency key, not meeting the forgotten one's session.
+	Gen int `json:"gen,omitempty"`
 }
 
 // pathEntry is the value of the path index: the latest job for a path and

@@ -315,6 +315,9 @@ type Session struct {
 
 	// EditURL is the splat's edit link from the complete answer.
 	EditURL string `json:"edit_url,omitempty"`
+	// Output is the splat's format as the service reported it once
+	// processed ("" before, or when it did not say).
+	Output string `json:"output,omitempty"`
 }
 
 // Stored returns the number of parts with an ETag.

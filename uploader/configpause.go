@@ -38,7 +38,7 @@ type configState struct {
 // next ConfigPause step; when it ends the workers try again by themselves
 // (the real work is the probe: a TLS error on the storage host is seen only
 // there).
-func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
+func (p *Pool) pauseConfig(d state.Decision, err error) {
 	c := &p.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -56,7 +56,7 @@ func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
 	}
 	c.err, c.kind = err, d.Kind
 	if c.until != nil {
-		return 0
+		return
 	}
 	c.n++
 	delay := p.policy.ConfigPause(c.n)
@@ -64,12 +64,33 @@ func (p *Pool) pauseConfig(d state.Decision, err error) time.Duration {
 	c.until = ch
 	time.AfterFunc(delay, func() {
 		c.mu.Lock()
-		close(ch)
-		c.until = nil
+		if c.until == ch { // not ended early by ConfigChanged
+			close(ch)
+			c.until = nil
+		}
 		c.mu.Unlock()
 		p.Wake()
 	})
-	return delay
+}
+
+// ConfigChanged says that what a pause may wait on changed (a new
+// api.ca_file, a new token): a configuration pause ends now, the token
+// prober probes now, and the waiting jobs are tried again at once rather
+// than at the pause's next step.
+func (p *Pool) ConfigChanged() {
+	c := &p.cfg
+	c.mu.Lock()
+	if c.until != nil {
+		close(c.until)
+		c.until = nil
+		p.log.Info().Str("kind", c.kind).Msg("configuration changed: trying the paused work again now")
+	}
+	c.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	p.Wake()
 }
 
 // configPausedChan returns a channel closed when the configuration pause

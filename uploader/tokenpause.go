@@ -40,6 +40,13 @@ func (p *Pool) pausedChan() <-chan struct{} {
 // no restart. Jobs are neither failed nor charged an attempt meanwhile.
 func (p *Pool) authProber(ctx context.Context) error {
 	tokens := p.o.Client.Token()
+	var recheck <-chan time.Time
+	if p.o.ProbeAPI > 0 {
+		p.probeAtStart(ctx)
+		t := time.NewTicker(p.o.ProbeAPI)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for {
 		p.authMu.Lock()
 		paused, ch := p.authErr != nil, p.authChanged
@@ -49,8 +56,12 @@ func (p *Pool) authProber(ctx context.Context) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-ch:
-				continue
+			case <-recheck:
+				if err, _ := p.o.Client.Unreachable(); err != nil {
+					p.probeOnce(ctx) // an idle pool learns that the API is back
+				}
 			}
+			continue
 		}
 		p.log.Error().Str("token_from", tokens.Origin()).Err(p.Paused()).
 			Msg("the API refuses the token: all work is paused and the token is probed with backoff; " + tokens.Advice())
@@ -73,6 +84,27 @@ func (p *Pool) authProber(ctx context.Context) error {
 			p.log.Warn().Int("probe", attempt).Str("token_from", tokens.Origin()).Err(err).Msg("API still refuses the token")
 		}
 	}
+}
+
+// probeAtStart probes the token once as the pool starts, so that a wrong
+// token is reported (and pauses the pool) at once, idle or not.
+func (p *Pool) probeAtStart(ctx context.Context) {
+	err := p.probeOnce(ctx)
+	if err == nil {
+		p.log.Info().Str("token_from", p.o.Client.Token().Origin()).Msg("the API accepts the token")
+	} else if p.Paused() == nil {
+		p.log.Warn().Err(err).Msg("the API did not answer the token probe at start; work is tried with backoff")
+	}
+}
+
+// probeOnce probes the token and pauses the pool when the API refuses it.
+func (p *Pool) probeOnce(ctx context.Context) error {
+	err := p.probe(ctx)
+	if err != nil && ctx.Err() == nil && p.policy.DecideAs(state.ProfileToken, ctx, err, 1, p.o.Now()).Action == state.PauseToken {
+		p.log.Warn().Str("step", "token probe").Err(err).Msg("API refused the token: pausing all workers")
+		p.pause(err)
+	}
+	return err
 }
 
 // probe asks the API whether it accepts the token, with the configured
@@ -98,6 +130,8 @@ func (p *Pool) awaitProbe(ctx context.Context, tokens *api.Token, attempt int) e
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			return nil
+		case <-p.kick:
 			return nil
 		case <-recheck.C:
 			changed, err := tokens.Reload()

@@ -304,9 +304,14 @@ func v1Sync(j *state.Job, s api.UploadSession) []int {
 // the server lacks, up to ParallelParts at a time, committing each ETag.
 func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
 	for rereads := 0; ; rereads++ {
+		sent := j.V1.Stored()
 		s, err := p.o.Client.GetUpload(ctx, j.V1.ID)
 		if state.HTTPStatus(err) == http.StatusNotFound {
-			return p.v1Lost(j, "upload session is gone (404)")
+			why := "upload session is gone (404)"
+			if sent > 0 {
+				why = fmt.Sprintf("the server lost the upload session (404), with the %d of %d parts sent to it", sent, j.V1.Parts)
+			}
+			return p.v1Lost(j, why)
 		}
 		if err != nil {
 			return j, err
@@ -318,6 +323,11 @@ func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.v1Lost(j, "upload session was canceled")
 		}
 		missing := v1Sync(&j, s)
+		if sent > 0 && rereads == 0 {
+			p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", j.V1.Parts).
+				Int("server_holds", j.V1.Parts-len(missing)).Int("sent_before", sent).
+				Msg(fmt.Sprintf("job %d's upload session holds %d of %d parts on the server: sending the %d missing", j.ID, j.V1.Parts-len(missing), j.V1.Parts, len(missing)))
+		}
 		// A peer's session is watched even once every part is stored: the
 		// peer completes it, and completing it here too would only spend
 		// the account's budget on a replay (a fleet drew 429s that way).
@@ -789,6 +799,9 @@ func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
 	j.TaskStatus = string(sp.Status)
 	if sp.ViewerURL != "" {
 		j.ViewerURL = sp.ViewerURL
+	}
+	if sp.Format != "" {
+		j.V1.Output = sp.Format
 	}
 	return p.polled(j, now, sp.Outcome(), string(sp.Status), sp.CompletedAt, fmt.Errorf("processing failed (splat %s)", j.SplatID))
 }

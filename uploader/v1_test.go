@@ -3,6 +3,7 @@ package uploader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
@@ -272,6 +274,44 @@ func TestV1LostAnswersMakeOneSplat(t *testing.T) {
 	}
 }
 
+// TestV1RestartSaysTheServerLostTheSession: a job restarted with parts
+// committed whose session the server no longer has (a restarted
+// simulator) says plainly that the server lost it, and how many parts it
+// held, before it creates a new session.
+func TestV1RestartSaysTheServerLostTheSession(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("lost.ply", 6)
+	e.enqueue(path)
+	o := e.v1Options(1)
+	var parts atomic.Int32
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "v1:part" && parts.Add(1) == 2 {
+			return errors.New("killed")
+		}
+		return nil
+	}
+	if err := e.run(o); !errors.Is(err, errWorkerCrash) {
+		t.Fatalf("first run: %v, want the simulated crash", err)
+	}
+	e.reopen()
+	j := e.job(path)
+	if !e.sim.ExpireUpload(j.V1.ID) {
+		t.Fatalf("no session %s", j.V1.ID)
+	}
+	var logs lockedBuffer
+	o = e.v1Options(1)
+	o.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkV1Once(path)
+	want := fmt.Sprintf("the server lost the upload session (404), with the 2 of %d parts sent to it: creating a new session under a new key", j.V1.Parts)
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log does not say %q:\n%s", want, logs.String())
+	}
+}
+
 // TestV1LostSessionRecreated: a session that expires or is canceled during
 // the upload is replaced under a new key, committed before its create.
 func TestV1LostSessionRecreated(t *testing.T) {
@@ -487,6 +527,39 @@ func TestV1RetryOfDoneJobRepublishes(t *testing.T) {
 	j := e.job(path)
 	if j.Stage != state.Done || j.Generation != 1 || j.SplatID == first.SplatID || !strings.HasSuffix(j.V1.Key, "-g1-s1") {
 		t.Errorf("republished job: %s generation %d splat %s key %s", j.Stage, j.Generation, j.SplatID, j.V1.Key)
+	}
+	if st := e.sim.Stats(); st.V1Splats != 2 {
+		t.Errorf("%d splats, want 2", st.V1Splats)
+	}
+}
+
+// TestV1ForgetPublishesAgain: a forgotten job's content, found again, is
+// published again under a new key (a new generation), not taken for the
+// forgotten publish's completed session, nor parked waiting for the
+// receipt of a peer that never was.
+func TestV1ForgetPublishesAgain(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("forgot.ply", 2)
+	e.enqueue(path)
+	if err := e.run(e.v1Options(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.job(path)
+	if _, err := e.store.Forget(first.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(path)
+	o := e.v1Options(1)
+	// Receipts on, none there (forget removed it): a job that took the old
+	// session for a peer's would wait PeerWait (an hour) for one.
+	o.PeerReceipt = func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(path)
+	if j.ID == first.ID || j.Stage != state.Done || j.SplatID == first.SplatID || !strings.HasSuffix(j.V1.Key, "-g1-s1") {
+		t.Errorf("forgotten and found again: job %d %s splat %s (first %s) key %s", j.ID, j.Stage, j.SplatID, first.SplatID, j.V1.Key)
 	}
 	if st := e.sim.Stats(); st.V1Splats != 2 {
 		t.Errorf("%d splats, want 2", st.V1Splats)

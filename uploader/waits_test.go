@@ -2,6 +2,7 @@ package uploader
 
 import (
 	"context"
+	"crypto/x509"
 	"io"
 	"log"
 	"net"
@@ -243,4 +244,47 @@ func TestWorkerIncompleteTimeout(t *testing.T) {
 	if st := e.sim.Stats(); st.SignedURLs != 0 {
 		t.Errorf("%d signed URLs for an incomplete file", st.SignedURLs)
 	}
+}
+
+// TestPoolConfigChangedRetriesAtOnce: a job waiting on a configuration
+// error (a CA the client does not trust) is tried again as soon as the
+// configuration changes (new roots and ConfigChanged), not at the pause's
+// next step, an hour away here.
+func TestPoolConfigChangedRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	c, err := api.NewClient(api.ClientOptions{BaseURL: e.sim.URL(), Token: e.sim.Token(), RootCAs: x509.NewCertPool(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(e.writePLY("scan.ply", 40))
+	o := e.options(1)
+	o.Client = c
+	o.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}}
+	pool := runPool(t, o)
+	e.waitFor("the job to show the configuration error", func() bool {
+		j, _ := e.store.Get(1)
+		return strings.Contains(j.LastError, "configuration error (tls)")
+	})
+	c.SetRootCAs(e.sim.CertPool()) // the operator fixed api.ca_file
+	pool.ConfigChanged()
+	e.waitFor("the job to be done", func() bool { return e.unfinished() == 0 })
+	if j, _ := e.store.Get(1); j.Stage != state.Done {
+		t.Errorf("job: %s (%s)", j.Stage, j.LastError)
+	}
+}
+
+// TestPoolProbesTokenAtStart: with ProbeAPI set, a refused token pauses
+// the pool as it starts, with no job to run.
+func TestPoolProbesTokenAtStart(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	c, err := api.NewClient(api.ClientOptions{BaseURL: e.sim.URL(), Token: "wrong-token", RootCAs: e.sim.CertPool(), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.options(1)
+	o.Client, o.ProbeAPI = c, time.Hour
+	pool := runPool(t, o)
+	e.waitFor("the pool to pause on the token", func() bool { return pool.Paused() != nil })
 }

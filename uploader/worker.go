@@ -90,6 +90,12 @@ type PoolOptions struct {
 	// (state.DefaultPatience): a job's steps, v1 parts, after-actions, the
 	// store and the token prober. Nil: the defaults. Tests use short ones.
 	Patience map[state.Profile]state.Patience
+	// ProbeAPI, when set, makes the pool probe the token as it starts (a
+	// refused token pauses it at once, idle or not) and, every ProbeAPI,
+	// while the API's last calls got no answer (api.Client.Unreachable),
+	// so that an idle daemon sees it answer again. Zero: no probes but
+	// the token pause's.
+	ProbeAPI time.Duration
 	// TokenRecheck is how often a paused pool re-reads the token source
 	// (api.Token.Reload). Zero: 2 s.
 	TokenRecheck time.Duration
@@ -189,6 +195,7 @@ type Pool struct {
 	authMu      sync.Mutex
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
+	kick        chan struct{} // ConfigChanged: the prober probes now
 
 	cfg         configState                     // a configuration error pauses the pool (configpause.go)
 	after       afterState                      // failed after-actions and their retries (afterstage.go)
@@ -236,6 +243,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
+		kick:        make(chan struct{}, 1),
 	}
 	p.publish.Store(&publishDefaults{params: o.Publish, paramsFor: o.Params, onUncertain: o.OnUncertain})
 	return p, nil
@@ -675,8 +683,10 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 	case state.WaitConfig:
 		// Not the job's fault and not its attempt: the job shows why it
 		// waits (splatd jobs) and the whole pool pauses.
-		delay := max(p.pauseConfig(d, err), d.Delay)
-		j.NextAttempt = now.Add(delay)
+		// The pause holds every worker back: the job is due when it ends,
+		// by itself or by ConfigChanged.
+		p.pauseConfig(d, err)
+		j.NextAttempt = now
 		j.LastError, j.LastStatus = fmt.Sprintf("waiting: configuration error (%s): %v", d.Kind, err), 0
 		return j, nil
 	case state.Resign:

@@ -436,8 +436,11 @@ func (p *Pool) polled(j state.Job, now time.Time, outcome api.Outcome, status st
 		p.log.Warn().Uint64("job", j.ID).Str("splat", j.SplatID).Str("status", status).Msg("unknown processing status; polling on")
 		j.LastError = fmt.Sprintf("unknown processing status %q", status)
 	}
-	j.Attempts++
-	j.NextAttempt = now.Add(state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(j.Attempts))
+	// A poll answered is no failed attempt (Attempts counts those alone, in
+	// every stage): the next one waits as long as processing has lasted,
+	// from Interval to MaxInterval, which doubles the pause at each poll.
+	j.Attempts = 0
+	j.NextAttempt = now.Add(min(max(now.Sub(j.StageSince), p.o.Poll.Interval), p.o.Poll.MaxInterval))
 	return j, nil
 }
 

@@ -878,3 +878,58 @@ func TestWorkerStorageRefusalsBackOff(t *testing.T) {
 		t.Errorf("%d PUTs; want 3 (two re-signed at once, then the backoff)", n)
 	}
 }
+
+// TestWorkerPollsAreNoAttempts: ATTEMPTS counts failed attempts in every
+// stage: a job polled several times while processing shows 0, as it does
+// once done. Before, each answered poll counted one.
+func TestWorkerPollsAreNoAttempts(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{ProcessingDelay: 200 * time.Millisecond})
+	p := e.writePLY("slow.ply", 30)
+	e.enqueue(p)
+	o := e.options(1)
+	var polls, most atomic.Int32
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "commit:processing" {
+			polls.Add(1)
+			if n := int32(j.Attempts); n > most.Load() {
+				most.Store(n)
+			}
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(p)
+	if polls.Load() < 2 || most.Load() != 0 || j.Stage != state.Done || j.Attempts != 0 {
+		t.Errorf("%d commits while processing, most attempts %d; job %s with %d attempts; want several polls, 0 attempts throughout", polls.Load(), most.Load(), j.Stage, j.Attempts)
+	}
+}
+
+// TestWorkerForgetPublishesAgain: under legacy too, a forgotten job's
+// content found again is published again, not taken for a duplicate.
+func TestWorkerForgetPublishesAgain(t *testing.T) {
+	t.Parallel()
+	e := newWorkerEnv(t, apisim.Options{})
+	p := e.writePLY("again.ply", 30)
+	e.enqueue(p)
+	if err := e.run(e.options(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := e.job(p)
+	if _, err := e.store.Forget(first.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(p)
+	if err := e.run(e.options(1)); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(p)
+	if j.ID == first.ID || j.Stage != state.Done || j.DuplicateOf != 0 || j.SplatID == first.SplatID {
+		t.Errorf("found again: job %d %s duplicate of %d, splat %s (first %s)", j.ID, j.Stage, j.DuplicateOf, j.SplatID, first.SplatID)
+	}
+	if n := e.sim.PublishesByHash()[workerFileSHA(t, p)]; n != 2 {
+		t.Errorf("published %d times, want 2", n)
+	}
+}

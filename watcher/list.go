@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -19,8 +20,8 @@ type Listed struct {
 
 // List walks the roots once, with the rules of a scan (include/exclude,
 // recursive, nested roots, follow_symlinks, min/max size, min_age), and
-// returns every file whose name makes it a candidate, each with the reason
-// it would be skipped, if any. It watches nothing and waits for nothing
+// returns every file but splatd's own, each with the reason it would be
+// skipped, if any (its name, its kind, its size or age). It watches nothing and waits for nothing
 // (a file still being written is listed as it is now): `splatd run
 // -dry-run` predicts a run with it.
 func List(cfgs []Root, now time.Time) ([]Listed, error) {
@@ -50,6 +51,13 @@ func List(cfgs []Root, now time.Time) ([]Listed, error) {
 				return nil
 			}
 			if !r.wants(d.Name()) {
+				if why := r.unwanted(d.Name()); why != "" {
+					l := Listed{Candidate: Candidate{Path: p, Root: r.Path}, Skip: why}
+					if fi, err := d.Info(); err == nil {
+						l.Size, l.ModTime = fi.Size(), fi.ModTime()
+					}
+					out = append(out, l)
+				}
 				return nil
 			}
 			fi, err := d.Info()
@@ -71,6 +79,22 @@ func List(cfgs []Root, now time.Time) ([]Listed, error) {
 		}
 	}
 	return out, nil
+}
+
+// unwanted says why the rules leave a file out by its name: an exclude
+// pattern, or no include pattern; "" for splatd's own files (sidecars,
+// folder settings, receipts), which are no candidates by design.
+func (r *root) unwanted(name string) string {
+	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") {
+		return ""
+	}
+	lower := strings.ToLower(name)
+	for _, p := range r.exclude {
+		if ok, _ := filepath.Match(p, lower); ok {
+			return fmt.Sprintf("excluded by the folder's pattern %q", p)
+		}
+	}
+	return fmt.Sprintf("not matched by the folder's include patterns (%s)", strings.Join(r.include, ", "))
 }
 
 // bounds says why a settled file of this size and mtime is not yet (or

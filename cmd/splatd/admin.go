@@ -42,15 +42,20 @@ func cmdRetry(ctx context.Context, c *cli, args []string) int {
 		return exitUsage
 	}
 	var n int
+	var hints []string
 	body, live, err := daemon.Call(ctx, cfg.StateDir, http.MethodPost, "/v1/retry?id="+target)
 	if err == nil && live {
-		var out map[string]int
+		var out struct {
+			Retried int      `json:"retried"`
+			Hints   []string `json:"hints"`
+		}
 		err = json.Unmarshal(body, &out)
-		n = out["retried"]
+		n, hints = out.Retried, out.Hints
 	}
 	if err == nil && !live {
 		err = daemon.WithOfflineStore(cfg.StateDir, func(st *queue.Store) error {
 			var err error
+			hints = daemon.RetryHints(st, target)
 			n, err = daemon.Retry(st, target)
 			return err
 		})
@@ -60,6 +65,9 @@ func cmdRetry(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	fmt.Fprintln(c.stdout, daemon.RetryDone(target, n))
+	for _, h := range hints {
+		fmt.Fprintf(c.stderr, "retry: warning: %s\n", h)
+	}
 	return exitOK
 }
 

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -60,9 +64,21 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		defer os.RemoveAll(d)
 		*f.dir = d
 	}
-	sim, err := apisim.New(apisim.Options{
+	kept, err := readSimKept(*f.dir)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "sim: %v\n", err)
+		return exitFailure
+	}
+	listenSet := false
+	fs.Visit(func(fl *flag.Flag) { listenSet = listenSet || fl.Name == "listen" })
+	if !listenSet && kept.Listen != "" {
+		*f.listen = kept.Listen // the address the folder's config names
+	}
+	o := apisim.Options{
 		Listen:           *f.listen,
 		Dir:              *f.dir,
+		KeepCA:           true,
+		Token:            kept.token,
 		Window:           *f.window,
 		ProcessingDelay:  *f.delay,
 		PartSize:         int64(f.partSize),
@@ -75,18 +91,27 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		Faults:           f.faults(),
 		Branches:         map[string]int{"main": 123, "demo": 7},
 		Logger:           cliLogger(c),
-	})
+	}
+	sim, err := apisim.New(o)
+	if err != nil && !listenSet && kept.Listen != "" {
+		fmt.Fprintf(c.stderr, "sim: %s, the address of the last start, is not free (%v): listening on another port\n", kept.Listen, err)
+		o.Listen = "127.0.0.1:0"
+		sim, err = apisim.New(o)
+	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
 		return exitFailure
 	}
 	defer sim.Close()
-	files, err := writeSimFiles(sim, *f.dir, *f.metricsListen)
+	files, err := writeSimFiles(sim, *f.dir, *f.metricsListen, kept)
 	if err != nil {
 		fmt.Fprintln(c.stderr, err)
 		return exitFailure
 	}
 	printSim(c, sim, s3, f, files)
+	if files.note != "" {
+		fmt.Fprintln(c.stderr, files.note)
+	}
 	if err := sim.Run(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
 		return exitFailure
@@ -190,12 +215,45 @@ func simFlags(c *cli, fs *flag.FlagSet) *simOptions {
 }
 
 // simFiles are what `splatd sim` writes into its folder for `run` to use.
-type simFiles struct{ token, config, inbox, state string }
+// note, when set, says that a config.yaml the user changed was kept.
+type simFiles struct{ token, config, inbox, state, note string }
+
+// simKept is what `splatd sim` keeps in its folder (sim.json) to start
+// again as it was: the API address its config names and the sha256 of
+// the config.yaml it wrote last; token is the folder's token file.
+type simKept struct {
+	Listen string `json:"listen,omitempty"`
+	Config string `json:"config_sha256,omitempty"`
+	token  string
+}
+
+const simKeptFile = "sim.json"
+
+// readSimKept reads what an earlier `splatd sim` left in dir (nothing
+// from a new folder).
+func readSimKept(dir string) (simKept, error) {
+	var k simKept
+	if b, err := os.ReadFile(filepath.Join(dir, simKeptFile)); err == nil {
+		if err := json.Unmarshal(b, &k); err != nil {
+			return k, fmt.Errorf("%s: %w", filepath.Join(dir, simKeptFile), err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return k, err
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "token")); err == nil {
+		k.token = strings.TrimSpace(string(b))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return k, err
+	}
+	return k, nil
+}
 
 // writeSimFiles writes the token and a complete config: a watch folder and
 // a state directory of its own, so that `config check` passes and `run`
-// works as printed.
-func writeSimFiles(sim *apisim.Server, dir, metricsListen string) (simFiles, error) {
+// works as printed. A config.yaml that differs from the one written last
+// (the user's edits) is never overwritten: the new one goes beside it, as
+// config.sim.yaml, and note says so.
+func writeSimFiles(sim *apisim.Server, dir, metricsListen string, kept simKept) (simFiles, error) {
 	f := simFiles{token: filepath.Join(dir, "token"), config: filepath.Join(dir, "config.yaml"),
 		inbox: filepath.Join(dir, "inbox"), state: filepath.Join(dir, "state")}
 	if err := os.WriteFile(f.token, []byte(sim.Token()+"\n"), 0o600); err != nil {
@@ -208,7 +266,39 @@ func writeSimFiles(sim *apisim.Server, dir, metricsListen string) (simFiles, err
 	}
 	cfg := fmt.Sprintf("api:\n  base_url: %s\n  ca_file: %s\n  token_file: %s\nwatch:\n  - path: %s\nstate_dir: %s\nsettle: 1s\npoll: {interval: 1s}\nmetrics: {listen: %q}\n",
 		sim.URL(), sim.CAFile(), f.token, f.inbox, f.state, metricsListen)
-	return f, os.WriteFile(f.config, []byte(cfg), 0o600)
+	last := kept.Config
+	if old, err := os.ReadFile(f.config); err == nil && string(old) != cfg && sha256Hex(old) != last {
+		beside := filepath.Join(dir, "config.sim.yaml")
+		if err := os.WriteFile(beside, []byte(cfg), 0o600); err != nil {
+			return f, err
+		}
+		f.note = fmt.Sprintf("sim: %s differs from the config the simulator wrote: kept as it is; the simulator's config is in %s", f.config, beside)
+		if !strings.Contains(string(old), sim.URL()) {
+			f.note += " (the base_url is " + sim.URL() + " now: copy it over)"
+		}
+		return f, writeSimKept(dir, sim, kept)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	if err := os.WriteFile(f.config, []byte(cfg), 0o600); err != nil {
+		return f, err
+	}
+	kept.Config = sha256Hex([]byte(cfg))
+	return f, writeSimKept(dir, sim, kept)
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func writeSimKept(dir string, sim *apisim.Server, kept simKept) error {
+	kept.Listen = strings.TrimPrefix(sim.URL(), "https://")
+	b, err := json.MarshalIndent(kept, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, simKeptFile), append(b, '\n'), 0o600)
 }
 
 // faults are the simulator's failures the flags ask for.

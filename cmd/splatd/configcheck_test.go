@@ -186,3 +186,61 @@ func TestSimFlagsShapeTheAccount(t *testing.T) {
 		t.Errorf("with -error-rate 1: %s %s, want 500 with an error body", resp.Status, body)
 	}
 }
+
+// TestSimRestartKeepsTheFolder: `splatd sim -dir D` started again on D
+// keeps its token, its CA and its address, so a daemon configured from D
+// goes on working; a config.yaml the user edited is never overwritten: the
+// simulator's goes beside it, and it says so. Before, a restart made a new
+// token and CA and rewrote config.yaml.
+func TestSimRestartKeepsTheFolder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func() (stdout, stderr *syncBuffer, stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var out, errb syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- dispatch(ctx, &cli{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}, []string{"sim", "-dir", dir})
+		}()
+		waitFor(t, "the simulator to print its config", func() bool { return strings.Contains(out.String(), "Ctrl-C") })
+		return &out, &errb, func() { cancel(); <-done }
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	_, _, stop := start()
+	token, ca, cfg := read("token"), read("ca.pem"), read("config.yaml")
+	stop()
+
+	// Unchanged, config.yaml is the simulator's to keep up to date.
+	_, _, stop = start()
+	if read("token") != token || read("ca.pem") != ca || read("config.yaml") != cfg {
+		t.Errorf("a restart changed the token, the CA or the config:\n%s", read("config.yaml"))
+	}
+	code, stdout, stderr := checkConfig(t, filepath.Join(dir, "config.yaml"), "-probe")
+	if code != 0 {
+		t.Errorf("config check -probe after the restart: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	stop()
+
+	// Edited by the user, it is kept; the simulator's goes beside it.
+	edited := cfg + "workers: 3\n"
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, stop := start()
+	defer stop()
+	if read("config.yaml") != edited {
+		t.Errorf("the edited config.yaml was overwritten:\n%s", read("config.yaml"))
+	}
+	if read("config.sim.yaml") != cfg || !strings.Contains(errOut.String(), "config.sim.yaml") {
+		t.Errorf("config.sim.yaml %q; stderr %q; want the simulator's config beside, named", read("config.sim.yaml"), errOut.String())
+	}
+	if code, stdout, stderr := checkConfig(t, filepath.Join(dir, "config.yaml"), "-probe"); code != 0 {
+		t.Errorf("config check -probe of the edited config: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}

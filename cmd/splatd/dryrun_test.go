@@ -37,7 +37,13 @@ func TestDryRun(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(inbox, "broken.ply"), []byte("not a splat at all"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	writePLY(t, filepath.Join(inbox, ".hidden.ply"), 900) // excluded by name: not listed
+	writePLY(t, filepath.Join(inbox, ".hidden.ply"), 900) // excluded by name: listed as skipped
+	if err := os.WriteFile(filepath.Join(inbox, ".garden.sog.part"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inbox, "notes.txt"), []byte("notes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// Published before by this state directory, and a copy of it.
 	old := filepath.Join(inbox, "old.ply")
 	writePLY(t, old, 1200)
@@ -91,6 +97,10 @@ func TestDryRun(t *testing.T) {
 		"old.ply":         {"known", "job 1", "adopted"},
 		"old-copy.ply":    {"duplicate", "same content as job 1"},
 		"receipted.ply":   {"adopt", "r77"},
+		// Left out by the folder's rules, each with its reason.
+		".hidden.ply":      {"skip", `excluded by the folder's pattern ".*"`},
+		".garden.sog.part": {"skip", `excluded by the folder's pattern ".*"`},
+		"notes.txt":        {"skip", "not matched by the folder's include patterns"},
 	}
 	for f, words := range want {
 		l := line(f)
@@ -103,10 +113,11 @@ func TestDryRun(t *testing.T) {
 			}
 		}
 	}
-	if strings.Contains(out, ".hidden.ply") {
-		t.Errorf("an excluded file is listed:\n%s", out)
+	if strings.Contains(out, ".splat.yaml") || strings.Contains(out, ".splat.json") {
+		t.Errorf("splatd's own files are listed:\n%s", out)
 	}
-	if want := "2 file(s) would be published"; !strings.Contains(out, want) || !strings.Contains(out, "1 adopted from their receipts, 2 duplicate(s), 1 already in the state, 1 invalid") {
+	if want := "2 file(s) would be published"; !strings.Contains(out, want) || !strings.Contains(out, "1 adopted from their receipts, 2 duplicate(s), 1 already in the state, 1 invalid") ||
+		!strings.Contains(out, "3 skipped by the folder's rules") {
 		t.Errorf("summary: want %q and the other counts:\n%s", want, out)
 	}
 	st, err = queue.Open(stateDir, queue.Options{})

@@ -33,8 +33,8 @@ func TestJobsShowParked(t *testing.T) {
 
 // TestE2EFleetOnSuccessMove: two daemons (own state dirs, one token, v1)
 // share a watch folder and move what they publish to one success_dir. B
-// holds both files' jobs, one read (its create refused: a wrong token
-// pauses B's one worker) and one not read yet, while A publishes both and
+// holds both files' jobs, at most one read (a wrong token pauses B's one
+// worker, probed at start) and the other not read yet, while A publishes both and
 // moves them, receipts and all. Once B's token is right, both its jobs end
 // done with A's outcome, read from the receipts under success_dir: no
 // failure ("file is gone"), no replayed complete, no move of B's own.
@@ -63,7 +63,9 @@ func TestE2EFleetOnSuccessMove(t *testing.T) {
 	db := startDaemon(t, b.cfgPath)
 	db.waitStarted()
 	db.waitLogLine("refused the token")
-	waitFor(t, "B's jobs for both files, one read", func() bool {
+	// The token probe at start pauses B, mostly before its worker read a
+	// file: at most one is read (a create refused), the other not.
+	waitFor(t, "B's jobs for both files, one read at most", func() bool {
 		jobs, err := adminJobs(t, b.stateDir)
 		read := 0
 		for _, j := range jobs {
@@ -71,7 +73,7 @@ func TestE2EFleetOnSuccessMove(t *testing.T) {
 				read++
 			}
 		}
-		return err == nil && len(jobs) == len(names) && read == 1
+		return err == nil && len(jobs) == len(names) && read <= 1
 	})
 
 	da := startDaemon(t, a.cfgPath)

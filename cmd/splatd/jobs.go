@@ -196,11 +196,7 @@ func resultText(v daemon.JobView) string {
 	if v.Adopted {
 		result = "adopted from its receipt: " + v.URL
 	}
-	result = daemon.Shown(result)
-	if len(result) > 100 {
-		result = result[:97] + "..."
-	}
-	return result
+	return daemon.Shown(result) // whole: an error cut short loses its cause
 }
 
 func age(d time.Duration) string {

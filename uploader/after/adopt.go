@@ -43,7 +43,7 @@ func AdoptionOf(ev Evidence, root string, viewerURL func(string) string) queue.A
 	}
 	return queue.Adoption{
 		Path: ev.File, Root: root, Size: ev.Size, ModTime: ev.ModTime, SHA256: ev.SHA256,
-		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: url, Title: r.Title, Format: r.Format,
+		SplatID: r.Splat.ID, SplatHash: r.Splat.Hash, URL: url, Title: r.Title, Format: r.PublishFormat(),
 		PublishedAt: r.PublishedAt, CompletedAt: r.CompletedAt, Receipt: ReceiptPath(ev.File),
 	}
 }

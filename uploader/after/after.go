@@ -65,18 +65,25 @@ func New(o Options) *Runner {
 
 // Receipt is the JSON written beside a finished file as <file>.splat.json.
 type Receipt struct {
-	File        string       `json:"file"`
-	Size        int64        `json:"size"`
-	SHA256      string       `json:"sha256"`
-	Title       string       `json:"title"`
-	Format      string       `json:"format"`
-	Splat       ReceiptSplat `json:"splat"`
-	Status      string       `json:"status"` // done | duplicate | failed | held | canceled
-	Message     string       `json:"message"`
-	PublishedAt *time.Time   `json:"published_at"`
-	CompletedAt *time.Time   `json:"completed_at"`
-	Job         uint64       `json:"job"`
-	DuplicateOf uint64       `json:"duplicate_of,omitempty"`
+	File   string `json:"file"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Title  string `json:"title"`
+	// SourceFormat is the file's format (ply, sog, spz); OutputFormat the
+	// splat's: the publish.format asked for under legacy, the service's
+	// under v1 (absent until the service names it). Format is the older
+	// key, written under legacy alone, as OutputFormat, for the scripts
+	// that read it; a v1 receipt of before had the source format there.
+	SourceFormat string       `json:"source_format,omitempty"`
+	OutputFormat string       `json:"output_format,omitempty"`
+	Format       string       `json:"format,omitempty"`
+	Splat        ReceiptSplat `json:"splat"`
+	Status       string       `json:"status"` // done | duplicate | failed | held | canceled
+	Message      string       `json:"message"`
+	PublishedAt  *time.Time   `json:"published_at"`
+	CompletedAt  *time.Time   `json:"completed_at"`
+	Job          uint64       `json:"job"`
+	DuplicateOf  uint64       `json:"duplicate_of,omitempty"`
 	// Protocol and API say through which protocol and to which service
 	// (api.base_url) the file was published; a receipt that names another
 	// is not evidence for this daemon (see Evidence).
@@ -86,6 +93,19 @@ type Receipt struct {
 	// file (publish.encode) rather than the file; Size and SHA256 above
 	// stay the source's, which dedupe and adoption go by.
 	Uploaded *ReceiptUpload `json:"uploaded,omitempty"`
+}
+
+// PublishFormat is the legacy output format the receipt's publish asked
+// for: output_format, else the older format key of a legacy receipt; ""
+// for v1, which has no such choice.
+func (r Receipt) PublishFormat() string {
+	if r.Protocol == state.ProtocolV1 {
+		return ""
+	}
+	if r.OutputFormat != "" {
+		return r.OutputFormat
+	}
+	return r.Format
 }
 
 // ReceiptUpload is the file uploaded in place of the source.
@@ -332,7 +352,6 @@ func (a *Runner) receipt(j state.Job) Receipt {
 		Size:        j.Size,
 		SHA256:      j.SHA256,
 		Title:       j.Params.Title,
-		Format:      j.Params.Format,
 		Splat:       receiptSplat(j),
 		Status:      string(j.Stage),
 		PublishedAt: j.PublishedAt,
@@ -342,9 +361,13 @@ func (a *Runner) receipt(j state.Job) Receipt {
 		Protocol:    protocol(j),
 		API:         a.o.API,
 	}
+	r.SourceFormat = splatfile.Kind(j.Kind).SourceFormat()
 	if j.Protocol == state.ProtocolV1 {
-		// v1 has no output-format choice: the receipt names what was sent.
-		r.Format = splatfile.Kind(j.UploadKind()).SourceFormat()
+		if j.V1 != nil {
+			r.OutputFormat = j.V1.Output
+		}
+	} else {
+		r.OutputFormat, r.Format = j.Params.Format, j.Params.Format
 	}
 	if e := j.Encoded; e != nil {
 		r.Uploaded = &ReceiptUpload{Encoding: e.Encoding, Size: e.Size, SHA256: e.SHA256}
@@ -359,8 +382,10 @@ func (a *Runner) receipt(j state.Job) Receipt {
 				if orig, err := a.o.Lookup(j.DuplicateOf); err == nil {
 					r.Splat = receiptSplat(orig)
 					r.PublishedAt, r.CompletedAt = orig.PublishedAt, orig.CompletedAt
-					if r.Title == "" {
-						r.Title, r.Format = orig.Params.Title, orig.Params.Format
+					if r.Title == "" && j.Protocol != state.ProtocolV1 {
+						r.Title, r.OutputFormat, r.Format = orig.Params.Title, orig.Params.Format, orig.Params.Format
+					} else if r.Title == "" {
+						r.Title = orig.Params.Title
 					}
 					if orig.Path != "" {
 						r.Message = fmt.Sprintf("same content (sha256) as %s (job %d): not published again", orig.Path, orig.ID)

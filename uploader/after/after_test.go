@@ -67,7 +67,7 @@ func TestAfterKeepWritesReceipt(t *testing.T) {
 
 // TestReceiptRecordsEncodedUpload: a job that uploaded a SOG encoded from
 // its PLY keeps the source's sha256 and size in the receipt and names the
-// uploaded encoding, size and sha256; v1's format is what was sent.
+// uploaded encoding, size and sha256; its source_format is the file's.
 func TestReceiptRecordsEncodedUpload(t *testing.T) {
 	t.Parallel()
 	j := afterTestJob(t, t.TempDir(), "scan.ply", state.Done)
@@ -77,7 +77,7 @@ func TestReceiptRecordsEncodedUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := readReceipt(t, ReceiptPath(j.Path))
-	if r.SHA256 != "abc" || r.Size != 4 || r.Format != "sog" || r.Uploaded == nil ||
+	if r.SHA256 != "abc" || r.Size != 4 || r.SourceFormat != "ply" || r.Format != "" || r.Uploaded == nil ||
 		*r.Uploaded != (ReceiptUpload{Encoding: "sog", Size: 3, SHA256: "def"}) {
 		t.Errorf("receipt = %+v (uploaded %+v)", r, r.Uploaded)
 	}
@@ -87,8 +87,58 @@ func TestReceiptRecordsEncodedUpload(t *testing.T) {
 	if _, err := New(Options{Receipt: true}).Finish(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
-	if r := readReceipt(t, ReceiptPath(j.Path)); r.Uploaded != nil || r.Format != "ply" {
+	if r := readReceipt(t, ReceiptPath(j.Path)); r.Uploaded != nil || r.SourceFormat != "ply" || r.Format != "" {
 		t.Errorf("receipt of an unencoded upload: %+v", r)
+	}
+}
+
+// TestReceiptFormatsHaveOneMeaning: a receipt names the file's format as
+// source_format and the splat's as output_format under both protocols;
+// the older format key is written under legacy only, where it always was
+// the output format (under v1 it was the source format). An old receipt's
+// format is read back as the publish format only when it was legacy's.
+func TestReceiptFormatsHaveOneMeaning(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	legacy := afterTestJob(t, dir, "a.ply", state.Done)
+	legacy.Kind, legacy.Params.Format = "ply", "compressed.ply"
+	v1 := afterTestJob(t, dir, "b.ply", state.Done)
+	v1.Kind, v1.Protocol, v1.V1 = "ply", state.ProtocolV1, &state.Session{Output: "sog"}
+	for _, tc := range []struct {
+		j                   state.Job
+		source, output, old string
+	}{
+		{legacy, "ply", "compressed.ply", "compressed.ply"},
+		{v1, "ply", "sog", ""},
+	} {
+		if _, err := New(Options{Receipt: true}).Finish(context.Background(), tc.j); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(ReceiptPath(tc.j.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		old, has := m["format"]
+		if m["source_format"] != tc.source || m["output_format"] != tc.output || (tc.old == "") == has || (has && old != tc.old) {
+			t.Errorf("%s receipt: source_format %v, output_format %v, format %v (%v); want %s, %s, %q", protocol(tc.j), m["source_format"], m["output_format"], old, has, tc.source, tc.output, tc.old)
+		}
+	}
+	for _, tc := range []struct {
+		r    Receipt
+		want string
+	}{
+		{Receipt{Protocol: "legacy", Format: "compressed.ply"}, "compressed.ply"},
+		{Receipt{Format: "sog"}, "sog"},
+		{Receipt{Protocol: "v1", Format: "ply"}, ""},
+		{Receipt{Protocol: "legacy", OutputFormat: "sog", Format: "sog"}, "sog"},
+	} {
+		if got := tc.r.PublishFormat(); got != tc.want {
+			t.Errorf("PublishFormat of %+v = %q, want %q", tc.r, got, tc.want)
+		}
 	}
 }
 

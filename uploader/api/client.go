@@ -88,8 +88,9 @@ type Client struct {
 	userAgent string
 	clientVer string // uploadClient.version of v1 sessions: 1..64 characters
 	timeout   time.Duration
-	api       *http.Client // API calls: bearer header, same-origin redirects only
-	storage   *http.Client // signed-URL PUTs: no bearer, no redirects, no overall timeout
+	api       atomic.Pointer[http.Client] // API calls: bearer header, same-origin redirects only
+	storage   atomic.Pointer[http.Client] // signed-URL PUTs: no bearer, no redirects, no overall timeout
+	reach     reachability                // whether the API answers (health.go)
 	pacer     Pacer
 	limiter   *Limiter // nil: storage PUTs are not limited
 	obs       Observer
@@ -137,15 +138,27 @@ func NewClient(o ClientOptions) (*Client, error) {
 		c.pacer = pace.New(pace.Options{Logger: c.log, Waited: c.obs.RateLimitWait})
 	}
 
+	c.SetRootCAs(o.RootCAs)
+	return c, nil
+}
+
+// SetRootCAs makes the API and storage connections verify servers against
+// roots (nil: the system's) from now on: a reloaded api.ca_file. Requests
+// in flight finish on their connections; idle ones are closed.
+func (c *Client) SetRootCAs(roots *x509.CertPool) {
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	c.api = &http.Client{Transport: apiTransport(dialer, o.RootCAs), CheckRedirect: c.checkAPIRedirect}
-	c.storage = &http.Client{
-		Transport: storageTransport(dialer, o.RootCAs, c.timeout),
+	oldAPI := c.api.Swap(&http.Client{Transport: apiTransport(dialer, roots), CheckRedirect: c.checkAPIRedirect})
+	oldStorage := c.storage.Swap(&http.Client{
+		Transport: storageTransport(dialer, roots, c.timeout),
 		// A streamed body cannot be replayed, and a redirect could lead the
 		// upload anywhere: hand any 3xx back as an APIError.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	})
+	for _, h := range []*http.Client{oldAPI, oldStorage} {
+		if h != nil {
+			h.CloseIdleConnections()
+		}
 	}
-	return c, nil
 }
 
 // parseBaseURL checks the API base URL and returns it normalised: https,
@@ -296,12 +309,15 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	req = req.WithContext(ctx)
 
 	start := c.now()
-	resp, err := c.api.Do(req)
+	resp, err := c.api.Load().Do(req)
 	if err != nil {
 		release(nil)
 		c.obs.APIRequest(route, 0, c.now().Sub(start))
 		err = wrapNetErr(route, err, c.secrets(nil))
 		c.log.Debug().Str("route", route).Err(err).Msg("API request failed")
+		if ctx.Err() == nil || errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			c.reach.failed(c.now(), err)
+		}
 		return 0, nil, err
 	}
 	a := rateAnswer(resp, c.now())
@@ -312,6 +328,11 @@ func (c *Client) send(ctx context.Context, route string, req *http.Request, v an
 	defer resp.Body.Close()
 
 	err = c.checkResponse(route, resp, nil)
+	if resp.StatusCode >= 500 {
+		c.reach.failed(c.now(), err)
+	} else {
+		c.reach.answered()
+	}
 	if err == nil && v != nil {
 		err = c.decode(route, resp.Body, v)
 	}
@@ -581,7 +602,7 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	defer pr.finish()
 
 	start := c.now()
-	resp, err := c.storage.Do(req)
+	resp, err := c.storage.Load().Do(req)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, errPutStalled) {
 			err = fmt.Errorf("%w after %d of %d bytes (%w)", errPutStalled, pr.count(), size, err)

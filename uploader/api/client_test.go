@@ -580,8 +580,8 @@ func TestClientPutAbortsStalledUpload(t *testing.T) {
 	c := newTestClient(t, "https://api.invalid", nil, 300*time.Millisecond)
 	const size = 1 << 30 // far more than the socket buffers hold
 	err := c.Put(context.Background(), storage.URL+"/k?sig=secretsecret", &patternReader{left: size}, size, nil)
-	if !errors.Is(err, errPutStalled) {
-		t.Fatalf("err = %v, want a stall", err)
+	if !errors.Is(err, errPutStalled) || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("err = %v, want a stall, said", err)
 	}
 	if strings.Contains(err.Error(), "secretsecret") {
 		t.Errorf("stall error leaks the query: %q", err)

@@ -2,14 +2,17 @@ package api
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -200,5 +203,38 @@ func wrapNetErr(route string, err error, secrets []string) error {
 	if errors.As(err, &ue) {
 		ue.URL = state.RedactURL(ue.URL)
 	}
-	return &netError{route: route, text: state.ScrubText(err.Error(), secrets...), err: err}
+	return &netError{route: route, text: state.ScrubText(netCause(err), secrets...), err: err}
+}
+
+// netCause says what failed in a transport error, in one readable line:
+// the host and the cause, not the request's method and URL.
+func netCause(err error) string {
+	ue, ok := err.(*url.Error)
+	if !ok {
+		return err.Error() // already worded (a stalled PUT)
+	}
+	host := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
+		host = u.Host
+	}
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	var dns *net.DNSError
+	cause := ue.Err.Error()
+	switch {
+	case errors.As(err, &ua):
+		cause = "its TLS certificate is signed by an unknown authority (api.ca_file)"
+	case errors.As(err, &hn), errors.As(err, &ci):
+		cause = "its TLS certificate does not verify: " + ue.Err.Error()
+	case errors.As(err, &dns):
+		cause = "the host name does not resolve (" + dns.Err + ")"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		cause = "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		cause = "connection reset"
+	case ue.Timeout():
+		cause = "no answer in time (" + ue.Err.Error() + ")"
+	}
+	return "cannot reach " + host + ": " + cause
 }

@@ -189,6 +189,11 @@ type Options struct {
 	// benchmarks with multi-GiB files. Object still reports sha256 and size.
 	DiscardObjects bool
 
+	// KeepCA keeps the CA in Dir (ca.pem, ca-key.pem): a simulator
+	// started again on Dir presents a certificate of the same CA, so the
+	// ca_file a daemon was given stays right. False: a new CA every start.
+	KeepCA bool
+
 	// Token is the primary valid bearer token. Empty: a random one.
 	Token string
 	// ExtraTokens are further valid tokens (each gets its own rate-limit
@@ -568,7 +573,13 @@ func (s *Server) listen() error {
 	}
 	// Certificates use the real clock: a fake test clock must not make
 	// TLS verification (which always uses real time) fail.
-	cert, caPEM, pool, err := newCertificates(hosts, time.Now())
+	certs := newCertificates
+	if s.o.KeepCA {
+		certs = func(hosts []string, now time.Time) (tls.Certificate, []byte, *x509.CertPool, error) {
+			return keptCertificates(s.dir, hosts, now)
+		}
+	}
+	cert, caPEM, pool, err := certs(hosts, time.Now())
 	if err != nil {
 		return fmt.Errorf("apisim: certificates: %w", err)
 	}

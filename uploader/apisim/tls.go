@@ -8,8 +8,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -18,17 +21,72 @@ import (
 // operator configures api.ca_file, so the client's custom-roots path is
 // exercised rather than InsecureSkipVerify.
 func newCertificates(hosts []string, now time.Time) (tls.Certificate, []byte, *x509.CertPool, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, caKey, err := newCA(now)
 	if err != nil {
 		return tls.Certificate{}, nil, nil, err
 	}
-	notBefore := now.Add(-time.Hour)
-	notAfter := now.Add(90 * 24 * time.Hour)
+	return leafFor(ca, caKey, hosts, now)
+}
+
+// keptCertificates is newCertificates with the CA kept in dir (ca.pem and
+// ca-key.pem): read when both are there, written when neither is, so that
+// a simulator restarted on dir is trusted by the same ca_file.
+func keptCertificates(dir string, hosts []string, now time.Time) (tls.Certificate, []byte, *x509.CertPool, error) {
+	certFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
+	certPEM, cerr := os.ReadFile(certFile)
+	keyPEM, kerr := os.ReadFile(keyFile)
+	if cerr == nil && kerr == nil {
+		// A pair that does not parse or match (a start without KeepCA wrote
+		// a new ca.pem), or a CA about to expire, is replaced.
+		if ca, caKey, err := parseCA(certPEM, keyPEM); err == nil && now.Before(ca.NotAfter.Add(-24*time.Hour)) {
+			return leafFor(ca, caKey, hosts, now)
+		}
+	}
+	ca, caKey, err := newCA(now)
+	if err != nil {
+		return tls.Certificate{}, nil, nil, err
+	}
+	der, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return tls.Certificate{}, nil, nil, err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return tls.Certificate{}, nil, nil, err
+	}
+	return leafFor(ca, caKey, hosts, now)
+}
+
+func parseCA(certPEM, keyPEM []byte) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("not a PEM certificate and key")
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !key.PublicKey.Equal(ca.PublicKey) {
+		return nil, nil, errors.New("the key is not the certificate's")
+	}
+	return ca, key, nil
+}
+
+// newCA makes a CA valid from an hour before now for 90 days.
+func newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "splatd apisim CA", Organization: []string{"splatd"}},
-		NotBefore:             notBefore,
-		NotAfter:              notAfter,
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(90 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -36,13 +94,15 @@ func newCertificates(hosts []string, now time.Time) (tls.Certificate, []byte, *x
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return tls.Certificate{}, nil, nil, err
+		return nil, nil, err
 	}
 	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return tls.Certificate{}, nil, nil, err
-	}
+	return ca, caKey, err
+}
 
+// leafFor makes a leaf for hosts signed by ca, and returns it with the
+// CA's PEM and a pool of it.
+func leafFor(ca *x509.Certificate, caKey *ecdsa.PrivateKey, hosts []string, now time.Time) (tls.Certificate, []byte, *x509.CertPool, error) {
 	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, nil, err
@@ -50,8 +110,8 @@ func newCertificates(hosts []string, now time.Time) (tls.Certificate, []byte, *x
 	leafTmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "splatd apisim", Organization: []string{"splatd"}},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     ca.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
@@ -71,10 +131,10 @@ func newCertificates(hosts []string, now time.Time) (tls.Certificate, []byte, *x
 	if err != nil {
 		return tls.Certificate{}, nil, nil, err
 	}
-	cert := tls.Certificate{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}
+	cert := tls.Certificate{Certificate: [][]byte{leafDER, ca.Raw}, PrivateKey: leafKey}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
 	return cert, caPEM, pool, nil
 }
 

@@ -25,8 +25,10 @@ import (
 //     being delivered keep the webhook they were queued for.
 //   - log.level: every logger at once (logOutput.SetLevel).
 //   - upload.bandwidth: uploads in flight too (Limiter.SetSchedule).
+//   - api.ca_file: new connections (Client.SetRootCAs); its content is also
+//     read again every few seconds.
 func Reloadable(key string) bool {
-	return key == "watch" || key == "log.level" || key == "upload.bandwidth" ||
+	return key == "watch" || key == "log.level" || key == "upload.bandwidth" || key == "api.ca_file" ||
 		strings.HasPrefix(key, "publish.") || strings.HasPrefix(key, "after.") || strings.HasPrefix(key, "notify.")
 }
 

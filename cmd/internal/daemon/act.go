@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/splatd/splatd/metrics"
@@ -16,9 +17,10 @@ const viaSocket = "admin socket"
 // actResult is what an action did: how many jobs it moved, the job (a
 // control op's, as it now is), and the CLI's sentence for it.
 type actResult struct {
-	N    int
-	Job  state.Job
-	Text string
+	N     int
+	Job   state.Job
+	Text  string
+	Hints []string // a retry's warnings (RetryHints)
 }
 
 // act carries out an operator's action on a job: retry (ref "failed":
@@ -29,6 +31,7 @@ type actResult struct {
 // looks for a forgotten file again.
 func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error) {
 	if op == "retry" {
+		hints := RetryHints(d.store, ref)
 		n, err := Retry(d.store, ref)
 		if err != nil {
 			return actResult{}, err
@@ -36,14 +39,14 @@ func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error
 		d.pool.Wake()
 		if ref == "failed" {
 			d.log.Info().Int("retried", n).Str("via", via).Msg("failed jobs queued again by an operator")
-			return actResult{N: n, Text: RetryDone(ref, n)}, nil
+			return actResult{N: n, Text: RetryDone(ref, n), Hints: hints}, nil
 		}
 		id, _ := strconv.ParseUint(ref, 10, 64) // Retry parsed it
 		j, _ := d.store.Get(id)                 // as the retry left it (queued; a held job uploaded)
 		j.ID = id
 		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", via).Msg("job queued again by an operator")
 		d.record(j, "retry by an operator, via "+via)
-		return actResult{N: n, Text: RetryDone(ref, n)}, nil
+		return actResult{N: n, Text: RetryDone(ref, n), Hints: hints}, nil
 	}
 	cop, ok := ControlOps[op]
 	if !ok {
@@ -90,7 +93,7 @@ func RetryDone(ref string, n int) string {
 // pageAct is the status page's metrics.ServerOptions.Act.
 func (d *Daemon) pageAct(ctx context.Context, a metrics.Action) (string, error) {
 	r, err := d.act(ctx, a.Op, strconv.FormatUint(a.Job, 10), a.From)
-	return r.Text, err
+	return strings.Join(append([]string{r.Text}, r.Hints...), "; "), err
 }
 
 // record adds an event of j to the page's history.

@@ -103,12 +103,21 @@ type Live struct {
 	Holds    map[uint64]pace.Hold
 	Running  map[uint64]bool // the jobs the workers hold
 	Workers  int
+	// Paused is what every job waits for while the pool is paused (a
+	// refused token, a configuration error), "" while it runs.
+	Paused string
 }
 
 // LiveOf returns the pool's view of its running jobs.
 func LiveOf(p *uploader.Pool) Live {
 	running, workers := p.Busy()
-	return Live{Progress: p.Progress(), Checks: p.CheckProgress(), Holds: p.Holds(), Running: running, Workers: workers}
+	l := Live{Progress: p.Progress(), Checks: p.CheckProgress(), Holds: p.Holds(), Running: running, Workers: workers}
+	if err := p.Paused(); err != nil {
+		l.Paused = "the API to accept the token (all work is paused): " + err.Error()
+	} else if err, kind, _ := p.ConfigError(); err != nil {
+		l.Paused = "the configuration error (" + kind + ") to clear (all work is paused): " + err.Error()
+	}
+	return l
 }
 
 // Check returns the progress of j's check while it reads j's content (a
@@ -121,10 +130,14 @@ func (l Live) Check(j state.Job) (uploader.Progress, bool) {
 	return p, true
 }
 
-// WorkerWait says that j is due but every worker is busy with another job
-// ("a free worker (2 of 2 busy, 2 held by the rate limit)"), "" otherwise:
+// WorkerWait says that j waits for the paused pool (Paused), or is due
+// but every worker is busy with another job ("a free worker (2 of 2 busy,
+// 2 held by the rate limit)"), "" otherwise:
 // without it such a job showed no reason while the pacer held the workers.
 func (l Live) WorkerWait(j state.Job, now time.Time) string {
+	if l.Paused != "" && !j.Stage.Final() && j.Parked == "" && !l.Running[j.ID] {
+		return l.Paused
+	}
 	if l.Workers <= 0 || len(l.Running) < l.Workers || l.Running[j.ID] || j.Stage.Final() || j.Parked != "" || j.NextAttempt.After(now) {
 		return ""
 	}
@@ -243,7 +256,7 @@ func newAdminServer(path string, d *Daemon, log zerolog.Logger) (*adminServer, e
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		writeJSON(w, map[string]int{"retried": res.N})
+		writeJSON(w, map[string]any{"retried": res.N, "hints": res.Hints})
 	})
 	mux.HandleFunc("POST /v1/adopt", func(w http.ResponseWriter, r *http.Request) {
 		rep, err := AdoptDir(r.Context(), d.store, d.config(), r.URL.Query().Get("dir"), r.URL.Query().Get("dry_run") == "1")
@@ -382,6 +395,30 @@ func Retry(src JobSource, id string) (int, error) {
 	}
 	return 1, nil
 }
+
+// RetryHints warns, before a retry of id ("ID" or "failed"), of the jobs
+// that failed on their file's content: retried unchanged, they fail again.
+func RetryHints(src JobSource, id string) []string {
+	jobs, err := src.List(queue.Filter{Stages: []state.Stage{state.Failed}})
+	if err != nil {
+		return nil
+	}
+	var hints []string
+	for _, j := range jobs {
+		if id != "failed" && strconv.FormatUint(j.ID, 10) != id {
+			continue
+		}
+		if j.Stage == state.Failed && strings.HasPrefix(j.FailReason, invalidPrefix) {
+			hints = append(hints, fmt.Sprintf("job %d (%s) failed on its file (%s): it will fail again unless the file changed",
+				j.ID, Shown(j.Path), strings.TrimPrefix(j.FailReason, invalidPrefix)))
+		}
+	}
+	return hints
+}
+
+// invalidPrefix begins the reason of a job whose file failed the content
+// check (the uploader's failReason).
+const invalidPrefix = "invalid file: "
 
 // Resolve closes held job id with the splat the operator found.
 func Resolve(src JobSource, id, splat string) (int, error) {

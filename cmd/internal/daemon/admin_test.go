@@ -117,3 +117,36 @@ func TestWithCheckedInProgress(t *testing.T) {
 		t.Errorf("published list: %v", got)
 	}
 }
+
+// TestListViewsPaused: while the pool is paused (a refused token), every
+// unfinished job says what it waits for; before, a job left ready by the
+// pause showed an empty result.
+func TestListViewsPaused(t *testing.T) {
+	ready := state.Job{ID: 1, Path: "/in/a.ply", Stage: state.Ready}
+	done := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Done}
+	live := Live{Workers: 1, Paused: "the API to accept the token (all work is paused): v1_me: 401 Unauthorized"}
+	views, err := ListViews(jobList{ready, done}, "", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if views[0].WaitingFor != live.Paused || views[1].WaitingFor != "" {
+		t.Errorf("waiting_for: ready %q, done %q; want the pause, and nothing", views[0].WaitingFor, views[1].WaitingFor)
+	}
+}
+
+// TestRetryHints: a retry of a job that failed on its file's content warns
+// that it fails again unless the file changed; a retry of another does not.
+func TestRetryHints(t *testing.T) {
+	bad := state.Job{ID: 1, Path: "/in/a.ply", Stage: state.Failed, FailReason: "invalid file: PLY body is 10 bytes short"}
+	net := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Failed, FailReason: "publish: 403 forbidden"}
+	src := jobList{bad, net}
+	if h := RetryHints(src, "1"); len(h) != 1 || !strings.Contains(h[0], "it will fail again unless the file changed") || !strings.Contains(h[0], "PLY body is 10 bytes short") {
+		t.Errorf("hints of job 1: %q", h)
+	}
+	if h := RetryHints(src, "2"); len(h) != 0 {
+		t.Errorf("hints of job 2: %q, want none", h)
+	}
+	if h := RetryHints(src, "failed"); len(h) != 1 {
+		t.Errorf("hints of -failed: %q, want job 1's", h)
+	}
+}

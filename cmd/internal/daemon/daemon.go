@@ -91,6 +91,8 @@ type Daemon struct {
 	// a time.
 	live     atomic.Pointer[config.Config]
 	reloadMu sync.Mutex
+	ca       caState // api.ca_file as the client took it; under reloadMu (cafile.go)
+	apiGrace time.Duration
 }
 
 // Open builds every component; nothing runs until run. The state
@@ -101,7 +103,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		o.Getenv = func(string) string { return "" }
 	}
 	log, getenv := o.Logger, o.Getenv
-	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}}
+	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}, apiGrace: apiGrace}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(d.o.Version, api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
@@ -132,6 +134,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	if d.client, err = NewClient(cfg, o.Version, token, d.pacer, d.m, log); err != nil { // the client names its own component
 		return nil, err
 	}
+	d.ca = readCA(cfg)
 	if d.events, err = d.newEvents(token.Value()); err != nil {
 		return nil, err
 	}
@@ -207,6 +210,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
 		PeerReceipt:       d.peerReceipt,
+		ProbeAPI:          apiProbe,
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			d.record(j, transitionText(j, from))
@@ -258,8 +262,24 @@ func (d *Daemon) Close() {
 	}
 }
 
+// apiGrace is how long the API may go unanswered (no answer, or 5xx to
+// every call) before the daemon says it is not ready: one lost answer or
+// a restarting server within it changes nothing (README, Readiness).
+const apiGrace = 30 * time.Second
+
+// apiProbe is how often an idle daemon probes an API that did not answer.
+const apiProbe = 15 * time.Second
+
+// Reason is the readiness in one line: "" when ready, else why not.
+func (d *Daemon) Reason() string {
+	if err := d.ready(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
 // ready is /readyz: the state is open, every watch root is scanned and
-// watched (or polled), and the API accepts the token.
+// watched (or polled), the API answers and accepts the token.
 func (d *Daemon) ready() error {
 	var why []string
 	if !d.watch.Healthy() {
@@ -275,7 +295,13 @@ func (d *Daemon) ready() error {
 	if err := d.pool.Paused(); err != nil {
 		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.client.Token().Origin(), err))
 	}
-	why = append(why, d.readyProblems()...)
+	problems := d.readyProblems()
+	why = append(why, problems...)
+	if err, since := d.client.Unreachable(); err != nil && len(problems) == 0 {
+		if for_ := time.Since(since); for_ >= d.apiGrace {
+			why = append(why, fmt.Sprintf("the API has not answered for %s: %v", for_.Round(time.Second), err))
+		}
+	}
 	if len(why) > 0 {
 		return errors.New(strings.Join(why, "; "))
 	}
@@ -302,6 +328,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	listeners.start("admin socket", d.admin.run)
 	listeners.start("reload", func(ctx context.Context) error { d.reloadOnHUP(ctx); return nil })
+	listeners.start("ca_file", d.watchCAFile)
 
 	// Events: webhooks and after.exec of the jobs that finish; stopped
 	// after the workers, whose after-actions queue them, and then drained

@@ -35,6 +35,7 @@ func TestReadyzStoreRefusesWritesWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	d.apiGrace = time.Hour // its API (127.0.0.1:1) never answers: this test is the store's
 	var failing atomic.Bool
 	d.intake.probeEvery = 10 * time.Millisecond
 	d.intake.ping = func() error {

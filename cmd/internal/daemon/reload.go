@@ -124,6 +124,7 @@ func (d *Daemon) applyReload(res *ReloadResult, old, nw *config.Config) *config.
 		eff.After = nw.After
 	}
 	d.reloadNotify(res, &eff, nw)
+	d.reloadTrust(res, &eff, nw)
 	if res.changed("log.level") && d.o.LogLevel != nil {
 		level, _ := zerolog.ParseLevel(nw.Log.Level) // validated
 		d.o.LogLevel.SetLevel(level)

@@ -16,7 +16,8 @@ const resumeLines = 20
 // logResume says, before the workers start, which jobs a previous run
 // left unfinished (after a stop, a crash or kill -9): "resuming N jobs",
 // then one line per job past its content check, with the stage it resumes
-// at and, for a v1 upload, the part it resumes from.
+// at and, for a v1 upload, the parts sent before (the worker logs what the
+// server holds once it asked).
 func logResume(st *queue.Store, log zerolog.Logger) {
 	var live []state.Stage
 	for _, s := range state.Stages {
@@ -64,8 +65,8 @@ func logResume(st *queue.Store, log zerolog.Logger) {
 			if from == 0 {
 				from = min(len(v.ETags)+1, v.Parts)
 			}
-			ev.Int("from_part", from).Int("parts", v.Parts).Int("parts_stored", stored).
-				Msg(fmt.Sprintf("resuming job %d's upload from part %d of %d (%d stored)", j.ID, from, v.Parts, stored))
+			ev.Int("parts", v.Parts).Int("parts_committed", stored).
+				Msg(fmt.Sprintf("resuming job %d's upload: %d of %d parts were sent before; the server is asked which it holds before any part is sent", j.ID, stored, v.Parts))
 			continue
 		}
 		ev.Msg(fmt.Sprintf("resuming job %d's upload from its start (a legacy upload is one PUT)", j.ID))
