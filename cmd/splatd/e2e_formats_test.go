@@ -248,6 +248,13 @@ func TestE2ESOGFolderMoved(t *testing.T) {
 	if r.SHA256 != want {
 		t.Errorf("receipt sha256 %s, want the bundle's %s", r.SHA256, want)
 	}
+	// The receipt is written before the files move; meta.json moves last,
+	// then the emptied folder goes.
+	waitFor(t, "the folder moved", func() bool {
+		_, err := os.Stat(filepath.Join(done, "room", "meta.json"))
+		_, gone := os.Stat(room)
+		return err == nil && os.IsNotExist(gone)
+	})
 	if got := bundleSHA256(t, filepath.Join(done, "room")); got != want {
 		t.Errorf("the moved folder bundles to %s, want %s: not all of it moved", got, want)
 	}
