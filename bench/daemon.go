@@ -134,6 +134,9 @@ type Daemon struct {
 	addr      string // metrics listener, from the log
 	errorLogs []string
 	lines     int
+	scans     []time.Duration // each "scan done" line's took_s
+	adopted   int             // files adopted from their receipts (debug lines)
+	scanned   chan struct{}   // a scan was logged
 }
 
 // StartDaemon runs `BIN run -config CFG`, appending its log (stderr) to
@@ -161,7 +164,7 @@ func startDaemonCmd(cmd *exec.Cmd, logPath string) (*Daemon, error) {
 		return nil, err
 	}
 	cmd.Stdout = logf
-	d := &Daemon{cmd: cmd, done: make(chan struct{})}
+	d := &Daemon{cmd: cmd, done: make(chan struct{}), scanned: make(chan struct{}, 1)}
 	d.Started = time.Now()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -191,10 +194,11 @@ func startDaemonCmd(cmd *exec.Cmd, logPath string) (*Daemon, error) {
 
 func (d *Daemon) scanLine(line []byte) {
 	var ev struct {
-		Level   string `json:"level"`
-		Message string `json:"message"`
-		Addr    string `json:"addr"`
-		Error   string `json:"error"`
+		Level   string  `json:"level"`
+		Message string  `json:"message"`
+		Addr    string  `json:"addr"`
+		Error   string  `json:"error"`
+		TookS   float64 `json:"took_s"`
 	}
 	if json.Unmarshal(line, &ev) != nil {
 		return
@@ -205,9 +209,51 @@ func (d *Daemon) scanLine(line []byte) {
 	if ev.Addr != "" && strings.HasPrefix(ev.Message, "serving /metrics") {
 		d.addr = ev.Addr
 	}
+	if ev.Message == "adopted from its receipt: not published again" {
+		d.adopted++
+	}
+	if ev.Message == "scan done" {
+		d.scans = append(d.scans, time.Duration(ev.TookS*float64(time.Second)))
+		select {
+		case d.scanned <- struct{}{}:
+		default:
+		}
+	}
 	if ev.Level == "error" || ev.Level == "fatal" {
 		d.errorLogs = append(d.errorLogs, ev.Message+": "+ev.Error)
 	}
+}
+
+// WaitScan waits until the daemon has logged its n-th "scan done" (debug
+// level) and returns that scan's own time.
+func (d *Daemon) WaitScan(ctx context.Context, n int, timeout time.Duration) (time.Duration, error) {
+	end := time.After(timeout)
+	for {
+		d.mu.Lock()
+		if len(d.scans) >= n {
+			took := d.scans[n-1]
+			d.mu.Unlock()
+			return took, nil
+		}
+		d.mu.Unlock()
+		select {
+		case <-d.scanned:
+		case <-d.done:
+			return 0, fmt.Errorf("splatd exited before scan %d: %v", n, d.waitErr)
+		case <-end:
+			return 0, fmt.Errorf("no scan %d within %s", n, timeout)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Adopted is the number of files the daemon logged as adopted from their
+// receipts (debug level).
+func (d *Daemon) Adopted() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.adopted
 }
 
 // PID is the child's process id.
@@ -326,6 +372,26 @@ func (d *Daemon) VmHWM() (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// RssSplit returns the child's resident memory now as its anonymous part
+// (the heap) and its file-backed part (bbolt's mmap, the binary), in bytes.
+func (d *Daemon) RssSplit() (anon, file int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.PID()))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		for key, v := range map[string]*int64{"RssAnon:": &anon, "RssFile:": &file} {
+			if rest, ok := strings.CutPrefix(line, key); ok {
+				if f := strings.Fields(rest); len(f) == 2 {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					*v = kb << 10
+				}
+			}
+		}
+	}
+	return anon, file, nil
 }
 
 // Kill sends SIGKILL and waits for the exit.
