@@ -103,7 +103,8 @@ func TestPageRetryIsTheSocketsRetry(t *testing.T) {
 	if code, body := post(""); code != http.StatusForbidden || !strings.Contains(body, "refused: no key") {
 		t.Errorf("without key: %d %s", code, body)
 	}
-	if code, body := post(strings.TrimSpace(string(key))); code != http.StatusOK || !strings.Contains(body, `"message":"re-queued 1 job (job `+itoa(j.ID)+`)"`) {
+	if code, body := post(strings.TrimSpace(string(key))); code != http.StatusOK || !strings.Contains(body, `"message":"re-queued 1 job (job `+itoa(j.ID)+`); job `+itoa(j.ID)) ||
+		!strings.Contains(body, "it will fail again unless the file changed") {
 		t.Fatalf("with the key: %d %s", code, body)
 	}
 	if again := <-failed; again.ID != j.ID {
@@ -175,7 +176,7 @@ func TestPageRetryInBrowser(t *testing.T) {
 		t.Fatalf("retrying from the page: %v", err)
 	}
 	flash, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const f = document.getElementById("flash"); return f.className !== "muted" && f.textContent; })()`))
-	if err != nil || flash != "re-queued 1 job (job "+itoa(j.ID)+")" {
+	if err != nil || !strings.HasPrefix(flash, "re-queued 1 job (job "+itoa(j.ID)+"); ") || !strings.HasSuffix(flash, "it will fail again unless the file changed") {
 		t.Fatalf("the page says %q (%v)", flash, err)
 	}
 	if again := <-failed; again.ID != j.ID {
