@@ -1281,12 +1281,13 @@ func TestE2ESidecarsAndAfterActions(t *testing.T) {
 	if r.Status != "done" || r.Title != "The Great Hall" || r.Format != "compressed.ply" || r.File != moved {
 		t.Errorf("receipt of the moved file: %+v", r)
 	}
-	if _, err := os.Stat(filepath.Join(done, "site", "hall.splat.yaml")); err != nil {
-		t.Errorf("the sidecar did not travel with its splat: %v", err)
-	}
-	if _, err := os.Stat(good); !os.IsNotExist(err) {
-		t.Errorf("published file still in the inbox: %v", err)
-	}
+	// The receipt is written at the target before the file and its
+	// sidecar move there.
+	waitFor(t, "the file and its sidecar moved", func() bool {
+		_, sc := os.Stat(filepath.Join(done, "site", "hall.splat.yaml"))
+		_, src := os.Stat(good)
+		return sc == nil && os.IsNotExist(src)
+	})
 	var rec *apisim.SplatRecord
 	for _, s := range sim.Splats() {
 		if s.Title == "The Great Hall" {
