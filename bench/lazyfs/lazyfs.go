@@ -39,6 +39,7 @@ const (
 	kFile kind = iota
 	kDir
 	kSymlink
+	kSpecial // a socket or fifo: its type in mode
 )
 
 // dnode is a node's durable state. A file's data is what its last fsync
@@ -46,7 +47,7 @@ const (
 // saw (none when none did).
 type dnode struct {
 	kind    kind
-	mode    uint32 // permission bits
+	mode    uint32 // permission bits (and the type of a kSpecial)
 	mtime   time.Time
 	data    []byte
 	target  string
@@ -142,8 +143,10 @@ func (f *FS) snapshot(p string, id uint64, st *syscall.Stat_t) (*dnode, error) {
 			return nil, err
 		}
 		d.data = b
+	case syscall.S_IFSOCK, syscall.S_IFIFO:
+		d.kind, d.mode = kSpecial, st.Mode
 	default:
-		return nil, fmt.Errorf("lazyfs: %s: not a file, folder or symlink", p)
+		return nil, fmt.Errorf("lazyfs: %s: a device", p)
 	}
 	f.durable[id] = d
 	delete(f.dirty, id)
@@ -167,9 +170,15 @@ func (f *FS) freshID(st *syscall.Stat_t) uint64 {
 	return f.nextID
 }
 
-// syncFile makes node id's data, mode and mtime durable, read through fd.
-// Called with m.mu held.
-func (f *FS) syncFile(id uint64, fd int) error {
+// syncFile makes node id's data, mode and mtime durable, read through a
+// read-only reopening of fd (which may be write-only). Called with m.mu
+// held.
+func (f *FS) syncFile(id uint64, wfd int) error {
+	fd, err := syscall.Open(fmt.Sprintf("/proc/self/fd/%d", wfd), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return err
@@ -251,6 +260,8 @@ func (f *FS) syncDir(p string, id uint64) error {
 			case syscall.S_IFLNK:
 				d.kind = kSymlink
 				d.target, _ = os.Readlink(filepath.Join(p, e.Name()))
+			case syscall.S_IFSOCK, syscall.S_IFIFO:
+				d.kind, d.mode = kSpecial, st.Mode
 			}
 			f.durable[cid] = d
 		}
@@ -324,6 +335,9 @@ func (f *FS) Mount() error {
 	f.server = srv
 	return nil
 }
+
+// Name is the file system's name, as in Op.FS.
+func (f *FS) Name() string { return f.name }
 
 // Mountpoint is where the file system is mounted.
 func (f *FS) Mountpoint() string { return f.mnt }
@@ -517,6 +531,10 @@ func (f *FS) build(id uint64, p, rel string, built map[uint64]string, ids map[ui
 			}
 		case kSymlink:
 			if err := os.Symlink(d.target, cp); err != nil {
+				return err
+			}
+		case kSpecial:
+			if err := syscall.Mknod(cp, d.mode, 0); err != nil {
 				return err
 			}
 		case kFile:

@@ -61,8 +61,12 @@ func (m *Machine) freeze(what string) {
 	close(m.cut)
 }
 
-// Cut is closed at the cut.
-func (m *Machine) Cut() <-chan struct{} { return m.cut }
+// Cut is closed at the cut (the next cut's after PowerOn).
+func (m *Machine) Cut() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cut
+}
 
 // CutPoint names the operation or moment the power was cut at.
 func (m *Machine) CutPoint() string {

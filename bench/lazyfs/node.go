@@ -220,6 +220,25 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return n.newChild(ctx, &st, true, out), 0
 }
 
+// Mknod makes sockets and fifos (a unix socket's bind comes here).
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if mode&syscall.S_IFMT != syscall.S_IFSOCK && mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return nil, syscall.EPERM
+	}
+	if e := n.enter(ctx, "create", filepath.Join(n.rel(), name), ""); e != 0 {
+		return nil, e
+	}
+	p := n.child(name)
+	if err := syscall.Mknod(p, mode, 0); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return n.newChild(ctx, &st, true, out), 0
+}
+
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := n.enter(ctx, "symlink", filepath.Join(n.rel(), name), ""); e != 0 {
 		return nil, e
