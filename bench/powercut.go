@@ -61,6 +61,9 @@ type powerRig struct {
 	pubCount int
 	pubArmed bool
 
+	killed     *Daemon           // the daemon the last cut killed
+	dev        map[string]uint64 // st_dev of each mount, as at the first mount
+	voids      int               // remounts whose st_dev changed
 	shaCache   map[string]string // path|size|mtime → sha256
 	frontClose func()
 	reported   map[string]bool // problems already printed on a cut's line
@@ -107,6 +110,7 @@ func runPowerCut(ctx context.Context, e *tenv) error {
 	if err := r.b.Mount(); err != nil {
 		return err
 	}
+	r.dev = map[string]uint64{"a": mountDev(r.a), "b": mountDev(r.b)}
 	if err := r.setup(); err != nil {
 		return err
 	}
@@ -131,7 +135,7 @@ func runPowerCut(ctx context.Context, e *tenv) error {
 	e.note("operations per round of %d files (no cut): %s", perRound, fmtCounts(calib))
 
 	byKind := map[string]int{}
-	failedStarts, idle, exits := 0, 0, 0
+	failedStarts, idle, exits, outside := 0, 0, 0, 0
 	var order []string
 	for n := 1; n <= cuts && ctx.Err() == nil; n++ {
 		if len(order) == 0 {
@@ -141,8 +145,13 @@ func runPowerCut(ctx context.Context, e *tenv) error {
 		where := order[0]
 		order = order[1:]
 		// Two thirds of a round's count: the later ones do not come in
-		// every round.
+		// every round. The pacer saves when a window is spent, not at a
+		// fixed step: its cut is one of the four steps of a round's first
+		// save (create, fsync, rename, folder fsync).
 		k := 1 + e.rng.IntN(max(1, calib[where]*2/3))
+		if where == "pacer" {
+			k = 1 + e.rng.IntN(4)
+		}
 		if err := r.drop(perRound); err != nil {
 			return err
 		}
@@ -151,6 +160,10 @@ func runPowerCut(ctx context.Context, e *tenv) error {
 		if exit := r.exitedAlone(); exit != "" {
 			exits++
 			e.note("cut %3d: EXITED on its own before the cut: %s", n, exit)
+		}
+		if r.killedFromOutside() {
+			outside++
+			e.note("cut %3d: the daemon was SIGKILLed by another process on this machine before the cut", n)
 		}
 		if cutAt == "" {
 			idle++
@@ -173,13 +186,27 @@ func runPowerCut(ctx context.Context, e *tenv) error {
 		line := fmt.Sprintf("cut %3d at %s; dropped %s; %s", n, cutAt, dropped, outcome)
 		e.note("%s", line)
 		e.logf("torture: %s: %s", e.name, line)
-		if exit := r.exitedAlone(); exit != "" {
+		exit := r.exitedAlone()
+		if exit != "" {
 			exits++
 			e.note("cut %3d: EXITED on its own after the restart: %s; started again", n, exit)
+		}
+		if r.killedFromOutside() {
+			outside++
+			e.note("cut %3d: the daemon was SIGKILLed by another process on this machine after the restart; started again", n)
+			exit = "outside"
+		}
+		if exit != "" {
 			if err := e.start(); err != nil {
 				return err
 			}
 		}
+	}
+	if outside > 0 {
+		e.note("SIGKILLs from outside this scenario: %d (another process on this machine; their rounds are cuts at an unplanned moment, and count as idle)", outside)
+	}
+	if r.voids > 0 {
+		e.note("remounts whose st_dev changed (another mount took the number; the daemon then takes its files for replaced ones): %d", r.voids)
 	}
 	// The last word: every file finished, however long its backoff.
 	r.waitFinished(ctx, r.files, 90*time.Second, 20*time.Second)
@@ -521,6 +548,52 @@ func (r *powerRig) apiCalls() int {
 	return n
 }
 
+// killedFromOutside says the daemon died of a SIGKILL this scenario did
+// not send.
+func (r *powerRig) killedFromOutside() bool {
+	d := r.e.d
+	select {
+	case <-d.Done():
+		return r.killed != d && KilledBySIGKILL(d.Err())
+	default:
+		return false
+	}
+}
+
+// mountDev is a mount's st_dev.
+func mountDev(f *lazyfs.FS) uint64 {
+	fi, err := os.Stat(f.Mountpoint())
+	if err != nil {
+		return 0
+	}
+	return uint64(fi.Sys().(*syscall.Stat_t).Dev)
+}
+
+// remount mounts f again with the st_dev it had: a disk keeps its device
+// number across a power cut, and the daemon knows files by it. Another
+// mount may take the number meanwhile: then it is tried again for 5 s.
+func (r *powerRig) remount(f *lazyfs.FS) error {
+	for try := 0; ; try++ {
+		if err := f.Mount(); err != nil {
+			return err
+		}
+		dev := mountDev(f)
+		if dev == r.dev[f.Name()] {
+			return nil
+		}
+		if try == 20 {
+			r.voids++
+			r.e.note("st_dev of mount %s changed from %d to %d across a remount (another mount took the number)", f.Name(), r.dev[f.Name()], dev)
+			r.dev[f.Name()] = dev
+			return nil
+		}
+		if err := f.Unmount(); err != nil {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // exitedAlone describes the daemon's exit when it ended by itself (not by
 // the cut's SIGKILL), "" while it runs or when killed.
 func (r *powerRig) exitedAlone() string {
@@ -589,7 +662,7 @@ func (r *powerRig) powerCycle() (string, error) {
 	}
 	r.m.PowerOn()
 	for _, f := range []*lazyfs.FS{r.a, r.b} {
-		if err := f.Mount(); err != nil {
+		if err := r.remount(f); err != nil {
 			return "", err
 		}
 	}
@@ -609,6 +682,7 @@ func (r *powerRig) kill() {
 		return
 	default:
 	}
+	r.killed = d
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)
 	r.m.Release() // a request the cut holds keeps the killed process from exiting
 	<-d.Done()

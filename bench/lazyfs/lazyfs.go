@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -276,40 +275,6 @@ func (f *FS) syncDir(p string, id uint64) error {
 		f.durable[id] = d
 	}
 	d.entries = entries
-	return nil
-}
-
-// Persist makes rel (a file or folder under the mount) and its parent
-// folders' entries for it durable, and nothing else: what a writer's own
-// fsync of the file and of that one entry would have made durable.
-func (f *FS) Persist(rel string) error {
-	f.m.mu.Lock()
-	defer f.m.mu.Unlock()
-	parent := uint64(rootID)
-	p := f.backing
-	parts := strings.Split(filepath.Clean(rel), string(filepath.Separator))
-	for i, name := range parts {
-		p = filepath.Join(p, name)
-		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err != nil {
-			return err
-		}
-		id := f.idOf(&st)
-		pd := f.durable[parent]
-		if pd == nil || pd.kind != kDir {
-			return fmt.Errorf("lazyfs: %s: parent folder not durable", rel)
-		}
-		pd.entries[name] = id
-		if d := f.durable[id]; i == len(parts)-1 || d == nil {
-			if d != nil && d.kind == kDir {
-				break // a folder keeps its durable entries
-			}
-			if _, err := f.snapshot(p, id, &st); err != nil {
-				return err
-			}
-		}
-		parent = id
-	}
 	return nil
 }
 
