@@ -61,6 +61,7 @@ type powerRig struct {
 	pubCount int
 	pubArmed bool
 
+	trace      []lazyfs.Op       // the counted operations since the last cut, up to this one
 	killed     *Daemon           // the daemon the last cut killed
 	dev        map[string]uint64 // st_dev of each mount, as at the first mount
 	voids      int               // remounts whose st_dev changed
@@ -666,6 +667,8 @@ func (r *powerRig) powerCycle() (string, error) {
 			return "", err
 		}
 	}
+	r.trace = nil
+	r.arm("", 0) // traced until the next cut, none armed yet
 	if len(parts) == 0 {
 		return "nothing", nil
 	}
@@ -732,7 +735,56 @@ func (r *powerRig) restart(ctx context.Context) (string, error) {
 	if len(news) == 0 {
 		return fmt.Sprintf("no new problem (%d from earlier cuts)", len(st.problems)+len(st.notes)), nil
 	}
+	for i, p := range news {
+		if strings.HasPrefix(p, "LOST ") {
+			news[i] += "; operations on its folders since the last cut: " + r.traceOf(strings.Fields(p)[1])
+		}
+	}
 	return strings.Join(news, "; "), nil
+}
+
+// traceOf lists the counted operations between the last two cuts on the
+// folders of the file named name, its inbox folder and its success folder.
+func (r *powerRig) traceOf(name string) string {
+	var f powerFile
+	for _, g := range r.files {
+		if filepath.Base(g.rel) == name {
+			f = g
+		}
+	}
+	in := filepath.Dir(f.rel)
+	done, _ := filepath.Rel(r.a.Backing(), filepath.Dir(r.target(f)))
+	if f.cross {
+		done, _ = filepath.Rel(r.b.Backing(), filepath.Dir(r.target(f)))
+	}
+	var out []string
+	for _, op := range r.trace {
+		for _, p := range []string{op.Path, op.To} {
+			d := filepath.Dir(p)
+			if op.Kind == "fsyncdir" {
+				d = p
+			}
+			if p != "" && (d == in || d == done) {
+				who := ""
+				if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", op.Pid)); err == nil {
+					who = " (by the writer)"
+				}
+				out = append(out, op.FS+": "+op.Kind+" "+op.Path+arrowTo(op.To)+who)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+func arrowTo(to string) string {
+	if to == "" {
+		return ""
+	}
+	return " -> " + to
 }
 
 type powerState struct {
