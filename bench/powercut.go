@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"maps"
 	"net/http"
@@ -371,7 +372,7 @@ func (r *powerRig) classify(op lazyfs.Op) string {
 }
 
 // drop writes n files through the mount, one per watch folder in turn,
-// every third in a new subfolder, as a careful capture tool does: each
+// every third in a subfolder, as a careful capture tool does: each
 // under a temporary name, fsynced, renamed, and its folder fsynced (which
 // makes durable whatever else changed in that folder too).
 func (r *powerRig) drop(n int) error {
@@ -383,8 +384,11 @@ func (r *powerRig) drop(n int) error {
 			dir = r.inCross
 		}
 		if i%3 == 0 {
-			sub := filepath.Join(dir, fmt.Sprintf("batch-%03d", i))
-			if err := os.Mkdir(filepath.Join(r.a.Mountpoint(), sub), 0o755); err != nil {
+			// Two files of an inbox per subfolder, rounds apart: the first
+			// one's move makes the success subfolder, the second one's
+			// writer fsyncs the folder the first one left.
+			sub := filepath.Join(dir, fmt.Sprintf("batch-%03d", i/12))
+			if err := os.Mkdir(filepath.Join(r.a.Mountpoint(), sub), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 				return err
 			}
 			if err := fsyncPath(filepath.Join(r.a.Mountpoint(), dir)); err != nil {
