@@ -62,7 +62,8 @@ type powerRig struct {
 	pubCount int
 	pubArmed bool
 
-	trace      []lazyfs.Op       // the counted operations since the last cut, up to this one
+	trace      []lazyfs.Op       // the counted operations since the last cut
+	cutTrace   []lazyfs.Op       // trace as it was at the last cut
 	killed     *Daemon           // the daemon the last cut killed
 	dev        map[string]uint64 // st_dev of each mount, as at the first mount
 	voids      int               // remounts whose st_dev changed
@@ -671,7 +672,7 @@ func (r *powerRig) powerCycle() (string, error) {
 			return "", err
 		}
 	}
-	r.trace = nil
+	r.cutTrace, r.trace = r.trace, nil
 	r.arm("", 0) // traced until the next cut, none armed yet
 	if len(parts) == 0 {
 		return "nothing", nil
@@ -762,7 +763,7 @@ func (r *powerRig) traceOf(name string) string {
 		done, _ = filepath.Rel(r.b.Backing(), filepath.Dir(r.target(f)))
 	}
 	var out []string
-	for _, op := range r.trace {
+	for _, op := range r.cutTrace {
 		for _, p := range []string{op.Path, op.To} {
 			d := filepath.Dir(p)
 			if op.Kind == "fsyncdir" {
