@@ -29,14 +29,13 @@ import (
 // The power-cut scenario: the watch folders, both success folders and the
 // state dir live on lazyfs mounts (bench/lazyfs), which keep only what was
 // fsynced; a second mount holds the success folder of the cross-filesystem
-// moves. Each round drops two files (one per watch folder, some in a new
+// moves. Each round drops two files (one per watch folder, some in a
 // subfolder), arms a cut at the k-th operation of one kind (publish,
 // receipt, move, move across filesystems, pacer save, store commit; k
 // drawn from the seed), SIGKILLs the daemon at the cut, drops what was not
-// durable, remounts, restarts the daemon and waits for every file. Its
-// verdict line is
-//
-//	cuts N (per kind), files F, lost L, published twice D, failed starts S, unfinished U, seed X
+// durable, remounts, restarts the daemon and waits for the files. Its
+// verdict line (bench/README.md) counts the cuts by kind, the files lost,
+// published twice and unfinished, and the failed starts.
 
 // powerKinds are the places a cut is armed at, drawn in turn.
 var powerKinds = []string{"publish", "receipt", "move", "move-xfs", "pacer", "store"}
@@ -83,27 +82,20 @@ func runPowerCut(ctx context.Context, e *tenv) error {
 	cuts, perRound := e.count(12, 100), 2
 	r := &powerRig{e: e, perRound: perRound, m: lazyfs.NewMachine(), inSame: "inbox-same", inCross: "inbox-cross",
 		doneSame: "done", doneCross: "done-xfs", state: "state", shaCache: map[string]string{}, reported: map[string]bool{}}
-	var err error
-	if r.a, err = lazyfs.New(r.m, "a", filepath.Join(e.dir, "disk-a"), filepath.Join(e.dir, "mnt-a")); err != nil {
-		return err
-	}
-	if r.b, err = lazyfs.New(r.m, "b", filepath.Join(e.dir, "disk-b"), filepath.Join(e.dir, "mnt-b")); err != nil {
-		return err
-	}
 	// The folders an operator makes (the success folders' own subfolders
 	// are the daemon's to make), durable from the start.
-	for _, d := range []string{r.inSame, r.inCross, r.state, r.doneSame} {
-		if err := os.MkdirAll(filepath.Join(r.a.Backing(), d), 0o755); err != nil {
+	diskA, diskB := filepath.Join(e.dir, "disk-a"), filepath.Join(e.dir, "disk-b")
+	for _, d := range []string{filepath.Join(diskA, r.inSame), filepath.Join(diskA, r.inCross),
+		filepath.Join(diskA, r.state), filepath.Join(diskA, r.doneSame), filepath.Join(diskB, r.doneCross)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(r.b.Backing(), r.doneCross), 0o755); err != nil {
+	var err error
+	if r.a, err = lazyfs.New(r.m, "a", diskA, filepath.Join(e.dir, "mnt-a")); err != nil {
 		return err
 	}
-	if r.a, err = lazyfs.New(r.m, "a", r.a.Backing(), r.a.Mountpoint()); err != nil {
-		return err
-	}
-	if r.b, err = lazyfs.New(r.m, "b", r.b.Backing(), r.b.Mountpoint()); err != nil {
+	if r.b, err = lazyfs.New(r.m, "b", diskB, filepath.Join(e.dir, "mnt-b")); err != nil {
 		return err
 	}
 	if err := r.a.Mount(); err != nil {
@@ -326,14 +318,15 @@ func (r *powerRig) arm(where string, k int) {
 	r.m.Arm(r.hook)
 }
 
-// hook counts the operations that change names or make things durable
-// (writes and attribute changes are not counted) by kind; called under the
+// hook counts and traces the operations that change names or make things
+// durable (not writes and attribute changes) by kind; called under the
 // machine's lock.
 func (r *powerRig) hook(op lazyfs.Op) bool {
 	kind := r.classify(op)
 	if op.Kind == "write" || op.Kind == "setattr" {
 		return false
 	}
+	r.trace = append(r.trace, op)
 	r.seen[kind]++
 	return kind == r.where && r.seen[kind] == r.k
 }
@@ -909,8 +902,8 @@ func (r *powerRig) verdict(cuts int, byKind map[string]int, idle, failedStarts, 
 	if done < cuts {
 		e.problem("only %d of %d cuts were made", done, cuts)
 	}
-	res.Summary = fmt.Sprintf("power-cut: cuts %d (%s, idle %d), files %d, lost %d, published twice %d, failed starts %d, exits on its own %d, unfinished %d (silent %d, named in a warning %d), seed %d",
-		done, strings.Join(kinds, ", "), idle, res.Files, st.lost, st.twice, failedStarts, exits, st.unfinished+st.reported, st.unfinished, st.reported, e.seed)
+	res.Summary = fmt.Sprintf("power-cut: cuts %d (%s, idle %d), files %d, lost %d, published twice %d, failed starts %d, exits on its own %d, unfinished %d (silent %d, named in a warning %d), seed %d (torture -seed %d with the same -only)",
+		done, strings.Join(kinds, ", "), idle, res.Files, st.lost, st.twice, failedStarts, exits, st.unfinished+st.reported, st.unfinished, st.reported, e.seed, e.o.Seed)
 	for _, p := range st.problems {
 		e.problem("%s", p)
 	}
