@@ -204,3 +204,41 @@ func TestCutStopsOperations(t *testing.T) {
 		t.Errorf("lost %v, want before and f", dr.Lost)
 	}
 }
+
+func TestWriteOnlySyncHardLinkAndSocketSurvive(t *testing.T) {
+	m := NewMachine()
+	f := mounted(t, m, "a")
+	mnt := f.Mountpoint()
+	p := filepath.Join(mnt, "wo")
+	fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteString("write-only"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Sync(); err != nil {
+		t.Fatalf("fsync of a write-only file: %v", err)
+	}
+	fh.Close()
+	if err := os.Link(p, filepath.Join(mnt, "wo2")); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(mnt, "s.sock")
+	if err := syscall.Mknod(sock, syscall.S_IFSOCK|0o600, 0); err != nil {
+		t.Fatal(err)
+	}
+	syncDir(t, mnt)
+	cut(t, m, f)
+	for _, name := range []string{"wo", "wo2"} {
+		if b, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || string(b) != "write-only" {
+			t.Errorf("%s after the cut: %q, %v", name, b, err)
+		}
+	}
+	if ino(t, p) != ino(t, filepath.Join(mnt, "wo2")) {
+		t.Error("the two links are two files after the cut")
+	}
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("socket after the cut: %v, %v", fi, err)
+	}
+}
