@@ -90,6 +90,7 @@ func scenarios() []scenario {
 		{"hostile-folder", runHostileFolder},
 		{"fleet-5", fullRunFleet(fleet5)},
 		{"fleet-5-tight", fullRunFleet(fleet5Tight)},
+		{"power-cut", runPowerCut},
 	}
 }
 
