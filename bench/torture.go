@@ -90,6 +90,8 @@ func scenarios() []scenario {
 		{"hostile-folder", runHostileFolder},
 		{"fleet-5", fullRunFleet(fleet5)},
 		{"fleet-5-tight", fullRunFleet(fleet5Tight)},
+		{"fleet-5-lost", fullRunFleet(fleet5Lost)},
+		{"fleet-5-load", fullRunFleet(fleet5Load)},
 	}
 }
 

@@ -188,6 +188,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
 	}
+	if next, parked, err := p.shareWait(j, sum); parked || err != nil {
+		return next, err
+	}
 	id := trustfs.IDOf(jf.fi)
 	params, err := p.publish.Load().resolve(j.Path, j.Root, j.ModTime)
 	if err != nil {

@@ -81,6 +81,7 @@ type Daemon struct {
 	systemd *sdNotifier      // sd_notify: READY, STATUS, WATCHDOG, STOPPING
 	events  *notify.Notifier // notify.webhook and after.exec
 	intake  *intake          // receipts adopted at intake, store recovery (intake.go)
+	fleet   *fleet           // the fleet's members on the watch folders; nil outside v1 with receipts (fleet.go)
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
@@ -135,6 +136,10 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	}
 	if d.events, err = d.newEvents(token.Value()); err != nil {
 		return nil, err
+	}
+	if cfg.API.Protocol == uploader.ProtocolV1 && cfg.After.Receipt {
+		d.fleet = newFleet(cfg.FleetIdentity(), func() []string { return d.config().WatchPaths() }, time.Now,
+			log.With().Str("component", "fleet").Logger())
 	}
 	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
@@ -200,6 +205,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
 		OnStoreRecovered:  d.storeRecovered,
 		PeerReceipt:       d.peerReceipt,
+		Fleet:             d.poolFleet(),
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			if d.o.OnTransition != nil {
@@ -306,6 +312,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	workers := newStage(context.WithoutCancel(ctx), fail)
 	defer workers.stop()
 	logResume(d.store, d.log)
+	if d.fleet != nil {
+		d.fleet.announce() // before the first claim: the peers see this daemon's share from its start
+		workers.start("fleet", d.fleet.run)
+	}
 	workers.start("workers", d.pool.Run)
 	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
 	workers.start("maintenance", func(ctx context.Context) error { d.maintain(ctx); return nil })
