@@ -23,14 +23,21 @@ type Fleet interface {
 }
 
 // Share bounds: shareFloor is the least patience for a silent peer;
-// shareCold is the patience before this daemon has published anything;
-// shareSamples is how many of its own publish gaps it keeps.
+// shareCold the patience before this daemon has shareMinGaps gaps between
+// its own publishes; shareSamples how many gaps it keeps.
 const (
-	shareFloor   = 15 * time.Second
+	shareFloor   = 30 * time.Second
 	shareCold    = 2 * time.Minute
+	shareMinGaps = 4
 	shareSamples = 32
 	shareFactor  = 3
 )
+
+// waitOn is the peer a job waits on and since when.
+type waitOn struct {
+	peer string
+	at   time.Time
+}
 
 // shares is a pool's view of its fleet's progress, in memory only.
 type shares struct {
@@ -39,13 +46,13 @@ type shares struct {
 	gaps     []time.Duration      // the latest gaps between its own publishes
 	progress map[string]time.Time // each peer's latest receipt seen
 	lost     map[string]string    // peers taken for lost, by the nonce they had
-	since    map[uint64]time.Time // jobs waiting on a peer, since
+	since    map[uint64]waitOn    // jobs waiting on a peer: which, since when
 	taken    map[uint64]bool      // jobs taken over from a lost peer
 }
 
 func newShares(now time.Time) *shares {
 	return &shares{lastOwn: now, progress: map[string]time.Time{}, lost: map[string]string{},
-		since: map[uint64]time.Time{}, taken: map[uint64]bool{}}
+		since: map[uint64]waitOn{}, taken: map[uint64]bool{}}
 }
 
 // published records one of this daemon's own publishes.
@@ -63,9 +70,9 @@ func (s *shares) published(now time.Time) {
 
 // bound is how long a peer may go without a receipt before its share is
 // taken: shareFactor × the 90th percentile of this daemon's own gaps
-// between publishes, at least shareFloor; shareCold without any.
+// between publishes, at least shareFloor; shareCold with too few.
 func (s *shares) bound() time.Duration {
-	if len(s.gaps) == 0 {
+	if len(s.gaps) < shareMinGaps {
 		return shareCold
 	}
 	g := slices.Sorted(slices.Values(s.gaps))
@@ -102,23 +109,19 @@ func shareRank(j state.Job, m string) uint64 {
 }
 
 // owner is the member whose share j's file is in, among members not taken
-// for lost, and whether the file was first in a lost member's share.
-func (s *shares) owner(j state.Job, members map[string]string) (owner string, fromLost bool) {
-	var best, bestAll uint64
-	var all string
+// for lost.
+func (s *shares) owner(j state.Job, members map[string]string) string {
+	var owner string
+	var best uint64
 	for m, nonce := range members {
-		r := shareRank(j, m)
-		if all == "" || r < bestAll {
-			all, bestAll = m, r
-		}
 		if n, ok := s.lost[m]; ok && n == nonce {
 			continue
 		}
-		if owner == "" || r < best {
+		if r := shareRank(j, m); owner == "" || r < best {
 			owner, best = m, r
 		}
 	}
-	return owner, owner != all
+	return owner
 }
 
 // shareWait parks a queued job, hashed as sum, whose file is in a live
@@ -136,10 +139,13 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		peer, fromLost := s.owner(j, members)
+		peer := s.owner(j, members)
+		w, waited := s.since[j.ID]
 		if peer == self {
+			// A file first in a peer's share is that peer's no longer:
+			// its session, if any, is taken over at once.
 			delete(s.since, j.ID)
-			s.taken[j.ID] = fromLost
+			s.taken[j.ID] = waited
 			return j, false, nil
 		}
 		checked := j
@@ -154,12 +160,16 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 		if !errors.Is(rerr, ErrNoPeerReceipt) {
 			return j, false, nil
 		}
-		since, ok := s.since[j.ID]
-		if !ok {
-			since, s.since[j.ID] = now, now
-		}
 		b := s.bound()
-		from := since
+		if !waited || w.peer != peer {
+			// A share that moved: its new owner may be a bound late to see why.
+			w = waitOn{peer: peer, at: now}
+			if waited {
+				w.at = now.Add(b)
+			}
+			s.since[j.ID] = w
+		}
+		from := w.at
 		if at := s.progress[peer]; at.After(from) {
 			from = at
 		}

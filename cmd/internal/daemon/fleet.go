@@ -21,14 +21,15 @@ import (
 
 // A fleet's daemons announce themselves in fleetDir at the top of each
 // watch folder, one file each, named by member key, holding the nonce of
-// the member's start and touched every fleetBeat; a file not touched for
-// fleetStale is a member gone.
+// the member's start and written every fleetBeat. A file older than
+// fleetStale beside this daemon's own (both stamped by the folder's file
+// server, whatever the hosts' clocks say) is a member gone.
 const (
 	fleetDir    = ".splatd-fleet"
 	fleetSuffix = ".splatd-peer"
-	fleetBeat   = 10 * time.Second
-	fleetStale  = 6 * fleetBeat
-	fleetReread = 2 * time.Second
+	fleetBeat   = 5 * time.Second
+	fleetStale  = 3 * fleetBeat
+	fleetReread = time.Second
 	fleetMax    = 64 // members read from one folder at most
 )
 
@@ -103,20 +104,30 @@ func (f *fleet) readMembers(root string) map[string]string {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return out
 	}
+	stamps := map[string]time.Time{}
 	for _, e := range entries {
 		key, ok := strings.CutSuffix(e.Name(), fleetSuffix)
 		if !ok || !memberKey(key) || !e.Type().IsRegular() {
 			continue
 		}
 		fi, err := e.Info()
-		if err != nil || f.now().Sub(fi.ModTime()) > fleetStale {
+		if err != nil {
 			continue
 		}
 		b, err := trustfs.ReadSmall(root, filepath.Join(root, fleetDir, e.Name()), 64)
 		if err != nil {
 			continue
 		}
-		out[key] = strings.TrimSpace(string(b))
+		out[key], stamps[key] = strings.TrimSpace(string(b)), fi.ModTime()
+	}
+	own, ok := stamps[f.self]
+	if !ok {
+		own = f.now()
+	}
+	for key, at := range stamps {
+		if own.Sub(at) > fleetStale {
+			delete(out, key)
+		}
 	}
 	return out
 }
