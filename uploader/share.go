@@ -31,6 +31,10 @@ const (
 	shareMinGaps = 4
 	shareSamples = 32
 	shareFactor  = 3
+	// shareLooks is how many times per bound a waiting job reads its
+	// receipt (a look is a commit; a waiter's receipt is no fleet's
+	// critical path).
+	shareLooks = 6
 )
 
 // waitOn is the peer a job waits on and since when.
@@ -176,7 +180,7 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 		left := from.Add(b).Sub(now)
 		if left > 0 {
 			j.SHA256 = sum
-			j.NextAttempt = now.Add(min(p.o.Poll.Interval, left))
+			j.NextAttempt = now.Add(min(max(p.o.Poll.Interval, b/shareLooks), left))
 			j.LastError, j.LastStatus = "", 0
 			j.Parked = fmt.Sprintf("in fleet peer %s's share: waiting for its receipt (taken over if that peer sends none for %s more)", peer, left.Round(time.Second))
 			return j, true, nil

@@ -65,7 +65,7 @@ func TestShareWaitTakesAPeersOutcomeFromItsReceipt(t *testing.T) {
 		}
 		return PeerOutcome{SplatID: "peer-splat", Receipt: j.Path + ".splat.json"}, nil
 	}
-	runPool(t, o)
+	pool := runPool(t, o)
 	e.waitFor("the job parked in the peer's share", func() bool {
 		clock.add(time.Millisecond)
 		j := e.job(path)
@@ -76,7 +76,8 @@ func TestShareWaitTakesAPeersOutcomeFromItsReceipt(t *testing.T) {
 	}
 	published.Store(true)
 	e.waitFor("the job done from the receipt", func() bool {
-		clock.add(10 * time.Millisecond)
+		clock.add(100 * time.Millisecond)
+		pool.Wake() // its idle wait is on the real clock
 		return e.job(path).Stage == state.Done
 	})
 	j, st := e.job(path), e.sim.Stats()
@@ -103,7 +104,7 @@ func TestShareOfASilentPeerTakenOver(t *testing.T) {
 	o.Now = clock.Now
 	o.Fleet = testFleet{peer: peerOwning(t, e.job(path))}
 	o.PeerReceipt = func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }
-	runPool(t, o)
+	pool := runPool(t, o)
 	e.waitFor("the job parked in the peer's share", func() bool {
 		clock.add(time.Millisecond)
 		return strings.Contains(e.job(path).Parked, "share")
@@ -111,6 +112,7 @@ func TestShareOfASilentPeerTakenOver(t *testing.T) {
 	clock.add(shareCold)
 	e.waitFor("the job done", func() bool {
 		clock.add(10 * time.Millisecond)
+		pool.Wake() // its idle wait is on the real clock
 		return e.job(path).Stage == state.Done
 	})
 	if j := e.job(path); fromPeer(j) || j.SplatID == "" {
