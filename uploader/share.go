@@ -18,8 +18,9 @@ type Fleet interface {
 	// Self is this daemon's member key.
 	Self() string
 	// Members are the live members announced on root (this daemon among
-	// them), each with the nonce of its current start.
-	Members(root string) map[string]string
+	// them), each with the nonce of its current start; known is false
+	// while they cannot be known yet (just started).
+	Members(root string) (members map[string]string, known bool)
 }
 
 // Share bounds: shareFloor is the least patience for a silent peer;
@@ -138,7 +139,13 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 		return j, false, nil
 	}
 	s, self, now := p.shares, f.Self(), p.o.Now()
-	members := f.Members(j.Root)
+	members, known := f.Members(j.Root)
+	if !known {
+		j.SHA256 = sum
+		j.NextAttempt = now.Add(max(p.o.Poll.Interval, time.Second))
+		j.Parked = "waiting for the fleet's members to announce themselves (this daemon just started)"
+		return j, true, nil
+	}
 	members[self] = ""
 	s.mu.Lock()
 	defer s.mu.Unlock()

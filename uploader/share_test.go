@@ -15,8 +15,8 @@ import (
 type testFleet struct{ peer string }
 
 func (testFleet) Self() string { return "self" }
-func (f testFleet) Members(string) map[string]string {
-	return map[string]string{"self": "", f.peer: "n1"}
+func (f testFleet) Members(string) (map[string]string, bool) {
+	return map[string]string{"self": "", f.peer: "n1"}, true
 }
 
 // peerOwning returns a member name that owns j's file against "self".

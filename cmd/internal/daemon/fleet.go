@@ -21,14 +21,15 @@ import (
 
 // A fleet's daemons announce themselves in fleetDir at the top of each
 // watch folder, one file each, named by member key, holding the nonce of
-// the member's start and written every fleetBeat. A file older than
-// fleetStale beside this daemon's own (both stamped by the folder's file
-// server, whatever the hosts' clocks say) is a member gone.
+// the member's start and written every fleetBeat. A member whose file did
+// not change while this daemon wrote its own fleetMissed times is gone:
+// counted in this daemon's own beats, so a reader that stalls (a loaded
+// host) does not take everyone else for gone as it wakes.
 const (
 	fleetDir    = ".splatd-fleet"
 	fleetSuffix = ".splatd-peer"
 	fleetBeat   = 5 * time.Second
-	fleetStale  = 3 * fleetBeat
+	fleetMissed = 3
 	fleetReread = time.Second
 	fleetMax    = 64 // members read from one folder at most
 )
@@ -39,15 +40,23 @@ type fleet struct {
 	roots       func() []string
 	now         func() time.Time
 	log         zerolog.Logger
+	started     time.Time
 
 	mu   sync.Mutex
-	read map[string]fleetView
+	read map[string]*fleetView
 }
 
 // fleetView is one folder's members as last read.
 type fleetView struct {
-	members map[string]string
+	members map[string]*member
 	at      time.Time
+}
+
+// member is one announcement file as last read.
+type member struct {
+	nonce  string
+	stamp  time.Time
+	missed int // this daemon's beats since the file last changed
 }
 
 var _ uploader.Fleet = (*fleet)(nil)
@@ -56,7 +65,7 @@ var _ uploader.Fleet = (*fleet)(nil)
 func newFleet(identity string, roots func() []string, now func() time.Time, log zerolog.Logger) *fleet {
 	sum := sha256.Sum256([]byte(identity))
 	return &fleet{self: hex.EncodeToString(sum[:8]), nonce: strconv.FormatInt(now().UnixNano(), 36),
-		roots: roots, now: now, log: log, read: map[string]fleetView{}}
+		roots: roots, now: now, log: log, started: now(), read: map[string]*fleetView{}}
 }
 
 // poolFleet is the pool's Fleet: nil without one.
@@ -70,42 +79,42 @@ func (d *Daemon) poolFleet() uploader.Fleet {
 // Self is this daemon's member key.
 func (f *fleet) Self() string { return f.self }
 
-// Members are root's live members, read again at most every fleetReread.
-func (f *fleet) Members(root string) map[string]string {
+// Members are root's live members, read again at most every fleetReread;
+// known is false for one beat after the start, while the members started
+// with this daemon may not have announced themselves yet.
+func (f *fleet) Members(root string) (members map[string]string, known bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	v, ok := f.read[root]
-	if !ok || f.now().Sub(v.at) >= fleetReread {
-		v = fleetView{members: f.readMembers(root), at: f.now()}
-		f.read[root] = v
+	v := f.view(root)
+	if f.now().Sub(v.at) >= fleetReread {
+		f.refresh(root, v, false)
 	}
 	out := make(map[string]string, len(v.members))
-	for k, n := range v.members {
-		out[k] = n
+	for k, m := range v.members {
+		if m.missed < fleetMissed {
+			out[k] = m.nonce
+		}
 	}
-	return out
+	return out, f.now().Sub(f.started) >= fleetBeat
 }
 
-// readMembers lists root's announcement files touched within fleetStale;
-// anything else in fleetDir is ignored (the folder is not trusted).
-func (f *fleet) readMembers(root string) map[string]string {
-	out := map[string]string{}
-	r, err := trustfs.OpenRoot(root)
-	if err != nil {
-		return out
+// view is root's view, made empty on first use.
+func (f *fleet) view(root string) *fleetView {
+	v, ok := f.read[root]
+	if !ok {
+		v = &fleetView{members: map[string]*member{}}
+		f.read[root] = v
 	}
-	defer r.Close()
-	d, err := r.Open(fleetDir)
-	if err != nil {
-		return out
-	}
-	defer d.Close()
-	entries, err := d.ReadDir(fleetMax)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return out
-	}
-	stamps := map[string]time.Time{}
-	for _, e := range entries {
+	return v
+}
+
+// refresh reads root's announcement files into v; beat counts one of this
+// daemon's writes against the files that did not change since the last.
+// Anything else in fleetDir is ignored (the folder is not trusted).
+func (f *fleet) refresh(root string, v *fleetView, beat bool) {
+	v.at = f.now()
+	seen := map[string]bool{}
+	for _, e := range f.entries(root) {
 		key, ok := strings.CutSuffix(e.Name(), fleetSuffix)
 		if !ok || !memberKey(key) || !e.Type().IsRegular() {
 			continue
@@ -114,22 +123,44 @@ func (f *fleet) readMembers(root string) map[string]string {
 		if err != nil {
 			continue
 		}
+		seen[key] = true
+		m, ok := v.members[key]
+		if ok && fi.ModTime().Equal(m.stamp) {
+			if beat {
+				m.missed++
+			}
+			continue
+		}
 		b, err := trustfs.ReadSmall(root, filepath.Join(root, fleetDir, e.Name()), 64)
 		if err != nil {
 			continue
 		}
-		out[key], stamps[key] = strings.TrimSpace(string(b)), fi.ModTime()
+		v.members[key] = &member{nonce: strings.TrimSpace(string(b)), stamp: fi.ModTime()}
 	}
-	own, ok := stamps[f.self]
-	if !ok {
-		own = f.now()
-	}
-	for key, at := range stamps {
-		if own.Sub(at) > fleetStale {
-			delete(out, key)
+	for key := range v.members {
+		if !seen[key] {
+			delete(v.members, key) // withdrawn
 		}
 	}
-	return out
+}
+
+// entries lists root's fleetDir, at most fleetMax entries.
+func (f *fleet) entries(root string) []fs.DirEntry {
+	r, err := trustfs.OpenRoot(root)
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	d, err := r.Open(fleetDir)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	entries, err := d.ReadDir(fleetMax)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil
+	}
+	return entries
 }
 
 // memberKey reports whether s is a member key: 16 lowercase hex digits.
@@ -158,6 +189,9 @@ func (f *fleet) announce() {
 			f.log.Warn().Err(err).Str("folder", root).Msg("cannot announce this daemon to its fleet")
 		}
 		r.Close()
+		f.mu.Lock()
+		f.refresh(root, f.view(root), true)
+		f.mu.Unlock()
 	}
 }
 

@@ -10,25 +10,27 @@ import (
 )
 
 // TestFleetMembers: each daemon's announcement is read by the others with
-// its start's nonce; one not written for fleetStale beside the reader's
-// own, anything not named as a member (a link, a folder, another name),
-// and a withdrawn one are not members.
+// its start's nonce, after one beat from the start; one that did not change
+// while the reader wrote its own fleetMissed times, anything not named as
+// a member (a link, a folder, another name), and a withdrawn one are not
+// members.
 func TestFleetMembers(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	roots := func() []string { return []string{root} }
-	now := time.Now
+	start := time.Now()
+	clock := start
+	now := func() time.Time { return clock }
 	a := newFleet("host-a:/state", roots, now, zerolog.Nop())
 	b := newFleet("host-b:/state", roots, now, zerolog.Nop())
 	gone := newFleet("host-c:/state", roots, now, zerolog.Nop())
-	for _, f := range []*fleet{a, b, gone} {
+	for _, f := range []*fleet{gone, b, a} {
 		f.announce()
 	}
-	dir := filepath.Join(root, fleetDir)
-	old := time.Now().Add(-fleetStale - time.Second)
-	if err := os.Chtimes(gone.file(root), old, old); err != nil {
-		t.Fatal(err)
+	if _, known := a.Members(root); known {
+		t.Error("members known at the start, want after one beat")
 	}
+	dir := filepath.Join(root, fleetDir)
 	outside := filepath.Join(t.TempDir(), "x")
 	if err := os.WriteFile(outside, []byte("n\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -42,13 +44,22 @@ func TestFleetMembers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "not-a-member"+fleetSuffix), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := a.Members(root)
-	if len(got) != 2 || got[a.self] != a.nonce || got[b.self] != b.nonce {
-		t.Fatalf("members %v, want %s=%s and %s=%s", got, a.self, a.nonce, b.self, b.nonce)
+	for i := range fleetMissed {
+		clock = start.Add(time.Duration(i+1) * fleetBeat)
+		stamp := start.Add(time.Duration(i+1) * time.Second) // the file server's clock, not ours
+		b.announce()
+		if err := os.Chtimes(b.file(root), stamp, stamp); err != nil {
+			t.Fatal(err)
+		}
+		a.announce()
+	}
+	got, known := a.Members(root)
+	if !known || len(got) != 2 || got[a.self] != a.nonce || got[b.self] != b.nonce {
+		t.Fatalf("members %v (known %v), want %s=%s and %s=%s", got, known, a.self, a.nonce, b.self, b.nonce)
 	}
 	b.withdraw()
-	fresh := newFleet("host-a:/state", roots, now, zerolog.Nop()) // no cached read
-	if got := fresh.Members(root); len(got) != 1 {
+	clock = clock.Add(fleetReread)
+	if got, _ := a.Members(root); len(got) != 1 {
 		t.Errorf("after b withdrew: members %v, want a alone", got)
 	}
 }
