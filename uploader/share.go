@@ -27,11 +27,11 @@ type Fleet interface {
 // shareCold the patience before this daemon has shareMinGaps gaps between
 // its own publishes; shareSamples how many gaps it keeps.
 const (
-	shareFloor   = 30 * time.Second
+	shareFloor   = time.Minute
 	shareCold    = 2 * time.Minute
 	shareMinGaps = 4
 	shareSamples = 32
-	shareFactor  = 3
+	shareFactor  = 4
 	// shareLooks is how many times per bound a waiting job reads its
 	// receipt (a look is a commit; a waiter's receipt is no fleet's
 	// critical path).

@@ -120,7 +120,7 @@ func TestShareOfASilentPeerTakenOver(t *testing.T) {
 	}
 }
 
-// TestShareBound: the patience for a silent peer is three times the 90th
+// TestShareBound: the patience for a silent peer is four times the 90th
 // percentile of this daemon's own publish gaps, at least shareFloor, and
 // shareCold until it has shareMinGaps of them.
 func TestShareBound(t *testing.T) {
@@ -134,8 +134,8 @@ func TestShareBound(t *testing.T) {
 		at = at.Add(gap * time.Second)
 		s.published(at)
 	}
-	if got, want := s.bound(), 90*time.Second; got != want {
-		t.Errorf("bound %s, want %s (3 x the 90th percentile, 30 s)", got, want)
+	if got, want := s.bound(), 120*time.Second; got != want {
+		t.Errorf("bound %s, want %s (4 x the 90th percentile, 30 s)", got, want)
 	}
 	s = newShares(time.Unix(0, 0))
 	for i := range 5 {
