@@ -139,13 +139,7 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 		return j, false, nil
 	}
 	s, self, now := p.shares, f.Self(), p.o.Now()
-	members, known := f.Members(j.Root)
-	if !known {
-		j.SHA256 = sum
-		j.NextAttempt = now.Add(max(p.o.Poll.Interval, time.Second))
-		j.Parked = "waiting for the fleet's members to announce themselves (this daemon just started)"
-		return j, true, nil
-	}
+	members, _ := f.Members(j.Root)
 	members[self] = ""
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -193,9 +187,24 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 			return j, true, nil
 		}
 		s.lost[peer] = members[peer]
-		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("peer", peer).Dur("bound", b).
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("peer", peer).Float64("bound_s", b.Seconds()).
 			Msg("fleet peer sent no receipt within the bound: its share is taken over")
 	}
+}
+
+// shareStarting parks a queued job, before it is read, while the fleet's
+// members cannot be known yet (this daemon just started).
+func (p *Pool) shareStarting(j state.Job) (state.Job, bool) {
+	if p.o.Fleet == nil || p.o.PeerReceipt == nil || p.o.Protocol != ProtocolV1 || j.Root == "" {
+		return j, false
+	}
+	if _, known := p.o.Fleet.Members(j.Root); known {
+		return j, false
+	}
+	j.NextAttempt = p.o.Now().Add(max(p.o.Poll.Interval, time.Second))
+	j.LastError, j.LastStatus = "", 0
+	j.Parked = "waiting for the fleet's members to announce themselves (this daemon just started)"
+	return j, true
 }
 
 // peerDone ends queued job j as done with the outcome a peer's receipt

@@ -127,6 +127,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if splatfile.IsSOGFolder(j.Path) {
 		return p.stepCheckFolder(ctx, j)
 	}
+	if next, parked := p.shareStarting(j); parked {
+		return next, nil
+	}
 	p.held.drop(j.ID)
 	jf, err := p.openJob(j)
 	if err != nil {

@@ -206,8 +206,10 @@ func (f *fleet) withdraw() {
 	}
 }
 
-// run announces this daemon every fleetBeat until ctx ends, then withdraws.
-func (f *fleet) run(ctx context.Context) error {
+// run announces this daemon every fleetBeat while its work is not paused
+// (a refused token): a paused daemon withdraws, and its share goes to the
+// others. It withdraws when ctx ends.
+func (f *fleet) run(ctx context.Context, paused func() bool) error {
 	t := time.NewTicker(fleetBeat)
 	defer t.Stop()
 	for {
@@ -216,7 +218,11 @@ func (f *fleet) run(ctx context.Context) error {
 			f.withdraw()
 			return nil
 		case <-t.C:
-			f.announce()
+			if paused() {
+				f.withdraw()
+			} else {
+				f.announce()
+			}
 		}
 	}
 }
