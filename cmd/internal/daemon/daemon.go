@@ -314,7 +314,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	logResume(d.store, d.log)
 	if d.fleet != nil {
 		d.fleet.announce() // before the first claim: the peers see this daemon's share from its start
-		workers.start("fleet", func(ctx context.Context) error { return d.fleet.run(ctx, func() bool { return d.pool.Paused() != nil }) })
+		workers.start("fleet", func(ctx context.Context) error {
+			return d.fleet.run(ctx, func() bool { return d.pool.Paused() != nil })
+		})
 	}
 	workers.start("workers", d.pool.Run)
 	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
