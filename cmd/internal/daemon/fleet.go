@@ -42,8 +42,9 @@ type fleet struct {
 	log         zerolog.Logger
 	started     time.Time
 
-	mu   sync.Mutex
-	read map[string]*fleetView
+	mu      sync.Mutex
+	read    map[string]*fleetView
+	failing map[string]bool // folders whose announcement last failed (logged once)
 }
 
 // fleetView is one folder's members as last read.
@@ -65,7 +66,7 @@ var _ uploader.Fleet = (*fleet)(nil)
 func newFleet(identity string, roots func() []string, now func() time.Time, log zerolog.Logger) *fleet {
 	sum := sha256.Sum256([]byte(identity))
 	return &fleet{self: hex.EncodeToString(sum[:8]), nonce: strconv.FormatInt(now().UnixNano(), 36),
-		roots: roots, now: now, log: log, started: now(), read: map[string]*fleetView{}}
+		roots: roots, now: now, log: log, started: now(), read: map[string]*fleetView{}, failing: map[string]bool{}}
 }
 
 // poolFleet is the pool's Fleet: nil without one.
@@ -183,13 +184,18 @@ func (f *fleet) announce() {
 		if err != nil {
 			continue
 		}
-		if err := r.Mkdir(fleetDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			f.log.Warn().Err(err).Str("folder", root).Msg("cannot announce this daemon to its fleet")
-		} else if err := trustfs.WriteAtomic(root, f.file(root), []byte(f.nonce+"\n"), 0o644); err != nil {
-			f.log.Warn().Err(err).Str("folder", root).Msg("cannot announce this daemon to its fleet")
+		err = r.Mkdir(fleetDir, 0o755)
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			err = trustfs.WriteAtomic(root, f.file(root), []byte(f.nonce+"\n"), 0o644)
 		}
 		r.Close()
 		f.mu.Lock()
+		if failed := err != nil; failed != f.failing[root] {
+			f.failing[root] = failed
+			if failed {
+				f.log.Warn().Err(err).Str("folder", root).Msg("cannot announce this daemon to its fleet; its peers do not leave it a share")
+			}
+		}
 		f.refresh(root, f.view(root), true)
 		f.mu.Unlock()
 	}
