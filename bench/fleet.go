@@ -47,13 +47,9 @@ const fleetLoseAt = 0.3
 
 // The fleets of the figures, on the account of its report: 12
 // completes (strict) and 288 other requests (normal) per 10 s; 3 daemons on
-// 30 files and 5 on 60. The -tight variants put the same fleets on a strict
-// limit of 5, as in the pacing figures: fleet-tight has the same targets;
-// fleet-5-tight is a stress figure whose 429s are noted, not a target (five
-// daemons then have one complete each per window, and each window's first
-// requests alone fill it).
-// fleet-5-lost loses one daemon for good; fleet-5-load is fleet-5 beside
-// a CPU hog (a busy loop per core).
+// 30 files and 5 on 60. -tight: a strict limit of 5 (fleet-5-tight is a
+// stress figure: its 429s are noted). -lost: one daemon lost for good.
+// -load: beside a busy loop per core.
 var (
 	fleet3      = fleetSpec{daemons: 3, files: 30, quickFiles: 10, strict: 12, normal: 288, max429: 3, maxTime: 1.1, maxCreates: 1.2, maxRequests: 8}
 	fleet3Tight = fleetSpec{daemons: 3, files: 30, quickFiles: 10, strict: 5, normal: apisim.DefaultNormalLimit, max429: 3, maxTime: 1.3}
