@@ -91,6 +91,8 @@ func scenarios() []scenario {
 		{"fleet-5", fullRunFleet(fleet5)},
 		{"fleet-5-tight", fullRunFleet(fleet5Tight)},
 		{"power-cut", runPowerCut},
+		{"fleet-5-lost", fullRunFleet(fleet5Lost)},
+		{"fleet-5-load", fullRunFleet(fleet5Load)},
 	}
 }
 

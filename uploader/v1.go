@@ -216,7 +216,7 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	// 201: ours. 200 to our first create under this key: a peer's. 200
 	// after an earlier create of ours whose answer never came: most likely
 	// ours, and treating it so costs at worst some parts sent twice.
-	v.Owned = created || v.Creates > 1
+	v.Owned = created || v.Creates > 1 || p.shares.takenOver(j.ID)
 	ev := p.log.Debug()
 	if !v.Owned {
 		ev = p.log.Info()

@@ -130,6 +130,9 @@ type PoolOptions struct {
 	// fleet, and a peer's completed session is learned by replaying
 	// complete. A job waits PeerWait at most for a receipt (peer.go).
 	PeerReceipt func(j state.Job) (PeerOutcome, error)
+	// Fleet names the fleet's live members, whose shares of a shared
+	// folder this daemon leaves to them (share.go). Nil: no shares.
+	Fleet Fleet
 	// IncompleteTimeout fails a file still incomplete this long after it
 	// last changed (incomplete_timeout). Zero: 1 h; negative: never.
 	IncompleteTimeout time.Duration
@@ -201,6 +204,7 @@ type Pool struct {
 	after       afterState                      // failed after-actions and their retries (afterstage.go)
 	publish     atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
 	held        heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
+	shares      *shares                         // the fleet's progress (share.go)
 	slowEncoder sync.Once                       // logs once that the SOG encoder runs interpreted (encode.go)
 }
 
@@ -244,6 +248,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
 		kick:        make(chan struct{}, 1),
+		shares:      newShares(o.Now()),
 	}
 	p.publish.Store(&publishDefaults{params: o.Publish, paramsFor: o.Params, onUncertain: o.OnUncertain})
 	return p, nil
@@ -762,6 +767,10 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 		result = "duplicate"
 	}
 	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
+	p.shares.forget(j.ID)
+	if j.Stage == state.Done && j.DuplicateOf == 0 && j.Protocol == state.ProtocolV1 && !fromPeer(j) {
+		p.shares.published(p.o.Now())
+	}
 	p.finalize(ctx, j)
 }
 

@@ -127,6 +127,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if splatfile.IsSOGFolder(j.Path) {
 		return p.stepCheckFolder(ctx, j)
 	}
+	if next, parked := p.shareStarting(j); parked {
+		return next, nil
+	}
 	p.held.drop(j.ID)
 	jf, err := p.openJob(j)
 	if err != nil {
@@ -187,6 +190,9 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 		if !workerSame(fi2, j) {
 			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
 		}
+	}
+	if next, parked, err := p.shareWait(j, sum); parked || err != nil {
+		return next, err
 	}
 	id := trustfs.IDOf(jf.fi)
 	params, err := p.publish.Load().resolve(j.Path, j.Root, j.ModTime)

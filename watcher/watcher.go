@@ -496,7 +496,7 @@ func matchOne(p, name string) bool {
 // own files (sidecars, folder settings, receipts) never are, whatever the
 // patterns say.
 func (r *root) wants(name string) bool {
-	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") {
+	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") || strings.HasSuffix(own, ".splatd-peer") {
 		return false
 	}
 	return matchAny(r.include, name) && !matchAny(r.exclude, name)

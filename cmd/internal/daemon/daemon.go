@@ -83,6 +83,7 @@ type Daemon struct {
 	intake  *intake           // receipts adopted at intake, store recovery (intake.go)
 	damaged chan error        // the store met damage while running (store.go)
 	history *metrics.EventLog // the status page's event history
+	fleet   *fleet            // the fleet's members on the watch folders; nil outside v1 with receipts (fleet.go)
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
@@ -137,6 +138,10 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	d.ca = readCA(cfg)
 	if d.events, err = d.newEvents(token.Value()); err != nil {
 		return nil, err
+	}
+	if cfg.API.Protocol == uploader.ProtocolV1 && cfg.After.Receipt {
+		d.fleet = newFleet(cfg.FleetIdentity(), func() []string { return d.config().WatchPaths() }, time.Now,
+			log.With().Str("component", "fleet").Logger())
 	}
 	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
@@ -211,6 +216,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		OnStoreRecovered:  d.storeRecovered,
 		PeerReceipt:       d.peerReceipt,
 		ProbeAPI:          apiProbe,
+		Fleet:             d.poolFleet(),
 		Finish:            finishAndNotify(d.actions.Load, d.events),
 		OnTransition: func(j state.Job, from state.Stage) {
 			d.record(j, transitionText(j, from))
@@ -343,6 +349,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	workers := newStage(context.WithoutCancel(ctx), fail)
 	defer workers.stop()
 	logResume(d.store, d.log)
+	if d.fleet != nil {
+		d.fleet.announce() // before the first claim: the peers see this daemon's share from its start
+		workers.start("fleet", func(ctx context.Context) error {
+			return d.fleet.run(ctx, func() bool { return d.pool.Paused() != nil })
+		})
+	}
 	workers.start("workers", d.pool.Run)
 	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
 	workers.start("maintenance", func(ctx context.Context) error { d.maintain(ctx); return nil })

@@ -1,0 +1,234 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/watcher/trustfs"
+)
+
+// A fleet's daemons announce themselves in fleetDir at the top of each
+// watch folder, one file each, named by member key, holding the nonce of
+// the member's start and written every fleetBeat. A member whose file did
+// not change while this daemon wrote its own fleetMissed times is gone:
+// counted in this daemon's own beats, so a reader that stalls (a loaded
+// host) does not take everyone else for gone as it wakes.
+const (
+	fleetDir    = ".splatd-fleet"
+	fleetSuffix = ".splatd-peer"
+	fleetBeat   = 5 * time.Second
+	fleetMissed = 3
+	fleetReread = time.Second
+	fleetMax    = 64 // members read from one folder at most
+)
+
+// fleet is uploader.Fleet over the announcement files of the watch folders.
+type fleet struct {
+	self, nonce string
+	roots       func() []string
+	now         func() time.Time
+	log         zerolog.Logger
+	started     time.Time
+
+	mu      sync.Mutex
+	read    map[string]*fleetView
+	failing map[string]bool // folders whose announcement last failed (logged once)
+}
+
+// fleetView is one folder's members as last read.
+type fleetView struct {
+	members map[string]*member
+	at      time.Time
+}
+
+// member is one announcement file as last read.
+type member struct {
+	nonce  string
+	stamp  time.Time
+	missed int // this daemon's beats since the file last changed
+}
+
+var _ uploader.Fleet = (*fleet)(nil)
+
+// newFleet is the fleet of the daemon named identity on the roots.
+func newFleet(identity string, roots func() []string, now func() time.Time, log zerolog.Logger) *fleet {
+	sum := sha256.Sum256([]byte(identity))
+	return &fleet{self: hex.EncodeToString(sum[:8]), nonce: strconv.FormatInt(now().UnixNano(), 36),
+		roots: roots, now: now, log: log, started: now(), read: map[string]*fleetView{}, failing: map[string]bool{}}
+}
+
+// poolFleet is the pool's Fleet: nil without one.
+func (d *Daemon) poolFleet() uploader.Fleet {
+	if d.fleet == nil {
+		return nil
+	}
+	return d.fleet
+}
+
+// Self is this daemon's member key.
+func (f *fleet) Self() string { return f.self }
+
+// Members are root's live members, read again at most every fleetReread;
+// known is false for one beat after the start, while the members started
+// with this daemon may not have announced themselves yet.
+func (f *fleet) Members(root string) (members map[string]string, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := f.view(root)
+	if f.now().Sub(v.at) >= fleetReread {
+		f.refresh(root, v, false)
+	}
+	out := make(map[string]string, len(v.members))
+	for k, m := range v.members {
+		if m.missed < fleetMissed {
+			out[k] = m.nonce
+		}
+	}
+	return out, f.now().Sub(f.started) >= fleetBeat
+}
+
+// view is root's view, made empty on first use.
+func (f *fleet) view(root string) *fleetView {
+	v, ok := f.read[root]
+	if !ok {
+		v = &fleetView{members: map[string]*member{}}
+		f.read[root] = v
+	}
+	return v
+}
+
+// refresh reads root's announcement files into v; beat counts one of this
+// daemon's writes against the files that did not change since the last.
+// Anything else in fleetDir is ignored (the folder is not trusted).
+func (f *fleet) refresh(root string, v *fleetView, beat bool) {
+	v.at = f.now()
+	seen := map[string]bool{}
+	for _, e := range f.entries(root) {
+		key, ok := strings.CutSuffix(e.Name(), fleetSuffix)
+		if !ok || !memberKey(key) || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		seen[key] = true
+		m, ok := v.members[key]
+		if ok && fi.ModTime().Equal(m.stamp) {
+			if beat {
+				m.missed++
+			}
+			continue
+		}
+		b, err := trustfs.ReadSmall(root, filepath.Join(root, fleetDir, e.Name()), 64)
+		if err != nil {
+			continue
+		}
+		v.members[key] = &member{nonce: strings.TrimSpace(string(b)), stamp: fi.ModTime()}
+	}
+	for key := range v.members {
+		if !seen[key] {
+			delete(v.members, key) // withdrawn
+		}
+	}
+}
+
+// entries lists root's fleetDir, at most fleetMax entries.
+func (f *fleet) entries(root string) []fs.DirEntry {
+	r, err := trustfs.OpenRoot(root)
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	d, err := r.Open(fleetDir)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	entries, err := d.ReadDir(fleetMax)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil
+	}
+	return entries
+}
+
+// memberKey reports whether s is a member key: 16 lowercase hex digits.
+func memberKey(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// announce writes or touches this daemon's file in every watch folder.
+func (f *fleet) announce() {
+	for _, root := range f.roots() {
+		r, err := trustfs.OpenRoot(root)
+		if err != nil {
+			continue
+		}
+		err = r.Mkdir(fleetDir, 0o755)
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			err = trustfs.WriteAtomic(root, f.file(root), []byte(f.nonce+"\n"), 0o644)
+		}
+		r.Close()
+		f.mu.Lock()
+		if failed := err != nil; failed != f.failing[root] {
+			f.failing[root] = failed
+			if failed {
+				f.log.Warn().Err(err).Str("folder", root).Msg("cannot announce this daemon to its fleet; its peers do not leave it a share")
+			}
+		}
+		f.refresh(root, f.view(root), true)
+		f.mu.Unlock()
+	}
+}
+
+// file is this daemon's announcement file in root.
+func (f *fleet) file(root string) string { return filepath.Join(root, fleetDir, f.self+fleetSuffix) }
+
+// withdraw removes this daemon's file from every watch folder: its share
+// goes to the others at once.
+func (f *fleet) withdraw() {
+	for _, root := range f.roots() {
+		_ = trustfs.RemoveIf(root, f.file(root), trustfs.ID{})
+	}
+}
+
+// run announces this daemon every fleetBeat while its work is not paused
+// (a refused token): a paused daemon withdraws, and its share goes to the
+// others. It withdraws when ctx ends.
+func (f *fleet) run(ctx context.Context, paused func() bool) error {
+	t := time.NewTicker(fleetBeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			f.withdraw()
+			return nil
+		case <-t.C:
+			if paused() {
+				f.withdraw()
+			} else {
+				f.announce()
+			}
+		}
+	}
+}
