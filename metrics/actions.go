@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -39,31 +41,56 @@ type Action struct {
 const ActionKeyName = "status-key"
 
 // ActionKey returns the key kept in path, writing a new random one (mode
-// 0600) when the file does not exist.
+// 0600) when the file does not exist or holds no key (a power cut can leave
+// it empty): written to a temporary file, fsynced, renamed into place and
+// its folder fsynced.
 func ActionKey(path string) (string, error) {
 	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		raw := make([]byte, 24)
-		_, _ = rand.Read(raw)
-		key := hex.EncodeToString(raw)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return "", fmt.Errorf("status page key: %w", err)
-		}
-		if _, err := f.WriteString(key + "\n"); err != nil {
-			f.Close()
-			return "", fmt.Errorf("status page key: %w", err)
-		}
-		return key, f.Close()
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("status page key: %w", err)
 	}
-	key := strings.TrimSpace(string(b))
-	if len(key) < 16 {
-		return "", fmt.Errorf("status page key: %s holds fewer than 16 characters; delete it and a new key is made", path)
+	if key := strings.TrimSpace(string(b)); err == nil && len(key) >= 16 {
+		return key, nil
+	}
+	raw := make([]byte, 24)
+	_, _ = rand.Read(raw)
+	key := hex.EncodeToString(raw)
+	if err := writeKey(path, key+"\n"); err != nil {
+		return "", fmt.Errorf("status page key: %w", err)
 	}
 	return key, nil
+}
+
+// writeKey replaces path with data durably.
+func writeKey(path, data string) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 func newCSRF() string {
