@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
-	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -115,13 +113,15 @@ func TestPaletteBeatsRandom(t *testing.T) {
 	s, _ := scene(t, 20000, 3, 3)
 	d := RestCount(3)
 	k := 1024
-	cent, labels := kmeansPalette(context.Background(), s.Rest, s.N, d, k)
+	pal := fitPalette(context.Background(), s.Rest, s.N, d, k)
+	cent := pal.entries
 	if len(cent)/d > k || len(cent)/d < k/2 {
 		t.Fatalf("%d entries for k=%d", len(cent)/d, k)
 	}
 	ours := 0.0
 	for i := 0; i < s.N; i++ {
-		ours += float64(sqDist(s.Rest[i*d:(i+1)*d], cent[int(labels[i])*d:int(labels[i]+1)*d]))
+		l := pal.label(s.Rest[i*d : (i+1)*d])
+		ours += float64(sqDist(s.Rest[i*d:(i+1)*d], cent[int(l)*d:int(l+1)*d]))
 	}
 	r := rng(9)
 	random := make([]float32, 0, k*d)
@@ -247,39 +247,50 @@ func TestReadPLYNamesTheMissingSplat(t *testing.T) {
 	}
 }
 
-// TestTranscodeToSaysWhenTheReadEnds: TranscodeTo calls read once, when the
-// PLY's splats are read and before the SOG is written (the daemon shows
-// "compressing" from then), also for a PLY with bytes after its splats.
-func TestTranscodeToSaysWhenTheReadEnds(t *testing.T) {
+// TestTranscodeProgress: Progress counts the PLY's record bytes of every
+// pass, never backwards, up to its total, and nothing past the records is
+// read (the bytes after them are not the scene's).
+func TestTranscodeProgress(t *testing.T) {
 	t.Parallel()
-	_, ply := scene(t, 200, 1, 3)
-	ply = append(ply, make([]byte, 4096)...) // not read by the encoder
-	dst := filepath.Join(t.TempDir(), "out.sog")
-	in := &countingReader{r: bytes.NewReader(ply)}
+	_, ply := scene(t, 2000, 1, 3)
+	records := int64(2000 * recordLenFile(1))
+	ply = append(ply, make([]byte, 4096)...)
+	in := &countingReaderAt{r: bytes.NewReader(ply)}
+	var last, total int64
 	calls := 0
-	read := func() {
+	o := Options{Progress: func(done, tot int64) {
 		calls++
-		if _, err := os.Stat(dst); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("read called after the SOG was written: %v", err)
+		if done < last || tot != total && total != 0 || done > tot {
+			t.Errorf("progress %d of %d after %d of %d", done, tot, last, total)
 		}
-		in.atRead = in.n
-	}
-	if _, err := TranscodeTo(context.Background(), in, int64(len(ply)), dst, read); err != nil {
+		last, total = done, tot
+	}}
+	dst := filepath.Join(t.TempDir(), "out.sog")
+	if _, err := TranscodeTo(context.Background(), in, int64(len(ply)), dst, o); err != nil {
 		t.Fatal(err)
 	}
-	if calls != 1 || in.n != in.atRead {
-		t.Errorf("read called %d times, the input read %d bytes at the call and %d in all; want once, nothing after it", calls, in.atRead, in.n)
+	if calls < 2 || last != total || total%records != 0 || total < 2*records {
+		t.Errorf("%d calls, ended at %d of %d; want the total, a multiple of the %d record bytes", calls, last, total, records)
+	}
+	if max := int64(len(ply)) - 4096; in.end > max {
+		t.Errorf("read up to byte %d; the records end at %d", in.end, max)
 	}
 }
 
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r         io.Reader
-	n, atRead int
+// recordLenFile is the bytes of one WriteScene record at bands.
+func recordLenFile(bands int) int { return 4 * (17 + RestCount(bands)) }
+
+// countingReaderAt notes the furthest byte read through it.
+type countingReaderAt struct {
+	r   io.ReaderAt
+	mu  sync.Mutex
+	end int64
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += n
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.mu.Lock()
+	c.end = max(c.end, off+int64(n))
+	c.mu.Unlock()
 	return n, err
 }

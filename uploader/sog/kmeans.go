@@ -57,23 +57,71 @@ func paletteSize(n int) int {
 	return k
 }
 
-// kmeansPalette clusters the n rows of pts (d floats each) into at most k
-// entries; it returns the entries (row-major) and each row's entry.
-func kmeansPalette(ctx context.Context, pts []float32, n, d, k int) (centroids []float32, labels []uint32) {
+// palette is the SH palette and the tree it was built as: a splat's entry
+// is found by the descent its cell's points took.
+type palette struct {
+	entries []float32 // row-major, d floats an entry
+	d       int
+	root    *pnode
+}
+
+// pnode is a node of the palette's tree: an inner node's cells' centroids
+// and children (nil for a cell no point fell in), or a leaf's entries.
+type pnode struct {
+	coarse      []float32
+	kids        []*pnode
+	base, count int
+}
+
+// fitPalette clusters the n rows of pts (d floats each, a sample of the
+// splats) into at most k entries.
+func fitPalette(ctx context.Context, pts []float32, n, d, k int) *palette {
 	km := &kmeans{ctx: ctx, pts: pts, d: d, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	members := make([]uint32, n)
 	for i := range members {
 		members[i] = uint32(i)
 	}
-	labels = make([]uint32, n)
 	cs := km.node(members, k, 0x5eed, true, &scratch{})
+	p := &palette{d: d, root: cs.tree}
 	for _, c := range cs.entries {
-		centroids = append(centroids, c...)
+		p.entries = append(p.entries, c...)
 	}
-	for i, m := range members {
-		labels[m] = cs.labels[i]
+	base := 0
+	var number func(*pnode)
+	number = func(t *pnode) {
+		if t.coarse == nil {
+			t.base = base
+			base += t.count
+			return
+		}
+		for _, c := range t.kids {
+			if c != nil {
+				number(c)
+			}
+		}
 	}
-	return centroids, labels
+	number(p.root)
+	return p
+}
+
+// label is the entry of row: the leaf it descends to, the nearest cell at
+// each level, then the leaf's nearest entry.
+func (p *palette) label(row []float32) uint32 {
+	t := p.root
+	var buf [maxBranch]float32
+	for t.coarse != nil {
+		out := buf[:len(t.kids)]
+		sqDists(row, t.coarse, out)
+		best := -1
+		for c, dd := range out {
+			if t.kids[c] != nil && (best < 0 || dd < out[best]) {
+				best = c
+			}
+		}
+		t = t.kids[best]
+	}
+	c, _ := nearestDist(row, p.entries[t.base*p.d:(t.base+t.count)*p.d], p.d)
+	return uint32(t.base + c)
 }
 
 type kmeans struct {
@@ -83,11 +131,10 @@ type kmeans struct {
 	sem chan struct{} // bounds the goroutines of top-level cells
 }
 
-// clusters is a node's answer: its entries and, for each of its members
-// in the order given, the entry it belongs to.
+// clusters is a node's answer: its entries and its tree.
 type clusters struct {
 	entries [][]float32
-	labels  []uint32
+	tree    *pnode
 }
 
 func (km *kmeans) row(i uint32) []float32 { return km.pts[int(i)*km.d : int(i+1)*km.d] }
@@ -116,10 +163,9 @@ func grown[T any](s []T, n int) []T {
 func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scratch) clusters {
 	n := len(members)
 	if n <= k {
-		cs := clusters{labels: make([]uint32, n)}
-		for i, m := range members {
+		cs := clusters{tree: &pnode{count: n}}
+		for _, m := range members {
 			cs.entries = append(cs.entries, append([]float32(nil), km.row(m)...))
-			cs.labels[i] = uint32(i)
 		}
 		return cs
 	}
@@ -152,14 +198,10 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scrat
 		}()
 	}
 	wg.Wait()
-	// members now lists cell 0's points, then cell 1's, ... (groupBy).
-	out := clusters{labels: make([]uint32, 0, n)}
-	for _, res := range results {
-		base := uint32(len(out.entries))
+	out := clusters{tree: &pnode{coarse: coarse, kids: make([]*pnode, len(cells))}}
+	for c, res := range results {
 		out.entries = append(out.entries, res.entries...)
-		for _, l := range res.labels {
-			out.labels = append(out.labels, base+l)
-		}
+		out.tree.kids[c] = res.tree
 	}
 	return out
 }
@@ -169,10 +211,7 @@ func (km *kmeans) leaf(members []uint32, k int, seed uint64, sc *scratch) cluste
 	r := rng(seed)
 	pts := km.gather(members, sc)
 	cent := lloyd(pts, len(members), km.d, k, leafIters, &r, sc)
-	cs := clusters{labels: make([]uint32, len(members))}
-	for i := range members {
-		cs.labels[i] = uint32(nearest(pts[i*km.d:(i+1)*km.d], cent, km.d))
-	}
+	cs := clusters{tree: &pnode{count: len(cent) / km.d}}
 	for c := 0; c*km.d < len(cent); c++ {
 		cs.entries = append(cs.entries, cent[c*km.d:(c+1)*km.d])
 	}
