@@ -264,11 +264,7 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	e := &encoder{src: src, n: n, bands: src.bands(), rest: RestCount(src.bands()), o: o}
 	e.plan = makePlan(int64(n), e.bands, o.Memory)
 	e.tw, e.th = textureSize(n)
-	images := 6
-	if e.bands == 0 {
-		images = 5
-	}
-	e.passes = 1 + (images+e.plan.perPass-1)/e.plan.perPass
+	e.passes = 1 + len(e.passPlanes())
 	if !e.plan.keepPos {
 		e.passes++
 	}
@@ -318,19 +314,35 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	}
 	// The images in the bundle's (name) order; the centroids' image is
 	// made from the palette alone.
-	planes := e.planes()
-	for i := 0; i < len(planes); {
-		j := min(len(planes), i+e.plan.perPass)
-		imgs, err := e.fill(ctx, planes[i:j])
+	for _, ps := range e.passPlanes() {
+		imgs, err := e.fill(ctx, ps)
 		if err != nil {
 			return err
 		}
-		if err := e.compress(bw, planes[i:j], imgs, palImg); err != nil {
+		if err := e.compress(bw, ps, imgs, palImg); err != nil {
 			return err
 		}
-		i = j
 	}
 	return bw.close()
+}
+
+// passPlanes groups the planes into passes of at most plan.perPass images
+// (a plane's images are made in one pass).
+func (e *encoder) passPlanes() [][]plane {
+	var out [][]plane
+	var cur []plane
+	images := 0
+	for _, p := range e.planes() {
+		k := len(p.names)
+		if p.pixels == nil {
+			k = 0
+		}
+		if images > 0 && images+k > e.plan.perPass {
+			out, cur, images = append(out, cur), nil, 0
+		}
+		cur, images = append(cur, p), images+k
+	}
+	return append(out, cur)
 }
 
 // progress adds the bytes of records read to the encoding's count.
@@ -420,34 +432,45 @@ func (e *encoder) order(ctx context.Context) error {
 	return nil
 }
 
-// plane is one image: its name and each splat's pixel.
+// plane is one image or two (the means' bytes): their names and each
+// splat's pixels, from its index and record; nil for the palette's image,
+// made without a pass.
 type plane struct {
-	name string
-	// pixel is the splat of record rec's pixel; lab is the worker's own
-	// scratch for the palette search.
-	pixel func(rec []float32) uint32
+	names  []string
+	pixels func(i int, rec []float32, px []uint32)
 }
 
 func (e *encoder) planes() []plane {
-	ps := []plane{
-		{"means_l.webp", func(rec []float32) uint32 { return e.mean(rec, 0) }},
-		{"means_u.webp", func(rec []float32) uint32 { return e.mean(rec, 8) }},
-		{"quats.webp", quatPixel},
-		{"scales.webp", func(rec []float32) uint32 {
-			return 0xff000000 | uint32(e.scaleCB.nearest(rec[7]))<<16 | uint32(e.scaleCB.nearest(rec[8]))<<8 | uint32(e.scaleCB.nearest(rec[9]))
+	// The means' two images are made in one pass when two fit.
+	ps := []plane{{[]string{"means_l.webp", "means_u.webp"}, func(_ int, rec []float32, px []uint32) { px[0], px[1] = e.means(rec) }}}
+	if e.plan.perPass < 2 {
+		ps = []plane{
+			{[]string{"means_l.webp"}, func(_ int, rec []float32, px []uint32) { px[0], _ = e.means(rec) }},
+			{[]string{"means_u.webp"}, func(_ int, rec []float32, px []uint32) { _, px[0] = e.means(rec) }},
+		}
+	}
+	ps = append(ps, []plane{
+		{[]string{"quats.webp"}, func(_ int, rec []float32, px []uint32) { px[0] = quatPixel(rec) }},
+		{[]string{"scales.webp"}, func(_ int, rec []float32, px []uint32) {
+			px[0] = 0xff000000 | uint32(e.scaleCB.nearest(rec[7]))<<16 | uint32(e.scaleCB.nearest(rec[8]))<<8 | uint32(e.scaleCB.nearest(rec[9]))
 		}},
-		{"sh0.webp", func(rec []float32) uint32 {
+		{[]string{"sh0.webp"}, func(_ int, rec []float32, px []uint32) {
 			o := 255 / (1 + math.Exp(-float64(rec[6])))
 			if math.IsNaN(o) {
 				o = 0
 			}
-			return uint32(math.Round(o))<<24 | uint32(e.dcCB.nearest(rec[3]))<<16 | uint32(e.dcCB.nearest(rec[4]))<<8 | uint32(e.dcCB.nearest(rec[5]))
+			px[0] = uint32(math.Round(o))<<24 | uint32(e.dcCB.nearest(rec[3]))<<16 | uint32(e.dcCB.nearest(rec[4]))<<8 | uint32(e.dcCB.nearest(rec[5]))
 		}},
-	}
+	}...)
 	if e.bands > 0 {
-		ps = append(ps, plane{"shN_centroids.webp", nil}, plane{"shN_labels.webp", func(rec []float32) uint32 {
-			l := e.pal.label(rec[14:])
-			return 0xff000000 | (l&0xff)<<16 | (l>>8&0xff)<<8
+		ps = append(ps, plane{[]string{"shN_centroids.webp"}, nil}, plane{[]string{"shN_labels.webp"}, func(i int, rec []float32, px []uint32) {
+			var l uint32
+			if e.step == 1 {
+				l = e.pal.labels[i] // the whole scene was fitted
+			} else {
+				l = e.pal.label(rec[14:])
+			}
+			px[0] = 0xff000000 | (l&0xff)<<16 | (l>>8&0xff)<<8
 		}})
 	}
 	return ps
@@ -460,19 +483,20 @@ func logTransform(v float64) float64 {
 	return math.Log1p(v)
 }
 
-// mean is the byte at shift of each axis of the log-transformed position
-// at 16 bits (means_l: the low byte, means_u: the high one).
-func (e *encoder) mean(rec []float32, shift uint) uint32 {
-	px := uint32(0xff000000)
+// means stores each axis of the log-transformed position at 16 bits, the
+// low bytes in means_l's pixel and the high ones in means_u's.
+func (e *encoder) means(rec []float32) (lo, hi uint32) {
+	lo, hi = 0xff000000, 0xff000000
 	for a := 0; a < 3; a++ {
 		q := 0.0
-		if lo, hi := e.logLo[a], e.logHi[a]; hi > lo {
-			q = math.Round(65535 * (logTransform(float64(rec[a])) - lo) / (hi - lo))
+		if l, h := e.logLo[a], e.logHi[a]; h > l {
+			q = math.Round(65535 * (logTransform(float64(rec[a])) - l) / (h - l))
 		}
 		v := uint32(math.Max(0, math.Min(65535, q)))
-		px |= (v >> shift & 0xff) << (16 - 8*a)
+		lo |= (v & 0xff) << (16 - 8*a)
+		hi |= (v >> 8) << (16 - 8*a)
 	}
-	return px
+	return lo, hi
 }
 
 // quatPixel stores a rotation as its three smallest components (scaled by
@@ -512,14 +536,16 @@ func quatPixel(rec []float32) uint32 {
 	return px
 }
 
-// fill makes the images of ps (nil for one made without a pass) in one
-// pass over the source, the records of a run shared among the cores.
-func (e *encoder) fill(ctx context.Context, ps []plane) ([]*argbImage, error) {
-	imgs := make([]*argbImage, len(ps))
+// fill makes the images of ps in one pass over the source (none for the
+// palette's), the records of a run shared among the cores.
+func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) {
+	imgs := make([][]*argbImage, len(ps))
 	need := false
 	for i, p := range ps {
-		if p.pixel != nil {
-			imgs[i] = newARGB(e.tw, e.th)
+		if p.pixels != nil {
+			for range p.names {
+				imgs[i] = append(imgs[i], newARGB(e.tw, e.th))
+			}
 			need = true
 		}
 	}
@@ -537,12 +563,16 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([]*argbImage, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				var px [2]uint32
 				for r := lo; r < hi; r++ {
 					rec := recs[r*rl : (r+1)*rl]
 					t := e.place[first+r]
 					for i, p := range ps {
-						if p.pixel != nil {
-							imgs[i].pix[t] = p.pixel(rec)
+						if p.pixels != nil {
+							p.pixels(first+r, rec, px[:])
+							for k, img := range imgs[i] {
+								img.pix[t] = px[k]
+							}
 						}
 					}
 				}
@@ -557,36 +587,45 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([]*argbImage, error) {
 
 // compress encodes the images of a pass, on every core, and adds them to
 // the bundle in order.
-func (e *encoder) compress(b *bundle, ps []plane, imgs []*argbImage, palImg *argbImage) error {
-	out := make([][]byte, len(ps))
-	errs := make([]error, len(ps))
+func (e *encoder) compress(b *bundle, ps []plane, imgs [][]*argbImage, palImg *argbImage) error {
+	type job struct {
+		name string
+		img  *argbImage
+		out  []byte
+		err  error
+	}
+	var jobs []*job
+	for i, p := range ps {
+		if p.pixels == nil {
+			jobs = append(jobs, &job{name: p.names[0], img: palImg})
+			continue
+		}
+		for k, name := range p.names {
+			jobs = append(jobs, &job{name: name, img: imgs[i][k]})
+		}
+	}
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
-	for i := range ps {
-		img := imgs[i]
-		if img == nil {
-			img = palImg
-		}
+	for _, j := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			var buf sliceWriter
-			errs[i] = encodeVP8L(&buf, img)
-			out[i] = buf.b
-			imgs[i] = nil
+			j.err = encodeVP8L(&buf, j.img)
+			j.out, j.img = buf.b, nil
 		}()
 	}
 	wg.Wait()
-	for i, p := range ps {
-		if errs[i] != nil {
-			return fmt.Errorf("sog: %s: %w", p.name, errs[i])
+	for _, j := range jobs {
+		if j.err != nil {
+			return fmt.Errorf("sog: %s: %w", j.name, j.err)
 		}
-		if err := b.add(p.name, out[i]); err != nil {
+		if err := b.add(j.name, j.out); err != nil {
 			return err
 		}
-		out[i] = nil
+		j.out = nil
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ type palette struct {
 	entries []float32 // row-major, d floats an entry
 	d       int
 	root    *pnode
+	labels  []uint32 // each fitted row's entry (what label finds for it)
 }
 
 // pnode is a node of the palette's tree: an inner node's cells' centroids
@@ -82,7 +83,10 @@ func fitPalette(ctx context.Context, pts []float32, n, d, k int) *palette {
 		members[i] = uint32(i)
 	}
 	cs := km.node(members, k, 0x5eed, true, &scratch{})
-	p := &palette{d: d, root: cs.tree}
+	p := &palette{d: d, root: cs.tree, labels: make([]uint32, n)}
+	for i, m := range members {
+		p.labels[m] = cs.labels[i]
+	}
 	for _, c := range cs.entries {
 		p.entries = append(p.entries, c...)
 	}
@@ -131,10 +135,12 @@ type kmeans struct {
 	sem chan struct{} // bounds the goroutines of top-level cells
 }
 
-// clusters is a node's answer: its entries and its tree.
+// clusters is a node's answer: its entries, its tree and, for each of its
+// members in the order given, the entry it belongs to.
 type clusters struct {
 	entries [][]float32
 	tree    *pnode
+	labels  []uint32
 }
 
 func (km *kmeans) row(i uint32) []float32 { return km.pts[int(i)*km.d : int(i+1)*km.d] }
@@ -163,9 +169,10 @@ func grown[T any](s []T, n int) []T {
 func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scratch) clusters {
 	n := len(members)
 	if n <= k {
-		cs := clusters{tree: &pnode{count: n}}
-		for _, m := range members {
+		cs := clusters{tree: &pnode{count: n}, labels: make([]uint32, n)}
+		for i, m := range members {
 			cs.entries = append(cs.entries, append([]float32(nil), km.row(m)...))
+			cs.labels[i] = uint32(i)
 		}
 		return cs
 	}
@@ -198,10 +205,15 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scrat
 		}()
 	}
 	wg.Wait()
-	out := clusters{tree: &pnode{coarse: coarse, kids: make([]*pnode, len(cells))}}
+	// members now lists cell 0's points, then cell 1's, ... (groupBy).
+	out := clusters{tree: &pnode{coarse: coarse, kids: make([]*pnode, len(cells))}, labels: make([]uint32, 0, n)}
 	for c, res := range results {
+		base := uint32(len(out.entries))
 		out.entries = append(out.entries, res.entries...)
 		out.tree.kids[c] = res.tree
+		for _, l := range res.labels {
+			out.labels = append(out.labels, base+l)
+		}
 	}
 	return out
 }
@@ -211,7 +223,10 @@ func (km *kmeans) leaf(members []uint32, k int, seed uint64, sc *scratch) cluste
 	r := rng(seed)
 	pts := km.gather(members, sc)
 	cent := lloyd(pts, len(members), km.d, k, leafIters, &r, sc)
-	cs := clusters{tree: &pnode{count: len(cent) / km.d}}
+	cs := clusters{tree: &pnode{count: len(cent) / km.d}, labels: make([]uint32, len(members))}
+	for i := range members {
+		cs.labels[i] = uint32(nearest(pts[i*km.d:(i+1)*km.d], cent, km.d))
+	}
 	for c := 0; c*km.d < len(cent); c++ {
 		cs.entries = append(cs.entries, cent[c*km.d:(c+1)*km.d])
 	}
