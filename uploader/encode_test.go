@@ -60,7 +60,7 @@ func TestPublishEncodeSOG(t *testing.T) {
 		// The encoder is deterministic: encoding the source again gives the
 		// bytes the server stored.
 		again := filepath.Join(t.TempDir(), "again.sog")
-		if _, err := sog.TranscodeFile(context.Background(), src, again); err != nil {
+		if _, err := sog.TranscodeFile(context.Background(), src, again, sog.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		sp := e.sim.Splats()
@@ -99,9 +99,10 @@ func TestPublishEncodeOffUploadsOriginal(t *testing.T) {
 }
 
 // TestPublishEncodeTooLargeUploadsOriginal: under a memory limit its
-// encoding would not fit (sog.PeakMemory), a PLY is published as it is,
+// encoding would not fit (sog.MinMemory), a PLY is published as it is,
 // not encoded (an encoding past the limit would get the daemon killed,
-// and again at every restart); with room under the limit it is encoded.
+// and again at every restart), and the job says why; with room under the
+// limit it is encoded.
 // Not parallel: it sets the package's memoryLimit.
 func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 	const splats = 2000
@@ -131,6 +132,9 @@ func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 		}
 		if got := j.Encoded != nil; got != tc.encoded || (sp[0].Format == "sog") != tc.encoded {
 			t.Errorf("%s: encoded %+v, server got %s; want encoded %v", tc.name, j.Encoded, sp[0].Format, tc.encoded)
+		}
+		if (j.EncodeSkipped != "") == tc.encoded {
+			t.Errorf("%s: the job's encode_skipped is %q", tc.name, j.EncodeSkipped)
 		}
 		if !tc.encoded && sp[0].ObjectSHA256 != j.SHA256 {
 			t.Errorf("%s: server's object %s, want the PLY's %s", tc.name, sp[0].ObjectSHA256, j.SHA256)

@@ -194,7 +194,6 @@ type Pool struct {
 	after       afterState                      // failed after-actions and their retries (afterstage.go)
 	publish     atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
 	held        heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
-	slowEncoder sync.Once                       // logs once that the SOG encoder runs interpreted (encode.go)
 }
 
 // ParamsFunc answers the publish parameters of the file at path (under

@@ -91,7 +91,7 @@ func TestE2EPublishEncodeLegacy(t *testing.T) {
 		t.Fatalf("publish: exit %d, %s", code, errOut)
 	}
 	want := filepath.Join(t.TempDir(), "want.sog")
-	if _, err := sog.TranscodeFile(context.Background(), p, want); err != nil {
+	if _, err := sog.TranscodeFile(context.Background(), p, want, sog.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	wb, err := os.ReadFile(want)
