@@ -465,8 +465,8 @@ func (e *encoder) planes() []plane {
 	if e.bands > 0 {
 		ps = append(ps, plane{[]string{"shN_centroids.webp"}, nil}, plane{[]string{"shN_labels.webp"}, func(i int, rec []float32, px []uint32) {
 			var l uint32
-			if e.step == 1 {
-				l = e.pal.labels[i] // the whole scene was fitted
+			if i%e.step == 0 {
+				l = e.pal.labels[i/e.step] // a sampled splat: the fit's own label
 			} else {
 				l = e.pal.label(rec[14:])
 			}
