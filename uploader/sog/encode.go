@@ -86,8 +86,8 @@ type Options struct {
 }
 
 // DefaultMemory is the bound of an encoding given none: the systemd unit's
-// MemoryMax.
-const DefaultMemory = 1 << 30
+// MemoryMax (1 GiB) less room for the rest of a process.
+const DefaultMemory = 896 << 20
 
 // Encode writes s as a bundled SOG to w. The output depends on s alone.
 // Canceling ctx stops the encoding and returns ctx's error.
@@ -207,8 +207,10 @@ func makePlan(n int64, bands int, memory int64) plan {
 	memory = max(memory, MinMemory(n, bands)) - fixedMemory
 	sample := min(n, maxSample) * sampleRowBytes(bands)
 	p := plan{perPass: int(max(1, (memory-placeBytes*n)/(imageBytes*n)))}
-	p.keepPos = sample+12*n <= memory && 20*n <= memory
-	p.parallel = sample+sortBytes*n+12*n <= memory
+	// Arrays freed between phases are garbage until a collection, so the
+	// optional overlaps keep to half the memory.
+	p.keepPos = sample+20*n <= memory/2
+	p.parallel = sample+sortBytes*n+12*n <= memory/2
 	return p
 }
 
