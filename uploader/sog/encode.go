@@ -190,7 +190,7 @@ func sampleRowBytes(bands int) int64 { return int64(6+RestCount(bands))*4*13/10 
 // MinMemory is about the least memory an encoding of n splats at bands SH
 // bands takes (one image a pass).
 func MinMemory(n int64, bands int) int64 {
-	return fixedMemory + max(min(n, maxSample)*sampleRowBytes(bands), sortBytes*n, (placeBytes+imageBytes)*n)
+	return fixedMemory + max(min(n, maxSample)*sampleRowBytes(bands), sortBytes*n, (2*placeBytes+imageBytes)*n)
 }
 
 // plan is how an encoding fits its memory.
@@ -206,7 +206,7 @@ func makePlan(n int64, bands int, memory int64) plan {
 	}
 	memory = max(memory, MinMemory(n, bands)) - fixedMemory
 	sample := min(n, maxSample) * sampleRowBytes(bands)
-	p := plan{perPass: int(max(1, (memory-placeBytes*n)/(imageBytes*n)))}
+	p := plan{perPass: int(max(1, (memory-2*placeBytes*n)/(imageBytes*n)))}
 	// Arrays freed between phases are garbage until a collection, so the
 	// optional overlaps keep to half the memory.
 	p.keepPos = sample+20*n <= memory/2
@@ -267,6 +267,9 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	e.plan = makePlan(int64(n), e.bands, o.Memory)
 	e.tw, e.th = textureSize(n)
 	e.passes = 1 + len(e.passPlanes())
+	if e.bands > 0 && n > maxSample {
+		e.passes++ // the palette's refinement
+	}
 	if !e.plan.keepPos {
 		e.passes++
 	}
@@ -297,6 +300,11 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if e.bands > 0 && e.step > 1 {
+		if err := e.refinePalette(ctx); err != nil {
+			return err
+		}
+	}
 	for a := 0; a < 3; a++ {
 		meta.Means.Mins[a], meta.Means.Maxs[a] = float32(e.logLo[a]), float32(e.logHi[a])
 	}
@@ -326,6 +334,53 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 		}
 	}
 	return bw.close()
+}
+
+// refinePalette finds every splat's palette entry, by the descent of the
+// fit on the sample, and moves each entry to the mean of its splats: the
+// palette's error comes near a fit on the whole scene (docs/formats.md)
+// for one more pass. Each splat's entry is kept (4 bytes a splat) for the
+// labels' image.
+func (e *encoder) refinePalette(ctx context.Context) error {
+	workers := runtime.GOMAXPROCS(0)
+	rs := make([]*refiner, workers)
+	for w := range rs {
+		rs[w] = e.pal.newRefiner()
+	}
+	sampled := e.pal.labels
+	e.pal.labels = make([]uint32, e.n)
+	rl := recordLen(e.bands)
+	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
+		n := len(recs) / rl
+		var wg sync.WaitGroup
+		chunk := (n + workers - 1) / workers
+		for w := 0; w < workers; w++ {
+			lo, hi := w*chunk, min(n, (w+1)*chunk)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := lo; r < hi; r++ {
+					i, row := first+r, recs[r*rl+14:(r+1)*rl]
+					var l uint32
+					if i%e.step == 0 {
+						l = sampled[i/e.step] // what the descent finds for it
+					} else {
+						l = e.pal.label(row)
+					}
+					e.pal.labels[i] = l
+					rs[w].add(row, l, e.rest)
+				}
+			}()
+		}
+		wg.Wait()
+		e.progress(n)
+		return ctx.Err()
+	})
+	if err != nil {
+		return err
+	}
+	e.pal.refine(rs)
+	return nil
 }
 
 // passPlanes groups the planes into passes of at most plan.perPass images
@@ -466,12 +521,7 @@ func (e *encoder) planes() []plane {
 	}...)
 	if e.bands > 0 {
 		ps = append(ps, plane{[]string{"shN_centroids.webp"}, nil}, plane{[]string{"shN_labels.webp"}, func(i int, rec []float32, px []uint32) {
-			var l uint32
-			if i%e.step == 0 {
-				l = e.pal.labels[i/e.step] // a sampled splat: the fit's own label
-			} else {
-				l = e.pal.label(rec[14:])
-			}
+			l := e.pal.labels[i]
 			px[0] = 0xff000000 | (l&0xff)<<16 | (l>>8&0xff)<<8
 		}})
 	}

@@ -8,6 +8,8 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -325,4 +327,53 @@ func FuzzOpenPLY(f *testing.F) {
 			t.Fatalf("pass: %v after %d of %d records", err, seen, src.count())
 		}
 	})
+}
+
+// paletteMSE fits a palette of k entries on every step-th splat of s, as
+// the encoder does past maxSample splats, refined over every splat when
+// refine, and returns the mean squared error of the splats' f_rest rows
+// against their entries.
+func paletteMSE(s *Splats, step, k int, refine bool) float64 {
+	d := RestCount(s.Bands)
+	var sample []float32
+	for i := 0; i < s.N; i += step {
+		sample = append(sample, s.Rest[i*d:(i+1)*d]...)
+	}
+	pal := fitPalette(context.Background(), sample, len(sample)/d, d, k)
+	labels := make([]uint32, s.N)
+	r := pal.newRefiner()
+	for i := range labels {
+		labels[i] = pal.label(s.Rest[i*d : (i+1)*d])
+		r.add(s.Rest[i*d:(i+1)*d], labels[i], d)
+	}
+	if refine {
+		pal.refine([]*refiner{r})
+	}
+	sse := 0.0
+	for i, l := range labels {
+		sse += float64(sqDist(s.Rest[i*d:(i+1)*d], pal.entries[int(l)*d:int(l+1)*d]))
+	}
+	return sse / float64(s.N)
+}
+
+// TestPaletteSampleError: a palette fitted on a sixth of the splats (the
+// encoder's sample of a 6 M-splat scene) and refined over all of them is
+// within 10 % of the error of one fitted on all of them, at the encoder's
+// points an entry at 6 M (about 92 in all, 15 in the sample: 64k
+// entries). SOG_PALETTE_SPLATS sets the scene's size (default 120,000;
+// the palette is a 92nd of it).
+func TestPaletteSampleError(t *testing.T) {
+	t.Parallel()
+	n := 120000
+	if v, err := strconv.Atoi(os.Getenv("SOG_PALETTE_SPLATS")); err == nil && v > 0 {
+		n = v
+	}
+	s, _ := scene(t, n, 3, 21)
+	k := min(65536, n/92)
+	full, sampled, refined := paletteMSE(s, 1, k, false), paletteMSE(s, 6, k, false), paletteMSE(s, 6, k, true)
+	t.Logf("%d splats, %d entries: palette MSE %.6f fitted on all; on a sixth %.6f (%.3fx), refined %.6f (%.3fx)",
+		n, k, full, sampled, sampled/full, refined, refined/full)
+	if refined > 1.10*full {
+		t.Errorf("the sampled and refined palette's error %.6f is more than 1.10x the full fit's %.6f", refined, full)
+	}
 }

@@ -2,6 +2,7 @@ package sog
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync"
 )
@@ -350,4 +351,54 @@ func samplePoints(members []uint32, m int, r *rng) []uint32 {
 		s[i], s[j] = s[j], s[i]
 	}
 	return s[:m]
+}
+
+// refineScale is the fixed point the refinement sums rows in: integer sums
+// do not depend on the order they are added in, so the entries do not
+// depend on how the splats were shared among the cores.
+const refineScale = 1 << 20
+
+// refiner sums the rows that descend to each entry (one core's share).
+type refiner struct {
+	sums   []int64
+	counts []int64
+}
+
+func (p *palette) newRefiner() *refiner {
+	k := len(p.entries) / p.d
+	return &refiner{sums: make([]int64, k*p.d), counts: make([]int64, k)}
+}
+
+// add counts row, whose entry is l; non-finite values are left out.
+func (r *refiner) add(row []float32, l uint32, d int) {
+	s := r.sums[int(l)*d : int(l+1)*d]
+	for j, v := range row {
+		if f := float64(v) * refineScale; f > -1e15 && f < 1e15 {
+			s[j] += int64(math.Round(f))
+		}
+	}
+	r.counts[l]++
+}
+
+// refine moves each entry to the mean of the rows the refiners counted for
+// it (one Lloyd update over the whole scene, the descent kept); an entry
+// no row reached keeps its place.
+func (p *palette) refine(rs []*refiner) {
+	d := p.d
+	for c := 0; c*d < len(p.entries); c++ {
+		var n int64
+		for _, r := range rs {
+			n += r.counts[c]
+		}
+		if n == 0 {
+			continue
+		}
+		for j := 0; j < d; j++ {
+			var s int64
+			for _, r := range rs {
+				s += r.sums[c*d+j]
+			}
+			p.entries[c*d+j] = float32(float64(s) / refineScale / float64(n))
+		}
+	}
 }
