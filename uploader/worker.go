@@ -190,10 +190,10 @@ type Pool struct {
 	authErr     error         // non-nil while the token is refused
 	authChanged chan struct{} // closed and replaced when authErr changes
 
-	cfg         configState                     // a configuration error pauses the pool (configpause.go)
-	after       afterState                      // failed after-actions and their retries (afterstage.go)
-	publish     atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
-	held        heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
+	cfg     configState                     // a configuration error pauses the pool (configpause.go)
+	after   afterState                      // failed after-actions and their retries (afterstage.go)
+	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 }
 
 // ParamsFunc answers the publish parameters of the file at path (under
