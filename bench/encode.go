@@ -163,7 +163,6 @@ func EncodeFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		Note: fmt.Sprintf("splatd encode -to sog, %d splats, SH bands 3, median of %d", encodeSmall, o.Reps)})
 	figs = append(figs, splatTransformFigure(ctx, o, small, dir, ours))
 
-	var ply6m string
 	for i, n := range encodeScales {
 		path := filepath.Join(dir, fmt.Sprintf("scene-%s.ply", splatsName(n)))
 		o.logf("splatbench: encode: writing a %d-splat PLY", n)
@@ -179,16 +178,16 @@ func EncodeFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		if err != nil {
 			return figs, err
 		}
-		if n == 6000000 {
-			ply6m = path
-		} else {
-			os.Remove(path)
+		if n == 6000000 { // before the 30 M scene, which takes longest
+			pub, err := slowUplinkFigures(ctx, o, path, "6m")
+			figs = append(figs, pub...)
+			if err != nil {
+				return figs, err
+			}
 		}
+		os.Remove(path)
 	}
-	figs = append(figs, encodeRatioFigures(figs)...)
-	pub, err := slowUplinkFigures(ctx, o, ply6m, "6m")
-	os.Remove(ply6m)
-	return append(figs, pub...), err
+	return append(figs, encodeRatioFigures(figs)...), nil
 }
 
 func splatsName(n int) string { return fmt.Sprintf("%dm", n/1000000) }
