@@ -241,21 +241,19 @@ type encoder struct {
 	pass     int // passes done
 	read     int // records read in this pass
 
-	step       int // every step-th splat is sampled
-	sampleN    int
-	scaleS     []float32 // the sample's values, for the codebooks
-	dcS        []float32
-	restS      []float32 // the sample's f_rest rows
-	pos        []float32 // the positions, when the plan keeps them
-	logLo      [3]float64
-	logHi      [3]float64
-	lo, hi     [3]float64 // the positions' bounds
-	scaleCB    *lookup
-	dcCB       *lookup
-	pal        *palette
-	place      []uint32 // place[i] is splat i's pixel
-	scaleCodes []float32
-	dcCodes    []float32
+	step    int // every step-th splat is sampled
+	sampleN int
+	scaleS  []float32 // the sample's values, for the codebooks
+	dcS     []float32
+	restS   []float32 // the sample's f_rest rows
+	pos     []float32 // the positions, when the plan keeps them
+	logLo   [3]float64
+	logHi   [3]float64
+	lo, hi  [3]float64 // the positions' bounds
+	scaleCB *lookup
+	dcCB    *lookup
+	pal     *palette
+	place   []uint32 // place[i] is splat i's pixel
 }
 
 func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error {
