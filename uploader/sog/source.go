@@ -93,40 +93,82 @@ func (p *plySource) count() int  { return p.lay.count }
 func (p *plySource) bands() int  { return p.nb }
 func (p *plySource) size() int64 { return p.bytes }
 
+// pass reads and decodes the next run on another goroutine while fn takes
+// the last one (two runs' buffers: fn's work and the read overlap).
 func (p *plySource) pass(ctx context.Context, cols int, fn func(int, []float32) error) error {
 	stride, rl := p.lay.stride, recordLen(p.nb)
 	per := max(1, min(passRecords, plyChunk*16/stride))
-	buf := make([]byte, per*stride)
-	recs := make([]float32, per*rl)
-	sr := io.NewSectionReader(p.r, p.data, p.bytes)
-	use := p.cols[:min(cols, len(p.cols))]
-	for first := 0; first < p.lay.count; first += per {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		n := min(per, p.lay.count-first)
-		if got, err := io.ReadFull(sr, buf[:n*stride]); err != nil {
-			err = fmt.Errorf("ply: splat %d of %d: %w", first+got/stride, p.lay.count, unexpected(err))
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return &FormatError{err}
+	type run struct {
+		first int
+		recs  []float32
+		err   error
+	}
+	free := make(chan []float32, 2)
+	free <- make([]float32, per*rl)
+	free <- make([]float32, per*rl)
+	runs := make(chan run, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(runs)
+		buf := make([]byte, per*stride)
+		sr := io.NewSectionReader(p.r, p.data, p.bytes)
+		use := p.cols[:min(cols, len(p.cols))]
+		for first := 0; first < p.lay.count; first += per {
+			var recs []float32
+			select {
+			case recs = <-free:
+			case <-stop:
+				return
 			}
-			return err
-		}
-		for r := 0; r < n; r++ {
-			b, rec := buf[r*stride:(r+1)*stride], recs[r*rl:(r+1)*rl]
-			if p.f32 {
-				for c, col := range use {
-					rec[c] = math.Float32frombits(binary.LittleEndian.Uint32(b[col.offset:]))
-				}
-			} else {
-				for c, col := range use {
-					rec[c] = col.typ.get(b[col.offset:])
+			n := min(per, p.lay.count-first)
+			err := ctx.Err()
+			if err == nil {
+				if got, rerr := io.ReadFull(sr, buf[:n*stride]); rerr != nil {
+					err = fmt.Errorf("ply: splat %d of %d: %w", first+got/stride, p.lay.count, unexpected(rerr))
+					if errors.Is(err, io.ErrUnexpectedEOF) {
+						err = &FormatError{err}
+					}
 				}
 			}
+			if err == nil {
+				decodeRecords(buf[:n*stride], stride, recs[:n*rl], rl, use, p.f32)
+			}
+			select {
+			case runs <- run{first, recs[:n*rl], err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
-		if err := fn(first, recs[:n*rl]); err != nil {
+	}()
+	for r := range runs {
+		if r.err != nil {
+			return r.err
+		}
+		if err := fn(r.first, r.recs); err != nil {
 			return err
 		}
+		free <- r.recs[:cap(r.recs)]
 	}
 	return nil
+}
+
+// decodeRecords decodes the records in buf (stride bytes each) into recs
+// (rl floats each), the columns of use.
+func decodeRecords(buf []byte, stride int, recs []float32, rl int, use []plyColumn, f32 bool) {
+	for r := 0; r*stride < len(buf); r++ {
+		b, rec := buf[r*stride:(r+1)*stride], recs[r*rl:(r+1)*rl]
+		if f32 {
+			for c, col := range use {
+				rec[c] = math.Float32frombits(binary.LittleEndian.Uint32(b[col.offset:]))
+			}
+		} else {
+			for c, col := range use {
+				rec[c] = col.typ.get(b[col.offset:])
+			}
+		}
+	}
 }
