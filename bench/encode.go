@@ -163,31 +163,36 @@ func EncodeFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		Note: fmt.Sprintf("splatd encode -to sog, %d splats, SH bands 3, median of %d", encodeSmall, o.Reps)})
 	figs = append(figs, splatTransformFigure(ctx, o, small, dir, ours))
 
-	for i, n := range encodeScales {
-		path := filepath.Join(dir, fmt.Sprintf("scene-%s.ply", splatsName(n)))
-		o.logf("splatbench: encode: writing a %d-splat PLY", n)
-		if _, err := writeScene(path, n, 1); err != nil {
-			return figs, err
-		}
-		reps := 1
-		if i == 0 {
-			reps = o.Reps
-		}
-		f, err := encodeScaleFigures(ctx, o, path, n, reps, dir)
-		figs = append(figs, f...)
-		if err != nil {
-			return figs, err
-		}
-		if n == 6000000 { // before the 30 M scene, which takes longest
-			pub, err := slowUplinkFigures(ctx, o, path, "6m")
-			figs = append(figs, pub...)
-			if err != nil {
-				return figs, err
+	err := func() error {
+		for i, n := range encodeScales {
+			path := filepath.Join(dir, fmt.Sprintf("scene-%s.ply", splatsName(n)))
+			o.logf("splatbench: encode: writing a %d-splat PLY", n)
+			if _, err := writeScene(path, n, 1); err != nil {
+				return err
 			}
+			defer os.Remove(path)
+			reps := 1
+			if i == 0 {
+				reps = o.Reps
+			}
+			f, err := encodeScaleFigures(ctx, o, path, n, reps, dir)
+			figs = append(figs, f...)
+			if err != nil {
+				return err
+			}
+			if n == 6000000 { // before the 30 M scene, which takes longest
+				pub, err := slowUplinkFigures(ctx, o, path, "6m")
+				figs = append(figs, pub...)
+				if err != nil {
+					return err
+				}
+			}
+			os.Remove(path)
 		}
-		os.Remove(path)
-	}
-	return append(figs, encodeRatioFigures(figs)...), nil
+		return nil
+	}()
+	// The ratios of what was measured, also when a later scene failed.
+	return append(figs, encodeRatioFigures(figs)...), err
 }
 
 func splatsName(n int) string { return fmt.Sprintf("%dm", n/1000000) }
