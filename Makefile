@@ -5,11 +5,10 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin/splatd
 PREFIX  ?= /usr/local
 DESTDIR ?=
-# The WebP encoder (github.com/gen2brain/webp) would otherwise load a system
-# libwebp through purego when one is installed, which links the binary
-# dynamically (the container image and the .deb want a static one) and makes
-# the SOG encoder's bytes depend on the machine: only its WebAssembly build,
-# everywhere. Every go command below (and the tests' own builds) gets it.
+# nodynamic: no dependency reads the tag since the SOG encoder's WebP became
+# our own Go (it kept gen2brain/webp from loading a system libwebp); it is
+# kept so that a dependency that links a system library through purego
+# stays static. Every go command below (and the tests' own builds) gets it.
 export GOFLAGS := $(strip $(GOFLAGS) -tags=nodynamic)
 
 .PHONY: all build test test-s3 test-formats vet fmt-check demo sim bench torture fuzz install uninstall docs deb cross deploy-check image test-image test-kube test-systemd clean

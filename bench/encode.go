@@ -8,24 +8,53 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/apisim"
 	"github.com/splatd/splatd/uploader/sog"
+	"golang.org/x/sys/unix"
 )
 
 // The SOG encoding figures: `splatd encode` on generated scenes with three
 // SH bands (sog.WriteScene, fixed seeds), its ratio to splat-transform
-// `-g cpu` on the same 20,000-splat file, and a 1 M-splat PLY published
-// through storage capped at 50 Mbit/s with publish.encode off and sog.
+// `-g cpu` on the same 20,000-splat file; 1 M, 6 M and 30 M splats
+// encoded unconstrained, under the unit's GOMEMLIMIT=640MiB and under
+// MDWE (prctl PR_SET_MDWE, the kernel's MemoryDenyWriteExecute); and a
+// 6 M-splat PLY published through storage capped at 50 Mbit/s with
+// publish.encode off and sog.
 const (
 	encodeSmall    = 20000
-	encodeLarge    = 1000000
 	slowUplinkBps  = 50e6 / 8 // 50 Mbit/s
 	encodePartSize = 64 << 20
+	unitMemLimit   = "GOMEMLIMIT=640MiB"
 )
+
+// encodeScales are the large scenes, in splats; only the first is run
+// o.Reps times (the others once: a 30 M-splat PLY is 6.9 GiB).
+var encodeScales = []int{1000000, 6000000, 30000000}
+
+// MDWEEnv, set in a process's environment, has bench.ExecMDWE run its
+// arguments under PR_SET_MDWE.
+const MDWEEnv = "SPLATBENCH_MDWE_EXEC"
+
+// ExecMDWE, when MDWEEnv is set, forbids the process memory that is both
+// writable and executable (PR_SET_MDWE, kept across execve) and executes
+// its arguments in its place; it returns only on failure. splatbench
+// calls it first, so that a figure can run splatd under MDWE.
+func ExecMDWE(args []string) error {
+	if os.Getenv(MDWEEnv) != "1" || len(args) == 0 {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_SET_MDWE, unix.PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl PR_SET_MDWE: %w", err)
+	}
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, MDWEEnv+"=") })
+	return syscall.Exec(args[0], args, env)
+}
 
 // splatTransformCLI is the splat-transform CLI, from SPLATD_SPLAT_TRANSFORM
 // or the formats lane's cache, or "" when neither has it.
@@ -80,7 +109,22 @@ func timeCmd(ctx context.Context, name string, args ...string) (time.Duration, f
 
 // runCmd runs a command and returns its wall and CPU time and peak RSS.
 func runCmd(ctx context.Context, name string, args ...string) (cmdRun, error) {
+	return runCmdEnv(ctx, nil, false, name, args...)
+}
+
+// runCmdEnv is runCmd with env added to the environment and, when mdwe,
+// under PR_SET_MDWE (through this executable's ExecMDWE).
+func runCmdEnv(ctx context.Context, env []string, mdwe bool, name string, args ...string) (cmdRun, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	if mdwe {
+		self, err := os.Executable()
+		if err != nil {
+			return cmdRun{}, err
+		}
+		cmd = exec.CommandContext(ctx, self, append([]string{name}, args...)...)
+		env = append(env, MDWEEnv+"=1")
+	}
+	cmd.Env = append(os.Environ(), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)
@@ -119,27 +163,109 @@ func EncodeFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		Note: fmt.Sprintf("splatd encode -to sog, %d splats, SH bands 3, median of %d", encodeSmall, o.Reps)})
 	figs = append(figs, splatTransformFigure(ctx, o, small, dir, ours))
 
-	o.logf("splatbench: encode: writing a %d-splat PLY", encodeLarge)
-	large := filepath.Join(dir, "scene-1m.ply")
-	if _, err := writeScene(large, encodeLarge, 1); err != nil {
-		return figs, err
-	}
-	var wall, cpu, rss []float64
-	for i := 0; i < o.Reps; i++ {
-		r, err := runCmd(ctx, o.Bin, "encode", "-to", "sog", large, filepath.Join(dir, "ours-1m.sog"))
-		if err != nil {
-			return figs, err
+	err := func() error {
+		for i, n := range encodeScales {
+			path := filepath.Join(dir, fmt.Sprintf("scene-%s.ply", splatsName(n)))
+			o.logf("splatbench: encode: writing a %d-splat PLY", n)
+			if _, err := writeScene(path, n, 1); err != nil {
+				return err
+			}
+			defer os.Remove(path)
+			reps := 1
+			if i == 0 {
+				reps = o.Reps
+			}
+			f, err := encodeScaleFigures(ctx, o, path, n, reps, dir)
+			figs = append(figs, f...)
+			if err != nil {
+				return err
+			}
+			if n == 6000000 { // before the 30 M scene, which takes longest
+				pub, err := slowUplinkFigures(ctx, o, path, "6m")
+				figs = append(figs, pub...)
+				if err != nil {
+					return err
+				}
+			}
+			os.Remove(path)
 		}
-		wall, cpu, rss = append(wall, r.wall.Seconds()), append(cpu, r.cpu.Seconds()), append(rss, r.rssMiB)
+		return nil
+	}()
+	// The ratios of what was measured, also when a later scene failed.
+	return append(figs, encodeRatioFigures(figs)...), err
+}
+
+func splatsName(n int) string { return fmt.Sprintf("%dm", n/1000000) }
+
+// encodeScaleFigures encodes the n-splat PLY at path reps times in each of
+// three settings: unconstrained, under the unit's memory limit, and under
+// MDWE.
+func encodeScaleFigures(ctx context.Context, o BenchOptions, path string, n, reps int, dir string) ([]Figure, error) {
+	out := filepath.Join(dir, "ours.sog")
+	defer os.Remove(out)
+	name := "encode_" + splatsName(n) + "_sh3"
+	note := fmt.Sprintf("splatd encode -to sog, %d splats, SH bands 3, median of %d", n, reps)
+	var figs []Figure
+	for _, mode := range []struct {
+		suffix, what string
+		env          []string
+		mdwe         bool
+	}{
+		{"", "", nil, false},
+		{"_640mib", " under " + unitMemLimit, []string{unitMemLimit}, false},
+		{"_mdwe", " under PR_SET_MDWE (MemoryDenyWriteExecute)", nil, true},
+	} {
+		o.logf("splatbench: encode: %d splats%s (%d of it)", n, mode.what, reps)
+		var wall, cpu, rss []float64
+		var size int64
+		for i := 0; i < reps; i++ {
+			r, err := runCmdEnv(ctx, mode.env, mode.mdwe, o.Bin, "encode", "-to", "sog", path, out)
+			if err != nil {
+				return figs, err
+			}
+			wall, cpu, rss = append(wall, r.wall.Seconds()), append(cpu, r.cpu.Seconds()), append(rss, r.rssMiB)
+			if fi, err := os.Stat(out); err == nil {
+				size = fi.Size()
+			}
+		}
+		rssFig := Figure{Name: name + mode.suffix + "_peak_rss", Value: round(median(rss), 0), Unit: "MiB", Note: "the encode process's peak RSS" + mode.what}
+		switch {
+		case mode.suffix == "_640mib" && n <= 6000000:
+			rssFig.Target, rssFig.Met = "<= 640", met(median(rss) <= 640)
+		case n >= 30000000:
+			rssFig.Target, rssFig.Met = "<= 1024", met(median(rss) <= 1024)
+		}
+		figs = append(figs,
+			Figure{Name: name + mode.suffix + "_seconds", Value: round(median(wall), 1), Unit: "s", Note: note + mode.what},
+			Figure{Name: name + mode.suffix + "_cpu_seconds", Value: round(median(cpu), 1), Unit: "s", Note: "its user+system CPU time (less sensitive than wall time to other load on the machine)"},
+			rssFig)
+		if mode.suffix == "" {
+			figs = append(figs, Figure{Name: name + "_bytes_per_splat", Value: round(float64(size)/float64(n), 2), Unit: "B", Note: fmt.Sprintf("the SOG is %.1f MiB", float64(size)/(1<<20))})
+		}
 	}
-	os.Remove(filepath.Join(dir, "ours-1m.sog"))
-	reps := fmt.Sprintf("median of %d", o.Reps)
-	figs = append(figs,
-		Figure{Name: "encode_1m_sh3_seconds", Value: round(median(wall), 1), Unit: "s", Note: "splatd encode -to sog, 1,000,000 splats, SH bands 3, " + reps},
-		Figure{Name: "encode_1m_sh3_cpu_seconds", Value: round(median(cpu), 1), Unit: "s", Note: "its user+system CPU time (less sensitive than wall time to other load on the machine), " + reps},
-		Figure{Name: "encode_1m_sh3_peak_rss", Value: round(median(rss), 0), Unit: "MiB", Note: "the encode process's peak RSS (the PLY is 237 MiB), " + reps})
-	pub, err := slowUplinkFigures(ctx, o, large)
-	return append(figs, pub...), err
+	return figs, nil
+}
+
+// encodeRatioFigures are the ratios of the scale figures: 6 M against
+// 1 M, and MDWE against unconstrained.
+func encodeRatioFigures(figs []Figure) []Figure {
+	v := map[string]float64{}
+	for _, f := range figs {
+		v[f.Name] = f.Value
+	}
+	var out []Figure
+	if a, b := v["encode_6m_sh3_seconds"], v["encode_1m_sh3_seconds"]; a > 0 && b > 0 {
+		out = append(out, Figure{Name: "encode_6m_vs_1m_wall", Value: round(a/b, 2), Unit: "x", Target: "<= 8", Met: met(a/b <= 8),
+			Note: fmt.Sprintf("CPU time %.2fx", v["encode_6m_sh3_cpu_seconds"]/v["encode_1m_sh3_cpu_seconds"])})
+	}
+	for _, n := range encodeScales {
+		name := "encode_" + splatsName(n) + "_sh3"
+		if a, b := v[name+"_mdwe_seconds"], v[name+"_seconds"]; a > 0 && b > 0 {
+			out = append(out, Figure{Name: name + "_mdwe_vs_unconstrained", Value: round(a/b, 2), Unit: "x", Target: "<= 2", Met: met(a/b <= 2),
+				Note: fmt.Sprintf("CPU time %.2fx", v[name+"_mdwe_cpu_seconds"]/v[name+"_cpu_seconds"])})
+		}
+	}
+	return out
 }
 
 // splatTransformFigure times splat-transform -g cpu on the 20k file and
@@ -170,12 +296,13 @@ func splatTransformFigure(ctx context.Context, o BenchOptions, in, dir string, o
 // folder (a rename: the file is finished) to the receipt's published_at.
 // The pair runs o.Reps times; the figures are medians, the ratio that of
 // the medians.
-func slowUplinkFigures(ctx context.Context, o BenchOptions, ply string) ([]Figure, error) {
+func slowUplinkFigures(ctx context.Context, o BenchOptions, ply, scale string) ([]Figure, error) {
 	var secs [2][]float64
 	var bytes [2]float64
-	for rep := 0; rep < o.Reps; rep++ {
+	reps := 1 // the raw upload of a 6 M-splat PLY alone takes four minutes
+	for rep := 0; rep < reps; rep++ {
 		for i, enc := range []string{"off", "sog"} {
-			o.logf("splatbench: encode: publishing 1 M splats at 50 Mbit/s, publish.encode %s (%d of %d)", enc, rep+1, o.Reps)
+			o.logf("splatbench: encode: publishing the %s-splat PLY at 50 Mbit/s, publish.encode %s (%d of %d)", scale, enc, rep+1, reps)
 			s, b, err := slowUplinkRun(ctx, o, ply, enc, rep)
 			if err != nil {
 				return nil, err
@@ -196,11 +323,11 @@ func slowUplinkFigures(ctx context.Context, o BenchOptions, ply string) ([]Figur
 		return fmt.Sprintf("median of %d: %s s", len(v), out)
 	}
 	return []Figure{
-		{Name: "publish_1m_bytes_uploaded_raw", Value: round(bytes[0]/(1<<20), 1), Unit: "MiB", Note: "publish.encode off: the PLY"},
-		{Name: "publish_1m_bytes_uploaded_encoded", Value: round(bytes[1]/(1<<20), 1), Unit: "MiB", Note: fmt.Sprintf("publish.encode sog: %.1fx fewer", bytes[0]/bytes[1])},
-		{Name: "publish_1m_50mbit_finished_to_published_raw", Value: round(raw, 1), Unit: "s", Note: runs(secs[0])},
-		{Name: "publish_1m_50mbit_finished_to_published_encoded", Value: round(enc, 1), Unit: "s", Note: "includes the encoding; " + runs(secs[1])},
-		{Name: "publish_1m_50mbit_encoded_sooner", Value: round(ratio, 2), Unit: "x", Target: ">= 4", Met: met(ratio >= 4)},
+		{Name: "publish_" + scale + "_bytes_uploaded_raw", Value: round(bytes[0]/(1<<20), 1), Unit: "MiB", Note: "publish.encode off: the PLY"},
+		{Name: "publish_" + scale + "_bytes_uploaded_encoded", Value: round(bytes[1]/(1<<20), 1), Unit: "MiB", Note: fmt.Sprintf("publish.encode sog: %.1fx fewer", bytes[0]/bytes[1])},
+		{Name: "publish_" + scale + "_50mbit_finished_to_published_raw", Value: round(raw, 1), Unit: "s", Note: runs(secs[0])},
+		{Name: "publish_" + scale + "_50mbit_finished_to_published_encoded", Value: round(enc, 1), Unit: "s", Note: "includes the encoding; " + runs(secs[1])},
+		{Name: "publish_" + scale + "_50mbit_encoded_sooner", Value: round(ratio, 2), Unit: "x", Target: ">= 8", Met: met(ratio >= 8)},
 	}, nil
 }
 

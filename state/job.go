@@ -151,6 +151,9 @@ type Job struct {
 	// Size, ModTime and SHA256 above stay the original's: dedupe and the
 	// change checks are by the source.
 	Encoded *Encoded `json:"encoded,omitempty"`
+	// EncodeSkipped says why the encoding publish.encode asked for was not
+	// made (the file itself is uploaded): "" when it was, or none was asked.
+	EncodeSkipped string `json:"encode_skipped,omitempty"`
 
 	// Protocol is the API the job is published through once it left
 	// Ready: "v1" (ProtocolV1) or "" for the legacy API. It is recorded,

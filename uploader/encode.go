@@ -38,12 +38,18 @@ func Encodes(kind splatfile.Kind, encode string) bool {
 // encodeForUpload returns the encoding j asks for, made or found again, or
 // nil when j uploads its own file (no encode asked, or the file is not a
 // plain PLY: a SOG is already one, and a compressed PLY is uploaded as the
-// producer made it). changed is the file's new stat when it changed while
-// it was encoded.
-func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (enc *state.Encoded, changed fs.FileInfo, err error) {
+// producer made it). skipped says why an encoding asked for was not made
+// (the file itself is uploaded). changed is the file's new stat when it
+// changed while it was encoded.
+func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (enc *state.Encoded, skipped string, changed fs.FileInfo, err error) {
 	if !Encodes(splatfile.Kind(j.Kind), j.Params.Encode) {
-		return nil, nil, nil
+		return nil, "", nil, nil
 	}
+	enc, changed, err = p.encodeSOG(ctx, j, jf, &skipped)
+	return enc, skipped, changed, err
+}
+
+func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped *string) (enc *state.Encoded, changed fs.FileInfo, err error) {
 	if j.Params.Encode != "sog" {
 		return nil, nil, &workerFileError{fmt.Errorf("publish.encode %q: the only encoding is sog", j.Params.Encode)}
 	}
@@ -61,18 +67,20 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 	if err := os.MkdirAll(p.o.EncodeDir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	// One encoding at a time: each holds its whole scene in memory (about
-	// twice the PLY, sog.PeakMemory) and keeps both cores busy on its own.
+	// One encoding at a time: each may take the memory limit's share
+	// (sog.MinMemory and up) and keeps both cores busy on its own.
 	select {
 	case p.encodeSlot <- struct{}{}:
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
 	// Holding the only slot, no encoding has lowered the memory limit.
-	if why := encodeTooLarge(jf.f, j); why != "" {
+	memory, why := encodeMemory(jf.f, j)
+	if why != "" {
 		<-p.encodeSlot
 		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("reason", why).
 			Msg("publish.encode: sog skipped: uploading the PLY itself")
+		*skipped = why
 		return nil, nil, nil
 	}
 	// Holding the only slot, any partial encoding here is a crash's.
@@ -81,14 +89,9 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 			os.Remove(s)
 		}
 	}
-	p.slowEncoder.Do(func() {
-		if sog.Interpreted() {
-			p.log.Warn().Msg("publish.encode: libwebp runs in wazero's interpreter, many times slower (about 13x): this process may not map executable memory (systemd's MemoryDenyWriteExecute=true); give the unit a drop-in with MemoryDenyWriteExecute=false (README, Formats)")
-		}
-	})
-	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY as the encoder reads it
-	_, err = boundedMemory(j.Size, func() (sog.Result, error) {
-		return sog.TranscodeTo(ctx, io.TeeReader(io.NewSectionReader(jf.f, 0, j.Size), m), j.Size, path, m.compressing)
+	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY's passes as the encoder reads them
+	_, err = boundedMemory(memory, func() (sog.Result, error) {
+		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.f, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.encoded})
 	})
 	m.stop()
 	<-p.encodeSlot
@@ -118,43 +121,55 @@ var memoryLimit = func() int64 { return debug.SetMemoryLimit(-1) }
 // encoding under the memory limit.
 const encodeHeadroom = 48 << 20
 
-// encodeTooLarge says why j's PLY, open as f, is not to be encoded here,
-// or "" when it may be. The encoder holds the whole scene in memory
-// (sog.PeakMemory); with a memory limit set (the systemd unit sets
-// GOMEMLIMIT=640MiB under MemoryMax=1G) a scene whose encoding would not
-// fit under it is uploaded as it is rather than encoded into an
-// out-of-memory kill of the daemon, which would then meet the same file
-// again at every restart. Without a limit there is no bound.
-func encodeTooLarge(f *os.File, j state.Job) string {
-	limit := memoryLimit()
-	if limit == math.MaxInt64 {
-		return ""
+// EncodeMemory is the memory an encoding may take under the process's
+// memory limit, or at most max when max > 0 (splatd encode -memory);
+// sog.DefaultMemory with neither.
+func EncodeMemory(max int64) int64 {
+	m := int64(sog.DefaultMemory)
+	if l := memoryLimit(); l != math.MaxInt64 {
+		m = l - encodeHeadroom
 	}
-	info, err := splatfile.CheckFile(f, j.Path) // its header only
-	if err != nil {
-		return "" // the encoder reports what is wrong with it
+	if max > 0 {
+		m = min(m, max)
 	}
-	need := sog.PeakMemory(j.Size, info.Vertices)
-	if need <= limit-encodeHeadroom {
-		return ""
-	}
-	return fmt.Sprintf("%d splats need about %s to encode, more than the memory limit (GOMEMLIMIT %s) leaves",
-		info.Vertices, state.HumanSize(need), state.HumanSize(limit))
+	return m
 }
 
-// warmEncoder has the SOG encoder's WebAssembly libwebp compiled (once a
-// process, about 0.4 s of CPU) on another core while j's file is checked
-// and hashed, when j is a new PLY and the global publish.encode is sog. A
-// folder's or a sidecar's setting is not looked up here (the folder
-// defaults are asked once a job, when its parameters are resolved): such a
-// job compiles at its first encoding. It is called from openJob, before
-// the hash.
-func (p *Pool) warmEncoder(j state.Job) {
-	if j.SHA256 != "" || !strings.EqualFold(filepath.Ext(j.Path), ".ply") {
-		return // hashed already: encoded before, or not to be
+// EncodeTooLarge says why a scene of n splats at bands SH bands is not
+// encoded within memory bytes, or "" when it may be: the encoder's least
+// memory (sog.MinMemory, a few bytes a splat) is more than the limit
+// leaves, and it would run into an out-of-memory kill of the daemon,
+// which would then meet the same file again at every restart.
+func EncodeTooLarge(n int64, bands int, memory int64) string {
+	need := sog.MinMemory(n, bands)
+	if need <= memory {
+		return ""
 	}
-	if p.publish.Load().params.Encode == "sog" {
-		go sog.Warm()
+	return fmt.Sprintf("%d splats need at least %s to encode, more than the memory limit leaves (%s)",
+		n, state.HumanSize(need), state.HumanSize(memory))
+}
+
+// encodeMemory is the memory j's encoding may take, or why it is not to
+// be encoded here.
+func encodeMemory(f *os.File, j state.Job) (int64, string) {
+	memory := EncodeMemory(0)
+	info, err := splatfile.CheckFile(f, j.Path) // its header only
+	if err != nil {
+		return memory, "" // the encoder reports what is wrong with it
+	}
+	return memory, EncodeTooLarge(info.Vertices, 3, memory)
+}
+
+// encoded is sog.Options.Progress for the meter: the bytes of the PLY's
+// passes read so far, over their total.
+func (m *checkMeter) encoded(done, total int64) {
+	m.pr.Size = total
+	m.done.Store(done)
+	if now := m.p.o.Now(); !now.Before(m.next) || done == total {
+		m.next = now.Add(rateSample)
+		pr := m.pr
+		pr.Sent = done
+		m.p.setProgressIn(m.p.checks, m.id, &pr, &m.done)
 	}
 }
 
@@ -193,21 +208,30 @@ func fileSHA256(ctx context.Context, path string) (string, int64, error) {
 	return sum, fi.Size(), err
 }
 
-// TranscodeBounded encodes the PLY at src as a SOG at dst with the garbage collector held
-// near the encoding's live memory (about 1.5× the PLY's size) rather than
-// letting the heap double first, and returns the memory to the system
-// afterwards, so that the daemon does not keep an encoding's peak. A lower
-// limit already set (GOMEMLIMIT) is kept.
-func TranscodeBounded(ctx context.Context, src, dst string, size int64) (sog.Result, error) {
-	return boundedMemory(size, func() (sog.Result, error) { return sog.TranscodeFile(ctx, src, dst) })
+// TranscodeBounded encodes the PLY at src as a SOG at dst within memory
+// bytes (EncodeMemory), with the garbage collector held to it, and returns
+// the memory to the system afterwards.
+// A scene that needs more (EncodeTooLarge) is not encoded: the error says
+// why.
+func TranscodeBounded(ctx context.Context, src, dst string, memory int64) (sog.Result, error) {
+	if info, err := splatfile.Check(src); err == nil {
+		if why := EncodeTooLarge(info.Vertices, 3, memory); why != "" {
+			return sog.Result{}, errors.New(why)
+		}
+	}
+	return boundedMemory(memory, func() (sog.Result, error) {
+		return sog.TranscodeFile(ctx, src, dst, sog.Options{Memory: memory})
+	})
 }
 
-// boundedMemory runs an encoding of a size-byte PLY with the garbage
-// collector held near its live memory (see TranscodeBounded).
-func boundedMemory(size int64, encode func() (sog.Result, error)) (sog.Result, error) {
+// boundedMemory runs an encoding with the garbage collector's limit at
+// most its memory (a lower limit already set is kept), so that the heap
+// does not grow to twice what the encoder holds, and frees what it took
+// afterwards, so that the daemon does not keep an encoding's peak.
+func boundedMemory(memory int64, encode func() (sog.Result, error)) (sog.Result, error) {
 	old := debug.SetMemoryLimit(-1)
-	if limit := 2*size + 64<<20; limit < old {
-		debug.SetMemoryLimit(limit)
+	if memory < old {
+		debug.SetMemoryLimit(memory)
 		defer debug.SetMemoryLimit(old)
 	}
 	defer debug.FreeOSMemory()

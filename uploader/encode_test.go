@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
@@ -60,7 +61,7 @@ func TestPublishEncodeSOG(t *testing.T) {
 		// The encoder is deterministic: encoding the source again gives the
 		// bytes the server stored.
 		again := filepath.Join(t.TempDir(), "again.sog")
-		if _, err := sog.TranscodeFile(context.Background(), src, again); err != nil {
+		if _, err := sog.TranscodeFile(context.Background(), src, again, sog.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		sp := e.sim.Splats()
@@ -99,9 +100,10 @@ func TestPublishEncodeOffUploadsOriginal(t *testing.T) {
 }
 
 // TestPublishEncodeTooLargeUploadsOriginal: under a memory limit its
-// encoding would not fit (sog.PeakMemory), a PLY is published as it is,
+// encoding would not fit (sog.MinMemory), a PLY is published as it is,
 // not encoded (an encoding past the limit would get the daemon killed,
-// and again at every restart); with room under the limit it is encoded.
+// and again at every restart), and the job says why; with room under the
+// limit it is encoded.
 // Not parallel: it sets the package's memoryLimit.
 func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 	const splats = 2000
@@ -132,8 +134,29 @@ func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 		if got := j.Encoded != nil; got != tc.encoded || (sp[0].Format == "sog") != tc.encoded {
 			t.Errorf("%s: encoded %+v, server got %s; want encoded %v", tc.name, j.Encoded, sp[0].Format, tc.encoded)
 		}
+		if (j.EncodeSkipped != "") == tc.encoded {
+			t.Errorf("%s: the job's encode_skipped is %q", tc.name, j.EncodeSkipped)
+		}
 		if !tc.encoded && sp[0].ObjectSHA256 != j.SHA256 {
 			t.Errorf("%s: server's object %s, want the PLY's %s", tc.name, sp[0].ObjectSHA256, j.SHA256)
 		}
 	}
+}
+
+// TestEncodeProgressOverPasses: the encoder's progress (sog.Options.Progress)
+// shows on the job's check as the bytes of all its passes over their
+// total, with a rate once time passes, as a hash's does.
+func TestEncodeProgressOverPasses(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
+	m := p.startCheck(state.Job{ID: 7, Path: "/x.ply"}, CheckEncoding, 10)
+	m.encoded(0, 40) // four passes over a 10-byte PLY
+	now = now.Add(time.Second)
+	m.encoded(25, 40)
+	pr := p.CheckProgress()[7]
+	if pr.Step != CheckEncoding || pr.Sent != 25 || pr.Size != 40 || pr.Rate <= 0 || pr.ETA <= 0 {
+		t.Errorf("mid-encoding: %+v, want encoding, 25 of 40, a rate and an ETA", pr)
+	}
+	m.stop()
 }

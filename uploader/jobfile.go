@@ -75,7 +75,6 @@ func (p *Pool) openJob(j state.Job) (*jobFile, error) {
 	if err != nil {
 		return nil, fileError(err)
 	}
-	p.warmEncoder(j)
 	return &jobFile{f: f, fi: fi, want: j.SHA256, size: j.Size}, nil
 }
 

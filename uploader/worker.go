@@ -200,12 +200,11 @@ type Pool struct {
 	authChanged chan struct{} // closed and replaced when authErr changes
 	kick        chan struct{} // ConfigChanged: the prober probes now
 
-	cfg         configState                     // a configuration error pauses the pool (configpause.go)
-	after       afterState                      // failed after-actions and their retries (afterstage.go)
-	publish     atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
-	held        heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
-	shares      *shares                         // the fleet's progress (share.go)
-	slowEncoder sync.Once                       // logs once that the SOG encoder runs interpreted (encode.go)
+	cfg     configState                     // a configuration error pauses the pool (configpause.go)
+	after   afterState                      // failed after-actions and their retries (afterstage.go)
+	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
+	shares  *shares                         // the fleet's progress (share.go)
 }
 
 // ParamsFunc answers the publish parameters of the file at path (under

@@ -201,14 +201,14 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	}
 	checked := j
 	checked.SHA256, checked.Kind, checked.Params = sum, string(info.Kind), params
-	enc, changed, err := p.encodeForUpload(hctx, checked, jf)
+	enc, skipped, changed, err := p.encodeForUpload(hctx, checked, jf)
 	if err != nil {
 		return j, drained(err)
 	}
 	if changed != nil {
 		return p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
 	}
-	j.Encoded = enc
+	j.Encoded, j.EncodeSkipped = enc, skipped
 	now := p.o.Now()
 	if err := j.Move(state.Ready, now); err != nil {
 		return j, err

@@ -18,6 +18,7 @@ import (
 func cmdEncode(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "encode")
 	to := fs.String("to", "sog", "output format (sog: SOG version 2, bundled)")
+	memFlag := fs.String("memory", "", "the most memory the encoding takes, e.g. 512MiB (default: GOMEMLIMIT less the daemon's headroom, or 1 GiB)")
 	pos, code, ok := parseOrExit(fs, args)
 	if !ok {
 		return code
@@ -29,13 +30,21 @@ func cmdEncode(ctx context.Context, c *cli, args []string) int {
 		return usageError(c, fs, "name the PLY to read and the SOG to write")
 	}
 	in, out := pos[0], pos[1]
+	var limit int64
+	if *memFlag != "" {
+		v, err := state.ParseSize(*memFlag)
+		if err != nil || v <= 0 {
+			return usageError(c, fs, "-memory %q: want a size such as 512MiB", *memFlag)
+		}
+		limit = v
+	}
 	st, err := os.Stat(in)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "splatd encode: %v\n", err)
 		return exitFailure
 	}
 	start := time.Now()
-	res, err := uploader.TranscodeBounded(ctx, in, out, st.Size())
+	res, err := uploader.TranscodeBounded(ctx, in, out, uploader.EncodeMemory(limit))
 	if err != nil {
 		fmt.Fprintf(c.stderr, "splatd encode: %s: %s\n", in, oneLine(err.Error()))
 		return exitFailure
@@ -67,12 +76,7 @@ func encodeForPublish(ctx context.Context, c *cli, path, encode string, kind spl
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)) + ".sog"
 	out := filepath.Join(dir, name)
 	fmt.Fprintf(c.stderr, "%s: encoding as SOG (publish.encode)\n", filepath.Base(path))
-	fi, err := os.Stat(path)
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	if _, err := uploader.TranscodeBounded(ctx, path, out, fi.Size()); err != nil {
+	if _, err := uploader.TranscodeBounded(ctx, path, out, uploader.EncodeMemory(0)); err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("encode as sog: %s", oneLine(err.Error()))
 	}

@@ -68,6 +68,17 @@ func TestEncodeCommand(t *testing.T) {
 	if code, _ := runInProcess(t, "encode", "-to", "spz", in, out); code != exitUsage {
 		t.Errorf("-to spz: exit %d, want %d", code, exitUsage)
 	}
+	// -memory below what the scene needs (sog.MinMemory) refuses it.
+	small := filepath.Join(dir, "small.sog")
+	if code, _ := runInProcess(t, "encode", "-memory", "32MiB", in, small); code != exitFailure {
+		t.Errorf("-memory 32MiB: exit %d, want %d", code, exitFailure)
+	}
+	if _, err := os.Stat(small); !os.IsNotExist(err) {
+		t.Errorf("a refused encode left its output: %v", err)
+	}
+	if code, _ := runInProcess(t, "encode", "-memory", "lots", in, small); code != exitUsage {
+		t.Errorf("-memory lots: exit %d, want %d", code, exitUsage)
+	}
 }
 
 // TestE2EPublishEncodeLegacy: `splatd publish` under the legacy protocol
@@ -91,7 +102,7 @@ func TestE2EPublishEncodeLegacy(t *testing.T) {
 		t.Fatalf("publish: exit %d, %s", code, errOut)
 	}
 	want := filepath.Join(t.TempDir(), "want.sog")
-	if _, err := sog.TranscodeFile(context.Background(), p, want); err != nil {
+	if _, err := sog.TranscodeFile(context.Background(), p, want, sog.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	wb, err := os.ReadFile(want)

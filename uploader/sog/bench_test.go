@@ -20,11 +20,10 @@ func BenchmarkTranscode(b *testing.B) {
 	if err := WriteScene(&ply, n, 3, 1); err != nil {
 		b.Fatal(err)
 	}
-	Warm()
 	b.SetBytes(int64(ply.Len()))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := transcode(context.Background(), bytes.NewReader(ply.Bytes()), int64(ply.Len()), io.Discard, nil); err != nil {
+		if _, err := Transcode(context.Background(), bytes.NewReader(ply.Bytes()), int64(ply.Len()), io.Discard, Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}

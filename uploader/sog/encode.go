@@ -1,26 +1,21 @@
 // Package sog encodes 3D Gaussian splats as SOG version 2 (Spatially
-// Ordered Gaussians; the layout is in docs/formats.md): quantized attributes in lossless WebP
-// images plus a meta.json, bundled as one zip. It knows files and splats,
-// nothing of jobs or uploads.
+// Ordered Gaussians; the layout is in docs/formats.md): quantized attributes
+// in lossless WebP images plus a meta.json, bundled as one zip. It reads a
+// PLY in passes, holding a few bytes a splat rather than the scene (the
+// memory rule is in docs/formats.md). It knows files and splats, nothing of
+// jobs or uploads.
 package sog
 
 import (
-	"archive/zip"
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"image"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sync"
-
-	"github.com/splatd/splatd/state"
 )
 
 // Generator is what meta.json's asset.generator says of this encoder.
@@ -80,304 +75,24 @@ func textureSize(n int) (w, h int) {
 	return w, h
 }
 
+// Options bound and follow an encoding.
+type Options struct {
+	// Memory is about the most the encoding may hold, in bytes (0:
+	// DefaultMemory). Less than MinMemory is taken as MinMemory.
+	Memory int64
+	// Progress, when set, is called from time to time with the PLY bytes
+	// read so far, over every pass, and their total.
+	Progress func(done, total int64)
+}
+
+// DefaultMemory is the bound of an encoding given none: the systemd unit's
+// MemoryMax (1 GiB) less room for the rest of a process.
+const DefaultMemory = 896 << 20
+
 // Encode writes s as a bundled SOG to w. The output depends on s alone.
-// Canceling ctx stops the palette search and returns ctx's error.
+// Canceling ctx stops the encoding and returns ctx's error.
 func Encode(ctx context.Context, w io.Writer, s *Splats) error {
-	if s.N < 1 || s.N > MaxSplats {
-		return &FormatError{fmt.Errorf("sog: %d splats: a SOG holds 1 to %d", s.N, MaxSplats)}
-	}
-	for i, v := range s.Pos {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return &FormatError{fmt.Errorf("sog: splat %d has a non-finite position", i/3)}
-		}
-	}
-	// The SH palette is the long pole: it starts first and the images of
-	// the other attributes are made and encoded while it runs.
-	var shDone sync.WaitGroup
-	var pal []float32
-	var palLabels []uint32
-	if s.Bands > 0 {
-		shDone.Add(1)
-		go func() {
-			defer shDone.Done()
-			pal, palLabels = kmeansPalette(ctx, s.Rest, s.N, RestCount(s.Bands), paletteSize(s.N))
-		}()
-	}
-	order := mortonOrder(s.Pos, s.N)
-	tw, th := textureSize(s.N)
-	imgs := newImageSet(tw * th)
-	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: s.N}
-	meta.Means = encodeMeans(s, order, tw, th, imgs)
-	imgs.add("quats.webp", encodeQuats(s, order, tw, th))
-	meta.Quats = Files{Files: []string{"quats.webp"}}
-	meta.Scales = encodeScales(s, order, tw, th, imgs)
-	meta.SH0 = encodeSH0(s, order, tw, th, imgs)
-	shDone.Wait()
-	if s.Bands > 0 {
-		meta.SHN = encodeSHN(s, pal, palLabels, order, tw, th, imgs)
-	}
-	files, err := imgs.wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		return err
-	}
-	return writeBundle(w, meta, files)
-}
-
-// imageSet encodes images as they are added, on at most GOMAXPROCS
-// goroutines (each using a libwebp instance of webp, at most one each),
-// and keeps them in the order added.
-type imageSet struct {
-	mu    sync.Mutex
-	names []string
-	data  map[string][]byte
-	err   error
-	wg    sync.WaitGroup
-	sem   chan struct{}
-	webp  webpPool
-}
-
-// newImageSet is the set for images of at most pixels pixels.
-func newImageSet(pixels int) *imageSet {
-	s := &imageSet{data: map[string][]byte{}, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
-	s.webp.reserve = webpBytesPerPixel * pixels
-	return s
-}
-
-func (s *imageSet) add(name string, img *image.NRGBA) {
-	s.mu.Lock()
-	s.names = append(s.names, name)
-	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.sem <- struct{}{}
-		defer func() { <-s.sem }()
-		var buf bytes.Buffer
-		err := encodeWebP(&s.webp, &buf, img)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if err != nil && s.err == nil {
-			s.err = fmt.Errorf("sog: %s: %w", name, err)
-		}
-		s.data[name] = buf.Bytes()
-	}()
-}
-
-type namedFile struct {
-	name string
-	data []byte
-}
-
-func (s *imageSet) wait() ([]namedFile, error) {
-	s.wg.Wait()
-	s.webp.close()
-	if s.err != nil {
-		return nil, s.err
-	}
-	// Images finish in any order; the bundle lists them by name.
-	slices.Sort(s.names)
-	var out []namedFile
-	for _, n := range s.names {
-		out = append(out, namedFile{n, s.data[n]})
-	}
-	return out, nil
-}
-
-// writeBundle zips the images and meta.json, stored (WebP is compressed
-// already), with no timestamps, so equal input gives equal bytes.
-func writeBundle(w io.Writer, meta *Meta, files []namedFile) error {
-	mj, err := json.Marshal(meta)
-	if err != nil {
-		return fmt.Errorf("sog: meta.json: %w", err)
-	}
-	zw := zip.NewWriter(w)
-	for _, f := range append([]namedFile{{"meta.json", mj}}, files...) {
-		fw, err := zw.CreateHeader(&zip.FileHeader{Name: f.name, Method: zip.Store})
-		if err != nil {
-			return err
-		}
-		if _, err := fw.Write(f.data); err != nil {
-			return err
-		}
-	}
-	return zw.Close()
-}
-
-func newTexture(w, h int) *image.NRGBA { return image.NewNRGBA(image.Rect(0, 0, w, h)) }
-
-func logTransform(v float64) float64 {
-	if v < 0 {
-		return -math.Log1p(-v)
-	}
-	return math.Log1p(v)
-}
-
-// encodeMeans stores each axis of the log-transformed position at 16 bits
-// across means_l (low byte) and means_u (high byte). The logarithms are
-// taken once, in file order, and read back in Morton order.
-func encodeMeans(s *Splats, order []uint32, tw, th int, imgs *imageSet) MeansRef {
-	lo := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)}
-	hi := [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
-	logs := make([]float64, 3*s.N)
-	for i := 0; i < s.N; i++ {
-		for a := 0; a < 3; a++ {
-			v := logTransform(float64(s.Pos[3*i+a]))
-			logs[3*i+a] = v
-			lo[a], hi[a] = math.Min(lo[a], v), math.Max(hi[a], v)
-		}
-	}
-	ml, mu := newTexture(tw, th), newTexture(tw, th)
-	for t, g := range order {
-		for a := 0; a < 3; a++ {
-			q := 0.0
-			if hi[a] > lo[a] {
-				q = math.Round(65535 * (logs[3*int(g)+a] - lo[a]) / (hi[a] - lo[a]))
-			}
-			v := uint16(math.Max(0, math.Min(65535, q)))
-			ml.Pix[4*t+a], mu.Pix[4*t+a] = uint8(v), uint8(v>>8)
-		}
-		ml.Pix[4*t+3], mu.Pix[4*t+3] = 255, 255
-	}
-	imgs.add("means_l.webp", ml)
-	imgs.add("means_u.webp", mu)
-	ref := MeansRef{Files: []string{"means_l.webp", "means_u.webp"}}
-	for a := 0; a < 3; a++ {
-		ref.Mins[a], ref.Maxs[a] = float32(lo[a]), float32(hi[a])
-	}
-	return ref
-}
-
-// inOrder returns the columns' values in order, interleaved:
-// out[len(cols)*t+c] = cols[c][order[t]]. It is one tight loop of
-// independent loads, so the processor keeps many cache misses in flight;
-// an encoder's own loop, with a square root or a logarithm a value, waited
-// on each one.
-func inOrder(order []uint32, cols ...[]float32) []float32 {
-	m := len(cols)
-	out := make([]float32, m*len(order))
-	for c, col := range cols {
-		for t, g := range order {
-			out[m*t+c] = col[g]
-		}
-	}
-	return out
-}
-
-// encodeQuats stores each rotation as its three smallest components
-// (scaled by √2 to fill a byte) and, in alpha, 252 + the index of the
-// largest, which is made positive and dropped.
-func encodeQuats(s *Splats, order []uint32, tw, th int) *image.NRGBA {
-	img := newTexture(tw, th)
-	rot := inOrder(order, s.Rot[:]...)
-	for t := range order {
-		var q [4]float64
-		l := 0.0
-		for c := 0; c < 4; c++ {
-			q[c] = float64(rot[4*t+c])
-			l += q[c] * q[c]
-		}
-		l = math.Sqrt(l)
-		if !(l > 0) || math.IsInf(l, 0) {
-			q, l = [4]float64{1, 0, 0, 0}, 1
-		}
-		largest := 0
-		for c := 1; c < 4; c++ {
-			if math.Abs(q[c]) > math.Abs(q[largest]) {
-				largest = c
-			}
-		}
-		scale := math.Sqrt2 / l
-		if q[largest] < 0 {
-			scale = -scale
-		}
-		o := 0
-		for c := 0; c < 4; c++ {
-			if c == largest {
-				continue
-			}
-			v := math.Round(255 * (q[c]*scale*0.5 + 0.5))
-			img.Pix[4*t+o] = uint8(math.Max(0, math.Min(255, v)))
-			o++
-		}
-		img.Pix[4*t+3] = uint8(252 + largest)
-	}
-	return img
-}
-
-// encodeScales codes the three log scales through one shared codebook.
-func encodeScales(s *Splats, order []uint32, tw, th int, imgs *imageSet) Codebook {
-	cb, labels := quantize1D(concat(s.Scale[:]...))
-	img := newTexture(tw, th)
-	for t, g := range order {
-		for a := 0; a < 3; a++ {
-			img.Pix[4*t+a] = labels[a*s.N+int(g)]
-		}
-		img.Pix[4*t+3] = 255
-	}
-	imgs.add("scales.webp", img)
-	return Codebook{Codebook: cb, Files: []string{"scales.webp"}}
-}
-
-// encodeSH0 codes the DC colour through one codebook and stores the
-// opacity, through the sigmoid, in alpha.
-func encodeSH0(s *Splats, order []uint32, tw, th int, imgs *imageSet) Codebook {
-	cb, labels := quantize1D(concat(s.DC[:]...))
-	img := newTexture(tw, th)
-	for t, g := range order {
-		for a := 0; a < 3; a++ {
-			img.Pix[4*t+a] = labels[a*s.N+int(g)]
-		}
-		o := 255 / (1 + math.Exp(-float64(s.Opacity[g])))
-		if math.IsNaN(o) {
-			o = 0
-		}
-		img.Pix[4*t+3] = uint8(math.Round(o))
-	}
-	imgs.add("sh0.webp", img)
-	return Codebook{Codebook: cb, Files: []string{"sh0.webp"}}
-}
-
-func concat(cols ...[]float32) []float32 {
-	n := 0
-	for _, c := range cols {
-		n += len(c)
-	}
-	out := make([]float32, 0, n)
-	for _, c := range cols {
-		out = append(out, c...)
-	}
-	return out
-}
-
-// encodeSHN codes the SH palette's coefficients through one codebook,
-// and stores the palette (64 entries a row, one pixel per coefficient, the
-// channels in R, G, B) and each splat's 16-bit entry.
-func encodeSHN(s *Splats, cent []float32, labels []uint32, order []uint32, tw, th int, imgs *imageSet) *SHNRef {
-	rest, coeffs := RestCount(s.Bands), shCoeffs[s.Bands]
-	count := len(cent) / rest
-	cb, codes := quantize1D(cent) // row-major: entry i, value j at i*rest+j
-	rows := (count + 63) / 64
-	pal := newTexture(64*coeffs, rows)
-	for i := 0; i < count; i++ {
-		for j := 0; j < coeffs; j++ {
-			p := 4 * (i*coeffs + j)
-			for ch := 0; ch < 3; ch++ {
-				pal.Pix[p+ch] = codes[i*rest+ch*coeffs+j]
-			}
-			pal.Pix[p+3] = 255
-		}
-	}
-	lab := newTexture(tw, th)
-	for t, g := range order {
-		l := labels[g]
-		lab.Pix[4*t], lab.Pix[4*t+1], lab.Pix[4*t+3] = uint8(l), uint8(l>>8), 255
-	}
-	imgs.add("shN_centroids.webp", pal)
-	imgs.add("shN_labels.webp", lab)
-	return &SHNRef{Count: count, Bands: s.Bands, Codebook: cb, Files: []string{"shN_centroids.webp", "shN_labels.webp"}}
+	return encodeSource(ctx, w, &memSource{s: s}, Options{})
 }
 
 // FormatError is a source the encoder cannot take: not a 3DGS PLY it
@@ -393,35 +108,23 @@ type Result struct {
 	Bands  int
 }
 
-// Transcode reads a 3DGS PLY from r and writes it to w as a bundled SOG.
-func Transcode(ctx context.Context, r io.Reader, w io.Writer) (Result, error) {
-	return transcode(ctx, r, 0, w, nil)
-}
-
-// transcode is Transcode of a source of size bytes (0: unknown); read,
-// when set, is called once the PLY is read, before the encoding.
-func transcode(ctx context.Context, r io.Reader, size int64, w io.Writer, read func()) (Result, error) {
-	go Warm()
-	s, err := readPLY(state.ContextReader(ctx, r), size)
+// Transcode reads a 3DGS PLY of size bytes from r and writes it to w as a
+// bundled SOG.
+func Transcode(ctx context.Context, r io.ReaderAt, size int64, w io.Writer, o Options) (Result, error) {
+	src, err := openPLY(r, size)
 	if err != nil {
-		if ctx.Err() != nil {
-			return Result{}, ctx.Err()
-		}
 		return Result{}, &FormatError{err}
 	}
-	if read != nil {
-		read()
-	}
-	if err := Encode(ctx, w, s); err != nil {
+	if err := encodeSource(ctx, w, src, o); err != nil {
 		return Result{}, err
 	}
-	return Result{Splats: s.N, Bands: s.Bands}, nil
+	return Result{Splats: src.count(), Bands: src.bands()}, nil
 }
 
 // TranscodeFile encodes the PLY at src as a SOG at dst, through a
 // temporary file beside dst that is renamed into place once complete (dst
 // never holds a partial SOG).
-func TranscodeFile(ctx context.Context, src, dst string) (Result, error) {
+func TranscodeFile(ctx context.Context, src, dst string, o Options) (Result, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return Result{}, err
@@ -431,21 +134,20 @@ func TranscodeFile(ctx context.Context, src, dst string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return TranscodeTo(ctx, in, fi.Size(), dst, nil)
+	return TranscodeTo(ctx, in, fi.Size(), dst, o)
 }
 
 // TranscodeTo is TranscodeFile for a PLY of size bytes read from in (the
 // daemon encodes from the descriptor it hashed, never a path looked up
-// again). read, when set, is called once the PLY is read (in is not read
-// after it), before the compression, which takes most of the time.
-func TranscodeTo(ctx context.Context, in io.Reader, size int64, dst string, read func()) (Result, error) {
+// again).
+func TranscodeTo(ctx context.Context, in io.ReaderAt, size int64, dst string, o Options) (Result, error) {
 	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp")
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.Remove(out.Name()) // a no-op once renamed
 	bw := bufio.NewWriterSize(out, 1<<20)
-	res, err := transcode(ctx, in, size, bw, read)
+	res, err := Transcode(ctx, in, size, bw, o)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -467,13 +169,535 @@ func TranscodeTo(ctx context.Context, in io.Reader, size int64, dst string, read
 	return res, nil
 }
 
-// PeakMemory is about the most memory, in bytes, that encoding a PLY of
-// size bytes holding n splats takes, the garbage collector held near live
-// memory as uploader holds it. Measured (2026-11-26, peak RSS of splatd
-// encode) with three SH bands: 250,000 / 1 M / 2 M splats (59 / 237 /
-// 473 MiB PLYs) took 215 / 558 / 1,028 MiB; without SH, 1 M splats
-// (65 MiB) took 243 MiB. The scene is held whole (about 1.9× the PLY
-// with its work arrays), the images and sort keys add about 40 bytes a
-// splat, and the WebAssembly libwebp about 96 MiB: each measured peak is
-// at most this.
-func PeakMemory(size, n int64) int64 { return size*19/10 + 40*n + 96<<20 }
+// The memory an encoding holds, phase by phase, for n splats (the images
+// have about n pixels each): the first pass's sample (sampleRowBytes a
+// sampled splat), the Morton sort (sortBytes a splat), then each image
+// pass: every splat's place in the order (4 bytes) and, per image of the
+// pass, its pixels and its WebP (imageBytes a pixel). fixedMemory is the
+// rest: the runtime, read buffers, codebooks and the palette.
+const (
+	fixedMemory = 64 << 20
+	sortBytes   = 16
+	placeBytes  = 4
+	imageBytes  = 8
+	maxSample   = 1 << 20 // splats the palette and codebooks are fitted on
+)
+
+// sampleRowBytes is the memory of one sampled splat at bands: its values
+// and the palette search's work arrays.
+func sampleRowBytes(bands int) int64 { return int64(6+RestCount(bands))*4*13/10 + 16 }
+
+// MinMemory is about the least memory an encoding of n splats at bands SH
+// bands takes (one image a pass).
+func MinMemory(n int64, bands int) int64 {
+	return fixedMemory + max(min(n, maxSample)*sampleRowBytes(bands), sortBytes*n, (2*placeBytes+imageBytes)*n)
+}
+
+// plan is how an encoding fits its memory.
+type plan struct {
+	perPass  int  // images filled a pass
+	keepPos  bool // the first pass keeps the positions (no pass for the sort)
+	parallel bool // the palette is fitted while the positions are sorted
+}
+
+func makePlan(n int64, bands int, memory int64) plan {
+	if memory <= 0 {
+		memory = DefaultMemory
+	}
+	memory = max(memory, MinMemory(n, bands)) - fixedMemory
+	sample := min(n, maxSample) * sampleRowBytes(bands)
+	p := plan{perPass: int(max(1, (memory-2*placeBytes*n)/(imageBytes*n)))}
+	// Arrays freed between phases are garbage until a collection, so the
+	// optional overlaps keep to half the memory.
+	p.keepPos = sample+20*n <= memory/2
+	p.parallel = sample+sortBytes*n+12*n <= memory/2
+	return p
+}
+
+// source is splats the encoder reads in passes.
+type source interface {
+	count() int
+	bands() int
+	// pass calls fn with consecutive runs of records, the first one's
+	// index and their values (recordLen floats each, in newSplats' column
+	// order); only the first cols values of a record need be set.
+	pass(ctx context.Context, cols int, fn func(first int, recs []float32) error) error
+	// size is the bytes one pass reads (0: none, in memory).
+	size() int64
+}
+
+// recordLen is the floats of one record at bands.
+func recordLen(bands int) int { return 14 + RestCount(bands) }
+
+// encoder is one encoding's state between its passes.
+type encoder struct {
+	src      source
+	n, bands int
+	rest     int
+	plan     plan
+	tw, th   int
+	o        Options
+	passes   int // the passes a source is read in
+	pass     int // passes done
+	read     int // records read in this pass
+
+	step    int // every step-th splat is sampled
+	sampleN int
+	scaleS  []float32 // the sample's values, for the codebooks
+	dcS     []float32
+	restS   []float32 // the sample's f_rest rows
+	pos     []float32 // the positions, when the plan keeps them
+	logLo   [3]float64
+	logHi   [3]float64
+	lo, hi  [3]float64 // the positions' bounds
+	scaleCB *lookup
+	dcCB    *lookup
+	pal     *palette
+	place   []uint32 // place[i] is splat i's pixel
+}
+
+func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error {
+	n := src.count()
+	if n < 1 || n > MaxSplats {
+		return &FormatError{fmt.Errorf("sog: %d splats: a SOG holds 1 to %d", n, MaxSplats)}
+	}
+	e := &encoder{src: src, n: n, bands: src.bands(), rest: RestCount(src.bands()), o: o}
+	e.plan = makePlan(int64(n), e.bands, o.Memory)
+	e.tw, e.th = textureSize(n)
+	e.passes = 1 + len(e.passPlanes())
+	if e.bands > 0 && n > maxSample {
+		e.passes++ // the palette's refinement
+	}
+	if !e.plan.keepPos {
+		e.passes++
+	}
+	if err := e.firstPass(ctx); err != nil {
+		return err
+	}
+	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: n}
+	var palDone sync.WaitGroup
+	if e.bands > 0 {
+		palDone.Add(1)
+		go func() {
+			defer palDone.Done()
+			e.pal = fitPalette(ctx, e.restS, e.sampleN, e.rest, paletteSize(n))
+			e.restS = nil
+		}()
+		if !e.plan.parallel {
+			palDone.Wait()
+		}
+	}
+	meta.Scales.Codebook, e.scaleCB = codebook1D(e.scaleS)
+	meta.SH0.Codebook, e.dcCB = codebook1D(e.dcS)
+	e.scaleS, e.dcS = nil, nil
+	err := e.order(ctx)
+	palDone.Wait()
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if e.bands > 0 && e.step > 1 {
+		if err := e.refinePalette(ctx); err != nil {
+			return err
+		}
+	}
+	for a := 0; a < 3; a++ {
+		meta.Means.Mins[a], meta.Means.Maxs[a] = float32(e.logLo[a]), float32(e.logHi[a])
+	}
+	meta.Means.Files = []string{"means_l.webp", "means_u.webp"}
+	meta.Scales.Files = []string{"scales.webp"}
+	meta.Quats.Files = []string{"quats.webp"}
+	meta.SH0.Files = []string{"sh0.webp"}
+	var palImg *argbImage
+	if e.bands > 0 {
+		var cb []float32
+		cb, palImg = e.paletteImage()
+		meta.SHN = &SHNRef{Count: len(e.pal.entries) / e.rest, Bands: e.bands, Codebook: cb, Files: []string{"shN_centroids.webp", "shN_labels.webp"}}
+	}
+	bw, err := newBundle(w, meta)
+	if err != nil {
+		return err
+	}
+	// The images in the bundle's (name) order; the centroids' image is
+	// made from the palette alone.
+	for _, ps := range e.passPlanes() {
+		imgs, err := e.fill(ctx, ps)
+		if err != nil {
+			return err
+		}
+		if err := e.compress(bw, ps, imgs, palImg); err != nil {
+			return err
+		}
+	}
+	return bw.close()
+}
+
+// refinePalette finds every splat's palette entry, by the descent of the
+// fit on the sample, and moves each entry to the mean of its splats: the
+// palette's error comes near a fit on the whole scene (docs/formats.md)
+// for one more pass. Each splat's entry is kept (4 bytes a splat) for the
+// labels' image.
+func (e *encoder) refinePalette(ctx context.Context) error {
+	workers := runtime.GOMAXPROCS(0)
+	rs := make([]*refiner, workers)
+	for w := range rs {
+		rs[w] = e.pal.newRefiner()
+	}
+	sampled := e.pal.labels
+	e.pal.labels = make([]uint32, e.n)
+	rl := recordLen(e.bands)
+	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
+		n := len(recs) / rl
+		var wg sync.WaitGroup
+		chunk := (n + workers - 1) / workers
+		for w := 0; w < workers; w++ {
+			lo, hi := w*chunk, min(n, (w+1)*chunk)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := lo; r < hi; r++ {
+					i, row := first+r, recs[r*rl+14:(r+1)*rl]
+					var l uint32
+					if i%e.step == 0 {
+						l = sampled[i/e.step] // what the descent finds for it
+					} else {
+						l = e.pal.label(row)
+					}
+					e.pal.labels[i] = l
+					rs[w].add(row, l, e.rest)
+				}
+			}()
+		}
+		wg.Wait()
+		e.progress(n)
+		return ctx.Err()
+	})
+	if err != nil {
+		return err
+	}
+	e.pal.refine(rs)
+	return nil
+}
+
+// passPlanes groups the planes into passes of at most plan.perPass images
+// (a plane's images are made in one pass).
+func (e *encoder) passPlanes() [][]plane {
+	var out [][]plane
+	var cur []plane
+	images := 0
+	for _, p := range e.planes() {
+		k := len(p.names)
+		if p.pixels == nil {
+			k = 0
+		}
+		if images > 0 && images+k > e.plan.perPass {
+			out, cur, images = append(out, cur), nil, 0
+		}
+		cur, images = append(cur, p), images+k
+	}
+	return append(out, cur)
+}
+
+// progress adds the bytes of records read to the encoding's count.
+func (e *encoder) progress(records int) {
+	size := e.src.size()
+	if e.o.Progress == nil || size == 0 {
+		return
+	}
+	e.read += records
+	e.o.Progress(int64(e.pass)*size+int64(float64(size)*float64(e.read)/float64(e.n)), int64(e.passes)*size)
+	if e.read == e.n {
+		e.pass, e.read = e.pass+1, 0
+	}
+}
+
+// firstPass finds the positions' bounds, checks they are finite, and
+// takes the sample the codebooks and the palette are fitted on.
+func (e *encoder) firstPass(ctx context.Context) error {
+	e.step = (e.n + maxSample - 1) / maxSample
+	e.sampleN = (e.n + e.step - 1) / e.step
+	e.scaleS = make([]float32, 0, 3*e.sampleN)
+	e.dcS = make([]float32, 0, 3*e.sampleN)
+	e.restS = make([]float32, 0, e.rest*e.sampleN)
+	if e.plan.keepPos {
+		e.pos = make([]float32, 0, 3*e.n)
+	}
+	for a := 0; a < 3; a++ {
+		e.lo[a], e.hi[a] = math.Inf(1), math.Inf(-1)
+	}
+	rl := recordLen(e.bands)
+	return e.src.pass(ctx, rl, func(first int, recs []float32) error {
+		for r := 0; r*rl < len(recs); r++ {
+			rec := recs[r*rl : (r+1)*rl]
+			for a := 0; a < 3; a++ {
+				v := float64(rec[a])
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return &FormatError{fmt.Errorf("sog: splat %d has a non-finite position", first+r)}
+				}
+				e.lo[a], e.hi[a] = math.Min(e.lo[a], v), math.Max(e.hi[a], v)
+			}
+			if e.pos != nil {
+				e.pos = append(e.pos, rec[0], rec[1], rec[2])
+			}
+			if (first+r)%e.step == 0 {
+				e.scaleS = append(e.scaleS, rec[7], rec[8], rec[9])
+				e.dcS = append(e.dcS, rec[3], rec[4], rec[5])
+				e.restS = append(e.restS, rec[14:]...)
+			}
+		}
+		e.progress(len(recs) / rl)
+		return nil
+	})
+}
+
+// order sorts the splats along a Z-order curve of their positions
+// (mortonKeys) and sets each splat's place in it.
+func (e *encoder) order(ctx context.Context) error {
+	for a := 0; a < 3; a++ {
+		e.logLo[a], e.logHi[a] = logTransform(e.lo[a]), logTransform(e.hi[a])
+	}
+	m := newMorton(e.n, e.lo, e.hi)
+	keys := make([]uint64, e.n)
+	if e.pos != nil {
+		for i := range keys {
+			keys[i] = m.key(e.pos[3*i:3*i+3], i)
+		}
+		e.pos = nil
+	} else {
+		err := e.src.pass(ctx, 3, func(first int, recs []float32) error {
+			rl := recordLen(e.bands)
+			for r := 0; r*rl < len(recs); r++ {
+				keys[first+r] = m.key(recs[r*rl:r*rl+3], first+r)
+			}
+			e.progress(len(recs) / rl)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	m.sort(keys)
+	e.place = make([]uint32, e.n)
+	mask := uint64(1)<<m.idxBits - 1
+	for t, k := range keys {
+		e.place[k&mask] = uint32(t)
+	}
+	return nil
+}
+
+// plane is one image or two (the means' bytes): their names and each
+// splat's pixels, from its index and record; nil for the palette's image,
+// made without a pass.
+type plane struct {
+	names  []string
+	pixels func(i int, rec []float32, px []uint32)
+}
+
+func (e *encoder) planes() []plane {
+	// The means' two images are made in one pass when two fit.
+	ps := []plane{{[]string{"means_l.webp", "means_u.webp"}, func(_ int, rec []float32, px []uint32) { px[0], px[1] = e.means(rec) }}}
+	if e.plan.perPass < 2 {
+		ps = []plane{
+			{[]string{"means_l.webp"}, func(_ int, rec []float32, px []uint32) { px[0], _ = e.means(rec) }},
+			{[]string{"means_u.webp"}, func(_ int, rec []float32, px []uint32) { _, px[0] = e.means(rec) }},
+		}
+	}
+	ps = append(ps, []plane{
+		{[]string{"quats.webp"}, func(_ int, rec []float32, px []uint32) { px[0] = quatPixel(rec) }},
+		{[]string{"scales.webp"}, func(_ int, rec []float32, px []uint32) {
+			px[0] = 0xff000000 | uint32(e.scaleCB.nearest(rec[7]))<<16 | uint32(e.scaleCB.nearest(rec[8]))<<8 | uint32(e.scaleCB.nearest(rec[9]))
+		}},
+		{[]string{"sh0.webp"}, func(_ int, rec []float32, px []uint32) {
+			o := 255 / (1 + math.Exp(-float64(rec[6])))
+			if math.IsNaN(o) {
+				o = 0
+			}
+			px[0] = uint32(math.Round(o))<<24 | uint32(e.dcCB.nearest(rec[3]))<<16 | uint32(e.dcCB.nearest(rec[4]))<<8 | uint32(e.dcCB.nearest(rec[5]))
+		}},
+	}...)
+	if e.bands > 0 {
+		ps = append(ps, plane{[]string{"shN_centroids.webp"}, nil}, plane{[]string{"shN_labels.webp"}, func(i int, rec []float32, px []uint32) {
+			l := e.pal.labels[i]
+			px[0] = 0xff000000 | (l&0xff)<<16 | (l>>8&0xff)<<8
+		}})
+	}
+	return ps
+}
+
+func logTransform(v float64) float64 {
+	if v < 0 {
+		return -math.Log1p(-v)
+	}
+	return math.Log1p(v)
+}
+
+// means stores each axis of the log-transformed position at 16 bits, the
+// low bytes in means_l's pixel and the high ones in means_u's.
+func (e *encoder) means(rec []float32) (lo, hi uint32) {
+	lo, hi = 0xff000000, 0xff000000
+	for a := 0; a < 3; a++ {
+		q := 0.0
+		if l, h := e.logLo[a], e.logHi[a]; h > l {
+			q = math.Round(65535 * (logTransform(float64(rec[a])) - l) / (h - l))
+		}
+		v := uint32(math.Max(0, math.Min(65535, q)))
+		lo |= (v & 0xff) << (16 - 8*a)
+		hi |= (v >> 8) << (16 - 8*a)
+	}
+	return lo, hi
+}
+
+// quatPixel stores a rotation as its three smallest components (scaled by
+// √2 to fill a byte) and, in alpha, 252 + the index of the largest, which
+// is made positive and dropped.
+func quatPixel(rec []float32) uint32 {
+	var q [4]float64
+	l := 0.0
+	for c := 0; c < 4; c++ {
+		q[c] = float64(rec[10+c])
+		l += q[c] * q[c]
+	}
+	l = math.Sqrt(l)
+	if !(l > 0) || math.IsInf(l, 0) {
+		q, l = [4]float64{1, 0, 0, 0}, 1
+	}
+	largest := 0
+	for c := 1; c < 4; c++ {
+		if math.Abs(q[c]) > math.Abs(q[largest]) {
+			largest = c
+		}
+	}
+	scale := math.Sqrt2 / l
+	if q[largest] < 0 {
+		scale = -scale
+	}
+	px := uint32(252+largest) << 24
+	o := 0
+	for c := 0; c < 4; c++ {
+		if c == largest {
+			continue
+		}
+		v := math.Round(255 * (q[c]*scale*0.5 + 0.5))
+		px |= uint32(math.Max(0, math.Min(255, v))) << (16 - 8*o)
+		o++
+	}
+	return px
+}
+
+// fill makes the images of ps in one pass over the source (none for the
+// palette's), the records of a run shared among the cores.
+func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) {
+	imgs := make([][]*argbImage, len(ps))
+	need := false
+	for i, p := range ps {
+		if p.pixels != nil {
+			for range p.names {
+				imgs[i] = append(imgs[i], newARGB(e.tw, e.th))
+			}
+			need = true
+		}
+	}
+	if !need {
+		return imgs, nil
+	}
+	rl := recordLen(e.bands)
+	workers := runtime.GOMAXPROCS(0)
+	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
+		n := len(recs) / rl
+		var wg sync.WaitGroup
+		chunk := (n + workers - 1) / workers
+		for w := 0; w < workers; w++ {
+			lo, hi := w*chunk, min(n, (w+1)*chunk)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var px [2]uint32
+				for r := lo; r < hi; r++ {
+					rec := recs[r*rl : (r+1)*rl]
+					t := e.place[first+r]
+					for i, p := range ps {
+						if p.pixels != nil {
+							p.pixels(first+r, rec, px[:])
+							for k, img := range imgs[i] {
+								img.pix[t] = px[k]
+							}
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		e.progress(n)
+		return ctx.Err()
+	})
+	return imgs, err
+}
+
+// compress encodes the images of a pass, on every core, and adds them to
+// the bundle in order.
+func (e *encoder) compress(b *bundle, ps []plane, imgs [][]*argbImage, palImg *argbImage) error {
+	type job struct {
+		name string
+		img  *argbImage
+		out  []byte
+		err  error
+	}
+	var jobs []*job
+	for i, p := range ps {
+		if p.pixels == nil {
+			jobs = append(jobs, &job{name: p.names[0], img: palImg})
+			continue
+		}
+		for k, name := range p.names {
+			jobs = append(jobs, &job{name: name, img: imgs[i][k]})
+		}
+	}
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			var buf sliceWriter
+			j.err = encodeVP8L(&buf, j.img)
+			j.out, j.img = buf.b, nil
+		}()
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		if j.err != nil {
+			return fmt.Errorf("sog: %s: %w", j.name, j.err)
+		}
+		if err := b.add(j.name, j.out); err != nil {
+			return err
+		}
+		j.out = nil
+	}
+	return nil
+}
+
+type sliceWriter struct{ b []byte }
+
+func (s *sliceWriter) Write(p []byte) (int, error) { s.b = append(s.b, p...); return len(p), nil }
+
+// paletteImage codes the SH palette's coefficients through one codebook,
+// and returns it and the palette's image (64 entries a row, one pixel per
+// coefficient, the channels in R, G, B).
+func (e *encoder) paletteImage() ([]float32, *argbImage) {
+	rest, coeffs := e.rest, shCoeffs[e.bands]
+	cent := e.pal.entries
+	count := len(cent) / rest
+	cb, codes := quantize1D(cent) // row-major: entry i, value j at i*rest+j
+	rows := (count + 63) / 64
+	img := newARGB(64*coeffs, rows)
+	for i := 0; i < count; i++ {
+		for j := 0; j < coeffs; j++ {
+			img.pix[i*coeffs+j] = 0xff000000 | uint32(codes[i*rest+j])<<16 | uint32(codes[i*rest+coeffs+j])<<8 | uint32(codes[i*rest+2*coeffs+j])
+		}
+	}
+	return cb, img
+}

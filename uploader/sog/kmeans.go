@@ -2,6 +2,7 @@ package sog
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync"
 )
@@ -57,23 +58,75 @@ func paletteSize(n int) int {
 	return k
 }
 
-// kmeansPalette clusters the n rows of pts (d floats each) into at most k
-// entries; it returns the entries (row-major) and each row's entry.
-func kmeansPalette(ctx context.Context, pts []float32, n, d, k int) (centroids []float32, labels []uint32) {
+// palette is the SH palette and the tree it was built as: a splat's entry
+// is found by the descent its cell's points took.
+type palette struct {
+	entries []float32 // row-major, d floats an entry
+	d       int
+	root    *pnode
+	labels  []uint32 // each fitted row's entry (what label finds for it)
+}
+
+// pnode is a node of the palette's tree: an inner node's cells' centroids
+// and children (nil for a cell no point fell in), or a leaf's entries.
+type pnode struct {
+	coarse      []float32
+	kids        []*pnode
+	base, count int
+}
+
+// fitPalette clusters the n rows of pts (d floats each, a sample of the
+// splats) into at most k entries.
+func fitPalette(ctx context.Context, pts []float32, n, d, k int) *palette {
 	km := &kmeans{ctx: ctx, pts: pts, d: d, sem: make(chan struct{}, runtime.GOMAXPROCS(0))}
 	members := make([]uint32, n)
 	for i := range members {
 		members[i] = uint32(i)
 	}
-	labels = make([]uint32, n)
 	cs := km.node(members, k, 0x5eed, true, &scratch{})
-	for _, c := range cs.entries {
-		centroids = append(centroids, c...)
-	}
+	p := &palette{d: d, root: cs.tree, labels: make([]uint32, n)}
 	for i, m := range members {
-		labels[m] = cs.labels[i]
+		p.labels[m] = cs.labels[i]
 	}
-	return centroids, labels
+	for _, c := range cs.entries {
+		p.entries = append(p.entries, c...)
+	}
+	base := 0
+	var number func(*pnode)
+	number = func(t *pnode) {
+		if t.coarse == nil {
+			t.base = base
+			base += t.count
+			return
+		}
+		for _, c := range t.kids {
+			if c != nil {
+				number(c)
+			}
+		}
+	}
+	number(p.root)
+	return p
+}
+
+// label is the entry of row: the leaf it descends to, the nearest cell at
+// each level, then the leaf's nearest entry.
+func (p *palette) label(row []float32) uint32 {
+	t := p.root
+	var buf [maxBranch]float32
+	for t.coarse != nil {
+		out := buf[:len(t.kids)]
+		sqDists(row, t.coarse, out)
+		best := -1
+		for c, dd := range out {
+			if t.kids[c] != nil && (best < 0 || dd < out[best]) {
+				best = c
+			}
+		}
+		t = t.kids[best]
+	}
+	c, _ := nearestDist(row, p.entries[t.base*p.d:(t.base+t.count)*p.d], p.d)
+	return uint32(t.base + c)
 }
 
 type kmeans struct {
@@ -83,10 +136,11 @@ type kmeans struct {
 	sem chan struct{} // bounds the goroutines of top-level cells
 }
 
-// clusters is a node's answer: its entries and, for each of its members
-// in the order given, the entry it belongs to.
+// clusters is a node's answer: its entries, its tree and, for each of its
+// members in the order given, the entry it belongs to.
 type clusters struct {
 	entries [][]float32
+	tree    *pnode
 	labels  []uint32
 }
 
@@ -116,7 +170,7 @@ func grown[T any](s []T, n int) []T {
 func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scratch) clusters {
 	n := len(members)
 	if n <= k {
-		cs := clusters{labels: make([]uint32, n)}
+		cs := clusters{tree: &pnode{count: n}, labels: make([]uint32, n)}
 		for i, m := range members {
 			cs.entries = append(cs.entries, append([]float32(nil), km.row(m)...))
 			cs.labels[i] = uint32(i)
@@ -153,10 +207,11 @@ func (km *kmeans) node(members []uint32, k int, seed uint64, top bool, sc *scrat
 	}
 	wg.Wait()
 	// members now lists cell 0's points, then cell 1's, ... (groupBy).
-	out := clusters{labels: make([]uint32, 0, n)}
-	for _, res := range results {
+	out := clusters{tree: &pnode{coarse: coarse, kids: make([]*pnode, len(cells))}, labels: make([]uint32, 0, n)}
+	for c, res := range results {
 		base := uint32(len(out.entries))
 		out.entries = append(out.entries, res.entries...)
+		out.tree.kids[c] = res.tree
 		for _, l := range res.labels {
 			out.labels = append(out.labels, base+l)
 		}
@@ -169,7 +224,7 @@ func (km *kmeans) leaf(members []uint32, k int, seed uint64, sc *scratch) cluste
 	r := rng(seed)
 	pts := km.gather(members, sc)
 	cent := lloyd(pts, len(members), km.d, k, leafIters, &r, sc)
-	cs := clusters{labels: make([]uint32, len(members))}
+	cs := clusters{tree: &pnode{count: len(cent) / km.d}, labels: make([]uint32, len(members))}
 	for i := range members {
 		cs.labels[i] = uint32(nearest(pts[i*km.d:(i+1)*km.d], cent, km.d))
 	}
@@ -296,4 +351,54 @@ func samplePoints(members []uint32, m int, r *rng) []uint32 {
 		s[i], s[j] = s[j], s[i]
 	}
 	return s[:m]
+}
+
+// refineScale is the fixed point the refinement sums rows in: integer sums
+// do not depend on the order they are added in, so the entries do not
+// depend on how the splats were shared among the cores.
+const refineScale = 1 << 20
+
+// refiner sums the rows that descend to each entry (one core's share).
+type refiner struct {
+	sums   []int64
+	counts []int64
+}
+
+func (p *palette) newRefiner() *refiner {
+	k := len(p.entries) / p.d
+	return &refiner{sums: make([]int64, k*p.d), counts: make([]int64, k)}
+}
+
+// add counts row, whose entry is l; non-finite values are left out.
+func (r *refiner) add(row []float32, l uint32, d int) {
+	s := r.sums[int(l)*d : int(l+1)*d]
+	for j, v := range row {
+		if f := float64(v) * refineScale; f > -1e15 && f < 1e15 {
+			s[j] += int64(math.Round(f))
+		}
+	}
+	r.counts[l]++
+}
+
+// refine moves each entry to the mean of the rows the refiners counted for
+// it (one Lloyd update over the whole scene, the descent kept); an entry
+// no row reached keeps its place.
+func (p *palette) refine(rs []*refiner) {
+	d := p.d
+	for c := 0; c*d < len(p.entries); c++ {
+		var n int64
+		for _, r := range rs {
+			n += r.counts[c]
+		}
+		if n == 0 {
+			continue
+		}
+		for j := 0; j < d; j++ {
+			var s int64
+			for _, r := range rs {
+				s += r.sums[c*d+j]
+			}
+			p.entries[c*d+j] = float32(float64(s) / refineScale / float64(n))
+		}
+	}
 }

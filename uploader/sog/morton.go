@@ -1,76 +1,80 @@
 package sog
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
-// mortonOrder returns the splats' order along a Z-order curve of their
-// positions (10 bits an axis, inside the bounds of the splats sorted), so
-// that neighbours in space are neighbours in the images and compress well.
-// A run of more than 256 splats that share one code is ordered again
-// inside its own, smaller bounds. The sort is stable: same input, same order.
-func mortonOrder(pos []float32, n int) []uint32 {
-	idx := make([]uint32, n)
-	for i := range idx {
-		idx[i] = uint32(i)
-	}
-	scratch := make([]uint32, n)
-	keys := make([]uint32, n)
-	keys2 := make([]uint32, n)
-	mortonSort(pos, idx, scratch, keys, keys2)
-	return idx
+// morton orders splats along a Z-order curve of their positions, so that
+// neighbours in space are neighbours in the images and compress well. A
+// splat's key is its Morton code above its index, in one uint64: the
+// index takes the bits n needs, each axis a third of the rest (at most 21),
+// so sorting the keys is a stable sort by code that needs no other array.
+type morton struct {
+	idxBits uint
+	axBits  uint
+	lo      [3]float64
+	mul     [3]float64
 }
 
-func mortonSort(pos []float32, idx, scratch, keys, keys2 []uint32) {
-	if len(idx) == 0 {
-		return
-	}
-	lo := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)}
-	hi := [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
-	for _, g := range idx {
-		for a := 0; a < 3; a++ {
-			v := float64(pos[3*int(g)+a])
-			lo[a], hi[a] = math.Min(lo[a], v), math.Max(hi[a], v)
-		}
-	}
-	var mul [3]float64
-	same := true
+func newMorton(n int, lo, hi [3]float64) *morton {
+	m := &morton{idxBits: uint(bits.Len(uint(max(1, n-1))))}
+	m.axBits = min(21, (64-m.idxBits)/3)
+	cells := float64(uint64(1) << m.axBits)
 	for a := 0; a < 3; a++ {
-		l := hi[a] - lo[a]
-		if math.IsNaN(l) || math.IsInf(l, 0) {
-			return
-		}
-		if l > 0 {
-			mul[a], same = 1024/l, false
+		m.lo[a] = lo[a]
+		if l := hi[a] - lo[a]; l > 0 && !math.IsInf(l, 0) {
+			m.mul[a] = cells / l
 		}
 	}
-	if same {
-		return
+	return m
+}
+
+// key is the sort key of splat i at p (x, y, z).
+func (m *morton) key(p []float32, i int) uint64 {
+	var code uint64
+	top := float64(uint64(1)<<m.axBits - 1)
+	for a := 0; a < 3; a++ {
+		c := uint64(math.Max(0, math.Min(top, (float64(p[a])-m.lo[a])*m.mul[a])))
+		code |= spread21(c) << a
 	}
-	for i, g := range idx {
-		var c [3]uint32
-		for a := 0; a < 3; a++ {
-			c[a] = uint32(math.Min(1023, (float64(pos[3*int(g)+a])-lo[a])*mul[a]))
+	return code<<m.idxBits | uint64(i)
+}
+
+// sort sorts keys ascending by their code bits, stably (least significant
+// digit first, 11 bits a pass).
+func (m *morton) sort(keys []uint64) {
+	tmp := make([]uint64, len(keys))
+	var counts [1 << 11]int
+	src, dst := keys, tmp
+	for shift := m.idxBits; shift < m.idxBits+3*m.axBits; shift += 11 {
+		clear(counts[:])
+		for _, k := range src {
+			counts[k>>shift&0x7ff]++
 		}
-		keys[i] = spread(c[2])<<2 | spread(c[1])<<1 | spread(c[0])
+		sum := 0
+		for d := range counts {
+			counts[d], sum = sum, sum+counts[d]
+		}
+		for _, k := range src {
+			d := k >> shift & 0x7ff
+			dst[counts[d]] = k
+			counts[d]++
+		}
+		src, dst = dst, src
 	}
-	radixSort(keys, idx, keys2[:len(idx)], scratch[:len(idx)], 10, 3)
-	for start := 0; start < len(idx); {
-		end := start + 1
-		for end < len(idx) && keys[end] == keys[start] {
-			end++
-		}
-		if end-start > 256 {
-			mortonSort(pos, idx[start:end], scratch[start:end], keys[start:end], keys2[start:end])
-		}
-		start = end
+	if &src[0] != &keys[0] {
+		copy(keys, src)
 	}
 }
 
-// spread puts the 10 low bits of v three bits apart.
-func spread(v uint32) uint32 {
-	v &= 0x3ff
-	v = (v ^ v<<16) & 0xff0000ff
-	v = (v ^ v<<8) & 0x0300f00f
-	v = (v ^ v<<4) & 0x030c30c3
-	v = (v ^ v<<2) & 0x09249249
+// spread21 puts the 21 low bits of v three bits apart.
+func spread21(v uint64) uint64 {
+	v &= 0x1fffff
+	v = (v | v<<32) & 0x1f00000000ffff
+	v = (v | v<<16) & 0x1f0000ff0000ff
+	v = (v | v<<8) & 0x100f00f00f00f00f
+	v = (v | v<<4) & 0x10c30c30c30c30c3
+	v = (v | v<<2) & 0x1249249249249249
 	return v
 }

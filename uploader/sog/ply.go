@@ -160,6 +160,28 @@ func unexpected(err error) error {
 // newSplats allocates the columns for lay and resolves the properties the
 // encoder reads, in the order ReadPLY indexes them.
 func newSplats(lay *plyLayout, whole bool) (*Splats, []plyColumn, error) {
+	cols, bands, err := resolveColumns(lay)
+	if err != nil {
+		return nil, nil, err
+	}
+	rest := RestCount(bands)
+	n := min(lay.count, 1<<16)
+	if whole {
+		n = lay.count
+	}
+	s := &Splats{N: lay.count, Bands: bands, Pos: make([]float32, 0, 3*n), Opacity: make([]float32, 0, n), Rest: make([]float32, 0, n*rest)}
+	for k := 0; k < 3; k++ {
+		s.Scale[k], s.DC[k] = make([]float32, 0, n), make([]float32, 0, n)
+	}
+	for k := 0; k < 4; k++ {
+		s.Rot[k] = make([]float32, 0, n)
+	}
+	return s, cols, nil
+}
+
+// resolveColumns finds the properties the encoder reads in lay, in record
+// order (recordLen), and the SH bands they hold.
+func resolveColumns(lay *plyLayout) ([]plyColumn, int, error) {
 	names := []string{"x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
 		"scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"}
 	rest := 0
@@ -175,7 +197,7 @@ func newSplats(lay *plyLayout, whole bool) (*Splats, []plyColumn, error) {
 		}
 	}
 	if bands < 0 {
-		return nil, nil, fmt.Errorf("ply: %d f_rest values is not 0, 9, 24 or 45", rest)
+		return nil, 0, fmt.Errorf("ply: %d f_rest values is not 0, 9, 24 or 45", rest)
 	}
 	for k := 0; k < rest; k++ {
 		names = append(names, fmt.Sprintf("f_rest_%d", k))
@@ -184,22 +206,11 @@ func newSplats(lay *plyLayout, whole bool) (*Splats, []plyColumn, error) {
 	for i, n := range names {
 		c, ok := lay.cols[n]
 		if !ok {
-			return nil, nil, fmt.Errorf("ply: vertex has no %q property", n)
+			return nil, 0, fmt.Errorf("ply: vertex has no %q property", n)
 		}
 		cols[i] = c
 	}
-	n := min(lay.count, 1<<16)
-	if whole {
-		n = lay.count
-	}
-	s := &Splats{N: lay.count, Bands: bands, Pos: make([]float32, 0, 3*n), Opacity: make([]float32, 0, n), Rest: make([]float32, 0, n*rest)}
-	for k := 0; k < 3; k++ {
-		s.Scale[k], s.DC[k] = make([]float32, 0, n), make([]float32, 0, n)
-	}
-	for k := 0; k < 4; k++ {
-		s.Rot[k] = make([]float32, 0, n)
-	}
-	return s, cols, nil
+	return cols, bands, nil
 }
 
 // readHeader parses the PLY header up to end_header.

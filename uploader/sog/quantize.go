@@ -25,8 +25,18 @@ const (
 // quantize1D returns a sorted codebook of codebookSize floats for values
 // and each value's index into it.
 func quantize1D(values []float32) (codebook []float32, labels []uint8) {
-	codebook = make([]float32, codebookSize)
+	codebook, lk := codebook1D(values)
 	labels = make([]uint8, len(values))
+	for i, v := range values {
+		labels[i] = lk.nearest(v)
+	}
+	return codebook, labels
+}
+
+// codebook1D returns a sorted codebook of codebookSize floats for values
+// (a sample of the values it is for) and its lookup.
+func codebook1D(values []float32) ([]float32, *lookup) {
+	codebook := make([]float32, codebookSize)
 	finite := make([]float32, 0, len(values))
 	var negInf, posInf bool
 	for _, v := range values {
@@ -68,11 +78,7 @@ func quantize1D(values []float32) (codebook []float32, labels []uint8) {
 	if posInf {
 		codebook[codebookSize-1] = lastOr(finite, 0) + infMargin
 	}
-	lk := newLookup(codebook)
-	for i, v := range values {
-		labels[i] = lk.nearest(v)
-	}
-	return codebook, labels
+	return codebook, newLookup(codebook)
 }
 
 // lookup answers nearestSorted for one codebook from a table of buckets

@@ -117,7 +117,7 @@ func judge(t *testing.T, st string, n, bands int) {
 		t.Fatal(err)
 	}
 	ours := filepath.Join(dir, "ours.sog")
-	if _, err := TranscodeFile(context.Background(), in, ours); err != nil {
+	if _, err := TranscodeFile(context.Background(), in, ours, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	theirs := referenceSOG(t, st, in, ply.Bytes())

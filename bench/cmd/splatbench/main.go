@@ -22,7 +22,13 @@ import (
 	"github.com/splatd/splatd/bench"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if err := bench.ExecMDWE(os.Args[1:]); err != nil { // returns at once unless asked for
+		fmt.Fprintln(os.Stderr, "splatbench:", err)
+		os.Exit(1)
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("splatbench", flag.ContinueOnError)

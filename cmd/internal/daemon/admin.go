@@ -64,6 +64,9 @@ type JobView struct {
 	URL         string  `json:"url,omitempty"`
 	Error       string  `json:"error,omitempty"`
 	DuplicateOf uint64  `json:"duplicate_of,omitempty"`
+	// EncodeSkipped: why publish.encode's encoding was not made (the file
+	// itself is uploaded).
+	EncodeSkipped string `json:"encode_skipped,omitempty"`
 	// Adopted: recorded as done from its receipt, not published by this
 	// state directory.
 	Adopted bool `json:"adopted,omitempty"`
@@ -179,7 +182,7 @@ func ViewOf(j state.Job, prog *uploader.Progress) JobView {
 		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, SplatID: j.SplatID, URL: j.ViewerURL,
 		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted, Parked: j.Parked,
-		AfterAction: j.AfterAction, AfterError: j.AfterError,
+		AfterAction: j.AfterAction, AfterError: j.AfterError, EncodeSkipped: j.EncodeSkipped,
 	}
 	if j.AfterError != "" && !j.AfterRetry.IsZero() {
 		t := j.AfterRetry

@@ -1,0 +1,709 @@
+package sog
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"math/bits"
+	"slices"
+)
+
+// A lossless WebP (VP8L, RFC 9649) encoder in Go: subtract-green and
+// predictor transforms, LZ77 with a colour cache, one group of prefix codes.
+// Plain Go arithmetic, so the same bytes on every machine and no executable
+// memory to map.
+
+// argbImage is an image of packed pixels, a<<24 | r<<16 | g<<8 | b.
+type argbImage struct {
+	w, h int
+	pix  []uint32
+}
+
+func newARGB(w, h int) *argbImage { return &argbImage{w: w, h: h, pix: make([]uint32, w*h)} }
+
+const (
+	predBits     = 4 // predictor blocks of 16×16 pixels
+	maxCopy      = 4096
+	maxDist      = 1<<20 - 120 // the longest distance code 39 holds
+	minCopy      = 3
+	hashBits     = 18
+	numLenCodes  = 24
+	numDistCodes = 40
+	maxCodeLen   = 15
+	maxCLCodeLen = 7
+)
+
+// encodeVP8L writes img as a lossless WebP to w. It transforms img.pix in
+// place (the image is not usable afterwards).
+func encodeVP8L(w io.Writer, img *argbImage) error {
+	if img.w < 1 || img.h < 1 || img.w > 16384 || img.h > 16384 || len(img.pix) != img.w*img.h {
+		return errors.New("vp8l: bad image size")
+	}
+	var bw bitWriter
+	bw.buf = make([]byte, 0, len(img.pix)/2+1024)
+	alpha := uint64(0)
+	for _, p := range img.pix {
+		if p>>24 != 0xff {
+			alpha = 1
+			break
+		}
+	}
+	bw.write(0x2f, 8)
+	bw.write(uint64(img.w-1), 14)
+	bw.write(uint64(img.h-1), 14)
+	bw.write(alpha, 1)
+	bw.write(0, 3)
+
+	subtractGreen(img.pix)
+	bw.write(1, 1)
+	bw.write(2, 2)
+
+	modes := choosePredictors(img)
+	predict(img, modes)
+	bw.write(1, 1)
+	bw.write(0, 2)
+	bw.write(predBits-2, 3)
+	writeImage(&bw, modes, false)
+
+	bw.write(0, 1) // no more transforms
+	writeImage(&bw, img, true)
+	bw.flush()
+
+	data := bw.buf
+	pad := len(data) & 1
+	var hdr [20]byte
+	copy(hdr[0:], "RIFF")
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(12+len(data)+pad))
+	copy(hdr[8:], "WEBPVP8L")
+	binary.LittleEndian.PutUint32(hdr[16:], uint32(len(data)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	if pad == 1 {
+		data = append(data, 0)
+	}
+	_, err := w.Write(data)
+	return err
+}
+
+type bitWriter struct {
+	buf []byte
+	acc uint64
+	n   uint
+}
+
+// write appends the n (≤ 32) low bits of v.
+func (b *bitWriter) write(v uint64, n uint) {
+	b.acc |= v << b.n
+	b.n += n
+	if b.n >= 32 {
+		b.buf = binary.LittleEndian.AppendUint32(b.buf, uint32(b.acc))
+		b.acc >>= 32
+		b.n -= 32
+	}
+}
+
+func (b *bitWriter) flush() {
+	for b.n > 0 {
+		b.buf = append(b.buf, byte(b.acc))
+		b.acc >>= 8
+		b.n -= min(b.n, 8)
+	}
+}
+
+func subtractGreen(pix []uint32) {
+	for i, p := range pix {
+		g := p >> 8 & 0xff
+		r := (p>>16 - g) & 0xff
+		b := (p - g) & 0xff
+		pix[i] = p&0xff00ff00 | r<<16 | b
+	}
+}
+
+func avg2(a, b uint32) uint32 { return ((a^b)&0xfefefefe)>>1 + (a & b) }
+
+func absDiff(a, b uint32) uint32 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+func sel(l, t, tl uint32) uint32 {
+	var pl, pt uint32
+	for s := 0; s < 32; s += 8 {
+		c, tt, ll := tl>>s&0xff, t>>s&0xff, l>>s&0xff
+		pl += absDiff(c, tt)
+		pt += absDiff(c, ll)
+	}
+	if pl < pt {
+		return l
+	}
+	return t
+}
+
+func clampFull(a, b, c uint32) uint32 {
+	var out uint32
+	for s := 0; s < 32; s += 8 {
+		x := int32(a>>s&0xff) + int32(b>>s&0xff) - int32(c>>s&0xff)
+		out |= uint32(min(255, max(0, x))) << s
+	}
+	return out
+}
+
+func clampHalf(a, b uint32) uint32 {
+	var out uint32
+	for s := 0; s < 32; s += 8 {
+		x, y := int32(a>>s&0xff), int32(b>>s&0xff)
+		out |= uint32(min(255, max(0, x+(x-y)/2))) << s
+	}
+	return out
+}
+
+// predictor is the prediction of mode m for pixel i (not in the first
+// row or column) of an image w wide.
+func predictor(m uint32, p []uint32, i, w int) uint32 {
+	switch m {
+	case 0:
+		return 0xff000000
+	case 1:
+		return p[i-1]
+	case 2:
+		return p[i-w]
+	case 3:
+		return p[i-w+1]
+	case 4:
+		return p[i-w-1]
+	case 5:
+		return avg2(avg2(p[i-1], p[i-w+1]), p[i-w])
+	case 6:
+		return avg2(p[i-1], p[i-w-1])
+	case 7:
+		return avg2(p[i-1], p[i-w])
+	case 8:
+		return avg2(p[i-w-1], p[i-w])
+	case 9:
+		return avg2(p[i-w], p[i-w+1])
+	case 10:
+		return avg2(avg2(p[i-1], p[i-w-1]), avg2(p[i-w], p[i-w+1]))
+	case 11:
+		return sel(p[i-1], p[i-w], p[i-w-1])
+	case 12:
+		return clampFull(p[i-1], p[i-w], p[i-w-1])
+	default:
+		return clampHalf(avg2(p[i-1], p[i-w]), p[i-w-1])
+	}
+}
+
+// sub is a − b in each channel.
+func sub(a, b uint32) uint32 {
+	ag := 0x00ff00ff + a&0xff00ff00 - b&0xff00ff00
+	rb := 0xff00ff00 + a&0x00ff00ff - b&0x00ff00ff
+	return ag&0xff00ff00 | rb&0x00ff00ff
+}
+
+// resCost approximates the bits of a residual byte: its magnitude's length.
+var resCost = func() (t [256]uint8) {
+	for v := range t {
+		m := int(int8(uint8(v)))
+		if m < 0 {
+			m = -m
+		}
+		t[v] = uint8(bits.Len(uint(m)))
+	}
+	return t
+}()
+
+// choosePredictors picks each block's mode, the one whose residuals are
+// smallest on the block's even rows and columns.
+func choosePredictors(img *argbImage) *argbImage {
+	bs := 1 << predBits
+	tw, th := (img.w+bs-1)/bs, (img.h+bs-1)/bs
+	modes := newARGB(tw, th)
+	var cost [14]int
+	for by := 0; by < th; by++ {
+		for bx := 0; bx < tw; bx++ {
+			clear(cost[:])
+			for y := max(1, by*bs); y < min(img.h, (by+1)*bs); y += 2 {
+				for x := max(1, bx*bs); x < min(img.w, (bx+1)*bs); x += 2 {
+					i := y*img.w + x
+					p := img.pix[i]
+					for m := range cost {
+						r := sub(p, predictor(uint32(m), img.pix, i, img.w))
+						cost[m] += int(resCost[r&0xff]) + int(resCost[r>>8&0xff]) + int(resCost[r>>16&0xff]) + int(resCost[r>>24])
+					}
+				}
+			}
+			best := 11
+			for m := range cost {
+				if cost[m] < cost[best] {
+					best = m
+				}
+			}
+			modes.pix[by*tw+bx] = 0xff000000 | uint32(best)<<8
+		}
+	}
+	return modes
+}
+
+// predict replaces each pixel by its residual, last pixel first, so that
+// every prediction reads original pixels.
+func predict(img *argbImage, modes *argbImage) {
+	w, p := img.w, img.pix
+	for i := len(p) - 1; i > 0; i-- {
+		x, y := i%w, i/w
+		var pr uint32
+		switch {
+		case y == 0:
+			pr = p[i-1]
+		case x == 0:
+			pr = p[i-w]
+		default:
+			pr = predictor(modes.pix[(y>>predBits)*modes.w+x>>predBits]>>8&0xf, p, i, w)
+		}
+		p[i] = sub(p[i], pr)
+	}
+	p[0] = sub(p[0], 0xff000000)
+}
+
+// copyRef is a backward reference: length pixels from dist pixels back.
+type copyRef struct{ pos, length, dist uint32 }
+
+// findCopies finds greedy backward references among the previous pixel,
+// the pixel above and the last place the next two pixels occurred.
+func findCopies(p []uint32, w int) []copyRef {
+	var refs []copyRef
+	table := make([]int32, 1<<hashBits)
+	for i := range table {
+		table[i] = -1
+	}
+	hash := func(i int) uint32 { return (p[i]*0x9e3779b1 ^ p[i+1]*0x85ebca77) >> (32 - hashBits) }
+	matchLen := func(i, j int) int {
+		n := min(maxCopy, len(p)-i)
+		l := 0
+		for l < n && p[i+l] == p[j+l] {
+			l++
+		}
+		return l
+	}
+	for i := 0; i+minCopy <= len(p); {
+		h := hash(i)
+		cand := int(table[h])
+		table[h] = int32(i)
+		bestL, bestD := 0, 0
+		for _, j := range [3]int{i - 1, i - w, cand} {
+			if j >= 0 && j < i && i-j <= maxDist && p[j] == p[i] {
+				if l := matchLen(i, j); l > bestL {
+					bestL, bestD = l, i-j
+				}
+			}
+		}
+		if bestL < minCopy {
+			i++
+			continue
+		}
+		refs = append(refs, copyRef{uint32(i), uint32(bestL), uint32(bestD)})
+		for k := i + 1; k < i+bestL && k+1 < len(p); k++ {
+			table[hash(k)] = int32(k)
+		}
+		i += bestL
+	}
+	return refs
+}
+
+// prefixCode is the VP8L prefix code of v ≥ 1 and its extra bits.
+func prefixCode(v uint32) (code, nExtra, extra uint32) {
+	d := v - 1
+	if d < 4 {
+		return d, 0, 0
+	}
+	h := uint32(bits.Len32(d)) - 1
+	second := d >> (h - 1) & 1
+	nExtra = h - 1
+	return 2*h + second, nExtra, d & (1<<nExtra - 1)
+}
+
+// distanceMapTable is RFC 9649's table of the 120 short distance codes:
+// code c+1 is (y << 4) | (8 - x) for the pixel x to the left (negative:
+// right) and y rows up.
+var distanceMapTable = [120]uint8{
+	0x18, 0x07, 0x17, 0x19, 0x28, 0x06, 0x27, 0x29, 0x16, 0x1a,
+	0x26, 0x2a, 0x38, 0x05, 0x37, 0x39, 0x15, 0x1b, 0x36, 0x3a,
+	0x25, 0x2b, 0x48, 0x04, 0x47, 0x49, 0x14, 0x1c, 0x35, 0x3b,
+	0x46, 0x4a, 0x24, 0x2c, 0x58, 0x45, 0x4b, 0x34, 0x3c, 0x03,
+	0x57, 0x59, 0x13, 0x1d, 0x56, 0x5a, 0x23, 0x2d, 0x44, 0x4c,
+	0x55, 0x5b, 0x33, 0x3d, 0x68, 0x02, 0x67, 0x69, 0x12, 0x1e,
+	0x66, 0x6a, 0x22, 0x2e, 0x54, 0x5c, 0x43, 0x4d, 0x65, 0x6b,
+	0x32, 0x3e, 0x78, 0x01, 0x77, 0x79, 0x53, 0x5d, 0x11, 0x1f,
+	0x64, 0x6c, 0x42, 0x4e, 0x76, 0x7a, 0x21, 0x2f, 0x75, 0x7b,
+	0x31, 0x3f, 0x63, 0x6d, 0x52, 0x5e, 0x00, 0x74, 0x7c, 0x41,
+	0x4f, 0x10, 0x20, 0x62, 0x6e, 0x30, 0x73, 0x7d, 0x51, 0x5f,
+	0x40, 0x72, 0x7e, 0x61, 0x6f, 0x50, 0x71, 0x7f, 0x60, 0x70,
+}
+
+// distCodes maps a distance to the smallest short code that means it in an
+// image w wide; other distances d are coded as d + 120.
+func distCodes(w int) map[uint32]uint32 {
+	m := map[uint32]uint32{}
+	for c := len(distanceMapTable); c >= 1; c-- {
+		dc := int(distanceMapTable[c-1])
+		d := (dc>>4)*w + 8 - dc&0xf
+		if d >= 1 {
+			m[uint32(d)] = uint32(c)
+		}
+	}
+	return m
+}
+
+// symbols codes an image's pixels and references: the five alphabets'
+// histograms, then, given the codes, the bits.
+type symbols struct {
+	img    []uint32
+	refs   []copyRef
+	dist   map[uint32]uint32
+	cache  []uint32
+	cbits  uint
+	counts [5][]uint32
+}
+
+func (s *symbols) run(emit func(alphabet int, sym uint32, nExtra, extra uint32)) {
+	if s.cbits > 0 {
+		clear(s.cache)
+	}
+	put := func(p uint32) {
+		if s.cbits > 0 {
+			s.cache[(p*0x1e35a7bd)>>(32-s.cbits)] = p
+		}
+	}
+	r := 0
+	for i := 0; i < len(s.img); {
+		if r < len(s.refs) && int(s.refs[r].pos) == i {
+			ref := s.refs[r]
+			r++
+			c, ne, e := prefixCode(ref.length)
+			emit(0, 256+c, ne, e)
+			dc, ok := s.dist[ref.dist]
+			if !ok {
+				dc = ref.dist + 120
+			}
+			c, ne, e = prefixCode(dc)
+			emit(4, c, ne, e)
+			for k := i; k < i+int(ref.length); k++ {
+				put(s.img[k])
+			}
+			i += int(ref.length)
+			continue
+		}
+		p := s.img[i]
+		if s.cbits > 0 {
+			k := (p * 0x1e35a7bd) >> (32 - s.cbits)
+			if s.cache[k] == p {
+				emit(0, 256+numLenCodes+k, 0, 0)
+				i++
+				continue
+			}
+			s.cache[k] = p
+		}
+		emit(0, p>>8&0xff, 0, 0)
+		emit(1, p>>16&0xff, 0, 0)
+		emit(2, p&0xff, 0, 0)
+		emit(3, p>>24, 0, 0)
+		i++
+	}
+}
+
+// histogram counts the symbols at cache bits cb and returns their
+// estimated size in bits.
+func (s *symbols) histogram(cb uint) float64 {
+	s.cbits = cb
+	s.cache = make([]uint32, 1<<cb)
+	sizes := [5]int{256 + numLenCodes, 256, 256, 256, numDistCodes}
+	if cb > 0 {
+		sizes[0] += 1 << cb
+	}
+	for a := range s.counts {
+		s.counts[a] = make([]uint32, sizes[a])
+	}
+	extraBits := 0.0
+	s.run(func(a int, sym, ne, _ uint32) {
+		s.counts[a][sym]++
+		extraBits += float64(ne)
+	})
+	total := extraBits
+	for _, c := range s.counts {
+		total += entropyBits(c)
+	}
+	return total
+}
+
+// entropyBits is the Shannon size of a histogram's symbols.
+func entropyBits(c []uint32) float64 {
+	n := 0.0
+	for _, v := range c {
+		n += float64(v)
+	}
+	bitsSum := 0.0
+	for _, v := range c {
+		if v > 0 {
+			bitsSum -= float64(v) * math.Log2(float64(v)/n)
+		}
+	}
+	return bitsSum
+}
+
+// writeImage writes img's pixels as an entropy-coded image (top: the main
+// image, with its meta prefix bit).
+func writeImage(bw *bitWriter, img *argbImage, top bool) {
+	s := &symbols{img: img.pix, refs: findCopies(img.pix, img.w), dist: distCodes(img.w)}
+	best, bestBits := uint(0), s.histogram(0)
+	if top {
+		for _, cb := range []uint{6, 10} {
+			if b := s.histogram(cb); b < bestBits {
+				best, bestBits = cb, b
+			}
+		}
+	}
+	if s.cbits != best {
+		s.histogram(best)
+	}
+	if best > 0 {
+		bw.write(1, 1)
+		bw.write(uint64(best), 4)
+	} else {
+		bw.write(0, 1)
+	}
+	if top {
+		bw.write(0, 1) // one group of prefix codes
+	}
+	var codes [5]prefix
+	for a := range codes {
+		codes[a] = writePrefix(bw, s.counts[a])
+	}
+	s.run(func(a int, sym, ne, extra uint32) {
+		c := &codes[a]
+		bw.write(uint64(c.code[sym]), uint(c.length[sym]))
+		if ne > 0 {
+			bw.write(uint64(extra), uint(ne))
+		}
+	})
+}
+
+// prefix is a canonical prefix code: each symbol's length and its code,
+// bit-reversed for the LSB-first stream.
+type prefix struct {
+	length []uint8
+	code   []uint16
+}
+
+func newPrefix(lengths []uint8) prefix {
+	var count [maxCodeLen + 1]int
+	for _, l := range lengths {
+		count[l]++
+	}
+	count[0] = 0
+	var next [maxCodeLen + 2]int
+	code := 0
+	for l := 1; l <= maxCodeLen; l++ {
+		code = (code + count[l-1]) << 1
+		next[l] = code
+	}
+	p := prefix{length: lengths, code: make([]uint16, len(lengths))}
+	nonzero := 0
+	for _, c := range count {
+		nonzero += c
+	}
+	if nonzero == 1 {
+		p.length = make([]uint8, len(lengths)) // a single symbol takes no bits
+		return p
+	}
+	for s, l := range lengths {
+		if l > 0 {
+			p.code[s] = uint16(bits.Reverse32(uint32(next[l])) >> (32 - uint(l)))
+			next[l]++
+		}
+	}
+	return p
+}
+
+// huffLengths is a prefix code's lengths for counts, at most limit bits:
+// Huffman's, with the smallest counts raised until it fits. A single used
+// symbol gets length 1, which the decoder reads as a code of no bits.
+func huffLengths(counts []uint32, limit int) []uint8 {
+	lengths := make([]uint8, len(counts))
+	var used []int
+	for s, c := range counts {
+		if c > 0 {
+			used = append(used, s)
+		}
+	}
+	if len(used) == 1 {
+		lengths[used[0]] = 1
+	}
+	if len(used) < 2 {
+		return lengths
+	}
+	for floor := uint64(1); ; floor *= 2 {
+		type node struct {
+			w           uint64
+			left, right int
+		}
+		nodes := make([]node, 0, 2*len(used))
+		for _, s := range used {
+			nodes = append(nodes, node{max(floor, uint64(counts[s])), -1, s})
+		}
+		leaves := make([]int, len(used))
+		for i := range leaves {
+			leaves[i] = i
+		}
+		slices.SortStableFunc(leaves, func(a, b int) int { return cmpU64(nodes[a].w, nodes[b].w) })
+		var inner []int
+		li, ii := 0, 0
+		pick := func() int {
+			if li < len(leaves) && (ii >= len(inner) || nodes[leaves[li]].w <= nodes[inner[ii]].w) {
+				li++
+				return leaves[li-1]
+			}
+			ii++
+			return inner[ii-1]
+		}
+		for k := 0; k < len(used)-1; k++ {
+			a, b := pick(), pick()
+			nodes = append(nodes, node{nodes[a].w + nodes[b].w, a, b})
+			inner = append(inner, len(nodes)-1)
+		}
+		depth := make([]uint8, len(nodes))
+		tooLong := false
+		for i := len(nodes) - 1; i >= len(used); i-- {
+			for _, c := range []int{nodes[i].left, nodes[i].right} {
+				depth[c] = depth[i] + 1
+			}
+		}
+		for i, s := range used {
+			lengths[s] = depth[i]
+			if int(depth[i]) > limit {
+				tooLong = true
+			}
+		}
+		if !tooLong {
+			return lengths
+		}
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+var codeLengthOrder = [19]uint8{17, 18, 0, 1, 2, 3, 4, 5, 16, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+
+// writePrefix writes the code for counts and returns it.
+func writePrefix(bw *bitWriter, counts []uint32) prefix {
+	var used []int
+	for s, c := range counts {
+		if c > 0 {
+			used = append(used, s)
+		}
+	}
+	if len(used) == 0 {
+		used = []int{0}
+	}
+	if len(used) <= 2 && used[len(used)-1] < 256 {
+		lengths := make([]uint8, len(counts))
+		bw.write(1, 1)
+		bw.write(uint64(len(used)-1), 1)
+		if used[0] < 2 {
+			bw.write(0, 1)
+			bw.write(uint64(used[0]), 1)
+		} else {
+			bw.write(1, 1)
+			bw.write(uint64(used[0]), 8)
+		}
+		if len(used) == 2 {
+			bw.write(uint64(used[1]), 8)
+			lengths[used[0]], lengths[used[1]] = 1, 1
+		}
+		return newPrefix(lengths)
+	}
+	lengths := huffLengths(counts, maxCodeLen)
+	bw.write(0, 1)
+	type tok struct{ sym, extra uint8 }
+	var toks []tok
+	prev := uint8(8)
+	for i := 0; i < len(lengths); {
+		l := lengths[i]
+		run := 1
+		for i+run < len(lengths) && lengths[i+run] == l {
+			run++
+		}
+		if l == 0 {
+			for r := run; r > 0; {
+				switch {
+				case r >= 11:
+					n := min(r, 138)
+					toks = append(toks, tok{18, uint8(n - 11)})
+					r -= n
+				case r >= 3:
+					toks = append(toks, tok{17, uint8(r - 3)})
+					r = 0
+				default:
+					toks = append(toks, tok{0, 0})
+					r--
+				}
+			}
+		} else {
+			r := run
+			if prev != l {
+				toks = append(toks, tok{l, 0})
+				prev = l
+				r--
+			}
+			for r > 0 {
+				if r >= 3 {
+					n := min(r, 6)
+					toks = append(toks, tok{16, uint8(n - 3)})
+					r -= n
+				} else {
+					toks = append(toks, tok{l, 0})
+					r--
+				}
+			}
+		}
+		i += run
+	}
+	var clCounts [19]uint32
+	for _, t := range toks {
+		clCounts[t.sym]++
+	}
+	clLens := huffLengths(clCounts[:], maxCLCodeLen)
+	n := 4
+	for i := range codeLengthOrder {
+		if clLens[codeLengthOrder[i]] != 0 {
+			n = max(n, i+1)
+		}
+	}
+	bw.write(uint64(n-4), 4)
+	for i := 0; i < n; i++ {
+		bw.write(uint64(clLens[codeLengthOrder[i]]), 3)
+	}
+	bw.write(0, 1) // every symbol's length follows
+	cl := newPrefix(clLens)
+	for _, t := range toks {
+		bw.write(uint64(cl.code[t.sym]), uint(cl.length[t.sym]))
+		switch t.sym {
+		case 16:
+			bw.write(uint64(t.extra), 2)
+		case 17:
+			bw.write(uint64(t.extra), 3)
+		case 18:
+			bw.write(uint64(t.extra), 7)
+		}
+	}
+	return newPrefix(lengths)
+}
