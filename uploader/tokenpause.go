@@ -2,8 +2,6 @@ package uploader
 
 import (
 	"context"
-	"errors"
-	"net/http"
 	"time"
 
 	"github.com/splatd/splatd/state"
@@ -110,18 +108,13 @@ func (p *Pool) probeOnce(ctx context.Context) error {
 }
 
 // probe asks the API whether it accepts the token, with the configured
-// protocol's cheapest authenticated call on the normal rate limit: v1's
-// /v1/me; under legacy, a splat no one has (404 is an answer to an
-// accepted token, 401 a refusal), so no signing request is spent.
+// protocol's cheapest authenticated call (nothing is uploaded).
 func (p *Pool) probe(ctx context.Context) error {
 	if p.o.Protocol == ProtocolV1 {
 		_, err := p.o.Client.Me(ctx)
 		return err
 	}
-	_, err := p.o.Client.Splat(ctx, "splatd-token-probe")
-	if ae, ok := errors.AsType[*api.APIError](err); ok && ae.Status == http.StatusNotFound {
-		return nil
-	}
+	_, err := p.o.Client.SignedURL(ctx, "splatd-token-probe.ply")
 	return err
 }
 
