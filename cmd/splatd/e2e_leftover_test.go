@@ -53,13 +53,12 @@ func TestE2ELeftoverOfAMoveAtStart(t *testing.T) {
 	if l["receipt"] != movedGone+".splat.json" || l["source"] != gone {
 		t.Errorf("the lost file's line: %v", l)
 	}
-	waitFor(t, "the file moved again", func() bool {
+	// The move links the file at its target before it removes the source.
+	waitFor(t, "the file moved again, and out of the inbox", func() bool {
 		_, err := os.Stat(movedBack)
-		return err == nil
+		_, src := os.Stat(back)
+		return err == nil && os.IsNotExist(src)
 	})
-	if _, err := os.Stat(back); !os.IsNotExist(err) {
-		t.Errorf("the file is still in the inbox: %v", err)
-	}
 	if n := len(sim.Splats()); n != 2 {
 		t.Errorf("%d splats, want 2 (none published again)", n)
 	}

@@ -178,8 +178,15 @@ func TestE2EUnremovableSourceUnderMove(t *testing.T) {
 	exec.Command("chattr", "-i", src).Run() // the operator fixes it
 	moved := filepath.Join(done, "ro1.ply")
 	waitReceipt(t, moved, "done") // retried on its backoff, no restart
-	if _, err := os.Stat(src); !os.IsNotExist(err) {
-		t.Errorf("source still there after the move: %v", err)
+	// The receipt is written at the target before the file moves there
+	// (and by every failed attempt, removed again after it).
+	waitFor(t, "the file moved and its source gone", func() bool {
+		_, err := os.Stat(moved)
+		_, gone := os.Stat(src)
+		return err == nil && os.IsNotExist(gone)
+	})
+	if r, ok := readReceipt(t, moved); !ok || r.Status != "done" {
+		t.Errorf("no done receipt beside the moved file: %+v", r)
 	}
 	if _, err := os.Stat(filepath.Join(done, "ro1.1.ply")); !os.IsNotExist(err) {
 		t.Error("a second copy ro1.1.ply exists")

@@ -1299,6 +1299,12 @@ func TestE2ESidecarsAndAfterActions(t *testing.T) {
 	}
 
 	rb := waitReceipt(t, filepath.Join(failed, "odd.ply"), "done", "failed")
+	// As above: the receipt reaches failure_dir before the file does.
+	waitFor(t, "the failed file moved", func() bool {
+		_, err := os.Stat(filepath.Join(failed, "odd.ply"))
+		_, src := os.Stat(bad)
+		return err == nil && os.IsNotExist(src)
+	})
 	if rb.Status != "failed" || !strings.Contains(rb.Message, "odd.splat.yaml") || !strings.Contains(rb.Message, "format") {
 		t.Errorf("receipt of the file with a bad sidecar: %+v", rb)
 	}

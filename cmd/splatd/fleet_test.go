@@ -82,6 +82,13 @@ func TestE2EFleetOnSuccessMove(t *testing.T) {
 		if r := waitReceipt(t, filepath.Join(done, n), "done", "failed"); r.Status != "done" {
 			t.Fatalf("A: %s %q (%s), want done", n, r.Status, r.Message)
 		}
+		// The receipt is written at the target before the file moves
+		// there: B must find the move finished, not half done.
+		waitFor(t, "A's move of "+n, func() bool {
+			_, err := os.Stat(filepath.Join(done, n))
+			_, src := os.Stat(filepath.Join(inbox, n))
+			return err == nil && os.IsNotExist(src)
+		})
 	}
 	if code := da.stop(); code != 0 {
 		t.Errorf("A exited %d", code)
