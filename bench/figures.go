@@ -478,7 +478,7 @@ func RestartFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		{Name: "restart_ready_10k_finished", Value: round(median(ready), 0), Unit: "ms",
 			Note: fmt.Sprintf("exec to /readyz 200, median of %d; 10,000 files, 10,000 finished jobs (retention keeps 5,000 in full, 5,000 as tombstones)", len(ready))},
 		{Name: "restart_api_calls", Value: float64(calls), Unit: "count", Target: fmt.Sprintf("<= %d (the token probe at each start)", len(ready)),
-			Met: met(calls <= len(ready)),
+			Met:  met(calls <= len(ready)),
 			Note: fmt.Sprintf("every route the simulator serves, over %d restarts, until 1 s after ready: %v", len(ready), byRoute)},
 	}, nil
 }
