@@ -237,7 +237,7 @@ type Progress struct {
 func JobFromState(j state.Job) Job {
 	return Job{
 		ID:          j.ID,
-		Path:        j.Path,
+		Path:        state.Shown(j.Path),
 		Folder:      j.Root,
 		Size:        j.Size,
 		Stage:       j.Stage,

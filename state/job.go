@@ -99,7 +99,8 @@ func (s Stage) Published() bool { return s == Publishing || s == Processing || s
 // job that uses none of them is still written as version 1, so that a
 // splatd from before v1 can read a legacy-only state file; one that does is
 // refused by such a splatd rather than resumed without its session.
-const JobVersion = 2
+// Version 3 added path_bytes and root_bytes, a name Shown escapes.
+const JobVersion = 3
 
 // Job is one file's way through the pipeline. It is stored as JSON; the V
 // field carries JobVersion so that a future layout can be migrated.
@@ -336,6 +337,9 @@ func (s *Session) Stored() int {
 
 // schemaVersion is the oldest schema version that holds every field j uses.
 func (j *Job) schemaVersion() int {
+	if Shown(j.Path) != j.Path || Shown(j.Root) != j.Root {
+		return 3
+	}
 	if j.Protocol != "" || j.Generation != 0 || j.V1 != nil {
 		return 2
 	}

@@ -175,7 +175,7 @@ func TestJobRoundTrip(t *testing.T) {
 	if got, err = Unmarshal(b); err != nil {
 		t.Fatal(err)
 	}
-	if got.V != JobVersion || got.V1 == nil || got.V1.ETags[0] != `"a"` || got.V1.Stored() != 1 || got.Generation != 1 {
+	if got.V != 2 || got.V1 == nil || got.V1.ETags[0] != `"a"` || got.V1.Stored() != 1 || got.Generation != 1 {
 		t.Errorf("v1 round trip: %+v %+v", got, got.V1)
 	}
 	if _, err := Unmarshal([]byte(`{"v":99,"id":3}`)); err == nil {

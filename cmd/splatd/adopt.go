@@ -14,6 +14,7 @@ import (
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
 )
 
 func cmdAdopt(ctx context.Context, c *cli, args []string) int {
@@ -104,10 +105,10 @@ func printAdopt(c *cli, rep daemon.AdoptReport, asJSON bool) {
 		if a.Job != 0 {
 			job = fmt.Sprintf("job %d, ", a.Job)
 		}
-		fmt.Fprintf(c.stdout, "%s %s (%ssplat %s %s)\n", verb, daemon.Shown(a.File), job, a.Splat, daemon.Shown(a.URL))
+		fmt.Fprintf(c.stdout, "%s %s (%ssplat %s %s)\n", verb, state.Shown(a.File), job, a.Splat, state.Shown(a.URL))
 	}
 	for _, s := range rep.Skipped {
-		fmt.Fprintf(c.stdout, "not adopted %s: %s\n", daemon.Shown(s.File), oneLine(s.Why))
+		fmt.Fprintf(c.stdout, "not adopted %s: %s\n", state.Shown(s.File), oneLine(s.Why))
 	}
 	fmt.Fprintf(c.stdout, "%s %d file(s) as done; %d already known; %d receipt(s) not evidence\n", verb, len(rep.Adopted), rep.Known, len(rep.Skipped))
 }

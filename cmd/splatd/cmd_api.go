@@ -204,15 +204,15 @@ func cmdValidate(ctx context.Context, c *cli, args []string) int {
 		switch {
 		case errors.Is(err, splatfile.ErrIncomplete):
 			failed++
-			fmt.Fprintf(c.stdout, "%s: incomplete: %s\n", daemon.Shown(p), oneLine(splatfile.Reason(err)))
+			fmt.Fprintf(c.stdout, "%s: incomplete: %s\n", state.Shown(p), oneLine(splatfile.Reason(err)))
 		case errors.As(err, new(*splatfile.InvalidError)):
 			failed++
-			fmt.Fprintf(c.stdout, "%s: invalid: %s\n", daemon.Shown(p), oneLine(splatfile.Reason(err)))
+			fmt.Fprintf(c.stdout, "%s: invalid: %s\n", state.Shown(p), oneLine(splatfile.Reason(err)))
 		case err != nil: // not the content: the file cannot be read
 			failed++
-			fmt.Fprintf(c.stdout, "%s: error: %s\n", daemon.Shown(p), oneLine(err.Error()))
+			fmt.Fprintf(c.stdout, "%s: error: %s\n", state.Shown(p), oneLine(err.Error()))
 		default:
-			fmt.Fprintf(c.stdout, "%s: ok: %s\n", daemon.Shown(p), describe(info))
+			fmt.Fprintf(c.stdout, "%s: ok: %s\n", state.Shown(p), describe(info))
 		}
 	}
 	if failed > 0 {
@@ -260,7 +260,7 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 		path = sogFolderMeta(path)
 		if err := publishPath(ctx, c, a, prior, *force, path); err != nil {
 			failed++
-			fmt.Fprintf(c.stderr, "%s: failed: %s\n", daemon.Shown(path), oneLine(err.Error()))
+			fmt.Fprintf(c.stderr, "%s: failed: %s\n", state.Shown(path), oneLine(err.Error()))
 		}
 		if ctx.Err() != nil {
 			return exitFailure
@@ -294,8 +294,8 @@ func publishPath(ctx context.Context, c *cli, a *apiEnv, prior priorPublishes, f
 			return err
 		}
 		if where != "" {
-			fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", daemon.Shown(path), url, daemon.Shown(where))
-			fmt.Fprintf(c.stdout, "%s\t%s\n", daemon.Shown(path), url)
+			fmt.Fprintf(c.stderr, "%s: already published as %s (%s): not published again; -force publishes it anyway\n", state.Shown(path), url, state.Shown(where))
+			fmt.Fprintf(c.stdout, "%s\t%s\n", state.Shown(path), url)
 			return nil
 		}
 	}
@@ -366,7 +366,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *upload
 		}
 		return errors.New(a.explain(err))
 	}
-	fmt.Fprintf(c.stdout, "%s\t%s\n", daemon.Shown(path), sp.URL)
+	fmt.Fprintf(c.stdout, "%s\t%s\n", state.Shown(path), sp.URL)
 	return nil
 }
 

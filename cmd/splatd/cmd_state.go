@@ -11,6 +11,7 @@ import (
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/cmd/internal/daemon"
 	"github.com/splatd/splatd/queue"
+	"github.com/splatd/splatd/state"
 )
 
 // stateLockWait is how long the state commands wait for a running
@@ -104,11 +105,11 @@ func stateRecover(ctx context.Context, c *cli, cfg *config.Config, cfgPath strin
 		for _, dir := range cfg.WatchPaths() {
 			ar, err := daemon.AdoptDir(ctx, st, cfg, dir, false)
 			if err != nil {
-				fmt.Fprintf(c.stderr, "adopt %s: %v\n", daemon.Shown(dir), err)
+				fmt.Fprintf(c.stderr, "adopt %s: %v\n", state.Shown(dir), err)
 				failed = true
 				continue
 			}
-			fmt.Fprintf(c.stdout, "adopted %d file(s) of %s from their receipts; %d already known; %d receipt(s) not evidence\n", len(ar.Adopted), daemon.Shown(dir), ar.Known, len(ar.Skipped))
+			fmt.Fprintf(c.stdout, "adopted %d file(s) of %s from their receipts; %d already known; %d receipt(s) not evidence\n", len(ar.Adopted), state.Shown(dir), ar.Known, len(ar.Skipped))
 		}
 		return nil
 	})

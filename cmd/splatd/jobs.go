@@ -171,7 +171,7 @@ func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTAGE\tATTEMPTS\tAGE\tACTIVITY\tFILE\tRESULT")
 	for _, v := range views {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), activityText(v), daemon.Shown(v.File), resultText(v))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.Stage, v.Attempts, age(now.Sub(v.CreatedAt)), activityText(v), state.Shown(v.File), resultText(v))
 	}
 	tw.Flush()
 }
@@ -182,7 +182,7 @@ func activityText(v daemon.JobView) string {
 	if v.Activity == "" {
 		return "-"
 	}
-	return daemon.Shown(v.Activity)
+	return state.Shown(v.Activity)
 }
 
 func resultText(v daemon.JobView) string {
@@ -196,7 +196,7 @@ func resultText(v daemon.JobView) string {
 	if v.Adopted {
 		result = "adopted from its receipt: " + v.URL
 	}
-	return daemon.Shown(result) // whole: an error cut short loses its cause
+	return state.Shown(result) // whole: an error cut short loses its cause
 }
 
 func age(d time.Duration) string {

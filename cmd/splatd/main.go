@@ -17,6 +17,7 @@ import (
 
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/cmd/internal/daemon"
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 )
 
@@ -362,4 +363,4 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 // oneLine folds an error onto one line for tables and summaries.
 // oneLine is s on one line, safe for a terminal (daemon.Shown): errors quote
 // file names a folder writer chose.
-func oneLine(s string) string { return daemon.Shown(strings.Join(strings.Fields(s), " ")) }
+func oneLine(s string) string { return state.Shown(strings.Join(strings.Fields(s), " ")) }

@@ -31,7 +31,8 @@ const SocketName = "splatd.sock"
 // JobView is a job as the CLI shows it: no signed URL, no settings.
 type JobView struct {
 	ID          uint64     `json:"id"`
-	File        string     `json:"file"`
+	File        string     `json:"file"`                 // state.Shown: escaped for a terminal
+	FileBytes   []byte     `json:"file_bytes,omitempty"` // the name's bytes, when File is escaped
 	Stage       string     `json:"stage"`
 	Attempts    int        `json:"attempts"`
 	Size        int64      `json:"size"`
@@ -176,14 +177,23 @@ func HoldText(h pace.Hold) string {
 	return s
 }
 
+// Name is the job's file name as its bytes.
+func (v JobView) Name() string {
+	if v.FileBytes != nil {
+		return string(v.FileBytes)
+	}
+	return v.File
+}
+
 // ViewOf returns the view of j; prog is its running upload, if any.
 func ViewOf(j state.Job, prog *uploader.Progress) JobView {
 	v := JobView{
-		ID: j.ID, File: j.Path, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
+		ID: j.ID, Stage: string(j.Stage), Attempts: j.Attempts, Size: j.Size, ModTime: j.ModTime, SHA256: j.SHA256,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, SplatID: j.SplatID, URL: j.ViewerURL,
 		DuplicateOf: j.DuplicateOf, Adopted: j.Adopted, Parked: j.Parked,
 		AfterAction: j.AfterAction, AfterError: j.AfterError, EncodeSkipped: j.EncodeSkipped,
 	}
+	v.File, v.FileBytes = state.ShownName(j.Path)
 	if j.AfterError != "" && !j.AfterRetry.IsZero() {
 		t := j.AfterRetry
 		v.AfterRetry = &t
@@ -413,7 +423,7 @@ func RetryHints(src JobSource, id string) []string {
 		}
 		if j.Stage == state.Failed && strings.HasPrefix(j.FailReason, invalidPrefix) {
 			hints = append(hints, fmt.Sprintf("job %d (%s) failed on its file (%s): it will fail again unless the file changed",
-				j.ID, Shown(j.Path), strings.TrimPrefix(j.FailReason, invalidPrefix)))
+				j.ID, state.Shown(j.Path), strings.TrimPrefix(j.FailReason, invalidPrefix)))
 		}
 	}
 	return hints

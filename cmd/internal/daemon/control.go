@@ -71,7 +71,7 @@ var ControlOps = map[string]ControlOp{
 			if j.Path == "" {
 				return fmt.Sprintf("job %d forgotten", j.ID)
 			}
-			return fmt.Sprintf("job %d forgotten: %s is found again as a new file (the receipt the job left beside it is removed), and its content may be published again", j.ID, Shown(j.Path))
+			return fmt.Sprintf("job %d forgotten: %s is found again as a new file (the receipt the job left beside it is removed), and its content may be published again", j.ID, state.Shown(j.Path))
 		},
 	},
 }

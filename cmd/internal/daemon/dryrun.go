@@ -57,7 +57,7 @@ func DryRun(ctx context.Context, cfg *config.Config, out io.Writer, log zerolog.
 			break
 		}
 		action, why, size := p.judge(ctx, f)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(size), Shown(f.Path), Shown(strings.Join(strings.Fields(why), " ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", action, state.HumanSize(size), state.Shown(f.Path), state.Shown(strings.Join(strings.Fields(why), " ")))
 	}
 	tw.Flush()
 	p.summary(out)
@@ -115,8 +115,8 @@ func newPredictor(cfg *config.Config, known []JobView) *predictor {
 		byPath: map[string]JobView{}, bySHA: map[string]JobView{}, seen: map[string]string{}, counts: map[string]int{},
 	}
 	for _, j := range known {
-		if old, ok := p.byPath[j.File]; !ok || j.ID > old.ID {
-			p.byPath[j.File] = j
+		if old, ok := p.byPath[j.Name()]; !ok || j.ID > old.ID {
+			p.byPath[j.Name()] = j
 		}
 		if j.SHA256 != "" && j.DuplicateOf == 0 && j.Stage != string(state.Failed) && j.Stage != string(state.Canceled) {
 			if _, ok := p.bySHA[j.SHA256]; !ok {
