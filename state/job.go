@@ -349,7 +349,9 @@ func (j *Job) schemaVersion() int {
 // Marshal encodes j with the oldest schema version that holds its fields.
 func (j Job) Marshal() ([]byte, error) {
 	j.V = j.schemaVersion()
-	return json.Marshal(j)
+	// Not through MarshalJSON: encoding/json would check the depth of its
+	// output, and a record too deep to read must still be writable.
+	return json.Marshal(j.record())
 }
 
 // Republish puts a done job back to Queued as a deliberate republish of

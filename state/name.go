@@ -24,13 +24,16 @@ func ShownName(name string) (string, []byte) {
 	return name, nil
 }
 
-// MarshalJSON encodes j with its file's name losslessly.
-func (j Job) MarshalJSON() ([]byte, error) {
+// record is j as stored.
+func (j Job) record() jobJSON {
 	out := jobJSON{plainJob: plainJob(j)}
 	out.Path, out.PathBytes = ShownName(j.Path)
 	out.Root, out.RootBytes = ShownName(j.Root)
-	return json.Marshal(out)
+	return out
 }
+
+// MarshalJSON encodes j with its file's name losslessly.
+func (j Job) MarshalJSON() ([]byte, error) { return json.Marshal(j.record()) }
 
 // UnmarshalJSON decodes a job, its name's bytes included.
 func (j *Job) UnmarshalJSON(b []byte) error {
