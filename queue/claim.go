@@ -31,6 +31,11 @@ const claimWindow = 128
 func (s *Store) Claim(now time.Time) (job state.Job, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if back, step := s.noteClock(now); back {
+		if err := s.capWaits(now, step); err != nil {
+			return state.Job{}, false, err
+		}
+	}
 	var best uint64
 	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketDue).Cursor()

@@ -173,8 +173,9 @@ type Store struct {
 	fresh string // why Open started an empty store ("": it opened one)
 
 	mu       sync.Mutex
-	claimed  map[uint64]struct{}
-	finished int // jobs finished since the last retention pass
+	claimed   map[uint64]struct{}
+	finished  int       // jobs finished since the last retention pass
+	lastClaim time.Time // the latest now a Claim was given (clock.go)
 
 	// unreadable holds the ids of the job records found undecodable
 	// (unreadable.go), each reported once; badMu guards it and is never
@@ -246,7 +247,7 @@ func Open(dir string, o Options) (*Store, error) {
 }
 
 func (s *Store) init() error {
-	var uncertain int
+	var uncertain, moved int
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketMeta, bucketJobs, bucketDue, bucketStages, bucketFinished, bucketSHA, bucketPaths} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -300,10 +301,15 @@ func (s *Store) init() error {
 			}
 			uncertain++
 		}
-		return nil
+		var err error
+		moved, err = capWaitsTx(tx, now, 0, s.skip)
+		return err
 	})
 	if err != nil {
 		return err
+	}
+	if moved > 0 {
+		s.log.Warn().Int("jobs", moved).Msg("the clock is behind the last commits: waiting jobs are due again their own wait from now")
 	}
 	if uncertain > 0 {
 		s.log.Warn().Int("jobs", uncertain).Msg("found publish calls with unknown outcome")
