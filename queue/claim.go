@@ -117,7 +117,8 @@ func (s *Store) Release(id uint64) {
 // Commit stores j, which a worker moved on from stage `from`, in one
 // transaction with all its index entries, and returns the job as stored.
 // It fails with ErrConflict if the stored job is no longer in `from` and
-// with a *state.TransitionError if the table forbids from → j.Stage.
+// with a *state.TransitionError if the table forbids from → j.Stage or from
+// is final.
 //
 // Content dedupe happens here, atomically with the hash: a job moving to
 // Ready whose sha256 belongs to a done job (or a pruned one's tombstone) is
@@ -141,7 +142,9 @@ func (s *Store) Commit(j state.Job, from state.Stage) (state.Job, error) {
 		if stored.Stage != from {
 			return fmt.Errorf("commit job %d as %s: stored stage is %s, expected %s: %w", j.ID, j.Stage, stored.Stage, from, ErrConflict)
 		}
-		if !state.CanMove(from, j.Stage) {
+		// A final job moves only by an operator's Retry, Republish or
+		// Resolve (state.Reset), never by a worker's commit.
+		if !state.CanMove(from, j.Stage) || from.Final() {
 			return &state.TransitionError{ID: j.ID, From: from, To: j.Stage}
 		}
 		now := s.o.Now()

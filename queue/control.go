@@ -93,18 +93,10 @@ func (s *Store) Republish(id uint64) (state.Job, error) {
 		if j.DuplicateOf != 0 {
 			return fmt.Errorf("job %d was not published itself, its content was job %d's: republish %d: %w", j.ID, j.DuplicateOf, j.DuplicateOf, ErrDuplicate)
 		}
-		old, now := j, s.o.Now()
-		if err := j.Move(state.Queued, now); err != nil {
+		old := j
+		if err := j.Reset(state.ResetRepublish, s.o.Now()); err != nil {
 			return err
 		}
-		j.Generation++
-		j.SHA256, j.Kind = "", ""
-		j.Upload = state.Upload{}
-		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
-		j.PublishedAt, j.CompletedAt = nil, nil
-		j.Uncertain, j.Finalized, j.Publishes = false, false, 0
-		j.FailReason, j.LastError, j.LastStatus = "", "", 0
-		j.NextAttempt = now
 		out = j
 		return s.write(tx, old, j)
 	})

@@ -2,7 +2,9 @@ package queue
 
 import (
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/splatd/splatd/state"
 )
@@ -157,4 +159,45 @@ func TestForget(t *testing.T) {
 		t.Fatalf("after a second Forget: generation %d, want 2", c3.Generation)
 	}
 	checkCounts(t, s)
+}
+
+// TestRetryAndRepublishOfADoneJobAgree: `splatd retry` and `splatd
+// republish` of a done v1 job are one reset: the same record, a new
+// generation without the last generation's session or after-action state.
+// Republish once kept Protocol, V1 and the after-action fields that Retry
+// cleared.
+func TestRetryAndRepublishOfADoneJobAgree(t *testing.T) {
+	t.Parallel()
+	var got [2]state.Job
+	for i, move := range []func(*Store, uint64) (state.Job, error){(*Store).Retry, (*Store).Republish} {
+		clk := newClock()
+		s := open(t, t.TempDir(), Options{Now: clk.Now})
+		mustEnqueue(t, s, cand("/w/a.ply", 1, 1), true)
+		j := claim(t, s, clk.Now())
+		j = advance(t, s, j, state.Ready, clk.Now(), func(j *state.Job) { j.SHA256 = "x" })
+		j = advance(t, s, j, state.Signed, clk.Now(), func(j *state.Job) {
+			j.Protocol, j.V1 = state.ProtocolV1, &state.Session{Attempt: 1, Key: "k-g0", ID: "up"}
+		})
+		for _, to := range []state.Stage{state.Uploaded, state.Publishing, state.Processing, state.Done} {
+			j = advance(t, s, j, to, clk.Now(), func(j *state.Job) { j.SplatID = "s" })
+		}
+		s.Release(j.ID)
+		if _, err := s.RecordAfterError(j.ID, "move", "disk full", clk.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		clk.Add(time.Hour)
+		r, err := move(s, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Generation != 1 || r.Protocol != "" || r.V1 != nil || r.AfterError != "" || r.SplatID != "" {
+			t.Errorf("move %d: %+v", i, r)
+		}
+		if got[i], err = s.Get(j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Errorf("retry and republish of a done job differ:\n%+v\n%+v", got[0], got[1])
+	}
 }

@@ -308,43 +308,19 @@ func (s *Store) Resolve(id uint64, splatID string) (state.Job, error) {
 
 func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error) {
 	old := j
+	var why state.Reset
 	switch j.Stage {
 	case state.Done:
-		// A deliberate republish: a new generation, hence under v1 a new
-		// Idempotency-Key and a new splat. A duplicate published nothing
-		// itself; its content would only be found published again.
+		// A duplicate published nothing itself; its content would only be
+		// found published again.
 		if j.DuplicateOf != 0 {
 			return j, fmt.Errorf("job %d is a duplicate of job %d: retry job %d to publish the content again", j.ID, j.DuplicateOf, j.DuplicateOf)
 		}
-		if err := j.Republish(now); err != nil {
-			return j, err
-		}
-		j.SHA256, j.Kind = "", ""
-		j.Upload = state.Upload{}
-		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
-		j.PublishedAt, j.CompletedAt = nil, nil
+		why = state.ResetRepublish
 	case state.Failed, state.Canceled:
-		// Start again from the file: whatever was uploaded or published
-		// for it is not trusted, the content may have changed. A v1
-		// session is kept: the same content finds it again by its key and
-		// sends only the parts it lacks. Once a splat was made (processing
-		// failed or timed out) the retry is a republish: a new generation.
-		if j.SplatID != "" {
-			j.NewGeneration()
-		}
-		if err := j.Move(state.Queued, now); err != nil {
-			return j, err
-		}
-		j.SHA256, j.Kind = "", ""
-		j.Upload = state.Upload{}
-		j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
-		j.PublishedAt, j.CompletedAt = nil, nil
+		why = state.ResetRetry
 	case state.Held:
-		if err := j.Move(state.Uploaded, now); err != nil {
-			return j, err
-		}
-		j.Uncertain = false
-		j.TaskMessage = ""
+		why = state.ResetResume
 	default:
 		// A live job waiting for its next attempt (a server's Retry-After,
 		// a backoff): try it now, at the stage it is in.
@@ -354,10 +330,9 @@ func (s *Store) retry(tx *bolt.Tx, j state.Job, now time.Time) (state.Job, error
 		}
 		return j, fmt.Errorf("job %d is %s and not waiting: it is being worked on", j.ID, j.Stage)
 	}
-	j.FailReason, j.LastError, j.LastStatus = "", "", 0
-	j.Finalized = false
-	j.AfterAction, j.AfterError, j.AfterAttempts, j.AfterRetry = "", "", 0, time.Time{}
-	j.NextAttempt = now
+	if err := j.Reset(why, now); err != nil {
+		return j, err
+	}
 	return j, s.write(tx, old, j)
 }
 

@@ -354,31 +354,6 @@ func (j Job) Marshal() ([]byte, error) {
 	return json.Marshal(j.record())
 }
 
-// Republish puts a done job back to Queued as a deliberate republish of
-// its content (`splatd retry` of a done job): a new Generation, so that
-// under v1 a new Idempotency-Key makes a new session and a new splat. It
-// is an operator's act, not a worker's transition: the table keeps Done
-// terminal, so no worker bug can publish a done job again.
-func (j *Job) Republish(now time.Time) error {
-	if j.Stage != Done {
-		return fmt.Errorf("job %d is %s, not done", j.ID, j.Stage)
-	}
-	j.Stage = Queued
-	j.Attempts = 0
-	j.StageSince, j.UpdatedAt = now, now
-	j.NewGeneration()
-	return nil
-}
-
-// NewGeneration starts a new generation of j's content: the v1 session and
-// everything learned from the last publish are dropped.
-func (j *Job) NewGeneration() {
-	j.Generation++
-	j.Protocol, j.V1 = "", nil
-	j.DuplicateOf = 0
-	j.Uncertain, j.Publishes = false, 0
-}
-
 // Unmarshal decodes a stored job and refuses one written by a newer splatd.
 func Unmarshal(b []byte) (Job, error) {
 	var j Job

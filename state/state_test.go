@@ -106,21 +106,6 @@ func TestCanMove(t *testing.T) {
 	}
 }
 
-func TestRepublish(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(2000, 0)
-	j := Job{ID: 4, Stage: Done, Generation: 1, Protocol: ProtocolV1, V1: &Session{Attempt: 2, Key: "k"}, DuplicateOf: 0}
-	if err := j.Republish(now); err != nil {
-		t.Fatal(err)
-	}
-	if j.Stage != Queued || j.Generation != 2 || j.V1 != nil || j.Protocol != "" || !j.StageSince.Equal(now) {
-		t.Errorf("after republish: %+v", j)
-	}
-	if err := j.Republish(now); err == nil {
-		t.Error("republish of a queued job succeeded")
-	}
-}
-
 func TestMove(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)

@@ -10,9 +10,10 @@ import (
 // a job twice by moving it from Processing back to Publishing.
 //
 // Same-stage edges are retries (transient error, poll again, still waiting).
-// Edges back to Queued are "the file changed, hash it again" and exist only
-// before the publish intent: after that the old content may already be
-// published and the changed file becomes a new job instead.
+// A worker's edges back to Queued are "the file changed" (ResetChanged) and
+// exist only before the publish intent: after it the changed file is a new
+// job. Edges out of a final stage are an operator's (Job.Reset, Resolve):
+// the store refuses them in a worker's commit.
 var transitions = map[Stage][]Stage{
 	Queued: {
 		Queued,   // incomplete, changed since seen, or transient error

@@ -104,16 +104,12 @@ func workerSame(fi fs.FileInfo, j state.Job) bool {
 // derived from the old content is dropped.
 func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job, error) {
 	now := p.o.Now()
-	if err := j.Move(state.Queued, now); err != nil {
+	old := j
+	if err := j.Reset(state.ResetChanged, now); err != nil {
 		return j, err
 	}
+	dropEncoded(old)
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
-	j.Dev, j.Ino = 0, 0
-	j.SHA256, j.Kind = "", ""
-	dropEncoded(j)
-	j.Encoded = nil
-	j.Upload = state.Upload{}
-	j.Protocol, j.V1 = "", nil // a v1 session of the old content is abandoned
 	j.NextAttempt = now.Add(p.o.Settle)
 	j.LastError, j.LastStatus = why, 0
 	return j, nil
