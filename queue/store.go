@@ -172,7 +172,7 @@ type Store struct {
 	log   zerolog.Logger
 	fresh string // why Open started an empty store ("": it opened one)
 
-	mu       sync.Mutex
+	mu        sync.Mutex
 	claimed   map[uint64]struct{}
 	finished  int       // jobs finished since the last retention pass
 	lastClaim time.Time // the latest now a Claim was given (clock.go)
