@@ -251,7 +251,6 @@ func TestWorkerIncompleteTimeout(t *testing.T) {
 // configuration changes (new roots and ConfigChanged), not at the pause's
 // next step, an hour away here.
 func TestPoolConfigChangedRetriesAtOnce(t *testing.T) {
-	t.Skip("known bug, open in issue 37's note: after SetRootCAs the job reaches processing and is not polled again (seen with -race every run, without it now and then)")
 	t.Parallel()
 	e := newWorkerEnv(t, apisim.Options{})
 	c, err := api.NewClient(api.ClientOptions{BaseURL: e.sim.URL(), Token: e.sim.Token(), RootCAs: x509.NewCertPool(), Timeout: 10 * time.Second})

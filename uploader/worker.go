@@ -571,7 +571,7 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 			return err
 		}
 		j = next
-		if j.Stage.Final() || j.NextAttempt.After(p.o.Now()) || p.Paused() != nil {
+		if j.Stage.Final() || j.NextAttempt.After(p.o.Now()) || p.pausedChan() != nil {
 			return nil
 		}
 		// Draining stops after the current step, except between a fresh
