@@ -286,16 +286,10 @@ func splatTransformFigure(ctx context.Context, o BenchOptions, in, dir string, o
 		Note: fmt.Sprintf("splat-transform -g cpu took %.1f s", took.Seconds())}
 }
 
-// slowUplinkFigures publishes the large PLY with a fresh daemon (v1, one
-// part at a time) through storage capped at 50 Mbit/s, with publish.encode
-// off and then sog, and times each from the file's arrival in the watch
-// folder (a rename: the file is finished) to the receipt's published_at.
-// slowUplinkFigures publishes the large PLY with a fresh daemon (v1, one
-// part at a time) through storage capped at 50 Mbit/s, with publish.encode
-// off and then sog, and times each from the file's arrival in the watch
-// folder (a rename: the file is finished) to the receipt's published_at.
-// The pair runs o.Reps times; the figures are medians, the ratio that of
-// the medians.
+// slowUplinkFigures times the large PLY from its arrival in the watch
+// folder to the receipt's published_at, with a fresh v1 daemon through
+// storage capped at 50 Mbit/s, publish.encode off and then sog; medians of
+// o.Reps pairs.
 func slowUplinkFigures(ctx context.Context, o BenchOptions, ply, scale string) ([]Figure, error) {
 	var secs [2][]float64
 	var bytes [2]float64

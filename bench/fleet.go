@@ -82,20 +82,11 @@ func fullRunFleet(spec fleetSpec) func(context.Context, *tenv) error {
 	}
 }
 
-// runFleetOf: N daemons, each with its own state directory and config,
-// one token, one shared folder that already holds the files (most of them
-// multi-part) when they all start at once: api.protocol v1 on the strict
-// simulator (a session names no splat), where the content-derived
-// Idempotency-Key makes every daemon reach the same upload session. Each
-// daemon takes the backlog in its own rendezvous order. Targets: every file
-// published once; at most spec.max429 responses 429 in all; at most 1.1
-// completes (new and replayed) per file; from the first complete to the
-// last file's receipt within 1.3× the minimum the limit allows for one
-// complete per file, (ceil(files/5) - 1) windows (a note in the quick run,
-// whose few windows make the ratio noise); the body bytes storage read
-// across the fleet at most 1.1× the files' total size; every daemon's job
-// for every file done, and no error logged by any daemon (a file a peer
-// finished is no error).
+// runFleetOf runs spec's N daemons (own state and config, one token, v1
+// on the strict simulator) on one shared folder that holds the files when
+// they all start, and checks bench/README.md's fleet targets: each file
+// published once, the 429s, completes, creates and requests per file, the
+// time over the limit's minimum and the bytes storage read.
 func runFleetOf(ctx context.Context, e *tenv, spec fleetSpec) error {
 	rl := &requestLog{routes: map[string]bool{apisim.RouteV1Complete: true}}
 	so := apisim.Options{Window: fleetWindow, PartSize: v1PartSizeTorture,

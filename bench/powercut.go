@@ -26,16 +26,10 @@ import (
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
-// The power-cut scenario: the watch folders, both success folders and the
-// state dir live on lazyfs mounts (bench/lazyfs), which keep only what was
-// fsynced; a second mount holds the success folder of the cross-filesystem
-// moves. Each round drops two files (one per watch folder, some in a
-// subfolder), arms a cut at the k-th operation of one kind (publish,
-// receipt, move, move across filesystems, pacer save, store commit; k
-// drawn from the seed), SIGKILLs the daemon at the cut, drops what was not
-// durable, remounts, restarts the daemon and waits for the files. Its
-// verdict line (bench/README.md) counts the cuts by kind, the files lost,
-// published twice and unfinished, and the failed starts.
+// The power-cut scenario (bench/README.md "Power cuts"): watch, success
+// and state folders on lazyfs mounts; each round drops two files and cuts
+// power at the k-th operation of one kind, then SIGKILL, drop, remount,
+// restart and wait for the files.
 
 // powerKinds are the places a cut is armed at, drawn in turn.
 var powerKinds = []string{"publish", "receipt", "move", "move-xfs", "pacer", "store"}

@@ -164,15 +164,10 @@ func v1ResumeFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	}, nil
 }
 
-// v1ThroughputFigures caps storage at capBps per connection and times a
-// 1 GiB v1 publish (4 parts in flight) against `curl -T` of the same file
-// to a signed URL of the same storage listener, same run. The daemon's
-// time runs from the first body byte storage read to the last part
-// stored, as the simulator stamps them; its own byte counter, scraped on
-// the bench's clock, checks it. curl's is its time_total. If the daemon's parts together fall short of 85 % of 4 ×
-// the cap while curl reaches 90 % of the cap, the machine (CPU: TLS and
-// hashing on both ends) is the limit rather than the cap: the note says
-// so and the pair is measured again at 10 MB/s per connection on 256 MiB.
+// v1ThroughputFigures times a 1 GiB v1 publish (4 parts in flight) under
+// a per-connection storage cap against `curl -T` of the same file, and
+// measures again at 10 MB/s on 256 MiB when the machine's CPU, not the
+// cap, was the limit (bench/README.md).
 func v1ThroughputFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	curl, err := exec.LookPath("curl")
 	if err != nil {

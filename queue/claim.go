@@ -18,16 +18,10 @@ import (
 const claimWindow = 128
 
 // Claim hands out a runnable job due not after now that no other caller
-// holds, and marks it held until Release. ok is false when nothing is due.
-// A job that has begun (any stage but queued, or queued again after an
-// attempt) goes first, the earliest due first. Otherwise, with
-// Options.Identity set, the queued job with the lowest rendezvous rank
-// among the first claimWindow due ones: each daemon of a fleet sharing a
-// folder takes the backlog in its own order, so they start on different
-// files and meet only at the end. It is safe for many goroutines: the
-// claimed set is guarded by a mutex and, as only one process can open the
-// store, needs no persistence (a restart frees every claim, which is the
-// recovery).
+// holds, and marks it held until Release; ok is false when nothing is due.
+// Begun jobs go first, earliest due; then, with Options.Identity, the
+// queued job of lowest rendezvous rank among the first claimWindow due.
+// Claims live in memory only: a restart frees them all.
 func (s *Store) Claim(now time.Time) (job state.Job, ok bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -114,18 +108,12 @@ func (s *Store) Release(id uint64) {
 	s.mu.Unlock()
 }
 
-// Commit stores j, which a worker moved on from stage `from`, in one
-// transaction with all its index entries, and returns the job as stored.
-// It fails with ErrConflict if the stored job is no longer in `from` and
-// with a *state.TransitionError if the table forbids from → j.Stage or from
-// is final.
-//
-// Content dedupe happens here, atomically with the hash: a job moving to
-// Ready whose sha256 belongs to a done job (or a pruned one's tombstone) is
-// stored as Done with DuplicateOf instead and is never uploaded; if the
-// owner is still in flight (or held) the job stays Queued and checks again
-// after DedupeWait, so a failed owner does not leave the content
-// unpublished. Failed owners do not block a new attempt.
+// Commit stores j, moved on from stage `from`, with its index entries in
+// one transaction. It fails with ErrConflict if the stored job is no
+// longer in `from`, with a *state.TransitionError if the table forbids the
+// move. A job reaching Ready with a published content's sha256 is stored
+// Done with DuplicateOf; one whose owner is still in flight waits in
+// Queued for DedupeWait.
 func (s *Store) Commit(j state.Job, from state.Stage) (state.Job, error) {
 	var finished bool
 	err := s.db.Update(func(tx *bolt.Tx) error {

@@ -7,26 +7,9 @@ import (
 	"time"
 )
 
-// A reload (SIGHUP, `splatd reload`) reads the config file again. The new
-// file is validated as a whole first: an invalid one changes nothing. Then
-// the keys below take effect at once; every other key that changed needs a
-// restart and keeps its old value until then (a warning names it). Keys
-// that other parts of splatd add later fall under "restart" until a reload
-// learns to apply them: a change is never silently ignored.
-//
-// What a reload applies, and how:
-//   - watch: the watcher starts a new session over the new folders
-//     (Watcher.SetRoots); files already taken are not taken again.
-//   - publish.*: jobs that become ready from now on (Pool.SetPublish).
-//   - after.*: jobs that finish from now on; after.exec and
-//     after.exec_timeout through the notifier (Notifier.SetTarget).
-//   - notify.*: events of jobs that finish from now on go to the new
-//     webhook, with the headers file read again; events already queued or
-//     being delivered keep the webhook they were queued for.
-//   - log.level: every logger at once (logOutput.SetLevel).
-//   - upload.bandwidth: uploads in flight too (Limiter.SetSchedule).
-//   - api.ca_file: new connections (Client.SetRootCAs); its content is also
-//     read again every few seconds.
+// Reloadable reports whether a reload applies key at once; every other
+// changed key needs a restart and keeps its old value until then. The
+// README's reload section lists what each key's reload does.
 func Reloadable(key string) bool {
 	return key == "watch" || key == "log.level" || key == "upload.bandwidth" || key == "api.ca_file" ||
 		strings.HasPrefix(key, "publish.") || strings.HasPrefix(key, "after.") || strings.HasPrefix(key, "notify.")

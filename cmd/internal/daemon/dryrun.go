@@ -25,18 +25,10 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// DryRun is `splatd run -dry-run`: a prediction of what a run would do
-// now. It lists the watch folders once, with the scan's rules, and judges
-// each file as the daemon would: against the state (read through the
-// running daemon's admin socket, else from the state file; a missing state
-// directory is a fresh one), against the receipt beside it (adopted, not
-// published), by content (a duplicate of a published job or of another
-// file here), by its check, and by its publish parameters (the folder's
-// publish block, its .splat.yaml files and the file's sidecar). It prints
-// one line per file and a summary on out; it fails only when the folders or
-// the state cannot be read. It never calls the API, reads no
-// token and records nothing (a state file is opened as `splatd jobs` opens
-// it while no daemon runs; a missing one is not made).
+// DryRun is `splatd run -dry-run`: one line per file of the watch folders
+// saying what a run would do with it now (state, receipt, dedupe, check,
+// publish parameters), and a summary. It calls no API, reads no token and
+// records nothing; it fails only when the folders or the state cannot be read.
 func DryRun(ctx context.Context, cfg *config.Config, out io.Writer, log zerolog.Logger) error {
 	log.Info().Strs("watch", cfg.WatchPaths()).Str("protocol", cfg.API.Protocol).
 		Msg("dry run: predicting what a run would do now; no API call, nothing written")
