@@ -60,6 +60,16 @@ func newS3World(t *testing.T, f apisim.Faults) *s3World {
 	return w
 }
 
+// armAfterProbe sets the URL faults once the daemon's start-up token
+// probe is answered: under legacy that probe asks for a signed URL, which
+// would take the first faulty one.
+func (w *s3World) armAfterProbe(d *e2eDaemon, f apisim.Faults) {
+	w.t.Helper()
+	d.waitStarted()
+	d.waitLogLine("the API accepts the token")
+	w.sim.SetFaults(f)
+}
+
 // putSummary counts the presigned PUTs by S3's answer and lists the
 // headers they carried, for the log of a failed test.
 func (w *s3World) putSummary() string {
@@ -258,10 +268,10 @@ func TestS3ExpiredURLResigned(t *testing.T) {
 		// Small files: S3 answers a refusal without reading the body and
 		// closes, which a large body can meet as a reset (then the client
 		// retries after a backoff, which is slower but also correct).
-		w := newS3World(t, apisim.Faults{ExpiredURLs: 1, ExpiredPartURLs: 1})
+		w := newS3World(t, apisim.Faults{})
 		e := w.env(proto)
 		d := startDaemon(t, e.cfgPath)
-		d.waitStarted()
+		w.armAfterProbe(d, apisim.Faults{ExpiredURLs: 1, ExpiredPartURLs: 1})
 		f := filepath.Join(e.inbox, "late.ply")
 		writePLY(t, f, 20)
 		if r := waitReceipt(t, f, "done", "failed", "duplicate"); r.Status != "done" {
@@ -296,10 +306,10 @@ func TestS3ExpiredURLResigned(t *testing.T) {
 func TestS3RefusalInReason(t *testing.T) {
 	t.Parallel()
 	s3Protocols(t, func(t *testing.T, proto string) {
-		w := newS3World(t, apisim.Faults{WrongRegionURLs: 1})
+		w := newS3World(t, apisim.Faults{})
 		e := w.env(proto)
 		d := startDaemon(t, e.cfgPath)
-		d.waitStarted()
+		w.armAfterProbe(d, apisim.Faults{WrongRegionURLs: 1})
 		f := filepath.Join(e.inbox, "refused.ply")
 		writePLY(t, f, 20)
 		r := waitReceipt(t, f, "done", "failed", "duplicate")
