@@ -192,6 +192,25 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 	}
 }
 
+// alone reports whether the fleet knows no other daemon live on root
+// (false without a fleet: then any daemon may share the folder).
+func (p *Pool) alone(root string) bool {
+	f := p.o.Fleet
+	if f == nil {
+		return false
+	}
+	members, known := f.Members(root)
+	if !known {
+		return false
+	}
+	for m := range members {
+		if m != f.Self() {
+			return false
+		}
+	}
+	return true
+}
+
 // shareStarting parks a queued job, before it is read, while the fleet's
 // members cannot be known yet (this daemon just started).
 func (p *Pool) shareStarting(j state.Job) (state.Job, bool) {

@@ -213,10 +213,11 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	v.ID, v.PartSize = s.ID, s.PartSize
 	v.Parts = partCount(j.UploadSize(), s.PartSize)
 	v.ETags = make([]string, v.Parts)
-	// 201: ours. 200 to our first create under this key: a peer's. 200
+	// 201: ours. 200 to our first create under this key: a peer's, unless
+	// no peer is live (then ours, from before the store was lost). 200
 	// after an earlier create of ours whose answer never came: most likely
 	// ours, and treating it so costs at worst some parts sent twice.
-	v.Owned = created || v.Creates > 1 || p.shares.takenOver(j.ID)
+	v.Owned = created || v.Creates > 1 || p.shares.takenOver(j.ID) || p.alone(j.Root)
 	ev := p.log.Debug()
 	if !v.Owned {
 		ev = p.log.Info()

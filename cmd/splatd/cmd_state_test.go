@@ -163,3 +163,52 @@ func TestEmptyStateBesideReceipts(t *testing.T) {
 	}
 	d.stop()
 }
+
+// TestStateRecoveredV1WithoutReceipts: under v1 a damaged store and lost
+// receipts still publish nothing twice: after `state recover` each file's
+// Idempotency-Key names its old session, so the files end done with their
+// old splats and the service makes no new one.
+func TestStateRecoveredV1WithoutReceipts(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{protocol: "v1"})
+	urls := map[string]string{}
+	var files []string
+	for i, n := range []int{900, 1000, 1100, 1200} {
+		f := filepath.Join(e.inbox, "scan-"+string(rune('a'+i))+".ply")
+		writePLY(t, f, n)
+		files = append(files, f)
+	}
+	d := startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	for _, f := range files {
+		urls[f] = waitReceipt(t, f, "done").Splat.URL
+	}
+	if code := d.stop(); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+	before := sim.Stats()
+	zeroPages(t, e.stateDir)
+	for _, f := range files {
+		if err := os.Remove(f + ".splat.json"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runCLI(t, nil, "state", "recover", "-config", e.cfgPath)
+	if code != 0 || !strings.Contains(out, "kept the damaged file aside") {
+		t.Fatalf("state recover: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	d = startDaemon(t, e.cfgPath)
+	d.waitStarted()
+	for _, f := range files {
+		if r := waitReceipt(t, f, "done", "failed", "duplicate"); r.Status != "done" || r.Splat.URL != urls[f] {
+			t.Errorf("%s after recovery: receipt %q %s, want done %s", filepath.Base(f), r.Status, r.Splat.URL, urls[f])
+		}
+	}
+	after := sim.Stats()
+	if after.V1Splats != before.V1Splats || after.Creates != before.Creates {
+		t.Errorf("after recovery the service made %d splat(s) and %d session(s) more, want none", after.V1Splats-before.V1Splats, after.Creates-before.Creates)
+	}
+	d.stop()
+}
