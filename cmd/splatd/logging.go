@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/cmd/internal/config"
@@ -41,8 +45,13 @@ func (o *logOutput) WriteLevel(l zerolog.Level, p []byte) (int, error) {
 	if l != zerolog.NoLevel && l < o.Level() {
 		return len(p), nil
 	}
+	n := len(p)
+	p = escapeHidden(p)
 	if !o.journal {
-		return o.w.Write(p)
+		if _, err := o.w.Write(p); err != nil {
+			return 0, err
+		}
+		return n, nil
 	}
 	// One Write per line, prefix included: lines from concurrent
 	// goroutines must not interleave.
@@ -52,7 +61,39 @@ func (o *logOutput) WriteLevel(l zerolog.Level, p []byte) (int, error) {
 	if _, err := o.w.Write(line); err != nil {
 		return 0, err
 	}
-	return len(p), nil
+	return n, nil
+}
+
+// escapeHidden rewrites the bidi controls and C1 controls in a JSON log
+// line as the text \uXXXX, so that no reader of the log, raw or decoded,
+// has its line reordered or its terminal driven by a file's name.
+func escapeHidden(p []byte) []byte {
+	if bytes.IndexByte(p, 0xc2) < 0 && bytes.IndexByte(p, 0xe2) < 0 && bytes.IndexByte(p, 0xd8) < 0 {
+		return p
+	}
+	var out []byte
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRune(p[i:])
+		if hidden(r) {
+			if out == nil {
+				out = append(make([]byte, 0, len(p)+16), p[:i]...)
+			}
+			out = fmt.Appendf(out, `\\u%04x`, r)
+		} else if out != nil {
+			out = append(out, p[i:i+size]...)
+		}
+		i += size
+	}
+	if out == nil {
+		return p
+	}
+	return out
+}
+
+// hidden reports a rune that changes how a line shows: a bidi control or
+// a C1 control.
+func hidden(r rune) bool {
+	return (r >= 0x80 && r <= 0x9f) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // syslogPriority maps a zerolog level to sd-daemon(3)'s SD_* priorities.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -52,6 +53,38 @@ func TestLogNoPrefixOffJournal(t *testing.T) {
 	log.Warn().Msg("w")
 	if !strings.HasPrefix(buf.String(), "{") {
 		t.Fatalf("line = %q, want JSON without a prefix", buf.String())
+	}
+}
+
+// A bidi override or a C1 control in a field or an error is written as
+// the text \uXXXX, in JSON (raw and decoded) and on the console; the rest
+// of the line, café included, is as it was.
+func TestLogEscapesHiddenRunes(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"json", "console"} {
+		var buf bytes.Buffer
+		log, _ := newLogger(config.Log{Level: "info", Format: format}, &buf, false)
+		log.Info().Str("path", "scan\u202egnp.ply").Err(errors.New("open caf\u00e9\u0085.ply")).Msg("file found")
+		out := buf.String()
+		if strings.ContainsAny(out, "\u202e\u0085") {
+			t.Errorf("%s: raw hidden runes in %q", format, out)
+		}
+		if !strings.Contains(out, "café") {
+			t.Errorf("%s: %q lost the é", format, out)
+		}
+		if format == "console" {
+			if !strings.Contains(out, `\u202egnp.ply`) || !strings.Contains(out, `\u0085.ply`) {
+				t.Errorf("console: %q does not show the escapes", out)
+			}
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("json: %q: %v", out, err)
+		}
+		if m["path"] != `scan\u202egnp.ply` || m["error"] != `open café\u0085.ply` {
+			t.Errorf("json decoded: path %q error %q", m["path"], m["error"])
+		}
 	}
 }
 
