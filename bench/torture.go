@@ -480,12 +480,9 @@ func (e *tenv) timeout() time.Duration {
 }
 
 // runStorageFaults: 30 % of PUTs answered 503, 10 % cut mid-upload by a
-// connection reset; files of 2.4 MB so that a reset lands mid-body. The
-// daemon's retry backoff doubles from 2 s (state.DefaultBackoff), so a file
-// unlucky six times in a row waits about 2 minutes: the full run allows 4.
-// The quick run (in `make test`) halves the rates and allows 90 s: at 40 %
-// a file unlucky four times in a row (2.6 % each) overran its 45 s on a
-// loaded machine; at 20 % five in a row (0.03 %) are needed to reach 62 s.
+// connection reset, on files of 2.4 MB so that a reset lands mid-body. The
+// full run allows 4 minutes (six bad PUTs in a row wait about two); the quick
+// run halves the rates and allows 90 s.
 func runStorageFaults(ctx context.Context, e *tenv) error {
 	faults := apisim.Faults{StorageErrorRate: 0.30, StorageResetRate: 0.10}
 	timeout := 4 * time.Minute
@@ -531,14 +528,9 @@ func runURLExpiry(ctx context.Context, e *tenv) error {
 		Faults: apisim.Faults{Latency: 300 * time.Millisecond, StorageForbiddenRate: 0.20}}, DaemonConfig{}); err != nil {
 		return err
 	}
-	// URLs that expire in a second meet a loaded machine's latency again
-	// and again: after two refusals in a row the retry rule backs off
-	// (a storage refusing every fresh URL is not hammered), doubling from
-	// 2 s, so a file refused six times in a row waits about two minutes.
-	// Under `make test` (every package's race build beside it) that
-	// happened to the quick run's 5 files about once in 7 runs at its old
-	// 90 s: the quick run allows the full one's 150 s. It is a bound on a
-	// stall, not a speed target: a passing run takes 5 to 15 s.
+	// A bound on a stall, not a speed target (a passing run takes 5 to 15 s):
+	// URLs that expire in a second back the retry rule off from 2 s, so six
+	// refusals in a row wait about two minutes, the quick run included.
 	timeout := 150 * time.Second
 	if err := e.basic(ctx, e.count(5, 16), 200, timeout); err != nil {
 		return err
