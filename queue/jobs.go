@@ -229,8 +229,8 @@ func (s *Store) Stats() (Stats, error) {
 // Retry puts a failed job back to Queued (it is checked, hashed and uploaded
 // again), a held job back to Uploaded (the operator decided to publish
 // again: the worker commits a new publish intent and publishes) and a done
-// job back to Queued as a new generation (a deliberate republish: under v1
-// a new Idempotency-Key). It returns the updated job.
+// job back to Queued as a new generation (state.Job.Generation). It returns
+// the updated job.
 func (s *Store) Retry(id uint64) (state.Job, error) {
 	var out state.Job
 	err := s.db.Update(func(tx *bolt.Tx) error {

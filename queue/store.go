@@ -332,8 +332,7 @@ type hashEntry struct {
 	URL     string    `json:"url,omitempty"`
 	At      time.Time `json:"at,omitzero"`
 	// Gen is the content's generation (state.Job.Generation): Forget keeps
-	// the entry and raises it, so the content's next job is published
-	// under a new idempotency key, not meeting the forgotten one's session.
+	// the entry and raises it for the content's next job.
 	Gen int `json:"gen,omitempty"`
 }
 
