@@ -213,13 +213,10 @@ type Options struct {
 	SessionExpiry time.Duration
 	// SessionSplatID is a generous variant: processing or completed
 	// sessions carry the splat's splatId, which the official schema's
-	// UploadSession does not have. Off, the client must learn the id some
-	// other way (a peer's receipt, or a replayed complete). Only a test
-	// that says why turns it on.
+	// UploadSession does not have.
 	SessionSplatID bool
 	// SessionPartSizes is a generous variant: each of a session's
 	// uploadedParts carries its size, which the schema makes optional.
-	// Only a test that says why turns it on.
 	SessionPartSizes bool
 	// PartStore, if set, replaces the built-in v1 part store (the part
 	// PUTs of the simulator's storage listener), e.g. with a real S3
