@@ -589,13 +589,9 @@ func runNeighbour(ctx context.Context, e *tenv) error {
 }
 
 // runKill: files arrive one by one while the daemon is SIGKILLed at random
-// moments (hashing, signing, mid-PUT, around the publish, polling,
-// committing) and restarted each time. publish.on_uncertain is hold: a kill
-// after the API created a splat and before its id was committed cannot be
-// resolved by any client (no idempotency key, no lookup by storage key), so
-// such a job is held and the suite plays the operator, as docs/architecture.md says:
-// content the server shows published is confirmed, other content is
-// retried with `splatd retry`.
+// moments and restarted each time. publish.on_uncertain is hold, since no
+// client can resolve a kill between a legacy publish and the commit of its
+// answer; the suite plays the operator (resolveHeld).
 func runKill(ctx context.Context, e *tenv) error {
 	if err := e.setup(apisim.Options{Faults: apisim.Faults{Latency: 30 * time.Millisecond}}, DaemonConfig{OnUncertain: "hold"}); err != nil {
 		return err
