@@ -20,8 +20,8 @@ const MaxSettingsBytes = 64 << 10
 // CheckSettings says what keeps settings from being stored with a job:
 // nesting deeper than MaxSettingsDepth, a key that is not text (YAML's
 // `{1: x}` below the top), a value JSON cannot hold (.inf, .nan), or more
-// than MaxSettingsBytes of JSON. nil when nothing. Everything a sidecar or the config gives as settings is
-// checked with it before a job stores it.
+// than MaxSettingsBytes of JSON; nil when nothing. All settings, from a
+// sidecar or the config, pass it before a job stores them.
 func CheckSettings(m map[string]any) error {
 	if m == nil {
 		return nil
