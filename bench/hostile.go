@@ -24,20 +24,12 @@ import (
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
-// The hostile-folder scenario: a colleague with write access to a watch
-// folder (a NAS share) tries each attack of issue 22 on a running daemon,
-// once per protocol. Files outside the watch folders hold unique markers;
-// the scenario counts an outside file as read when its marker or content
-// reaches the simulator's storage, a published hash, a folder the daemon
-// writes to or the daemon's log, and as changed when its existence, size,
-// mode, mtime or content differs afterwards (a new file there counts too).
-// Its verdict line is
+// The hostile-folder scenario (bench/README.md, hostile-folder): a folder
+// writer's attacks on a running daemon, once per protocol. Its verdict line:
 //
 //	attacks N, outside files read R, outside files changed C, daemon restarts D, stop within grace yes|no
 //
-// and any count above zero (or a late stop, a job parked for years by a
-// Retry-After, content published under another file's hash, a webhook that
-// followed a redirect, a control file left unpublished) misses the target.
+// and any count above zero, or a miss that README lists, misses the target.
 
 // hostileMemLimit bounds the daemon's address space in this scenario: an
 // unbounded read (a /dev/zero sidecar, a template that writes gigabytes)

@@ -34,14 +34,11 @@ const (
 	metricsCalls  = 100
 )
 
-// procCPU returns the CPU time a process has used so far, two ways:
-// utime+stime of /proc/PID/stat (every thread, dead ones included, in
-// clock ticks of 10 ms) and the sum of its live threads' run time in
-// /proc/PID/task/*/schedstat (nanoseconds; a Go process does not end its
-// threads, so nothing is lost), with the number of times they were run
-// (schedstat's third field). An idle daemon uses a few ticks in a
-// window of half a minute, too few for a ratio: the ratio is taken from
-// schedstat and the stat figure is printed beside it as a check.
+// procCPU returns the CPU time a process has used so far, two ways: utime +
+// stime of /proc/PID/stat (clock ticks of 10 ms, too coarse for an idle
+// daemon's ratio) and the sum of its live threads' run time in
+// /proc/PID/task/*/schedstat (nanoseconds; a Go process keeps its threads),
+// with the number of times they were run. The ratio is taken from schedstat.
 func procCPU(pid int) (stat, sched time.Duration, slices int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -7,19 +7,11 @@ import (
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
-// runStrictKill: a backlog of files published under the real strict limit,
-// 10 publishes per minute (the publish route in the strict class), while
-// the daemon is SIGKILLed at random moments, 1–12 s after each start, and
-// restarted. A restart lands in a window whose budget is often spent: the
-// daemon must know it (its pacer's windows outlive the process) and wait
-// for the reset instead of probing. Target: no 429 at all. The quick run
-// has 10 files and 4 per 5 s. After the last restart the daemon is given
-// twice the time the limit needs for what is left (two more windows on
-// top): a slower pace is reported, a hang is not waited for.
-//
-// The protocol is legacy with publish.on_uncertain hold, as in sigkill: a
-// kill between a publish and the commit of its answer holds the job, and
-// the suite plays the operator (resolveHeld).
+// runStrictKill is the strict-sigkill scenario (bench/README.md): a legacy
+// backlog under the strict limit, 10 publishes per minute, while the daemon
+// is SIGKILLed 1–12 s after each start; the pacer's windows must outlive the
+// process. Target: no 429. The suite plays the operator for held jobs
+// (resolveHeld), as in sigkill.
 func runStrictKill(ctx context.Context, e *tenv) error {
 	limit, window := 10, time.Minute
 	minDelay, maxDelay := time.Second, 12*time.Second

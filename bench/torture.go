@@ -480,12 +480,9 @@ func (e *tenv) timeout() time.Duration {
 }
 
 // runStorageFaults: 30 % of PUTs answered 503, 10 % cut mid-upload by a
-// connection reset; files of 2.4 MB so that a reset lands mid-body. The
-// daemon's retry backoff doubles from 2 s (state.DefaultBackoff), so a file
-// unlucky six times in a row waits about 2 minutes: the full run allows 4.
-// The quick run (in `make test`) halves the rates and allows 90 s: at 40 %
-// a file unlucky four times in a row (2.6 % each) overran its 45 s on a
-// loaded machine; at 20 % five in a row (0.03 %) are needed to reach 62 s.
+// connection reset, on files of 2.4 MB so that a reset lands mid-body. The
+// full run allows 4 minutes (six bad PUTs in a row wait about two); the quick
+// run halves the rates and allows 90 s.
 func runStorageFaults(ctx context.Context, e *tenv) error {
 	faults := apisim.Faults{StorageErrorRate: 0.30, StorageResetRate: 0.10}
 	timeout := 4 * time.Minute
@@ -531,14 +528,9 @@ func runURLExpiry(ctx context.Context, e *tenv) error {
 		Faults: apisim.Faults{Latency: 300 * time.Millisecond, StorageForbiddenRate: 0.20}}, DaemonConfig{}); err != nil {
 		return err
 	}
-	// URLs that expire in a second meet a loaded machine's latency again
-	// and again: after two refusals in a row the retry rule backs off
-	// (a storage refusing every fresh URL is not hammered), doubling from
-	// 2 s, so a file refused six times in a row waits about two minutes.
-	// Under `make test` (every package's race build beside it) that
-	// happened to the quick run's 5 files about once in 7 runs at its old
-	// 90 s: the quick run allows the full one's 150 s. It is a bound on a
-	// stall, not a speed target: a passing run takes 5 to 15 s.
+	// A bound on a stall, not a speed target (a passing run takes 5 to 15 s):
+	// URLs that expire in a second back the retry rule off from 2 s, so six
+	// refusals in a row wait about two minutes, the quick run included.
 	timeout := 150 * time.Second
 	if err := e.basic(ctx, e.count(5, 16), 200, timeout); err != nil {
 		return err
@@ -597,13 +589,9 @@ func runNeighbour(ctx context.Context, e *tenv) error {
 }
 
 // runKill: files arrive one by one while the daemon is SIGKILLed at random
-// moments (hashing, signing, mid-PUT, around the publish, polling,
-// committing) and restarted each time. publish.on_uncertain is hold: a kill
-// after the API created a splat and before its id was committed cannot be
-// resolved by any client (no idempotency key, no lookup by storage key), so
-// such a job is held and the suite plays the operator, as docs/architecture.md says:
-// content the server shows published is confirmed, other content is
-// retried with `splatd retry`.
+// moments and restarted each time. publish.on_uncertain is hold, since no
+// client can resolve a kill between a legacy publish and the commit of its
+// answer; the suite plays the operator (resolveHeld).
 func runKill(ctx context.Context, e *tenv) error {
 	if err := e.setup(apisim.Options{Faults: apisim.Faults{Latency: 30 * time.Millisecond}}, DaemonConfig{OnUncertain: "hold"}); err != nil {
 		return err

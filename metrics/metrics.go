@@ -117,12 +117,11 @@ var (
 	jobBuckets    = []float64{1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800}
 )
 
-// New creates splatd's collectors and registers them on reg. routes are the
-// API client's route names (api.Routes), pre-initialised so that their 429
-// series exist from the first scrape; metrics does not import the client. It panics if a
-// collector is already registered there, as prometheus.MustRegister does:
-// that is a wiring bug, not a run-time condition. build_info carries the
-// module version from the binary's build info until SetBuildInfo is called.
+// New creates splatd's collectors and registers them on reg; it panics if one
+// is registered there already (a wiring bug). routes are the API client's
+// route names (api.Routes), pre-initialised so that their 429 series exist
+// from the first scrape. build_info carries the binary's module version until
+// SetBuildInfo is called.
 func New(reg prometheus.Registerer, routes []string) *Metrics {
 	m := &Metrics{
 		filesDiscovered: prometheus.NewCounter(prometheus.CounterOpts{

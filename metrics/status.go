@@ -16,14 +16,10 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// The status endpoints (/api/status, /api/jobs and the page at /) show what
-// the daemon is doing to people and scripts who cannot reach the admin
-// socket. They are read-only (the page's actions are their own POSTs,
-// actions.go), and the types below are views: they hold only
-// what is shown, so a token or a signed upload URL cannot reach a response
-// by way of a field somebody forgot to clear. The handlers scrub the free
-// texts (errors, advice) once more before encoding, because those carry
-// server messages that may echo a signed URL.
+// The status endpoints (/api/status, /api/jobs and the page at /) are
+// read-only, and the types below are views holding only what is shown, so no
+// token or signed URL reaches a response through a field left set. The
+// handlers scrub the free texts (errors, advice) once more before encoding.
 
 // StatusSource is what the status endpoints read; the daemon implements it.
 // Both methods are called once per request, from the request's goroutine,

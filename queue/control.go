@@ -75,11 +75,11 @@ func (s *Store) Cancel(id uint64) (state.Job, error) {
 var ErrDuplicate = errors.New("job is a duplicate")
 
 // Republish sends a done job's file through the pipeline again, on purpose:
-// it is checked, hashed, uploaded and published anew, and its Generation
-// grows so that a protocol's idempotency key differs from the last
-// publish's. The content keeps its dedupe owner (this job), so the new
-// publish is not taken for a duplicate of the old one. A job that was a
-// duplicate is refused: republish the job that published the content.
+// it is checked, hashed, uploaded and published anew under the next
+// Generation (state.Job.Generation). The content keeps its dedupe owner
+// (this job), so the new publish is not taken for a duplicate of the old
+// one. A job that was a duplicate is refused: republish the job that
+// published the content.
 func (s *Store) Republish(id uint64) (state.Job, error) {
 	var out state.Job
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -106,9 +106,9 @@ func (s *Store) Republish(id uint64) (state.Job, error) {
 // Forget drops a finished (done, failed, canceled) or held job with its
 // entry in the path index and its content's entry in the dedupe index when
 // it owns it, so that its file, found again (a change, a rescan, a
-// restart), is a new job, and its content may be published again: under a
-// new generation (hashEntry.Gen), so not under the old idempotency key. It
-// returns the job as it was. A job in flight is refused: cancel it first.
+// restart), is a new job, and its content may be published again under the
+// next generation (hashEntry.Gen). It returns the job as it was. A job in
+// flight is refused: cancel it first.
 func (s *Store) Forget(id uint64) (state.Job, error) {
 	s.lighten(id) // a full disk: diskfull.go
 	var out state.Job

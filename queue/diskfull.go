@@ -9,13 +9,9 @@ import (
 const lightenOver = 1 << 10
 
 // lighten rewrites finished job id's record without its publish settings
-// when they make it large, in a transaction of its own. Replacing a large
-// value by a small one needs a page or two; deleting it makes bbolt
-// rebalance its leaf, which may rewrite a large neighbour into new pages:
-// on a full disk that commit fails. Forget calls it first, so that its own
-// commit finds the large record's pages free. The settings are read again
-// from the config when a job becomes ready, so a finished job does not
-// need them.
+// when they make it large, in a transaction of its own, so that Forget's
+// commit on a full disk finds the large record's pages free
+// (docs/architecture.md, "The state file").
 func (s *Store) lighten(id uint64) {
 	_ = s.db.Update(func(tx *bolt.Tx) error {
 		raw := tx.Bucket(bucketJobs).Get(u64(id))

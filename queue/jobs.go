@@ -24,15 +24,11 @@ type Candidate struct {
 	ModTime time.Time
 }
 
-// EnqueueBatch adds a job for each candidate unless its path is already
-// known with the same size and mtime, or an earlier job for the path has not
-// yet published (its worker notices the change itself and hashes the file
-// again). A changed file whose earlier job is finished or publishing becomes
-// a new job: the old content may already be published. All candidates are
-// committed in one transaction (one fsync): the daemon passes what the
-// watcher reported together, a startup scan or a burst. created reports,
-// per candidate, whether a job was added, so the caller can log each new
-// file.
+// EnqueueBatch adds, in one transaction, a job for each candidate unless its
+// path is known with the same size and mtime, or an earlier job for it has
+// not yet published (its worker notices the change). A changed file whose
+// earlier job is finished or publishing becomes a new job. created reports,
+// per candidate, whether a job was added.
 func (s *Store) EnqueueBatch(ctx context.Context, cs []Candidate) (created []bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -233,8 +229,8 @@ func (s *Store) Stats() (Stats, error) {
 // Retry puts a failed job back to Queued (it is checked, hashed and uploaded
 // again), a held job back to Uploaded (the operator decided to publish
 // again: the worker commits a new publish intent and publishes) and a done
-// job back to Queued as a new generation (a deliberate republish: under v1
-// a new Idempotency-Key). It returns the updated job.
+// job back to Queued as a new generation (state.Job.Generation). It returns
+// the updated job.
 func (s *Store) Retry(id uint64) (state.Job, error) {
 	var out state.Job
 	err := s.db.Update(func(tx *bolt.Tx) error {

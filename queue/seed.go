@@ -13,19 +13,13 @@ import (
 // seedBatch is how many jobs one SeedTombstones transaction writes.
 const seedBatch = 100_000
 
-// SeedTombstones is for benchmarks; splatd never calls it. It adds n
-// finished jobs to the state in dir as retention leaves them once pruned:
-// each gets a fresh job id, a tombstone in the sha256 index (the content
-// hash written as the id in 64 hex digits, splat id "seed<id>") and a path
-// entry for pathDir/seed-<id>.ply (1 MiB, mtime Unix 1700000000), and the
-// tombstone count moves with them. It writes big transactions without fsync
-// (one sync at the end), so a million take seconds instead of the six
-// commits per job of the real pipeline; the entries are the ones Prune
-// writes.
-//
-// dir must not be open in any process: SeedTombstones opens it, creating or
-// upgrading the state as Open does, and closes it. Job ids continue the
-// store's sequence, so it can be called again on the same state.
+// SeedTombstones is for benchmarks; splatd never calls it. It adds n finished
+// jobs to the state in dir as retention leaves them once pruned: each a
+// tombstone in the sha256 index (its id as 64 hex digits, splat id
+// "seed<id>"), a path entry for pathDir/seed-<id>.ply (1 MiB, mtime Unix
+// 1700000000) and a step of the tombstone count, in big transactions with
+// one fsync at the end. dir must not be open in any process; job ids
+// continue the store's sequence, so it may run again on the same state.
 func SeedTombstones(dir, pathDir string, n int) error {
 	// About 300 bytes of pages per job: map them at once rather than
 	// remapping (and copying every node of the transaction) as the file grows.

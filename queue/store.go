@@ -201,14 +201,8 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	bdb, file, err := openBolt(path, o.RecoverCommand, &bolt.Options{
 		Timeout: o.LockTimeout,
-		// The freelist is written with each commit. Rebuilding it by
-		// scanning at open instead (NoFreelistSync) read the whole file:
-		// with a million finished jobs that made the daemon's resident
-		// memory the whole 850 MB state file, start-up 1 s, and on a
-		// paravirtualised VM every idle wake cost 18× more (the cost of a
-		// large resident mapping at each context switch). Written, it
-		// keeps 25 MiB, 0.3 s, and the idle CPU flat (bench: history);
-		// enqueue and claim+commit were no slower in the queue benchmarks.
+		// The freelist is written with each commit: rebuilding it at open
+		// reads the whole file (docs/architecture.md, "The state file").
 		NoFreelistSync:  false,
 		FreelistType:    bolt.FreelistMapType,
 		NoSync:          o.NoSync,
@@ -338,8 +332,7 @@ type hashEntry struct {
 	URL     string    `json:"url,omitempty"`
 	At      time.Time `json:"at,omitzero"`
 	// Gen is the content's generation (state.Job.Generation): Forget keeps
-	// the entry and raises it, so the content's next job is published
-	// under a new idempotency key, not meeting the forgotten one's session.
+	// the entry and raises it for the content's next job.
 	Gen int `json:"gen,omitempty"`
 }
 

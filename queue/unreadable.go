@@ -11,17 +11,9 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// A job record that cannot be decoded (damaged, written by a newer splatd,
-// or nested deeper than the JSON decoder reads: a sidecar once put settings
-// 9998 levels deep into one) is one job's problem. Failing every claim,
-// list and stats on it stopped the whole queue, for good, since the record
-// stays. So the walks over many jobs skip such a record and report it, once
-// per process, with its id: Claim moves on to the next job, List shows it
-// in its place with the reason (unreadableJob), Stats counts it in its
-// stage, and `splatd forget ID` removes it with its index entries. Only the
-// record's id and place in the indexes are known; nothing is guessed from
-// the bytes. An operation on that one job (cancel, retry) still fails,
-// saying what to do.
+// A job record that cannot be decoded is one job's problem: the walks over
+// many jobs skip it and report it once per process (docs/architecture.md,
+// "The state file"); an operation on that one job fails, saying what to do.
 
 // ErrUnreadable matches the error of a job record that cannot be decoded
 // (an *UnreadableError).

@@ -1,15 +1,8 @@
 // Package state holds splatd's job model: the stages a file goes through on
-// its way to a published splat, the one table of legal transitions between
-// them, the retry policy and the classification of errors into what the
-// worker should do next. It is pure code (no I/O) so that the queue, the
-// worker and the CLI agree on the rules without depending on each other.
-//
-// The retry rule (Policy.Decide) also knows errors that no retry fixes but
-// that are no fault of the job: TLS verification failures, host names that
-// do not resolve and hosts that refuse connections for longer than a grace
-// are WaitConfig, a configuration class that pauses work and is reported
-// instead of being retried in silence or failing the job; and a file
-// incomplete for longer than IncompleteTimeout fails with its reason.
+// its way to a published splat, the one table of legal transitions, and the
+// one retry rule (Policy) that turns every error into what the caller does
+// next (docs/architecture.md). It is pure code (no I/O), so the queue, the
+// workers and the CLI agree on the rules without depending on each other.
 package state
 
 import (

@@ -7,13 +7,11 @@ import (
 	"strings"
 )
 
-// Redaction is one rule for the whole program, kept here because every
-// text a job stores, a log line prints or the status page shows may hold
-// what a server echoed: a presigned URL's query is its credential (anyone
-// holding it can overwrite the object until it expires), a URL's userinfo
-// is a password, and the token is the account. The API client scrubs its
-// errors when it makes them; the status endpoints scrub again at the last
-// moment before a text leaves the process.
+// Redaction is one rule for the whole program: a presigned URL's query (its
+// credential), a URL's userinfo and the token are removed from every text a
+// job stores, a log line prints or the status page shows. The API client
+// scrubs its errors as it makes them; the status endpoints scrub again
+// before a text leaves the process.
 
 // RedactedMark replaces what was removed, so a reader can tell something was.
 const RedactedMark = "REDACTED"

@@ -5,15 +5,11 @@ import (
 	"time"
 )
 
-// transitions is the one table of legal stage changes. Every commit in the
-// queue is checked against it, so a worker bug cannot, for example, publish
-// a job twice by moving it from Processing back to Publishing.
-//
-// Same-stage edges are retries (transient error, poll again, still waiting).
-// A worker's edges back to Queued are "the file changed" (ResetChanged) and
-// exist only before the publish intent: after it the changed file is a new
-// job. Edges out of a final stage are an operator's (Job.Reset, Resolve):
-// the store refuses them in a worker's commit.
+// transitions is the one table of legal stage changes, checked at every
+// commit (docs/architecture.md, "Job stages"). Same-stage edges are retries;
+// a worker's edges back to Queued (ResetChanged) exist only before the
+// publish intent; edges out of a final stage are an operator's (Job.Reset,
+// Resolve), refused in a worker's commit.
 var transitions = map[Stage][]Stage{
 	Queued: {
 		Queued,   // incomplete, changed since seen, or transient error

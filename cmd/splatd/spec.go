@@ -11,12 +11,9 @@ import (
 )
 
 // book describes every command of the table for the manual (completion
-// scripts, man page). The flags come from each command's real flag set: the
-// command is run with -h and a cli whose describe hook receives the flag
-// set instead of printing the usage, so a flag added to a command shows in
-// its completion and man page by itself. Every command parses its flags
-// before it touches anything else, which is what `splatd CMD -h` already
-// relies on.
+// scripts, man page). Each command's flags come from its real flag set: it is
+// run with -h and a cli whose describe hook receives the flag set instead of
+// printing the usage, so every command parses its flags before anything else.
 func book() manual.Book {
 	b := manual.Book{Version: buildVersion(), Values: map[string][]string{"STAGE": strings.Split(daemon.StageNames(), ", ")}}
 	for _, cmd := range commands() {

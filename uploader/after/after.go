@@ -162,20 +162,11 @@ func (e *ActionError) Unwrap() error { return e.Err }
 // method, without importing this package).
 func (e *ActionError) AfterAction() string { return e.Action }
 
-// Finish applies the after-action of a final job and writes its receipt. It
-// returns where the file now is ("" when deleted). The receipt is written
-// at its final place before the file leaves its own: beside the file that
-// is to be deleted (a deleted file keeps its receipt where it was), or at
-// the name a move picks, before the move (see place). So a fleet peer that
-// finds the file gone finds the evidence that it was published, where its
-// own config says to look, never a gap between the two. A failed move or
-// delete still leaves the receipt beside the file where it stayed, so the
-// evidence that it was published exists while the action is retried (the
-// one written at the move's target is removed again); a later successful
-// move writes the receipt at the target and removes the one left at the
-// source. A receipt that cannot be written (a name with no room for
-// ".splat.json", a folder refusing writes) stops the move or delete: the
-// file stays until it can be. An error is an *ActionError.
+// Finish applies the after-action of a final job and writes its receipt,
+// returning where the file now is ("" when deleted); an error is an
+// *ActionError. The receipt reaches its final place before the file leaves
+// its own, and a receipt that cannot be written stops the action
+// (docs/durability.md, "Where the receipt goes").
 func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	rec := a.receipt(j)
 	var (

@@ -14,14 +14,9 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// Receipts are evidence. A receipt is written only once its job is final,
-// and one saying "done" only after the publish is known done (processing
-// finished, the splat's id stored): so a file whose receipt says done for
-// the file's current content was published, whoever's state directory
-// recorded it. Adoption trusts the receipt's sha256: an edited receipt, or
-// one copied beside other content with its sha256 changed to match, is
-// believed. That is the cost of not republishing after a lost state
-// directory; README "Receipts are evidence" says so.
+// Receipts are evidence: one saying done is written only once the publish is
+// known done, and adoption trusts its sha256 (README, "Receipts are
+// evidence", states the cost).
 
 // Service is the protocol and service that receipts must name (when they
 // name one) to count as evidence for this daemon.

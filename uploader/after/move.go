@@ -21,18 +21,10 @@ var errFileGone = errors.New("file is gone")
 
 // moveUnder moves file to the same relative place under dest (relative to
 // root), never overwriting: a taken name gets ".1", ".2", … before its
-// extension. The file is opened through its watch folder (trustfs: no link
-// followed, regular files only) and must be the one the job read (held,
-// when known); that open file is what is linked or copied. place is called
-// with the name chosen, before anything is linked or copied there and so
-// before the file leaves its place: Finish writes the receipt there, so
-// that a fleet peer finds it as soon as the file is gone (an error from
-// place stops the move). The sidecar travels with its file when it is a
-// regular file (a link or a pipe stays where it is). A file already gone
-// (moved by an earlier run of Finish) is looked for at its destination; what
-// a crash in the middle of a move left at the destination before the source
-// was removed (a second name of the file, or across filesystems its copy,
-// known by its mark) is removed and the move runs again.
+// extension. It moves the open file the job read (held, when known), calls
+// place with the chosen name before anything is linked there (its error
+// stops the move), takes a regular sidecar along, and finishes what a crash
+// left of an earlier run (docs/durability.md).
 func moveUnder(file, root, dest string, held heldFile, place func(target string) error) (string, error) {
 	target := moveTarget(file, root, dest)
 	if err := trustfs.MkdirDurable(dest, filepath.Dir(target), 0o755); err != nil {

@@ -8,15 +8,11 @@ import (
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
-// PeerEvidence reads the receipt another daemon of a fleet wrote for file
-// (through the watch folder root, as every receipt is read)
-// and checks it as adoption does (why), against what this daemon hashed:
-// done (or a duplicate of a done job) with a splat id, the same sha256 and
-// size, the same protocol and service. A sha256 of "" (a job that never read the
-// file, and the file is gone: a peer published and deleted it) is not
-// compared; the size the job saw is. It returns the receipt and "" when it
-// is evidence, else why not; err is ErrNoReceipt when there is none, or a
-// read error.
+// PeerEvidence reads, through the watch folder root, the receipt another
+// daemon of a fleet wrote for file, and returns it with "" when it is
+// evidence (adoption's why, and the sha256, size, protocol and service this
+// daemon saw), else why not. A sha256 of "" (a job that never read the file)
+// is not compared. err is ErrNoReceipt when there is none, or a read error.
 func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
 	r, err := readReceiptIn(root, file)
 	if err != nil {
@@ -36,20 +32,12 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 	return r, "", nil
 }
 
-// MovedPeerEvidence is PeerEvidence for a file that a peer published and
-// then moved under dest (on_success: move with success_dir dest; a fleet's
-// daemons share their after settings, so this daemon's dest is the peer's):
-// the receipt went along, to where the move put the file (moveTarget, or
-// moveFolderTarget for an unbundled SOG folder), or to one of the numbered
-// names a move picks when that name is taken. Finish writes it there before
-// the file leaves its place, so a receipt whose file has not arrived yet
-// counts as well: it is the one a peer finds in the instant between. Every
-// such name that is present (the file or its receipt) is read, and the last one that is evidence wins (the latest move
-// of a name takes the first free number). Receipts are read through dest
-// as the root (trustfs): a link there, or a folder there replaced by one,
-// never makes it read outside dest. It returns the receipt, its path and
-// "" when one is evidence; else the first why not, or ErrNoReceipt when
-// there is no receipt at all (or a read error).
+// MovedPeerEvidence is PeerEvidence for a file a peer published and moved
+// under dest (a fleet shares its after settings): it reads, with dest as the
+// root, the receipt at every name the move may have picked, with or without
+// its file, and the last that is evidence wins (docs/durability.md, "Where
+// the receipt goes"). It returns the receipt, its path and "", else the
+// first why not, or ErrNoReceipt when there is no receipt at all.
 func MovedPeerEvidence(root, file, dest, sha256 string, size int64, svc Service) (Receipt, string, string, error) {
 	name := func(i int) (moved, present string) {
 		if splatfile.IsSOGFolder(file) {

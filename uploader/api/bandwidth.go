@@ -9,33 +9,13 @@ import (
 	"time"
 )
 
-// The limiter is one token bucket for every byte the daemon uploads: all
-// workers, all jobs and all parallel parts of a job draw from it, so the
-// limit is the aggregate rate on the shared uplink.
-//
-// Model. Two running totals: granted, the bytes handed out, and credited,
-// the bytes the limit has allowed so far (the integral of the schedule's
-// rate over time, piecewise between the schedule's changes). A caller of
-// WaitN adds n to granted, remembers the new total as its target and returns
-// once credited reaches it. Targets are taken in call order, so waiters are
-// served first come, first served, and streams that each hold one small chunk
-// at a time take turns. Because a target is a byte count, not a wake-up time,
-// a new rate (a schedule boundary or SetSchedule) applies to waiters already
-// parked: they are woken at each boundary and by SetSchedule, and work out
-// their wait again.
-//
-// Bursts. While idle, credited may run ahead of granted by at most a tenth
-// of a second's worth (bwBurst); a new Limiter, and a limit that follows an
-// unlimited stretch, start empty. An unlimited stretch forgives any debt.
-//
-// Readers cut reads into chunks of at most bwChunkMax and a tenth of a
-// second's worth, so that a burst is small and concurrent streams interleave
-// finely. When the schedule never limits, a read costs two atomic operations
-// and allocates nothing: it does not even read the clock (a clock read can
-// cost more than copying the chunk on a VM without a vDSO clock), and its
-// bytes reach the meter in batches of bwMeterBatch.
+// The limiter is one token bucket for every byte the daemon uploads, so the
+// limit is the aggregate rate on the uplink; its model (granted and
+// credited totals, bursts, chunks) is in docs/architecture.md, "Bandwidth
+// limit".
 
 const (
+	// bwChunkMax and bwChunkMin bound a wrapped reader's chunk.
 	bwChunkMax = 32 << 10
 	bwChunkMin = 512
 	// bwMeterSeconds is the span of ObservedRate.

@@ -531,17 +531,11 @@ func (c *Client) Checkpoints(ctx context.Context, branch string, limit int, skip
 func (c *Client) Limiter() *Limiter { return c.limiter }
 
 // Put streams body (exactly size bytes) to the signed URL with Content-Length
-// and Content-Type binary/octet-stream. It never sends the bearer token (the
-// URL's signature is the credential, and storage is another party) and is
-// not paced. Memory use does not depend on size: the body is copied through
-// the transport's fixed buffers, never held.
-//
-// There is no overall deadline (a large file may take hours): the upload is
-// aborted when no byte has been taken from body for the client's Timeout, or
-// when the response headers take longer than that after the last byte.
-// progress (may be nil) receives the cumulative bytes sent, from the
-// goroutine writing the request; it is never called after Put returns.
-// Every error text has the signed URL's query removed.
+// and Content-Type binary/octet-stream, without the bearer token and unpaced.
+// There is no overall deadline: it aborts when body yields no byte for the
+// client's Timeout, or when the response headers take longer than that after
+// the last byte. progress (may be nil) gets the cumulative bytes sent and is
+// never called after Put returns.
 func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size int64, progress func(sent int64)) error {
 	start := c.now()
 	if _, err := c.storagePut(ctx, RouteStoragePut, signedURL, body, size, progress, "binary/octet-stream"); err != nil {

@@ -1,22 +1,14 @@
-// Package api talks to the splat publishing service: one concrete HTTPS
-// client for both of its protocols — the legacy API (docs/api-legacy.md: sign,
-// storage PUT, publish, get-splat, checkpoints) and the SuperSplat API v1
-// (docs/api-v1.md: me, splats, upload sessions, part URLs, part PUTs, complete)
-// — with the wire types and their tolerant decoding, the typed errors those
-// calls return, the token source, and the bandwidth limiter shared by every
-// upload stream. Each API call first waits on the rate-limit pacer shared by
-// every goroutine that uses one token (the Pacer interface; package pace).
+// Package api is the HTTPS client of the splat publishing service's two
+// protocols, the legacy API (docs/api-legacy.md) and the SuperSplat API v1
+// (docs/api-v1.md), with their wire types, typed errors, the token source and
+// the bandwidth limiter shared by every upload stream.
 //
-// The client makes exactly one attempt per call and returns its error
-// (*APIError for any non-2xx answer, *ProtocolError for a 2xx answer it
-// cannot use, *RequestError for a request refused before sending, a wrapped
-// transport error otherwise); whether to retry is the caller's decision,
-// through the one retry rule (state.Policy). Pacing, by contrast, is done
-// inside the client, because every caller must obey the same per-account
-// budget and only a single shared view of the X-RateLimit-* headers can
-// keep the daemon from earning 429s.
+// Each call makes one attempt and returns its error: *APIError for a non-2xx
+// answer, *ProtocolError for a 2xx answer it cannot use, *RequestError for a
+// request refused before sending, a wrapped transport error otherwise.
+// Retrying is the caller's (state.Policy); pacing is the client's, through
+// the Pacer that every user of one token shares.
 //
-// Secrets: the bearer token is only ever sent to the API base URL's origin
-// and never to object storage; a signed URL's query string (its signature)
-// is removed from every error text the package produces.
+// The bearer token goes only to the API base URL's origin, never to storage;
+// a signed URL's query is removed from every error text.
 package api

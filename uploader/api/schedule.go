@@ -11,31 +11,12 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// Bandwidth syntax, after rclone's --bwlimit (upload side only).
-//
-// A value is empty, "0" or "off" (no limit), one rate, or a weekly timetable
-// of space-separated entries [DAY-]HH:MM,RATE. A rate is a number (a fraction
-// is fine) and a unit, optionally followed by "/s":
-//
-//	B                 bytes
-//	K, Ki, KiB (k...) 1024 bytes     — rclone's letters are binary: 10M = 10 MiB
-//	M, Mi, MiB        1024² bytes
-//	G, Gi, GiB        1024³ bytes
-//	kB, MB, GB        1000, 1000², 1000³ bytes (SI; KB is read as kB)
-//
-// so 50MiB/s, 10M and 512k are binary, 20MB/s is decimal. A bare number other
-// than 0 is refused (rclone reads it as KiB/s, which surprises), and so is a
-// lower-case b after a prefix (Mb/s reads as megabits). "off" and "0" are
-// also accepted as the RATE of a timetable entry.
-//
-// Timetable entries are read in the machine's local time zone. An entry
-// without DAY applies every day; DAY is Mon..Sun or the whole English name,
-// any case. Each entry's rate holds from its time until the next entry's, and
-// the last entry of the week carries over to the first: "08:00,20MiB/s
-// 19:00,off" limits from 08:00 to 19:00 every day, "Mon-08:00,512k
-// Sat-10:00,off" from Monday 08:00 to Saturday 10:00. Where an entry with a
-// DAY and one without name the same minute, the one with the DAY wins for
-// that day; two entries for the same minute otherwise are an error.
+// Bandwidth syntax, after rclone's --bwlimit: "", "0" or "off" (no limit),
+// one rate, or a weekly timetable of entries [DAY-]HH:MM,RATE in local time,
+// each rate holding until the next entry's and the week's last wrapping to
+// its first. A rate is a number and a unit, optionally "/s": K, M, G (and
+// Ki, KiB, …) are powers of 1024, kB, MB, GB powers of 1000. The full rules
+// are in docs/architecture.md, "Bandwidth limit".
 
 const (
 	bwMinutesPerDay  = 24 * 60
@@ -72,8 +53,8 @@ var bwDays = [7]string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}
 // ParseBandwidth parses a bandwidth limit: "", "0" or "off" for none, one
 // rate such as "50MiB/s", "20MB/s", "512KiB/s" or "10M", or an rclone-style
 // weekly timetable such as "08:00,20MiB/s 19:00,off" or "Mon-08:00,512k
-// Sat-10:00,off" in local time. The syntax is described in full at the top
-// of schedule.go. Errors name the offending token.
+// Sat-10:00,off" in local time (the syntax above). Errors name the
+// offending token.
 func ParseBandwidth(s string) (Schedule, error) {
 	fields := strings.Fields(s)
 	if len(fields) == 0 {

@@ -17,17 +17,10 @@ import (
 )
 
 // The SuperSplat API v1 (docs/api-v1.md): resumable multipart uploads through
-// presigned S3 part URLs. Every call below goes through the same Client as
-// the legacy API: same token, same origin-bound bearer, same pacer (each
-// route learns its rate-limit class from X-RateLimit-* and honours 429 and
-// Retry-After), same Observer and redaction. Each method makes one attempt;
-// retrying stays the caller's decision.
-//
-// Requests are checked against the contract's limits before they are sent:
-// a request the API would refuse with 400 comes back as *RequestError and
-// nothing leaves the machine. Request bodies carry only the fields the
-// contract names (its schemas are closed); responses are decoded tolerantly
-// (its schemas are open).
+// presigned S3 part URLs, over the same Client, token, pacer, Observer and
+// redaction as the legacy API. A request the contract would refuse with 400
+// is a *RequestError and is not sent; request bodies carry only the
+// contract's fields (closed schemas), responses are decoded tolerantly.
 
 // v1Prefix is the path of the v1 API below the base URL.
 const v1Prefix = "/api/supersplat/v1"
@@ -114,17 +107,12 @@ func (c *Client) SplatV1(ctx context.Context, id string) (SplatV1, error) {
 	return w.splat(), nil
 }
 
-// CreateUpload creates an upload session, or with a key already used
-// returns that key's session: created is true only on 201. key is the
-// Idempotency-Key, required here although the API makes it optional: every
-// splatd create must be repeatable without a duplicate. It is 1..200 visible
-// ASCII characters (no spaces, which proxies may trim).
-//
-// The title is cut to MaxTitleLen characters and the description to
-// MaxDescriptionLen (cut, not refused: a long description should not cost
-// the upload); any other field outside the contract is a *RequestError.
-// An answer without an id or a positive partSize is a *ProtocolError: the
-// session may exist, and the same key finds it again.
+// CreateUpload creates an upload session under the Idempotency-Key key (1..200
+// visible ASCII characters, required by splatd), or returns that key's
+// session; created is true only on 201. Title and description are cut to
+// MaxTitleLen and MaxDescriptionLen; any other field outside the contract is
+// a *RequestError. An answer without an id or a positive partSize is a
+// *ProtocolError: the session may exist, and the same key finds it.
 func (c *Client) CreateUpload(ctx context.Context, key string, r CreateUploadRequest) (s UploadSession, created bool, err error) {
 	const route = RouteV1CreateUpload
 	if err := checkIdempotencyKey(key); err != nil {
@@ -211,13 +199,9 @@ func (c *Client) GetUpload(ctx context.Context, id string) (UploadSession, error
 }
 
 // PartURLs signs upload URLs for parts (1..MaxPartURLsPerCall numbers, each
-// 1..MaxPartNumber) in one call. It does not split a longer list into
-// several calls: that would turn one attempt into several, with a partial
-// result to handle when a later call fails, and the URLs expire, so a caller
-// should sign only the parts it is about to send anyway. A longer list is a
-// *RequestError. The answer holds a URL for every part asked, in the order
-// asked; a part missing from it, or a URL that is not absolute, is a
-// *ProtocolError.
+// 1..MaxPartNumber) in one call, never split: a longer list is a
+// *RequestError. The answer holds an absolute URL for every part asked, in
+// that order, or it is a *ProtocolError.
 func (c *Client) PartURLs(ctx context.Context, uploadID string, parts []int) (PartURLs, error) {
 	const route = RouteV1PartURLs
 	if err := checkPathID(route, "upload id", uploadID, maxUploadIDLen); err != nil {
@@ -270,17 +254,11 @@ func (c *Client) PartURLs(ctx context.Context, uploadID string, parts []int) (Pa
 }
 
 // PutPart streams one part (exactly size bytes) to its presigned URL and
-// returns the ETag header exactly as storage sent it, quotes included: the
-// complete call needs it byte for byte. It is Put's machinery with S3's
-// UploadPart rules: Content-Length, no Authorization, no Content-Type and no
-// x-amz-* header (a presigned URL signs only what it names), no redirects
-// followed, a no-progress watchdog instead of an overall deadline, plain
-// http only to loopback, and the URL's query scrubbed from every error.
-// A storage refusal is an *APIError with Route RouteV1PartPut (FromStorage
-// true; its message keeps S3's XML Code, e.g. "AccessDenied: ..."); an
-// answer without an ETag is a *ProtocolError. Part PUTs are not paced (storage
-// is not the API) and count toward Observer.UploadBytes, not UploadDone,
-// which times whole-file uploads.
+// returns storage's ETag byte for byte, quotes included (complete needs it).
+// It is Put under S3's UploadPart rules: no Authorization, Content-Type or
+// x-amz-* header, no redirect, plain http only to loopback. A refusal is an
+// *APIError with Route RouteV1PartPut and FromStorage; a missing ETag is a
+// *ProtocolError. Parts count toward Observer.UploadBytes, not UploadDone.
 func (c *Client) PutPart(ctx context.Context, partURL string, body io.Reader, size int64, progress func(sent int64)) (etag string, err error) {
 	h, err := c.storagePut(ctx, RouteV1PartPut, partURL, body, size, progress, "")
 	if err != nil {
@@ -298,14 +276,11 @@ func (c *Client) PutPart(ctx context.Context, partURL string, body io.Reader, si
 // one upload, timed by the caller from its first part to its last.
 func (c *Client) PartsDone(d time.Duration) { c.obs.UploadDone(d) }
 
-// CompleteUpload asks the server to assemble the parts (1..MaxPartNumber of
-// them, each number once, with its ETag) into the splat. The parts are sent
-// in ascending order whatever their order in parts. replayed is true unless
-// the answer is 201: a 200 means the session was completed before (a
-// complete whose answer was lost is simply sent again). The Location header
-// is kept in Completion.Location. An answer without a splatId returns the
-// decoded Completion together with a *ProtocolError; completing again
-// returns the id.
+// CompleteUpload asks the server to assemble the parts (1..MaxPartNumber, each
+// number once, with its ETag; sent in ascending order) into the splat.
+// replayed is true unless the answer is 201 (a 200 is a session completed
+// before). An answer without a splatId returns the decoded Completion with a
+// *ProtocolError; completing again returns the id.
 func (c *Client) CompleteUpload(ctx context.Context, uploadID string, parts []CompletedPart) (comp Completion, replayed bool, err error) {
 	const route = RouteV1Complete
 	if err := checkPathID(route, "upload id", uploadID, maxUploadIDLen); err != nil {

@@ -1,80 +1,18 @@
 // Package apisim is an in-process simulator of the splat publishing API and
-// its object storage, written from docs/api-legacy.md and docs/api-v1.md alone so that it
-// can catch the client's misreadings of the specs instead of sharing them.
+// its object storage, written from docs/api-legacy.md and docs/api-v1.md
+// alone so that it catches the client's misreadings of the specs.
 //
-// A Server listens on two loopback TLS ports: the API and the object storage
-// that its signed URLs point at. The API serves both protocols of one
-// account: the legacy one (signed-url, publish, get-splat, checkpoints) and
-// the SuperSplat API v1 under /api/supersplat (me, list and get splats, and
-// resumable upload sessions: create with an Idempotency-Key, per-part signed
-// URLs, the session's uploaded parts, complete). A splat made by either
-// protocol is visible to both: its legacy hash is its v1 public id.
+// A Server listens on two loopback TLS ports: the API, serving both protocols
+// of one account (a splat made by either is visible to both), and the storage
+// its HMAC-signed, expiring URLs point at; Options.S3 puts a real S3 bucket in
+// the storage's place (s3.go). Fault knobs inject failures at runtime, and
+// counters let tests assert what the client really did.
 //
-// Storage issues HMAC-signed expiring PUT URLs, for whole objects (legacy)
-// and for the parts of a session (v1, answering S3-style quoted md5 ETags),
-// streams them to disk while hashing them, and can cap each TCP connection's
-// upload bandwidth so that parallel parts can be measured against one
-// stream. The v1 part store sits behind the PartStore interface, so that a
-// real S3 server's multipart API can take its place.
-//
-// With Options.S3 (`splatd sim -storage s3://…`) a real S3 bucket takes the
-// place of that storage: presigned PutObject URLs for the legacy protocol,
-// one multipart upload per v1 session, read back at publish or complete for
-// the size and sha256 (s3.go). Its client is github.com/minio/minio-go/v7
-// rather than aws-sdk-go-v2: one module with a few small dependencies
-// instead of a dozen modules and the smithy runtime; presigning of any
-// request with extra query parameters in one call, local when the region is
-// given (an UploadPart URL carries partNumber and uploadId); and minio.Core's
-// raw multipart calls, which leave ETags exactly as S3 wrote them.
-//
-// Published splats move from running (processing) to a terminal status after
-// a delay. Every API response carries the X-RateLimit-* headers of a fixed
-// window per token and class; v1 request bodies are checked against closed
-// schemas (an unknown field is a 400, and counted). Fault knobs that tests
-// switch at runtime inject 5xx, storage and part failures, resets mid-upload,
-// latency, 429 storms, and publishes, creates and completes that commit and
-// then fail. Counters (requests per route and status, publishes per content
-// sha256, creates and completes new or replayed, bytes received per session,
-// storage Authorization headers seen) let tests assert what the client
-// really did.
-//
-// # The least generous reading
-//
-// The simulator promises no more than the contract. Where the official v1
-// schema or the legacy spec is silent, it takes the reading that costs the
-// client most, so that a figure measured on it holds on the real service:
-//
-//   - An upload session has exactly the schema's fields: id, status,
-//     contentLength, partSize, uploadedParts, expiresAt. No splatId (a
-//     client that finds a completed session learns the splat from a peer's
-//     receipt or by replaying complete), no sourceFormat, no createdAt.
-//     Options.SessionSplatID is the generous variant.
-//   - An uploaded part has partNumber and etag, not its size (the schema
-//     makes it optional). Options.SessionPartSizes is the generous variant.
-//   - A Splat has the schema's fields and no editUrl: only complete's
-//     answer names the editor link.
-//   - complete answers 201 once and 200 with the same body after; a session
-//     is not completed twice; a concurrent complete waits for the first.
-//   - Session and URL lifetimes, not documented, are finite (expiresAt
-//     24h, part URLs 15m by default) and enforced; an expired session is
-//     gone (404) with its parts.
-//   - Part sizes, not documented at create: every part but the last must be
-//     exactly partSize, the total must be contentLength, and a part whose
-//     ETag is not storage's is refused at complete (400).
-//   - Kept on purpose, and stated here because the v1 contract does not
-//     promise them: every answer carries the legacy spec's X-RateLimit-*
-//     headers and a 429 its Retry-After (the same service and token publish
-//     them under the legacy API, and the v1 contract tells clients to honour
-//     them when present; without them a client learns a limit only from
-//     429s, one per window at least, so no paced figure could be met); v1
-//     routes are in the normal class unless
-//     Options.Classes puts them elsewhere (the benchmarks put complete, the
-//     call that makes a splat, in the strict class).
-//
-// A generous variant is an option that only a test which says why turns on.
-//
-// It is used by the test suites, the benchmarks, `splatd sim` and
-// `splatd demo`; production code paths never import it.
+// Where the contract is silent it takes the reading that costs the client
+// most (docs/api-v1.md, "The simulator's least generous reading"); a generous
+// variant is an option that only a test which says why turns on. Tests,
+// benchmarks, `splatd sim` and `splatd demo` use it; production code paths
+// never import it.
 package apisim
 
 import (
@@ -275,31 +213,21 @@ type Options struct {
 	SessionExpiry time.Duration
 	// SessionSplatID is a generous variant: processing or completed
 	// sessions carry the splat's splatId, which the official schema's
-	// UploadSession does not have. Off, the client must learn the id some
-	// other way (a peer's receipt, or a replayed complete). Only a test
-	// that says why turns it on.
+	// UploadSession does not have.
 	SessionSplatID bool
 	// SessionPartSizes is a generous variant: each of a session's
 	// uploadedParts carries its size, which the schema makes optional.
-	// Only a test that says why turns it on.
 	SessionPartSizes bool
 	// PartStore, if set, replaces the built-in v1 part store (the part
 	// PUTs of the simulator's storage listener), e.g. with a real S3
 	// server's multipart API. Part faults, the bandwidth cap and the
 	// per-session byte counters only see the built-in store's traffic.
 	PartStore PartStore
-	// S3, if set, is a real S3 server that takes the place of the
-	// simulator's storage for both protocols (and excludes PartStore):
-	// legacy signed URLs are presigned PutObject URLs, and the publish
-	// reads the object back for its size and sha256; v1 sessions are S3
-	// multipart uploads with presigned UploadPart URLs, their uploaded
-	// parts are S3's ListParts, and complete is S3's
-	// CompleteMultipartUpload with the client's ETags. New checks that
-	// the bucket exists. PartSize defaults to MinS3PartSize and may not
-	// be smaller. S3 enforces URL lifetimes by the real clock; of the
-	// storage faults only ExpiredURLs, ExpiredPartURLs and
-	// WrongRegionURLs apply (at signing time), and the storage counters
-	// stay zero: S3 sees the PUTs. The storage listener still runs, unused.
+	// S3, if set, is a real S3 server in place of the simulator's storage for
+	// both protocols (excluding PartStore); New checks that the bucket
+	// exists. PartSize defaults to MinS3PartSize and may not be smaller. Of
+	// the storage faults only ExpiredURLs, ExpiredPartURLs and
+	// WrongRegionURLs apply, and the storage counters stay zero.
 	S3 *S3
 	// StorageBandwidth, if positive, caps the request-body bytes per
 	// second that storage reads on each TCP connection (object and part

@@ -464,11 +464,8 @@ var (
 )
 
 // NamesCredential reports whether the environment variable name names a
-// credential, which an after.exec command never inherits:
-// CREDENTIALS_DIRECTORY (systemd's, where the API token lies), any name
-// holding TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or PRIVATE, and any
-// name with a part (split at "_") KEY, KEYS, APIKEY, AUTH, PASS,
-// PASSPHRASE, COOKIE, SESSION or BEARER (AWS_ACCESS_KEY_ID, SSH_AUTH_SOCK).
+// credential (CREDENTIALS_DIRECTORY, credentialParts, credentialWords), which
+// an after.exec command never inherits.
 func NamesCredential(name string) bool {
 	up := strings.ToUpper(name)
 	for _, p := range credentialParts {

@@ -5,15 +5,10 @@ import (
 	"fmt"
 )
 
-// MaxSettingsDepth is how deep publish settings may nest mappings and
-// lists, the settings' own mapping counting as level 1. Settings are stored
-// in the job record (JSON, a few levels below its top), and Go's JSON
-// decoder refuses input nested more than 10000 levels while YAML accepts
-// as many: a sidecar nested 9998 levels deep made a job the store wrote
-// and could never read back. Real viewer settings nest a handful of levels
-// (the defaults three: settings, camera, position; an animation track six);
-// 32 leaves them ample room and keeps every job record far from any
-// decoder's limit.
+// MaxSettingsDepth is how deep publish settings may nest mappings and lists,
+// the settings' own mapping counting as level 1: ample for real viewer
+// settings (an animation track nests six), and far below the JSON decoder's
+// 10000 levels, which a stored job record must stay under.
 const MaxSettingsDepth = 32
 
 var errTooDeep = fmt.Errorf("nested more than %d levels deep", MaxSettingsDepth)
@@ -25,8 +20,8 @@ const MaxSettingsBytes = 64 << 10
 // CheckSettings says what keeps settings from being stored with a job:
 // nesting deeper than MaxSettingsDepth, a key that is not text (YAML's
 // `{1: x}` below the top), a value JSON cannot hold (.inf, .nan), or more
-// than MaxSettingsBytes of JSON. nil when nothing. Everything a sidecar or the config gives as settings is
-// checked with it before a job stores it.
+// than MaxSettingsBytes of JSON; nil when nothing. All settings, from a
+// sidecar or the config, pass it before a job stores them.
 func CheckSettings(m map[string]any) error {
 	if m == nil {
 		return nil

@@ -12,14 +12,10 @@ import (
 	"github.com/splatd/splatd/uploader/api"
 )
 
-// A title template may come from a folder's .splat.yaml, which anyone who
-// writes to the folder writes: rendering it is bounded. Loops and template
-// calls ({{range}}, {{template}}, {{block}}, {{define}}) and {{call}} are
-// refused, so execution is linear in the template's length; every value a
-// function makes (print, printf, println, html, js, urlquery) is at most
-// MaxTitleOutput bytes, .ModTime's methods are bounded too (titleTime), and
-// so is the output. The rendered title is then
-// cut to the service's limit (MaxTitle characters).
+// A title template comes from anyone who writes to the folder, so rendering
+// is linear and bounded: loops, template calls and {{call}} are refused, and
+// every value a function or .ModTime makes, and the output, is at most
+// MaxTitleOutput bytes, before the title is cut to MaxTitle characters.
 
 // The service's limits, applied before parameters are stored or sent.
 const (

@@ -1,13 +1,9 @@
 package sog
 
 // Squared distances for the SH palette's k-means, the encoder's hot loop.
-// Every distance is summed in one fixed order, whatever the machine: eight
-// lanes, lane k accumulating coefficients k, k+8, k+16, … in turn (each
-// square rounded to float32 before it is added, so no fused multiply-add
-// changes a bit), then the lanes added pairwise, ((0+1)+(2+3))+((4+5)+(6+7)).
-// That is the order one AVX2 register computes in, so on amd64 with AVX2
-// an assembly kernel (dist_amd64.s) gives the very same floats as the Go
-// below, and the daemons of a fleet encode a source to the same bytes.
+// Every distance is summed in the one fixed order of docs/formats.md, "The SH
+// palette", so the AVX2 kernel (dist_amd64.s) and the Go below give the same
+// floats.
 
 // tailMasks[t] loads the first t floats of a group of eight.
 var tailMasks = func() (m [8][8]int32) {

@@ -7,31 +7,11 @@ import (
 	"sync"
 )
 
-// The SH palette: every splat's f_rest vector (9, 24 or 45 floats) is
-// replaced by the nearest of at most 64k palette entries. Flat k-means
-// over 1 M points and 64k centroids costs N·K·d per iteration (3·10¹²
-// multiply-adds at 45 dimensions); splat-transform runs it on a GPU, or on a
-// CPU with a k-d tree that 45 dimensions defeat. Here the palette is built
-// top-down instead: a node splits its points into at most maxBranch cells
-// by k-means trained on a sample, gives each cell a share of its palette
-// size proportional to its population, and recurses; a node of at most
-// leafK entries runs full Lloyd iterations on its own points. Each point is
-// then only ever compared with a few dozen centroids per level, the cells
-// are independent work for every core, and each node's random choices come
-// from its own seed, so the result does not depend on scheduling.
-
-// The tree's shape, chosen by measurement on a 1 M-splat scene with three
-// SH bands (64k entries): CPU time fell from 18 s (leaves of 32 with 10
-// iterations, 64-way splits trained 8 rounds on 64 points a cell) to 7.4 s
-// (leaves of 16, 16-way splits, 4 rounds each) for a palette error 1.3 %
-// higher, then to about 3.8 s with leaves of 8, 8-way splits and 2 rounds
-// in a leaf, for an error 0.7 % higher again (the 20,000-splat scene's 1 %).
-// Leaves start from k-means++ seeds, so a few rounds settle them. Then
-// (2026-11-26) the distances moved to an AVX2 kernel (dist.go) that
-// measures every row in full, no early end: 3.0 s → 1.8 s of one core; and
-// the descent prefetches the row of the point prefetchAhead places on (its
-// points are scattered through 180 MB, and waiting on memory was most of
-// what was left): 1.2–1.5 s, the same palette error.
+// The SH palette: every splat's f_rest vector is replaced by the nearest of
+// at most 64k entries, found by a tree-structured k-means whose shape was
+// chosen by measurement (docs/formats.md, "The SH palette"). Each node's
+// random choices come from its own seed, so the palette does not depend on
+// scheduling.
 const (
 	leafK         = 8  // a node with at most this many entries is a leaf
 	maxBranch     = 8  // cells an inner node splits into

@@ -49,8 +49,8 @@ type Config struct {
 	Log            Log      `yaml:"log"`
 	Fleet          Fleet    `yaml:"fleet"`
 
-	// IncompleteTimeout fails a file still incomplete this long after it
-	// last changed; 0 waits for ever.
+	// IncompleteTimeout is state.Policy.IncompleteTimeout; 0 here waits for
+	// ever.
 	IncompleteTimeout Duration `yaml:"incomplete_timeout"`
 }
 

@@ -61,14 +61,10 @@ func (u WebhookURL) MarshalYAML() (any, error) {
 // YAML, in the program's one unit rule (state.ParseSize).
 type ByteSize int64
 
-// DefaultMaxSize is a watch entry's max_size when it has none: a file
-// larger than this is skipped (one log line), not hashed or uploaded.
-// 32 GiB keeps the largest captures studios publish (4 GB scans, the 20 GiB
-// some folders allow) with room to spare, about 140 million splats as PLY,
-// past what a viewer opens; and it bounds what one file a folder writer
-// makes costs the daemon: a sparse file of a terabyte costs nothing to
-// make but would cost hours of hashing and upload. `max_size: 0` removes
-// the bound.
+// DefaultMaxSize is a watch entry's max_size when it has none: a larger file
+// is skipped (one log line), not hashed or uploaded; `max_size: 0` removes
+// the bound. 32 GiB holds the largest captures (about 140 million splats as
+// PLY) and bounds the hours of hashing a sparse file could cost.
 const DefaultMaxSize = ByteSize(32 << 30)
 
 // UnmarshalYAML parses a size; a negative one is an error.
@@ -400,9 +396,8 @@ func (c *Config) ReceiptService() after.Service {
 // ParamsFor answers one file's publish parameters: the global publish
 // block, the innermost watch entry's own laid over it, then the folder's
 // .splat.yaml files and the file's sidecar (sidecar.Resolve). A file outside
-// every watch folder gets the global block and its own sidecar. The
-// daemon's workers (uploader.PoolOptions.Params), the dry run and `splatd
-// publish` all ask it, so all three give a file the same parameters.
+// every watch folder gets the global block and its own sidecar. The daemon,
+// the dry run and `splatd publish` all ask it.
 func (c *Config) ParamsFor(path string, mod time.Time) (state.PublishParams, error) {
 	defaults, root := c.Publish.Params(), ""
 	if w, ok := c.WatchOf(path); ok {
