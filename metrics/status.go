@@ -211,6 +211,9 @@ type Job struct {
 	Adopted    bool   `json:"adopted,omitempty"`
 	LastError  string `json:"last_error,omitempty"`
 	FailReason string `json:"fail_reason,omitempty"`
+	// EncodeSkipped says why publish.encode's encoding was not made: the
+	// file is (or was) sent as it is.
+	EncodeSkipped string `json:"encode_skipped,omitempty"`
 	// ViewerURL is the public viewer link of a published splat.
 	ViewerURL string    `json:"viewer_url,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -232,18 +235,19 @@ type Progress struct {
 // lives in the workers, not in the store.
 func JobFromState(j state.Job) Job {
 	return Job{
-		ID:          j.ID,
-		Path:        state.Shown(j.Path),
-		Folder:      j.Root,
-		Size:        j.Size,
-		Stage:       j.Stage,
-		Attempts:    j.Attempts,
-		DuplicateOf: j.DuplicateOf,
-		Adopted:     j.Adopted,
-		LastError:   j.LastError,
-		FailReason:  j.FailReason,
-		ViewerURL:   j.ViewerURL,
-		UpdatedAt:   j.UpdatedAt,
+		ID:            j.ID,
+		Path:          state.Shown(j.Path),
+		Folder:        j.Root,
+		Size:          j.Size,
+		Stage:         j.Stage,
+		Attempts:      j.Attempts,
+		DuplicateOf:   j.DuplicateOf,
+		Adopted:       j.Adopted,
+		LastError:     j.LastError,
+		FailReason:    j.FailReason,
+		EncodeSkipped: j.EncodeSkipped,
+		ViewerURL:     j.ViewerURL,
+		UpdatedAt:     j.UpdatedAt,
 	}
 }
 

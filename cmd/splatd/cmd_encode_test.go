@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,4 +119,47 @@ func TestE2EPublishEncodeLegacy(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(tmp, "splatd-encode-*")); len(left) != 0 {
 		t.Errorf("temporary encodings left: %v", left)
 	}
+}
+
+// TestE2EEncodeSkippedShown: a PLY whose encoding cannot fit under the
+// daemon's memory limit is published as it is, and every view says why:
+// the receipt, /api/jobs, the status page and `splatd jobs`.
+func TestE2EEncodeSkippedShown(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{extra: "publish: {encode: sog}\n"})
+	d := startDaemon(t, e.cfgPath, "GOMEMLIMIT=49MiB")
+	addr := d.waitStarted()
+	p := filepath.Join(e.inbox, "hall.ply")
+	var b bytes.Buffer
+	if err := sog.WriteScene(&b, 600, 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitReceipt(t, p, "done")
+	raw, err := os.ReadFile(p + ".splat.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		EncodeSkipped string `json:"encode_skipped"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.EncodeSkipped == "" {
+		t.Fatalf("receipt %s: want encode_skipped (%v)", raw, err)
+	}
+	if sp := sim.Splats(); len(sp) != 1 || sp[0].ObjectSHA256 != fileSHA256(t, p) {
+		t.Errorf("server's splats %+v, want the PLY itself", sp)
+	}
+	if code, body := httpGet(t, "http://"+addr+"/api/jobs"); code != 200 || !strings.Contains(body, `"encode_skipped":`) {
+		t.Errorf("/api/jobs: %d %s", code, body)
+	}
+	if code, body := httpGet(t, "http://"+addr+"/"); code != 200 || !strings.Contains(body, "sent unencoded: ") {
+		t.Errorf("status page: %d, no \"sent unencoded\" in it", code)
+	}
+	if out := jobsTable(t, e.cfgPath); !strings.Contains(out, "(sent unencoded: ") {
+		t.Errorf("splatd jobs:\n%s", out)
+	}
+	d.stop()
 }

@@ -196,6 +196,9 @@ func resultText(v daemon.JobView) string {
 	if v.Adopted {
 		result = "adopted from its receipt: " + v.URL
 	}
+	if v.EncodeSkipped != "" {
+		result += " (sent unencoded: " + v.EncodeSkipped + ")"
+	}
 	return state.Shown(result) // whole: an error cut short loses its cause
 }
 

@@ -93,6 +93,9 @@ type Receipt struct {
 	// file (publish.encode) rather than the file; Size and SHA256 above
 	// stay the source's, which dedupe and adoption go by.
 	Uploaded *ReceiptUpload `json:"uploaded,omitempty"`
+	// EncodeSkipped says why publish.encode's encoding was not made: the
+	// file itself was sent.
+	EncodeSkipped string `json:"encode_skipped,omitempty"`
 }
 
 // PublishFormat is the legacy output format the receipt's publish asked
@@ -363,6 +366,7 @@ func (a *Runner) receipt(j state.Job) Receipt {
 	if e := j.Encoded; e != nil {
 		r.Uploaded = &ReceiptUpload{Encoding: e.Encoding, Size: e.Size, SHA256: e.SHA256}
 	}
+	r.EncodeSkipped = j.EncodeSkipped
 	switch j.Stage {
 	case state.Done:
 		r.Message = j.TaskMessage
