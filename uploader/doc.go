@@ -2,8 +2,8 @@
 // advances each one committed stage at a time, through the steps of the
 // configured protocol (legacy: sign, PUT, publish; v1: an upload session,
 // parts in parallel, complete), then polls until processing ends and hands
-// the final job to the after-actions. It also holds the one-shot publish
-// of `splatd publish` and `splatd checkpoints`.
+// the final job to the after-actions. `splatd publish` runs the same pool
+// over a store of one job in memory (PublishOne).
 //
 // Every error goes through the one retry rule, state.Policy.Decide: retry
 // the step later, sign again, wait for the file, pause every worker while

@@ -187,3 +187,69 @@ func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string, also io
 	fi, err := os.Stat(dst)
 	return hex.EncodeToString(h.Sum(nil)), fi, err
 }
+
+// OneShotSource is what `splatd publish` sends of one path, weighed before
+// it looks for an earlier publish of it.
+type OneShotSource struct {
+	// Path is the file to upload: the path itself, or an unbundled SOG
+	// folder's bundle, FOLDER.sog in a temporary folder of its own.
+	Path string
+	// SHA256 is the folder's bundle's, hashed as it was built: what an
+	// earlier publish of the folder is looked up by. "" for a file.
+	SHA256 string
+	// Info is the folder's check (Size: the bundle's); zero for a file.
+	Info splatfile.Info
+	tmp  string
+}
+
+// Close removes the folder's bundle, if one was built.
+func (s *OneShotSource) Close() {
+	if s != nil && s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
+}
+
+// PrepareOneShot holds path to minSize and maxSize (0: no bound) as the
+// daemon's check step holds a job, before anything of it is read: a file
+// by its size, an unbundled SOG folder (path is its meta.json) by its
+// bundle's, sized from the files' stat (of the images only their headers
+// are read). Outside them the error is the check step's reason. A folder
+// within them is then bundled, once: the bundle is written to a temporary
+// folder and hashed as it is written, so that what is looked up is what is
+// uploaded, and the images are not read a second time. The build stops
+// within a MiB when ctx ends.
+func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
+	if !splatfile.IsSOGFolder(path) {
+		f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
+		if err != nil {
+			return nil, err
+		}
+		f.Close()
+		if why := FileOutsideBounds(path, fi.Size(), minSize, maxSize); why != "" {
+			return nil, errors.New(why)
+		}
+		return &OneShotSource{Path: path}, nil
+	}
+	dir, err := trustfs.OpenDir("", filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	folder, err := splatfile.CheckSOGFolderIn(dir, path)
+	if err != nil {
+		return nil, err
+	}
+	if why := BundleOutsideBounds(folder.Size, minSize, maxSize); why != "" {
+		return nil, errors.New(why)
+	}
+	s := &OneShotSource{Info: folder.Info}
+	if s.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
+		return nil, err
+	}
+	s.Path = filepath.Join(s.tmp, folderName(path))
+	if s.SHA256, _, err = buildBundle(ctx, folder, s.Path, nil); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("build the folder's bundle: %w", err)
+	}
+	return s, nil
+}

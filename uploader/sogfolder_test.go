@@ -2,6 +2,8 @@ package uploader
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -231,5 +233,45 @@ func TestFileOutsideSizeBoundsIsNotHashed(t *testing.T) {
 	}
 	if st := e.sim.Stats(); st.SignedURLs != 0 {
 		t.Errorf("%d signed URLs: a file outside the bounds was uploaded", st.SignedURLs)
+	}
+}
+
+// TestPrepareOneShotBundlesAFolderOnce: a folder within its bounds is
+// bundled into a temporary folder of its own ($TMPDIR), as FOLDER.sog,
+// and SHA256 is that file's (hashed as it was written); Close removes it.
+// A build whose context ends part-way returns the context's error and
+// leaves nothing; a folder over the bounds is refused before it is built.
+func TestPrepareOneShotBundlesAFolderOnce(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // not parallel
+	dir := filepath.Join(t.TempDir(), "lobby")
+	if err := splatfile.WriteSparseSOGFolder(dir, 100, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	meta := filepath.Join(dir, splatfile.SOGMeta)
+	src, err := PrepareOneShot(t.Context(), meta, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(src.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != src.SHA256 || filepath.Base(src.Path) != "lobby.sog" || int64(len(b)) != src.Info.Size {
+		t.Errorf("bundle %s of %d bytes, sha256 %x; PrepareOneShot said %s, %d bytes", src.Path, len(b), sum, src.SHA256, src.Info.Size)
+	}
+	src.Close()
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left after Close: %v", left)
+	}
+	ctx := newCancelOnPoll(t, 10)
+	if _, err := PrepareOneShot(ctx, meta, 0, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("PrepareOneShot under a context that ends = %v, want the context's error", err)
+	}
+	if _, err := PrepareOneShot(t.Context(), meta, 0, 1<<20); err == nil || !strings.Contains(err.Error(), "not built or uploaded") {
+		t.Errorf("PrepareOneShot over max_size = %v, want the bounds' reason", err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left by a cancelled build or a refused folder: %v", left)
 	}
 }

@@ -66,12 +66,12 @@ func (o *PoolOptions) fillV1() error {
 	}
 	switch {
 	case o.ParallelParts == 0:
-		o.ParallelParts = 4
+		o.ParallelParts = Defaults().ParallelParts
 	case o.ParallelParts < 1 || o.ParallelParts > maxParallelParts:
 		return fmt.Errorf("uploader: upload.parallel_parts must be 1..%d, not %d", maxParallelParts, o.ParallelParts)
 	}
 	if o.PeerWait <= 0 {
-		o.PeerWait = 2 * time.Minute
+		o.PeerWait = Defaults().PeerWait
 	}
 	return nil
 }
@@ -607,8 +607,7 @@ func (p *Pool) v1Sign(ctx context.Context, j state.Job, queue []int, urls map[in
 }
 
 // signPartURLs signs the URLs of session id's parts batch (one call) into
-// urls, each stamped with when it was signed (signedPart.usable). The
-// pool's parts and the one-shot's both sign through it.
+// urls, each stamped with when it was signed (signedPart.usable).
 func signPartURLs(ctx context.Context, c *api.Client, id string, batch []int, urls map[int]signedPart, now func() time.Time) error {
 	pu, err := c.PartURLs(ctx, id, batch)
 	if err != nil {
@@ -622,9 +621,8 @@ func signPartURLs(ctx context.Context, c *api.Client, id string, batch []int, ur
 }
 
 // partProgress adds up the bytes of a multipart upload's parts: those
-// stored before and those in flight as they go, for the pool's
-// Pool.Progress and the one-shot's progress bar alike. Its cost per report
-// is the parts in flight, not all the parts.
+// stored before and those in flight as they go, for Pool.Progress. Its
+// cost per report is the parts in flight, not all the parts.
 type partProgress struct {
 	size     int64
 	report   func(sent, size int64)

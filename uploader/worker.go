@@ -50,16 +50,16 @@ const (
 
 // PollOptions paces the polling of a published splat until processing ends.
 type PollOptions struct {
-	Interval    time.Duration // first pause; doubles each poll. Zero: 5 s
-	MaxInterval time.Duration // cap of the pause. Zero: 60 s
-	Timeout     time.Duration // since publish; then the job fails. Zero: 2 h
+	Interval    time.Duration // first pause; doubles each poll. Zero: Defaults
+	MaxInterval time.Duration // cap of the pause. Zero: Defaults
+	Timeout     time.Duration // since publish; then the job fails. Zero: Defaults
 }
 
 // PoolOptions configures NewPool.
 type PoolOptions struct {
 	Store  Store
 	Client *api.Client
-	// Workers is the number of jobs advanced at the same time. Zero: 2.
+	// Workers is the number of jobs advanced at the same time. Zero: Defaults.
 	Workers int
 	// Publish holds the configured publish parameters (Title is a
 	// template); sidecar.Resolve applies them to each file when it becomes
@@ -97,31 +97,31 @@ type PoolOptions struct {
 	// the token pause's.
 	ProbeAPI time.Duration
 	// TokenRecheck is how often a paused pool re-reads the token source
-	// (api.Token.Reload). Zero: 2 s.
+	// (api.Token.Reload). Zero: Defaults.
 	TokenRecheck time.Duration
 	// Grace is how long steps in flight may run once Run's context ends
-	// (see Run). Zero: 20 s.
+	// (see Run). Zero: Defaults.
 	Grace time.Duration
 	// Settle is how long a file that changed since it was last seen must
 	// stay unchanged before it is hashed (and the first pause for one that
-	// is still incomplete). Zero: 2 s.
+	// is still incomplete). Zero: Defaults.
 	Settle time.Duration
 	// BundleDir is where an unbundled SOG folder's bundle is built (the
 	// daemon: state_dir/sog-bundles; never a watch folder). Empty: a
 	// folder under the system's temporary directory.
 	BundleDir string
 	// URLMaxAge is the age after which a stored signed URL is not used for
-	// a PUT but signed again. Zero: 10 min.
+	// a PUT but signed again. Zero: Defaults.
 	URLMaxAge time.Duration
 	// Protocol is the API new jobs are published through: ProtocolLegacy
 	// (default) or ProtocolV1. A job that has started keeps its own.
 	Protocol string
 	// ParallelParts is the number of v1 part PUTs in flight per job,
-	// 1..16. Zero: 4.
+	// 1..16. Zero: Defaults.
 	ParallelParts int
 	// PeerWait is how long a v1 job whose session another daemon created
 	// watches that session's parts without progress before it sends the
-	// missing ones itself. Zero: 2 min.
+	// missing ones itself. Zero: Defaults.
 	PeerWait time.Duration
 	// PeerReceipt reads the receipt another daemon of a fleet wrote for
 	// j's file: its outcome when the receipt proves j's content published
@@ -134,13 +134,13 @@ type PoolOptions struct {
 	// folder this daemon leaves to them (share.go). Nil: no shares.
 	Fleet Fleet
 	// IncompleteTimeout fails a file still incomplete this long after it
-	// last changed (incomplete_timeout). Zero: 1 h; negative: never.
+	// last changed (incomplete_timeout). Zero: Defaults; negative: never.
 	IncompleteTimeout time.Duration
 	// RefusedGrace is how long a host may refuse connections before that
 	// pauses the pool as a configuration error. Zero: 2 min.
 	RefusedGrace time.Duration
 	// MaxServerWait caps a delay a server asks for (Retry-After, a 429's
-	// reset). Zero: state.DefaultMaxServerWait.
+	// reset). Zero: Defaults.
 	MaxServerWait time.Duration
 	// OnStoreRecovered, when set, is called when the job store works again
 	// after failing (the daemon rescans the watch folders at once). It must
@@ -273,37 +273,44 @@ func (o *PoolOptions) fill() error {
 }
 
 // fillDefaults sets the zero options that need no check to their defaults
-// (documented on PoolOptions). Rand comes first: the backoffs share it.
+// (Defaults). Rand comes first: the backoffs share it.
 func (o *PoolOptions) fillDefaults() {
+	def := Defaults()
 	if o.BundleDir == "" {
 		o.BundleDir = filepath.Join(os.TempDir(), "splatd-sog-bundles")
 	}
 	if o.Workers <= 0 {
-		o.Workers = 2
+		o.Workers = def.Workers
 	}
 	if o.Poll.Interval <= 0 {
-		o.Poll.Interval = 5 * time.Second
+		o.Poll.Interval = def.Poll.Interval
 	}
 	if o.Poll.MaxInterval < o.Poll.Interval {
-		o.Poll.MaxInterval = max(60*time.Second, o.Poll.Interval)
+		o.Poll.MaxInterval = max(def.Poll.MaxInterval, o.Poll.Interval)
 	}
 	if o.Poll.Timeout <= 0 {
-		o.Poll.Timeout = 2 * time.Hour
+		o.Poll.Timeout = def.Poll.Timeout
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
 	if o.Settle <= 0 {
-		o.Settle = 2 * time.Second
+		o.Settle = def.Settle
 	}
 	if o.TokenRecheck <= 0 {
-		o.TokenRecheck = 2 * time.Second
+		o.TokenRecheck = def.TokenRecheck
 	}
 	if o.Grace <= 0 {
-		o.Grace = 20 * time.Second
+		o.Grace = def.Grace
 	}
 	if o.URLMaxAge <= 0 {
-		o.URLMaxAge = 10 * time.Minute
+		o.URLMaxAge = def.URLMaxAge
+	}
+	if o.IncompleteTimeout == 0 {
+		o.IncompleteTimeout = def.IncompleteTimeout
+	}
+	if o.MaxServerWait <= 0 {
+		o.MaxServerWait = def.MaxServerWait
 	}
 	if o.Observer == nil {
 		o.Observer = NopObserver{}
@@ -698,6 +705,11 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		// the refusals of fresh URLs in a row are counted apart, so that a
 		// storage that keeps refusing them is backed off, not hammered.
 		d = p.policy.Decide(ctx, err, j.Resigns+1, now)
+		if d.Action == state.Fail { // a bounded patience's tries are spent
+			j = p.fail(j, now, err)
+			j.FailReason = d.Reason
+			return j, nil
+		}
 		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Int("refusals", j.Resigns+1).
 			Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("storage refused the signed URL; signing a new one")
 		next, rerr := p.resign(j, now.Add(d.Delay), err.Error())

@@ -172,12 +172,45 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// retryAPI retries a read-only call under the daemon's retry rule, at most
-// five attempts (uploader.OneShotOptions.Retry).
+// retryAPI retries a read-only call under the retry rule's one-shot
+// patience (state.ProfileOneShot: at most five tries). A refused signed
+// URL is returned as it is: these calls sign none.
 func retryAPI(ctx context.Context, fn func() error) error {
-	var o uploader.OneShotOptions
-	return o.Retry(ctx, fn)
+	var policy state.Policy
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		d := policy.DecideAs(state.ProfileOneShot, ctx, err, attempt, time.Now())
+		switch {
+		case d.Action == state.Stop:
+			return ctx.Err()
+		case d.Action == state.Fail && d.Reason != "":
+			return &gaveUp{reason: d.Reason, err: err} // the tries are spent: say so
+		case d.Action != state.Retry:
+			return err
+		}
+		t := time.NewTimer(d.Delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
+
+// gaveUp is an error the retry rule stopped retrying (its reason: the
+// tries are spent), wrapping the last error so that callers still tell its
+// kind (errors.As).
+type gaveUp struct {
+	reason string
+	err    error
+}
+
+func (e *gaveUp) Error() string { return e.reason }
+func (e *gaveUp) Unwrap() error { return e.err }
 
 func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
@@ -343,30 +376,19 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *upload
 	if err != nil {
 		return err
 	}
-	upload, cleanup, err := encodeForPublish(ctx, c, src.Path, req.Encode, info.Kind)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
+	o := daemon.PoolOptions(a.cfg, a.client)
+	o.Params = func(string, string, time.Time) (state.PublishParams, error) { return req, nil }
+	o.Logger = zerolog.Nop() // the progress lines tell what the pool's log would
 	bar := newProgress(c.stderr, filepath.Base(as))
-	sp, err := uploader.PublishFile(ctx, a.client, upload, req, uploader.OneShotOptions{
-		Protocol:        a.cfg.API.Protocol,
-		ParallelParts:   a.cfg.Upload.ParallelParts,
-		PollInterval:    a.cfg.Poll.Interval.D(),
-		PollMaxInterval: a.cfg.Poll.MaxInterval.D(),
-		PollTimeout:     a.cfg.Poll.Timeout.D(),
-		Progress:        bar.update,
-		Stage:           bar.stage,
-		Policy:          state.Policy{MaxServerWait: a.cfg.API.MaxServerWait.D()},
-	})
+	j, err := uploader.PublishOne(ctx, o, src.Path, uploader.OneShot{Stage: bar.stage, Progress: bar.update})
 	bar.done()
 	if err != nil {
-		if sp.URL != "" {
-			return fmt.Errorf("%s (splat %s, %s)", a.explain(err), sp.ID, sp.URL)
+		if j.ViewerURL != "" {
+			return fmt.Errorf("%s (splat %s, %s)", a.explain(err), j.SplatID, j.ViewerURL)
 		}
 		return errors.New(a.explain(err))
 	}
-	fmt.Fprintf(c.stdout, "%s\t%s\n", state.Shown(path), sp.URL)
+	fmt.Fprintf(c.stdout, "%s\t%s\n", state.Shown(path), j.ViewerURL)
 	return nil
 }
 

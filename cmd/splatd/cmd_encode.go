@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
-	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // cmdEncode converts a 3DGS PLY to a bundled SOG locally: what
@@ -58,27 +55,4 @@ func cmdEncode(ctx context.Context, c *cli, args []string) int {
 		in, res.Splats, res.Bands, state.HumanSize(st.Size()), out, state.HumanSize(ost.Size()),
 		float64(st.Size())/float64(max(1, ost.Size())), time.Since(start).Round(time.Millisecond))
 	return exitOK
-}
-
-// encodeForPublish is publish.encode for the legacy one-shot `splatd
-// publish`: a plain PLY is encoded to <stem>.sog in a temporary folder and
-// that is the file to upload (cleanup removes it); anything else is
-// uploaded as it is. (Under v1 the pool does this, as the daemon does.)
-func encodeForPublish(ctx context.Context, c *cli, path, encode string, kind splatfile.Kind) (string, func(), error) {
-	if encode != "sog" || kind != splatfile.KindPLY {
-		return path, func() {}, nil
-	}
-	dir, err := os.MkdirTemp("", "splatd-encode-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)) + ".sog"
-	out := filepath.Join(dir, name)
-	fmt.Fprintf(c.stderr, "%s: encoding as SOG (publish.encode)\n", filepath.Base(path))
-	if _, err := uploader.TranscodeBounded(ctx, path, out, uploader.EncodeMemory(0)); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("encode as sog: %s", oneLine(err.Error()))
-	}
-	return out, cleanup, nil
 }

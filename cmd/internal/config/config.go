@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -232,20 +233,22 @@ func defaultSettings() map[string]any {
 	}
 }
 
-// Default is what an empty file means.
+// Default is what an empty file means. The pool's keys come from its one
+// table, uploader.Defaults.
 func Default() Config {
+	pool := uploader.Defaults()
 	return Config{
 		API: API{
 			BaseURL:       "https://playcanvas.com",
 			Timeout:       Duration(60 * time.Second),
 			Protocol:      ProtocolLegacy,
-			MaxServerWait: Duration(state.DefaultMaxServerWait),
+			MaxServerWait: Duration(pool.MaxServerWait),
 		},
-		Upload:         Upload{ParallelParts: 4, Bandwidth: "0"},
-		Settle:         Duration(5 * time.Second),
+		Upload:         Upload{ParallelParts: pool.ParallelParts, Bandwidth: "0"},
+		Settle:         Duration(pool.Settle),
 		RescanInterval: Duration(5 * time.Minute),
 		StateDir:       "/var/lib/splatd",
-		Workers:        2,
+		Workers:        pool.Workers,
 		Publish: Publish{
 			Title:       "{{.Stem}}",
 			Format:      "sog",
@@ -254,15 +257,15 @@ func Default() Config {
 			Settings:    defaultSettings(),
 		},
 		Poll: Poll{
-			Interval:    Duration(5 * time.Second),
-			MaxInterval: Duration(60 * time.Second),
-			Timeout:     Duration(2 * time.Hour),
+			Interval:    Duration(pool.Poll.Interval),
+			MaxInterval: Duration(pool.Poll.MaxInterval),
+			Timeout:     Duration(pool.Poll.Timeout),
 		},
 		After:   After{OnSuccess: "keep", OnFailure: "keep", Receipt: true, Exec: []string{}, ExecTimeout: Duration(30 * time.Second)},
 		Metrics: Metrics{Listen: "127.0.0.1:9464"},
 		Log:     Log{Level: "info", Format: "auto"},
 
-		IncompleteTimeout: Duration(time.Hour),
+		IncompleteTimeout: Duration(pool.IncompleteTimeout),
 	}
 }
 

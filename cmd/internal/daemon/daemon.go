@@ -34,12 +34,6 @@ import (
 	"github.com/splatd/splatd/watcher"
 )
 
-// shutdownGrace is how long in-flight API calls may run after SIGTERM.
-// Every stage is committed before its side effect, so abandoning a call is
-// safe; the grace exists so that a publish call in flight can return its
-// answer instead of leaving an uncertain outcome for the next start.
-const shutdownGrace = 20 * time.Second
-
 // pacerStateFile, in state_dir, holds the pacer's last known windows.
 const pacerStateFile = "pacer.json"
 
@@ -185,48 +179,54 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	return d, nil
 }
 
-// newPool builds the worker pool with its after-actions.
-func (d *Daemon) newPool() (*uploader.Pool, error) {
-	cfg := d.cfg
-	d.actions.Store(d.afterRunners(cfg))
-	return uploader.NewPool(uploader.PoolOptions{
-		Store:         d.store,
-		Client:        d.client,
+// PoolOptions are the pool's options the config sets, for `splatd run` and
+// `splatd publish` alike; what the config leaves out is uploader.Defaults.
+func PoolOptions(cfg *config.Config, client *api.Client) uploader.PoolOptions {
+	return uploader.PoolOptions{
+		Client:        client,
 		Workers:       cfg.Workers,
 		Protocol:      cfg.API.Protocol,
 		ParallelParts: cfg.Upload.ParallelParts,
 		Publish:       cfg.Publish.Params(),
-		EncodeDir:     filepath.Join(cfg.StateDir, "encoded"),
 		Params:        paramsOf(cfg),
-		// The config in force: a reload may add a root, or change whether
-		// one follows links or its size bounds.
-		FollowSymlinks: func(root string) bool { return d.config().FollowsSymlinks(root) },
-		SizeBounds:     func(root string) (int64, int64) { return d.config().SizeBounds(root) },
-		OnUncertain:    cfg.Publish.OnUncertain,
+		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
 			MaxInterval: cfg.Poll.MaxInterval.D(),
 			Timeout:     cfg.Poll.Timeout.D(),
 		},
 		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
-		BundleDir:         filepath.Join(cfg.StateDir, "sog-bundles"),
-		Grace:             shutdownGrace,
 		IncompleteTimeout: cfg.IncompleteWait(),
 		MaxServerWait:     cfg.API.MaxServerWait.D(),
-		OnStoreRecovered:  d.storeRecovered,
-		PeerReceipt:       d.peerReceipt,
-		ProbeAPI:          apiProbe,
-		Fleet:             d.poolFleet(),
-		Finish:            finishAndNotify(d.actions.Load, d.events),
-		OnTransition: func(j state.Job, from state.Stage) {
-			d.record(j, transitionText(j, from))
-			if d.o.OnTransition != nil {
-				d.o.OnTransition(j, from)
-			}
-		},
-		Observer: d.m,
-		Logger:   d.log,
-	})
+	}
+}
+
+// newPool builds the worker pool with its after-actions.
+func (d *Daemon) newPool() (*uploader.Pool, error) {
+	cfg := d.cfg
+	d.actions.Store(d.afterRunners(cfg))
+	o := PoolOptions(cfg, d.client)
+	o.Store = d.store
+	o.EncodeDir = filepath.Join(cfg.StateDir, "encoded")
+	o.BundleDir = filepath.Join(cfg.StateDir, "sog-bundles")
+	// The config in force: a reload may add a root, or change whether one
+	// follows links or its size bounds.
+	o.FollowSymlinks = func(root string) bool { return d.config().FollowsSymlinks(root) }
+	o.SizeBounds = func(root string) (int64, int64) { return d.config().SizeBounds(root) }
+	o.OnStoreRecovered = d.storeRecovered
+	o.PeerReceipt = d.peerReceipt
+	o.ProbeAPI = apiProbe
+	o.Fleet = d.poolFleet()
+	o.Finish = finishAndNotify(d.actions.Load, d.events)
+	o.OnTransition = func(j state.Job, from state.Stage) {
+		d.record(j, transitionText(j, from))
+		if d.o.OnTransition != nil {
+			d.o.OnTransition(j, from)
+		}
+	}
+	o.Observer = d.m
+	o.Logger = d.log
+	return uploader.NewPool(o)
 }
 
 // newWatcher builds the watcher over the configured roots.
@@ -344,7 +344,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	notifier.start("notifier", d.events.Run)
 
 	// Workers: the pool drains itself when work ends (no new claims, calls
-	// in flight get shutdownGrace). The stats loop feeds the gauges, STATUS=
+	// in flight get the pool's grace, uploader.Defaults). The stats loop feeds the gauges, STATUS=
 	// and the watchdog; maintenance keeps the state file bounded.
 	workers := newStage(context.WithoutCancel(ctx), fail)
 	defer workers.stop()

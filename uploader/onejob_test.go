@@ -1,6 +1,7 @@
 package uploader
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/splatfile"
 )
 
 // oneshotServer is a minimal API whose publish and poll answers a test
@@ -44,11 +46,48 @@ func oneshotServer(t *testing.T, publish func(w http.ResponseWriter), poll func(
 
 func oneshotFile(t *testing.T) string {
 	t.Helper()
+	var b bytes.Buffer
+	if err := splatfile.WritePLY(&b, 10); err != nil {
+		t.Fatal(err)
+	}
 	p := filepath.Join(t.TempDir(), "a.ply")
-	if err := os.WriteFile(p, []byte("ply\n"), 0o644); err != nil {
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// instantRun runs PublishOne with every retry due at once: it records the
+// retries the run told and the delays the retry rule asked for, unwaited.
+type instantRun struct {
+	mu      sync.Mutex
+	retries []string
+	waited  []time.Duration
+}
+
+func (ir *instantRun) publish(c *api.Client, path string, o PoolOptions, r OneShot) (state.Job, error) {
+	o.Client = c
+	if o.Publish.Title == "" {
+		o.Publish.Title = "a"
+	}
+	stage := r.Stage
+	r.instant = true
+	r.waited = func(d time.Duration) {
+		ir.mu.Lock()
+		ir.waited = append(ir.waited, d)
+		ir.mu.Unlock()
+	}
+	r.Stage = func(step, detail string) {
+		if step == "retry" {
+			ir.mu.Lock()
+			ir.retries = append(ir.retries, detail)
+			ir.mu.Unlock()
+		}
+		if stage != nil {
+			stage(step, detail)
+		}
+	}
+	return PublishOne(context.Background(), o, path, r)
 }
 
 func oneshotClient(t *testing.T, srv *httptest.Server) *api.Client {
@@ -62,10 +101,10 @@ func oneshotClient(t *testing.T, srv *httptest.Server) *api.Client {
 	return c
 }
 
-// TestPublishFileSurvivesAnUnreadablePoll: one unreadable poll answer (a
+// TestPublishOneSurvivesAnUnreadablePoll: one unreadable poll answer (a
 // proxy's page) is asked again, not a reason to give up on a splat that
 // exists (a user would re-run the command and publish twice).
-func TestPublishFileSurvivesAnUnreadablePoll(t *testing.T) {
+func TestPublishOneSurvivesAnUnreadablePoll(t *testing.T) {
 	t.Parallel()
 	srv, publishes, _ := oneshotServer(t,
 		func(w http.ResponseWriter) {
@@ -79,15 +118,15 @@ func TestPublishFileSurvivesAnUnreadablePoll(t *testing.T) {
 			}
 			io.WriteString(w, `{"id":"50","hash":"h","title":"a","description":"","format":"sog"}`) // minimal record
 		})
-	sp, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), state.PublishParams{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
-	if err != nil || sp.ID != "50" || sp.URL != "https://v/view?id=h" || publishes.Load() != 1 {
-		t.Errorf("PublishFile = %+v, %v after %d publishes; want splat 50 with its link, 1 publish", sp, err, publishes.Load())
+	j, err := new(instantRun).publish(oneshotClient(t, srv), oneshotFile(t), PoolOptions{}, OneShot{})
+	if err != nil || j.SplatID != "50" || j.ViewerURL != "https://v/view?id=h" || publishes.Load() != 1 {
+		t.Errorf("PublishOne = %+v, %v after %d publishes; want splat 50 with its link, 1 publish", j, err, publishes.Load())
 	}
 }
 
-// TestPublishFileStopsOnUnreadablePublishAnswer: a 2xx publish answer
+// TestPublishOneStopsOnUnreadablePublishAnswer: a 2xx publish answer
 // without an id may stand for a created splat: never publish again.
-func TestPublishFileStopsOnUnreadablePublishAnswer(t *testing.T) {
+func TestPublishOneStopsOnUnreadablePublishAnswer(t *testing.T) {
 	t.Parallel()
 	srv, publishes, _ := oneshotServer(t,
 		func(w http.ResponseWriter) {
@@ -95,33 +134,17 @@ func TestPublishFileStopsOnUnreadablePublishAnswer(t *testing.T) {
 			io.WriteString(w, `{"splat":{"id":50}}`)
 		},
 		func(int32, http.ResponseWriter) {})
-	_, err := PublishFile(context.Background(), oneshotClient(t, srv), oneshotFile(t), state.PublishParams{Title: "a"}, OneShotOptions{PollInterval: 5 * time.Millisecond})
-	if err == nil || publishes.Load() != 1 {
-		t.Errorf("PublishFile err = %v after %d publishes; want an error after exactly 1", err, publishes.Load())
+	j, err := new(instantRun).publish(oneshotClient(t, srv), oneshotFile(t), PoolOptions{}, OneShot{})
+	if err == nil || j.Stage != state.Held || publishes.Load() != 1 {
+		t.Errorf("PublishOne = %s, %v after %d publishes; want it held with an error after exactly 1", j.Stage, err, publishes.Load())
 	}
 }
 
-// instantClock is a OneShotOptions clock whose waits end at once; it records
-// the delays the retry rule asked for.
-type instantClock struct {
-	mu     sync.Mutex
-	waited []time.Duration
-}
-
-func (c *instantClock) after(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	c.waited = append(c.waited, d)
-	c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	ch <- time.Now()
-	return ch
-}
-
-// TestPublishFileRetriesTimeoutAndStalledPut: `splatd publish` follows the
+// TestPublishOneRetriesTimeoutAndStalledPut: `splatd publish` follows the
 // daemon's retry rule. An API call that times out and a storage PUT that
 // stalls (storage never answers) are retried, not fatal, as they are for the
-// daemon; the retries wait on the injected clock.
-func TestPublishFileRetriesTimeoutAndStalledPut(t *testing.T) {
+// daemon; the retry rule's delays are recorded, not waited.
+func TestPublishOneRetriesTimeoutAndStalledPut(t *testing.T) {
 	t.Parallel()
 	var signs, puts, publishes atomic.Int32
 	// A handler that blocks must end when the test does, or srv.Close
@@ -153,6 +176,8 @@ func TestPublishFileRetriesTimeoutAndStalledPut(t *testing.T) {
 			publishes.Add(1)
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, `{"id":"50","hash":"h","url":"https://v/view?id=h","format":"sog","completedAt":"2026-01-01T00:00:00Z","task":{"status":"complete","message":""}}`)
+		case "/api/splats/50":
+			io.WriteString(w, `{"id":"50","hash":"h","url":"https://v/view?id=h","format":"sog","completedAt":"2026-01-01T00:00:00Z","task":{"status":"complete","message":""}}`)
 		default:
 			http.NotFound(w, r)
 		}
@@ -165,25 +190,18 @@ func TestPublishFileRetriesTimeoutAndStalledPut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &instantClock{}
-	var retries []string
-	sp, err := PublishFile(context.Background(), c, oneshotFile(t), state.PublishParams{Title: "a"}, OneShotOptions{
-		After: clk.after,
-		Stage: func(step, detail string) {
-			if step == "retry" {
-				retries = append(retries, detail)
-			}
-		},
-	})
-	if err != nil || sp.ID != "50" {
-		t.Fatalf("PublishFile = %+v, %v; want splat 50 after retries %q", sp, err, retries)
+	ir := &instantRun{}
+	j, err := ir.publish(c, oneshotFile(t), PoolOptions{}, OneShot{})
+	if err != nil || j.SplatID != "50" {
+		t.Fatalf("PublishOne = %+v, %v; want splat 50 after retries %q", j, err, ir.retries)
 	}
-	if signs.Load() != 2 || puts.Load() != 2 || publishes.Load() != 1 || len(retries) != 2 {
-		t.Errorf("signs %d, puts %d, publishes %d, retries %q; want 2, 2, 1 and two retries", signs.Load(), puts.Load(), publishes.Load(), retries)
+	if signs.Load() != 2 || puts.Load() != 2 || publishes.Load() != 1 || len(ir.retries) != 2 {
+		t.Errorf("signs %d, puts %d, publishes %d, retries %q; want 2, 2, 1 and two retries", signs.Load(), puts.Load(), publishes.Load(), ir.retries)
 	}
-	clk.mu.Lock()
-	defer clk.mu.Unlock()
-	for _, d := range clk.waited {
+	if len(ir.waited) != 2 {
+		t.Errorf("waited %v; want the two retries' delays", ir.waited)
+	}
+	for _, d := range ir.waited {
 		if d < time.Second { // DefaultBackoff: 2 s with equal jitter
 			t.Errorf("waited %v; want the daemon's backoff (1–2 s at the first retry)", d)
 		}
