@@ -3,7 +3,9 @@ package uploader
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -205,5 +207,48 @@ func TestPublishOneRetriesTimeoutAndStalledPut(t *testing.T) {
 		if d < time.Second { // DefaultBackoff: 2 s with equal jitter
 			t.Errorf("waited %v; want the daemon's backoff (1–2 s at the first retry)", d)
 		}
+	}
+}
+
+// TestPublishOneStopsWhereThePoolWouldPause: a refused token (401) or a
+// configuration error (a certificate that does not verify) would pause a
+// daemon's pool until it clears; nothing clears it in a one-shot, so the
+// run ends with that error at once, after one request.
+func TestPublishOneStopsWhereThePoolWouldPause(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		trusted bool // the client trusts the server's certificate
+		check   func(error) bool
+	}{
+		{"token refused", true, func(err error) bool {
+			var ae *api.APIError
+			return errors.As(err, &ae) && ae.Status == http.StatusUnauthorized
+		}},
+		{"certificate", false, func(err error) bool { return errors.As(err, new(*tls.CertificateVerificationError)) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var requests atomic.Int32
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				http.Error(w, `{"error":"bad token"}`, http.StatusUnauthorized)
+			}))
+			t.Cleanup(srv.Close)
+			client := oneshotClient(t, srv)
+			if !c.trusted {
+				var err error
+				if client, err = api.NewClient(api.ClientOptions{BaseURL: srv.URL, Token: "tok", Timeout: 5 * time.Second}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j, err := new(instantRun).publish(client, oneshotFile(t), PoolOptions{}, OneShot{})
+			if !c.check(err) || j.Stage.Final() {
+				t.Errorf("PublishOne = %s, %v; want the pause's error, the job unfinished", j.Stage, err)
+			}
+			if want := map[bool]int32{true: 1, false: 0}[c.trusted]; requests.Load() != want {
+				t.Errorf("%d requests reached the server, want %d", requests.Load(), want)
+			}
+		})
 	}
 }
