@@ -57,6 +57,7 @@ type guardedDB struct {
 	command   string // DamagedError.Command
 	damaged   atomic.Pointer[DamagedError]
 	onDamaged func(*DamagedError) // called once, on its own goroutine
+	release   *releaser           // nil: pages stay mapped
 }
 
 // View is bolt.DB.View, guarded.
@@ -68,6 +69,9 @@ func (g *guardedDB) Update(fn func(*bolt.Tx) error) error { return g.guard("a wr
 func (g *guardedDB) guard(op string, run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) (err error) {
 	if e := g.damaged.Load(); e != nil {
 		return e
+	}
+	if g.release != nil {
+		defer g.release.touched()
 	}
 	// A wild pointer read from a damaged page faults: with this set it
 	// panics instead, and the panic is recovered below.
@@ -96,6 +100,9 @@ func (s *Store) Damaged() error {
 // good (a panic in its rollback): then, after closeWait, the descriptor is
 // closed under it, which releases the file's lock for the next process.
 func (g *guardedDB) Close() error {
+	if g.release != nil {
+		g.release.close()
+	}
 	if g.damaged.Load() == nil {
 		return g.DB.Close()
 	}

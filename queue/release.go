@@ -1,0 +1,63 @@
+package queue
+
+import (
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// releaseEvery is the least time between two releases of the mapped pages.
+const releaseEvery = 250 * time.Millisecond
+
+// releaser drops the process's mapping of the state file's pages shortly
+// after transactions read them: they stay in the page cache, and the
+// daemon's resident memory holds only the pages in use.
+type releaser struct {
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newReleaser(db *bolt.DB) *releaser {
+	r := &releaser{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.run(db)
+	return r
+}
+
+// touched says a transaction ran; it never blocks.
+func (r *releaser) touched() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *releaser) run(db *bolt.DB) {
+	defer close(r.done)
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.kick:
+		}
+		// Held in a read transaction, the mapping cannot be replaced.
+		_ = db.View(func(tx *bolt.Tx) error {
+			dropMapped(db.Info().Data, tx.Size())
+			return nil
+		})
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(releaseEvery):
+		}
+	}
+}
+
+// close stops the releaser before the file is closed; a second close
+// does nothing.
+func (r *releaser) close() {
+	r.once.Do(func() { close(r.stop) })
+	<-r.done
+}
