@@ -394,6 +394,31 @@ func (d *Daemon) RssSplit() (anon, file int64, err error) {
 	return anon, file, nil
 }
 
+// RssOf is the resident size of each file the daemon has mapped (its
+// binary, splatd.db), from /proc/PID/smaps; anonymous mappings are left out.
+func (d *Daemon) RssOf() (map[string]int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", d.PID()))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var file string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-"):
+			file = ""
+			if len(f) >= 6 && strings.HasPrefix(f[5], "/") {
+				file = f[5]
+			}
+		case len(f) == 3 && f[0] == "Rss:" && file != "":
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			out[file] += kb << 10
+		}
+	}
+	return out, nil
+}
+
 // Kill sends SIGKILL and waits for the exit.
 func (d *Daemon) Kill() {
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/splatd/splatd/uploader/after"
@@ -199,8 +201,29 @@ func firstStart(ctx context.Context, o BenchOptions, cfgPath string, cfg DaemonC
 	took := time.Since(d.Started)
 	hwm, err := d.VmHWM()
 	anon, file, _ := d.RssSplit()
-	o.logf("folders: first start (adopting: %v): VmHWM %.1f MiB; now %.1f MiB anonymous, %.1f MiB file-backed", adopted, float64(hwm)/(1<<20), float64(anon)/(1<<20), float64(file)/(1<<20))
+	o.logf("folders: first start (adopting: %v): VmHWM %.1f MiB; now %.1f MiB anonymous, %.1f MiB file-backed (%s)", adopted, float64(hwm)/(1<<20), float64(anon)/(1<<20), float64(file)/(1<<20), mappedText(d))
 	return float64(hwm) / (1 << 20), took, err
+}
+
+// mappedText lists the daemon's file-backed resident memory by file, the
+// larger first.
+func mappedText(d *Daemon) string {
+	m, err := d.RssOf()
+	if err != nil {
+		return err.Error()
+	}
+	files := make([]string, 0, len(m))
+	for f := range m {
+		files = append(files, f)
+	}
+	sort.Slice(files, func(a, b int) bool { return m[files[a]] > m[files[b]] })
+	var parts []string
+	for _, f := range files {
+		if m[f] >= 1<<20 {
+			parts = append(parts, fmt.Sprintf("%s %.1f MiB", filepath.Base(f), float64(m[f])/(1<<20)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scanFigures are what restartScans measured.
@@ -239,6 +262,7 @@ func restartScans(ctx context.Context, o BenchOptions, cfgPath string, cfg Daemo
 	}
 	hwm, err := d.VmHWM()
 	anon, file, _ := d.RssSplit()
+	o.logf("folders: restart: file-backed %s", mappedText(d))
 	f.anon, f.file = float64(anon)/(1<<20), float64(file)/(1<<20)
 	f.startWall, f.rescanWall, f.rescanCPU, f.rss = first, second, cpu2-cpu1, float64(hwm)/(1<<20)
 	return f, err
