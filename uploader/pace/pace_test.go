@@ -231,8 +231,13 @@ type waitResult struct {
 	err     error
 }
 
+// waiter is a *Pacer or a *Caller.
+type waiter interface {
+	Wait(ctx context.Context, route string, read bool) (func(*Answer), error)
+}
+
 // waitAsync runs Wait in a goroutine.
-func waitAsync(ctx context.Context, p *Pacer, route string) <-chan waitResult {
+func waitAsync(ctx context.Context, p waiter, route string) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
 		rel, err := p.Wait(ctx, route, isRead(route))
@@ -516,14 +521,13 @@ func TestPacerCapsFarReset(t *testing.T) {
 	p := newTestPacer(t, clk, Options{Jitter: time.Second, Logger: zerolog.New(&logs)})
 	t0 := clk.Now()
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, 0))
-	// The capped hold still has a known end, which the caller is told (a
-	// worker parks its job until then instead of waiting in the pacer).
-	reports := make(chan Hold, 2)
-	held := waitAsync(WithHoldReport(context.Background(), func(h Hold) { reports <- h }), p, routePublish)
-	if h := <-reports; !h.Until.Equal(t0.Add(DefaultMaxWait + 500*time.Millisecond)) {
-		t.Errorf("the capped hold reported until %v, want the cap %v", h.Until.Sub(t0), DefaultMaxWait+500*time.Millisecond)
-	}
+	// The capped delay still has a known end, which Delays shows (a worker
+	// parks its job until then instead of waiting in the pacer).
+	held := waitAsync(context.Background(), p.Caller(1, 0), routePublish)
 	clk.awaitParked(t, 1)
+	if d := p.Delays()[1]; !d.Until.Equal(t0.Add(DefaultMaxWait + 500*time.Millisecond)) {
+		t.Errorf("the capped delay shown until %v, want the cap %v", d.Until.Sub(t0), DefaultMaxWait+500*time.Millisecond)
+	}
 	if got, want := clk.lastAsked(), DefaultMaxWait+500*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want the cap %v", got, want)
 	}
@@ -1104,7 +1108,7 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 // lead against late.)
 func TestPacerShareMemory(t *testing.T) {
 	t.Parallel()
-	c := &class{limit: 10, others: 5, late: 5 * time.Second, quiet: 1}
+	c := &class{limit: 10, share: share{others: 5, late: 5 * time.Second, quiet: 1}}
 	c.roll() // we did not look as late as they showed
 	if c.expect != 5 {
 		t.Fatalf("expect after a window with others = %d, want 5", c.expect)
@@ -1163,14 +1167,14 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		c    class
 		want int
 	}{
-		{"below the fair share of 12/(2+1)", class{limit: 12, remaining: 10, expect: 10, peers: 2, own: 2}, 9},
-		{"at the fair share: a third of what is left is ours", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 4}, 6},
-		{"the same, one of ours in flight", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 3, inFlight: 1}, 5},
-		{"past it, as many left as peers plus one", class{limit: 12, remaining: 3, expect: 10, peers: 2, own: 6}, 2},
-		{"past it, as many left as peers", class{limit: 12, remaining: 2, expect: 10, peers: 2, own: 6}, 2},
-		{"below it, one slot left", class{limit: 12, remaining: 1, expect: 10, peers: 2, own: 2}, 1},
-		{"no peers seen: no fair share", class{limit: 12, remaining: 10, expect: 10, own: 2}, 10},
-		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, expect: 3, peers: 1, own: 1}, 3},
+		{"below the fair share of 12/(2+1)", class{limit: 12, remaining: 10, own: 2, share: share{expect: 10, peers: 2}}, 9},
+		{"at the fair share: a third of what is left is ours", class{limit: 12, remaining: 8, own: 4, share: share{expect: 10, peers: 2}}, 6},
+		{"the same, one of ours in flight", class{limit: 12, remaining: 8, own: 3, inFlight: 1, share: share{expect: 10, peers: 2}}, 5},
+		{"past it, as many left as peers plus one", class{limit: 12, remaining: 3, own: 6, share: share{expect: 10, peers: 2}}, 2},
+		{"past it, as many left as peers", class{limit: 12, remaining: 2, own: 6, share: share{expect: 10, peers: 2}}, 2},
+		{"below it, one slot left", class{limit: 12, remaining: 1, own: 2, share: share{expect: 10, peers: 2}}, 1},
+		{"no peers seen: no fair share", class{limit: 12, remaining: 10, own: 2, share: share{expect: 10}}, 10},
+		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, own: 1, share: share{expect: 3, peers: 1}}, 3},
 	}
 	for _, tc := range cases {
 		if got := tc.c.reserve(); got != tc.want {
@@ -1211,63 +1215,52 @@ func TestPacerClassesCountHeldRequests(t *testing.T) {
 	}
 }
 
-// TestPacerReportsItsHolds: a caller held back is told why, in which class
-// and until when (what `splatd jobs` shows of a job waiting on the rate
-// limit), and told again with a zero Hold when its request leaves.
-func TestPacerReportsItsHolds(t *testing.T) {
+// TestPacerShowsItsDelays: a Caller's delayed request shows in Delays, by
+// its key, with why, in which class and until when (what `splatd jobs`
+// shows of a job waiting on the rate limit), and no longer once it leaves.
+func TestPacerShowsItsDelays(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(30*time.Second), t0, 0)) // spent
 
-	reports := make(chan Hold, 10)
-	next := func() Hold {
-		t.Helper()
-		select {
-		case h := <-reports:
-			return h
-		case <-time.After(10 * time.Second):
-			t.Fatal("no hold reported")
-		}
-		return Hold{}
-	}
-	ctx := WithHoldReport(context.Background(), func(h Hold) { reports <- h })
-	held := waitAsync(ctx, p, routePublish)
-	if h := next(); h.Class != "strict" || h.Reason != "no request left in the window" || !h.Until.Equal(t0.Add(30*time.Second)) {
-		t.Errorf("reported while held: %+v, want a strict hold until the Reset", h)
-	}
+	c := p.Caller(7, 0)
+	delayed := waitAsync(context.Background(), c, routePublish)
 	clk.awaitParked(t, 1)
-	clk.Advance(30 * time.Second)
-	receive(t, held).release(nil)
-	if h := next(); h != (Hold{}) {
-		t.Errorf("reported when the request left: %+v, want a zero Hold", h)
+	if d := p.Delays()[7]; d.Class != "strict" || d.Reason != "no request left in the window" || !d.Until.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("shown while delayed: %+v, want a strict delay until the Reset", d)
 	}
-	rel, err := p.Wait(ctx, routeGet, true) // a poll, not held: no report at all
+	clk.Advance(30 * time.Second)
+	receive(t, delayed).release(nil)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("shown after the request left: %+v, want none", d)
+	}
+	rel, err := c.Wait(context.Background(), routeGet, true) // a poll, not delayed
 	if err != nil {
 		t.Fatal(err)
 	}
 	rel(nil)
-	if len(reports) > 0 {
-		t.Errorf("a request let through at once reported %+v", <-reports)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("a request let through at once shows %+v", d)
 	}
 
 	// A route that sends no rate-limit headers is in no class: a 429's
-	// Retry-After holds it under "unknown", not under a class named by
+	// Retry-After delays it under "unknown", not under a class named by
 	// limit 0.
-	rel, err = p.Wait(ctx, routeSigned, false)
+	rel, err = c.Wait(context.Background(), routeSigned, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rel(&Answer{Status: 429, Remaining: -1, RetryAfter: 5 * time.Second})
-	held = waitAsync(ctx, p, routeSigned)
-	if h := next(); h.Class != "unknown" || !h.Until.Equal(clk.Now().Add(5*time.Second)) {
-		t.Errorf("a held route without headers reported %+v, want class unknown until the Retry-After", h)
-	}
+	delayed = waitAsync(context.Background(), c, routeSigned)
 	clk.awaitParked(t, 1)
+	if d := p.Delays()[7]; d.Class != "unknown" || !d.Until.Equal(clk.Now().Add(5*time.Second)) {
+		t.Errorf("a delayed route without headers shows %+v, want class unknown until the Retry-After", d)
+	}
 	clk.Advance(5 * time.Second)
-	receive(t, held).release(nil)
-	if h := next(); h != (Hold{}) {
-		t.Errorf("reported when the request left: %+v, want a zero Hold", h)
+	receive(t, delayed).release(nil)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("shown after the request left: %+v, want none", d)
 	}
 }

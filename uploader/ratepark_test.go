@@ -96,7 +96,7 @@ func TestPoolRateHeldJobGivesItsWorkerBack(t *testing.T) {
 	var held, processing state.Job
 	r.waitFor("one job processing and the other held by the strict window", func() bool {
 		held, processing = state.Job{}, state.Job{}
-		holds := pool.Holds()
+		holds := pool.RateDelays()
 		for _, j := range r.jobs() {
 			switch {
 			case j.Stage == state.Processing:
@@ -129,11 +129,11 @@ func TestPoolRateHeldJobGivesItsWorkerBack(t *testing.T) {
 		t.Errorf("parked job's wait %+v, want the spent window", w)
 	}
 	// The status page's pacing row counts it, until its hold ends.
-	if got := pool.RateParked(pool.o.Now()); got["strict"] != 1 || len(got) != 1 {
+	if got := pool.o.Client.Pacer().Parked(pool.o.Now()); got["strict"] != 1 || len(got) != 1 {
 		t.Errorf("jobs parked by class %v, want 1 strict", got)
 	}
 	if w := parked.RateLimited; w != nil {
-		if got := pool.RateParked(w.Until); len(got) != 0 {
+		if got := pool.o.Client.Pacer().Parked(w.Until); len(got) != 0 {
 			t.Errorf("jobs parked by class at the hold's end %v, want none", got)
 		}
 	}

@@ -1,0 +1,321 @@
+package pace
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// class is one limit class and its current window (limit 0: a route without
+// rate-limit headers); the package doc says what each field is.
+type class struct {
+	limit, remaining int
+	reset            int64
+	resetAt          time.Time
+	inFlight, own    int
+	share
+}
+
+// ticket is one admitted request and the classes it holds a slot in.
+type ticket struct {
+	route string
+	in    []*class
+}
+
+// Wait blocks until route may send one request and returns the function to
+// call once with its answer (nil: none came; NotSent: not sent). read says
+// the route only reads. Wait returns ctx's error when ctx ends.
+func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
+	return p.wait(ctx, route, read, nil)
+}
+
+// wait is Wait for c (nil: no Caller).
+func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (func(*Answer), error) {
+	if c != nil && c.parked != nil {
+		return nil, &Parked{*c.parked}
+	}
+	shown, since := "", time.Time{} // the reason last logged; when the delay began
+	defer func() {
+		if shown != "" {
+			p.mu.Lock()
+			c.delayed(Delay{}, time.Time{})
+			p.mu.Unlock()
+			if p.o.Waited != nil {
+				p.o.Waited(p.o.Now().Sub(since))
+			}
+		}
+	}()
+	for ctx.Err() == nil {
+		now := p.o.Now()
+		p.mu.Lock()
+		if read {
+			p.reads[route] = true
+		}
+		t, d, why := p.admit(route, read, now)
+		if t != nil {
+			spent := p.spent(now, t.in)
+			p.mu.Unlock()
+			if spent {
+				_ = p.save() // a failure is logged
+			}
+			var once sync.Once
+			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
+		}
+		dl, limit := Delay{Class: "unknown", Reason: why}, 0
+		if rc := p.routes[route]; rc != nil && rc.limit > 0 {
+			dl.Class, limit = ClassName(rc.limit), rc.limit
+		}
+		if d > 0 {
+			dl.Until = now.Add(d)
+		}
+		if err := c.delayed(dl, now); err != nil {
+			p.mu.Unlock()
+			return nil, err
+		}
+		timer := max(d, time.Millisecond)
+		if d == 0 {
+			timer = p.o.MaxWait // a guard: an answer ends the wait
+		}
+		ch, stop := p.o.Timer(timer)
+		p.sleepers[&stop] = limit
+		changed := p.changed
+		p.mu.Unlock()
+		if shown == "" {
+			since = now
+		}
+		if why != shown {
+			shown = why
+			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer delaying request")
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-ch:
+		}
+		p.mu.Lock()
+		delete(p.sleepers, &stop)
+		p.mu.Unlock()
+		stop()
+	}
+	return nil, ctx.Err()
+}
+
+// admit reserves a slot for route (a ticket) or says how long to wait before
+// asking again (0: until an answer, which wakes every caller) and why.
+func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
+	c := p.routes[route]
+	switch {
+	case c == nil && p.probes[route]:
+		return nil, 0, "waiting for the answer of the route's first request, which names its class"
+	case c == nil:
+		return p.admitProbe(route, read, now)
+	case c.blocked(now) > 0:
+		return nil, c.blocked(now), "no request left in the window"
+	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
+	case !c.current(now):
+		return nil, 0, "a new window: waiting for the answer of its first request"
+	case c.remaining-c.inFlight-c.reserve() <= 0:
+		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
+	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
+		return nil, 0, "the window's last requests go one at a time; waiting for the one in flight"
+	}
+	c.inFlight++
+	return &ticket{route: route, in: []*class{c}}, 0, ""
+}
+
+// admitProbe admits the first request of a route of unknown class while no
+// class it may be in is spent (a read route: only classes holding a known
+// read route); the probe holds a slot in each current one.
+func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
+	readIn := map[*class]bool{} // the classes that hold a known read route
+	for name, c := range p.routes {
+		readIn[c] = readIn[c] || p.reads[name]
+	}
+	t := &ticket{route: route}
+	var wait time.Duration
+	for _, c := range p.classes {
+		if read && !readIn[c] {
+			continue
+		}
+		if d := c.blocked(now); d > 0 && (wait == 0 || d < wait) {
+			wait = d
+		}
+		if c.current(now) {
+			t.in = append(t.in, c)
+		}
+	}
+	if wait > 0 {
+		return nil, wait, "a class the route may be in has nothing left"
+	}
+	for _, c := range t.in {
+		c.inFlight++
+	}
+	p.probes[route] = true
+	return t, 0, ""
+}
+
+// current says c's window is known and not over.
+func (c *class) current(now time.Time) bool { return !c.resetAt.IsZero() && now.Before(c.resetAt) }
+
+// blocked returns how long c admits nothing: its window is spent.
+func (c *class) blocked(now time.Time) time.Duration {
+	if c.current(now) && c.remaining-c.inFlight <= 0 {
+		return c.resetAt.Sub(now)
+	}
+	return 0
+}
+
+// reserve is what the window keeps for the token's other clients.
+func (c *class) reserve() int { return c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight) }
+
+// roll ends the window's accounting.
+func (c *class) roll() {
+	c.end(c.limit)
+	c.own = 0
+}
+
+func (p *Pacer) classOf(limit int) *class {
+	c := p.classes[limit]
+	if c == nil {
+		c = &class{limit: limit, share: share{quiet: 1}}
+		p.classes[limit] = c
+	}
+	return c
+}
+
+func (p *Pacer) jitter() time.Duration {
+	if r := p.o.Rand(); r > 0 && r < 1 {
+		return time.Duration(r * float64(p.o.Jitter))
+	}
+	return 0
+}
+
+// release folds one answer into the state and wakes the waiting requests.
+func (p *Pacer) release(t *ticket, a *Answer) {
+	now := p.o.Now()
+	p.mu.Lock()
+	learned := p.settle(t, a, now)
+	write := learned || p.spent(now, append(t.in, p.routes[t.route]))
+	for stop := range p.sleepers {
+		(*stop)() // a pending timer is always a waiting request
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	if write {
+		_ = p.save() // a failure is logged
+	}
+}
+
+// settle folds a into the state; learned says it named a route's class or a
+// new window, which a restart must know.
+func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
+	for _, c := range t.in {
+		c.inFlight--
+	}
+	delete(p.probes, t.route)
+	c := p.routes[t.route] // nil: t is a probe
+	switch {
+	case a == NotSent:
+		return false
+	case a == nil: // the request may have been counted: assume it was
+		if c != nil && c.current(now) && c.remaining > 0 {
+			c.remaining--
+			c.own++
+		}
+		return false
+	}
+	if a.Limit > 0 && (c == nil || c.limit != a.Limit) {
+		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
+		c, learned = p.classOf(a.Limit), true
+	} else if c == nil {
+		c = &class{} // no headers: delayed only by a Retry-After
+	}
+	p.routes[t.route] = c
+	limited := a.Status == 429
+	if c.limit > 0 && a.Remaining >= 0 {
+		learned = p.observe(c, a, !limited, now) || learned
+	}
+	if limited {
+		p.limited(t.route, c, a.RetryAfter, now)
+	}
+	return learned
+}
+
+// observe folds an answer's Remaining and Reset into c; counted: the server
+// charged the request. It says whether the answer named a new window.
+func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
+	in, raw, remaining := assumedWindow, int64(0), a.Remaining
+	if !a.Reset.IsZero() {
+		raw, in = a.Reset.Unix(), a.Reset.Sub(now)
+		if !a.Date.IsZero() {
+			in += p.leastLag(now.Sub(a.Date)) // Reset on our clock
+		}
+		if raw < c.reset {
+			return false // an older window's answer
+		}
+		same := raw == c.reset
+		if !same {
+			c.roll()
+		}
+		looked := c.own > 0
+		if counted {
+			c.own++
+		}
+		f := c.limit - remaining - c.own - c.inFlight // the others' use this count shows
+		c.sawPeers(f, looked)
+		if counted && same && c.resetAt.IsZero() && f > c.others {
+			c.own += f - c.others // a loaded window's first count: the rest is the last process's
+		} else {
+			c.sawOthers(f, in)
+		}
+		if counted && in <= c.late+p.o.Jitter {
+			c.quiet = 0 // we looked as late as they showed
+		}
+		if same && c.current(now) {
+			c.remaining = min(c.remaining, remaining)
+			return false
+		}
+	}
+	if in > p.o.MaxWait {
+		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.o.MaxWait.Seconds()).
+			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
+		in = p.o.MaxWait
+	}
+	c.remaining, c.reset, c.resetAt = remaining, raw, time.Time{}
+	if in > 0 { // else the window has renewed by the server's clock
+		c.resetAt = now.Add(in + p.jitter())
+	}
+	return raw != 0
+}
+
+// limited learns from a 429: the window is spent, and a Retry-After ending
+// more than a second after Reset keeps c spent until then.
+func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now time.Time) {
+	if c.current(now) {
+		c.remaining = 0
+		c.sawOthers(c.limit-c.own-c.inFlight, c.resetAt.Sub(now))
+	}
+	if until := now.Add(retryAfter); retryAfter > 0 && (!c.current(now) || until.After(c.resetAt.Add(time.Second))) {
+		until = until.Add(p.jitter())
+		if limit := now.Add(p.o.MaxWait + p.jitter()); until.After(limit) {
+			p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit wait capped")
+			until = limit
+		}
+		c.remaining, c.resetAt = 0, until
+	}
+	ev := p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit))
+	if d := c.blocked(now); d > 0 {
+		ev = ev.Float64("wait_s", d.Seconds())
+	}
+	ev.Msg("rate limited (HTTP 429); the retry rule decides when to try again")
+}
+
+// leastLag folds a sample of local now − Date into the clocks' offset: the
+// least wins; one more than 2 s above it means the local clock jumped.
+func (p *Pacer) leastLag(sample time.Duration) time.Duration {
+	if sample < p.lag || sample-2*time.Second > p.lag {
+		p.lag = sample
+	}
+	return p.lag
+}
