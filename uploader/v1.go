@@ -391,7 +391,7 @@ func (p *Pool) v1SendParts(ctx context.Context, t *pace.Caller, j state.Job, f *
 		p:       p,
 		ctx:     ctx,
 		sign:    p.o.Client.Paced(t),
-		signing: p.o.Client.Paced(t.Blocking()),
+		signing: p.o.Client.Paced(p.o.Client.Pacer().Caller(j.ID, 0)),
 		drain:   dctx,
 		puts:    pctx,
 		f:       f,
@@ -439,7 +439,7 @@ type partSender struct {
 	p   *Pool
 	ctx context.Context // the step's: signing, commits, the retry rule
 	// sign signs the first URLs, before any PUT: a long delay parks the
-	// job. signing signs the later ones, waiting out every delay: a park
+	// job. signing signs the later ones and waits out every delay: a park
 	// would cost a session read and the file's hash again.
 	sign, signing *api.Client
 	started       bool            // a PUT has started

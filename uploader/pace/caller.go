@@ -9,9 +9,8 @@ import (
 // before its route's first answer), the reason, and when it ends (zero: at
 // the answer of a request in flight).
 type Delay struct {
-	Class  string
-	Reason string
-	Until  time.Time
+	Class, Reason string
+	Until         time.Time
 }
 
 // Parked is the error of a Caller's Wait whose delay would end later than
@@ -22,42 +21,31 @@ func (e *Parked) Error() string {
 	return "rate limit " + e.Class + ": " + e.Reason + " (request not sent; the job is parked)"
 }
 
-// Caller is one job's use of the Pacer, from its claim to its release; one
-// goroutine at a time uses it. Its delays show in Pacer.Delays by its key.
+// Caller is one job's use of the Pacer, keyed by the job's id; one goroutine
+// at a time uses it.
 type Caller struct {
-	p     *Pacer
-	key   uint64
-	park  time.Duration // a delay ending further away parks the Caller; 0: none does
-	*turn               // shared with the Caller's Blocking view
-}
-
-type turn struct {
-	parked   *Delay        // the delay that parked the Caller: every later Wait returns it
+	p        *Pacer
+	key      uint64
+	park     time.Duration // a delay ending further away parks the Caller; 0: none does
+	parked   *Delay        // every Wait returns it until Parked reads it
 	route    string        // the reserved slot's route
 	reserved func(*Answer) // the reserved slot's release; nil: none
 }
 
-// Caller returns the Caller of key whose delays ending more than park away
+// Caller returns a Caller of key whose delays ending more than park away
 // park it (0: none do); the key's earlier park ends.
 func (p *Pacer) Caller(key uint64, park time.Duration) *Caller {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	delete(p.parks, key)
-	p.mu.Unlock()
-	return &Caller{p: p, key: key, park: park, turn: &turn{}}
+	return &Caller{p: p, key: key, park: park}
 }
 
-// Blocking returns c's view that waits out every delay: for requests made
-// while others of c's job are in flight.
-func (c *Caller) Blocking() *Caller {
-	b := *c
-	b.park = 0
-	return &b
-}
-
-// Wait is Pacer.Wait for c: c's reserved slot of route goes at once, and a
-// delay longer than c's park bound returns *Parked.
+// Wait is Pacer.Wait for c: its reserved slot of route goes at once, and a
+// delay longer than its park bound returns *Parked.
 func (c *Caller) Wait(ctx context.Context, route string, read bool) (func(*Answer), error) {
-	if rel := c.take(route); rel != nil {
+	if rel := c.reserved; rel != nil && c.route == route {
+		c.reserved = nil
 		return rel, nil
 	}
 	return c.p.wait(ctx, route, read, c)
@@ -65,57 +53,42 @@ func (c *Caller) Wait(ctx context.Context, route string, read bool) (func(*Answe
 
 // Reserve waits as Wait does and keeps the slot for c's next request of
 // route, which then leaves at once.
-func (c *Caller) Reserve(ctx context.Context, route string, read bool) error {
-	rel, err := c.p.wait(ctx, route, read, c)
-	if err != nil {
-		return err
-	}
+func (c *Caller) Reserve(ctx context.Context, route string, read bool) (err error) {
 	c.Unreserve() // a stale one, never expected
-	c.route, c.reserved = route, rel
-	return nil
+	c.route = route
+	c.reserved, err = c.p.wait(ctx, route, read, c)
+	return err
 }
 
 // Unreserve gives c's reserved slot back unused; a no-op without one.
 func (c *Caller) Unreserve() {
-	if rel := c.take(c.route); rel != nil {
-		rel(NotSent)
+	if c.reserved != nil {
+		c.reserved(NotSent)
+		c.reserved = nil
 	}
 }
 
-func (c *Caller) take(route string) func(*Answer) {
-	rel := c.reserved
-	if rel == nil || c.route != route {
-		return nil
+// Parked returns the delay that parked c since the last call, if one did.
+func (c *Caller) Parked() (d Delay, ok bool) {
+	if c.parked != nil {
+		d, ok, c.parked = *c.parked, true, nil
 	}
-	c.reserved = nil
-	return rel
+	return d, ok
 }
 
-// Parked returns the delay that parked c since the last call, if one did;
-// until then every Wait of c returns *Parked at once.
-func (c *Caller) Parked() (Delay, bool) {
-	d := c.parked
-	if d == nil {
-		return Delay{}, false
-	}
-	c.parked = nil
-	return *d, true
-}
-
-// delayed records that c's request waits for dl (zero: no longer waits), or
-// returns *Parked when dl ends more than c.park after now. Called with p.mu
-// held.
-func (c *Caller) delayed(dl Delay, now time.Time) error {
+// delayed records that c's request waits for d (zero: no longer), or parks
+// c when d ends more than c.park after now. Called with p.mu held.
+func (c *Caller) delayed(d Delay, now time.Time) error {
 	switch {
 	case c == nil:
-	case dl == Delay{}:
+	case d == (Delay{}):
 		delete(c.p.delays, c.key)
-	case c.park > 0 && !dl.Until.IsZero() && dl.Until.Sub(now) > c.park:
-		c.parked, c.p.parks[c.key] = &dl, dl
+	case c.park > 0 && d.Until.Sub(now) > c.park:
 		delete(c.p.delays, c.key)
-		return &Parked{dl}
+		c.parked, c.p.parks[c.key] = &d, d
+		return &Parked{d}
 	default:
-		c.p.delays[c.key] = dl
+		c.p.delays[c.key] = d
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 // TestCallerParks: a Caller's request whose delay ends later than its park
 // bound returns *Parked at once, unsent, and counts as parked in its class
 // until the delay's end; every later Wait of the Caller is parked too until
-// Parked is read. A delay within the bound, or a Blocking view, waits.
+// Parked is read. A delay within the bound, or without one, waits.
 func TestCallerParks(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
@@ -30,11 +30,8 @@ func TestCallerParks(t *testing.T) {
 	if _, err := c.Wait(context.Background(), routeGet, true); !errors.As(err, &pk) {
 		t.Errorf("a parked Caller's next Wait = %v, want parked", err)
 	}
-	if got := p.Parked(clk.Now()); got["strict"] != 1 || len(got) != 1 {
-		t.Errorf("parked by class %v, want 1 strict", got)
-	}
-	if got := p.Parked(t0.Add(30 * time.Second)); len(got) != 0 {
-		t.Errorf("parked by class at the delay's end %v, want none", got)
+	if cs := p.Classes(); cs[0].Parked != 1 {
+		t.Errorf("classes %+v, want 1 parked", cs)
 	}
 	if d, ok := c.Parked(); !ok || d != pk.Delay {
 		t.Errorf("Parked() = %+v, %v; want %+v", d, ok, pk.Delay)
@@ -44,11 +41,17 @@ func TestCallerParks(t *testing.T) {
 	}
 
 	clk.Advance(25 * time.Second) // 5 s left: within the bound
-	for _, w := range []waiter{c, p.Caller(4, 0), p.Caller(5, time.Second).Blocking()} {
+	if cs := p.Classes(); cs[0].Parked != 1 {
+		t.Errorf("classes %+v, want 1 parked until the delay's end", cs)
+	}
+	for _, w := range []waiter{c, p.Caller(4, 0)} {
 		delayed := waitAsync(context.Background(), w, routePublish)
 		clk.awaitParked(t, 1)
 		clk.Advance(5 * time.Second)
 		receive(t, delayed).release(windowResp(200, 10, 0, clk.Now().Add(5*time.Second), clk.Now(), 0))
+	}
+	if cs := p.Classes(); cs[0].Parked != 0 {
+		t.Errorf("classes %+v after the delay's end, want none parked", cs)
 	}
 }
 

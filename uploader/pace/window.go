@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// class is one limit class and its current window (limit 0: a route without
+// class is one limit class and its window (limit 0: a route without
 // rate-limit headers); the package doc says what each field is.
 type class struct {
 	limit, remaining int
@@ -34,11 +34,11 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 	if c != nil && c.parked != nil {
 		return nil, &Parked{*c.parked}
 	}
-	shown, since := "", time.Time{} // the reason last logged; when the delay began
+	shown, since := "", p.o.Now() // the reason last logged; when the wait began
 	defer func() {
 		if shown != "" {
 			p.mu.Lock()
-			c.delayed(Delay{}, time.Time{})
+			_ = c.delayed(Delay{}, since)
 			p.mu.Unlock()
 			if p.o.Waited != nil {
 				p.o.Waited(p.o.Now().Sub(since))
@@ -72,20 +72,16 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 			p.mu.Unlock()
 			return nil, err
 		}
-		timer := max(d, time.Millisecond)
 		if d == 0 {
-			timer = p.o.MaxWait // a guard: an answer ends the wait
+			d = p.o.MaxWait // until an answer; the cap is a guard
 		}
-		ch, stop := p.o.Timer(timer)
+		ch, stop := p.o.Timer(max(d, time.Millisecond))
 		p.sleepers[&stop] = limit
 		changed := p.changed
 		p.mu.Unlock()
-		if shown == "" {
-			since = now
-		}
 		if why != shown {
 			shown = why
-			p.o.Logger.Debug().Str("route", route).Str("reason", why).Float64("wait_s", d.Seconds()).Msg("pacer delaying request")
+			p.o.Logger.Debug().Str("route", route).Str("reason", why).Time("until", dl.Until).Msg("pacer delaying request")
 		}
 		select {
 		case <-ctx.Done():
