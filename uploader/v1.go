@@ -706,6 +706,9 @@ func (p *Pool) v1Intent(ctx context.Context, t *pace.Caller, j state.Job) (state
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		case errors.As(err, &fe):
 			s, serr := p.o.Client.Paced(t).GetUpload(ctx, j.V1.ID)
+			if _, parked := errors.AsType[*pace.Parked](serr); parked {
+				return j, serr
+			}
 			if serr != nil || (s.Status != api.UploadProcessing && s.Status != api.UploadCompleted) {
 				return j, err
 			}

@@ -574,7 +574,7 @@ func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.
 	from, since := j.Stage, j.StageSince
 	j.RateLimited = nil // each step says again whether the rate limit parks it
 	next, err := p.step(ctx, t, j)
-	delay, parked := t.Parked()
+	parked, isParked := errors.AsType[*pace.Parked](err)
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
 	}
@@ -584,8 +584,8 @@ func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.
 	if err == nil {
 		p.configCleared(from)
 	}
-	if err != nil && parked && ctx.Err() == nil {
-		next, err = p.park(next, delay), nil // the request was not sent (ratepark.go)
+	if isParked && ctx.Err() == nil {
+		next, err = p.park(next, parked.Delay), nil // the request was not sent (ratepark.go)
 	}
 	if err != nil {
 		// The step's job carries what the failed attempt changed (e.g. a

@@ -27,7 +27,6 @@ type Caller struct {
 	p        *Pacer
 	key      uint64
 	park     time.Duration // a delay ending further away parks the Caller; 0: none does
-	parked   *Delay        // every Wait returns it until Parked reads it
 	route    string        // the reserved slot's route
 	reserved func(*Answer) // the reserved slot's release; nil: none
 }
@@ -68,14 +67,6 @@ func (c *Caller) Unreserve() {
 	}
 }
 
-// Parked returns the delay that parked c since the last call, if one did.
-func (c *Caller) Parked() (d Delay, ok bool) {
-	if c.parked != nil {
-		d, ok, c.parked = *c.parked, true, nil
-	}
-	return d, ok
-}
-
 // delayed records that c's request waits for d (zero: no longer), or parks
 // c when d ends more than c.park after now. Called with p.mu held.
 func (c *Caller) delayed(d Delay, now time.Time) error {
@@ -85,7 +76,7 @@ func (c *Caller) delayed(d Delay, now time.Time) error {
 		delete(c.p.delays, c.key)
 	case c.park > 0 && d.Until.Sub(now) > c.park:
 		delete(c.p.delays, c.key)
-		c.parked, c.p.parks[c.key] = &d, d
+		c.p.parks[c.key] = d
 		return &Parked{d}
 	default:
 		c.p.delays[c.key] = d

@@ -9,8 +9,8 @@ import (
 
 // TestCallerParks: a Caller's request whose delay ends later than its park
 // bound returns *Parked at once, unsent, and counts as parked in its class
-// until the delay's end; every later Wait of the Caller is parked too until
-// Parked is read. A delay within the bound, or without one, waits.
+// until the delay's end or the key's next Caller. A delay within the bound,
+// or without one, waits.
 func TestCallerParks(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
@@ -27,17 +27,18 @@ func TestCallerParks(t *testing.T) {
 	if n := clk.pending(); n != 0 {
 		t.Errorf("%d requests wait in the pacer, want none: a parked request returns", n)
 	}
-	if _, err := c.Wait(context.Background(), routeGet, true); !errors.As(err, &pk) {
-		t.Errorf("a parked Caller's next Wait = %v, want parked", err)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("a parked request shows as delayed: %+v", d)
 	}
 	if cs := p.Classes(); cs[0].Parked != 1 {
 		t.Errorf("classes %+v, want 1 parked", cs)
 	}
-	if d, ok := c.Parked(); !ok || d != pk.Delay {
-		t.Errorf("Parked() = %+v, %v; want %+v", d, ok, pk.Delay)
+	_ = p.Caller(3, 0) // the job claimed again
+	if cs := p.Classes(); cs[0].Parked != 0 {
+		t.Errorf("classes %+v once the key has a new Caller, want none parked", cs)
 	}
-	if _, ok := c.Parked(); ok {
-		t.Error("Parked() still set after it was read")
+	if _, err := c.Wait(context.Background(), routePublish, false); !errors.As(err, &pk) {
+		t.Fatalf("Wait = %v, want parked", err)
 	}
 
 	clk.Advance(25 * time.Second) // 5 s left: within the bound

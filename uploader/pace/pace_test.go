@@ -1109,27 +1109,27 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 func TestPacerShareMemory(t *testing.T) {
 	t.Parallel()
 	c := &class{limit: 10, share: share{others: 5, late: 5 * time.Second, quiet: 1}}
-	c.roll() // we did not look as late as they showed
+	c.end(c.limit) // we did not look as late as they showed
 	if c.expect != 5 {
 		t.Fatalf("expect after a window with others = %d, want 5", c.expect)
 	}
 	for w := 1; w <= 10; w++ {
-		c.roll()
+		c.end(c.limit)
 		if c.expect != 5 {
 			t.Fatalf("quiet window %d, looked early: expect %d, want 5 kept", w, c.expect)
 		}
 	}
-	c.roll()
+	c.end(c.limit)
 	if c.expect != 2 {
 		t.Errorf("the 11th quiet window: expect %d, want 2 (halved)", c.expect)
 	}
 	c.expect, c.quiet = 4, 1
-	c.roll() // a quiet window seen early, the count of quiet windows restarted
+	c.end(c.limit) // a quiet window seen early, the count of quiet windows restarted
 	if c.expect != 4 {
 		t.Errorf("a quiet window after one with others, looked early: expect %d, want 4 kept", c.expect)
 	}
 	c.quiet = 0
-	c.roll() // we looked as late as they first showed, and none came
+	c.end(c.limit) // we looked as late as they first showed, and none came
 	if c.expect != 2 {
 		t.Errorf("a window seen late enough without others: expect %d, want 2 (halved)", c.expect)
 	}
@@ -1177,7 +1177,7 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, own: 1, share: share{expect: 3, peers: 1}}, 3},
 	}
 	for _, tc := range cases {
-		if got := tc.c.reserve(); got != tc.want {
+		if got := tc.c.keep(tc.c.limit, tc.c.remaining-tc.c.inFlight, tc.c.own+tc.c.inFlight); got != tc.want {
 			t.Errorf("%s: reserve %d, want %d", tc.name, got, tc.want)
 		}
 	}

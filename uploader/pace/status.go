@@ -23,9 +23,9 @@ func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.o.Now()
-	waiting, parked := map[int]int{}, map[string]int{} // by limit, by label
-	for _, limit := range p.sleepers {
-		waiting[limit]++
+	waiting, parked := map[*class]int{}, map[string]int{}
+	for _, c := range p.sleepers {
+		waiting[c]++
 	}
 	for key, d := range p.parks {
 		if d.Until.After(now) {
@@ -37,7 +37,7 @@ func (p *Pacer) Classes() []ClassState {
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
 		name := ClassName(c.limit)
-		cs := ClassState{Class: name, Limit: c.limit, Remaining: c.limit, Waiting: waiting[c.limit], InFlight: c.inFlight, Parked: parked[name]}
+		cs := ClassState{Class: name, Limit: c.limit, Remaining: c.limit, Waiting: waiting[c], InFlight: c.inFlight, Parked: parked[name]}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}

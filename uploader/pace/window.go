@@ -31,9 +31,6 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 
 // wait is Wait for c (nil: no Caller).
 func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (func(*Answer), error) {
-	if c != nil && c.parked != nil {
-		return nil, &Parked{*c.parked}
-	}
 	shown, since := "", p.o.Now() // the reason last logged; when the wait began
 	defer func() {
 		if shown != "" {
@@ -51,7 +48,7 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 		if read {
 			p.reads[route] = true
 		}
-		t, d, why := p.admit(route, read, now)
+		t, d := p.admit(route, read, now)
 		if t != nil {
 			spent := p.spent(now, t.in)
 			p.mu.Unlock()
@@ -61,27 +58,21 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 			var once sync.Once
 			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
 		}
-		dl, limit := Delay{Class: "unknown", Reason: why}, 0
-		if rc := p.routes[route]; rc != nil && rc.limit > 0 {
-			dl.Class, limit = ClassName(rc.limit), rc.limit
-		}
-		if d > 0 {
-			dl.Until = now.Add(d)
-		}
-		if err := c.delayed(dl, now); err != nil {
+		if err := c.delayed(d, now); err != nil {
 			p.mu.Unlock()
 			return nil, err
 		}
-		if d == 0 {
-			d = p.o.MaxWait // until an answer; the cap is a guard
+		timer := p.o.MaxWait // until an answer; the cap is a guard
+		if !d.Until.IsZero() {
+			timer = max(d.Until.Sub(now), time.Millisecond)
 		}
-		ch, stop := p.o.Timer(max(d, time.Millisecond))
-		p.sleepers[&stop] = limit
+		ch, stop := p.o.Timer(timer)
+		p.sleepers[&stop] = p.routes[route]
 		changed := p.changed
 		p.mu.Unlock()
-		if why != shown {
-			shown = why
-			p.o.Logger.Debug().Str("route", route).Str("reason", why).Time("until", dl.Until).Msg("pacer delaying request")
+		if d.Reason != shown {
+			shown = d.Reason
+			p.o.Logger.Debug().Str("route", route).Str("reason", d.Reason).Time("until", d.Until).Msg("pacer delaying request")
 		}
 		select {
 		case <-ctx.Done():
@@ -96,58 +87,67 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 	return nil, ctx.Err()
 }
 
-// admit reserves a slot for route (a ticket) or says how long to wait before
-// asking again (0: until an answer, which wakes every caller) and why.
-func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
-	c := p.routes[route]
+// admit takes a slot for route (a ticket) or returns the delay until it
+// asks again (Until zero: until an answer, which wakes every request).
+func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
+	c, d, in := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
+	if c != nil && c.limit > 0 {
+		d.Class = ClassName(c.limit)
+	}
 	switch {
 	case c == nil && p.probes[route]:
-		return nil, 0, "waiting for the answer of the route's first request, which names its class"
+		d.Reason = "waiting for the answer of the route's first request, which names its class"
 	case c == nil:
-		return p.admitProbe(route, read, now)
+		t, wait := p.admitProbe(route, read, now)
+		if t != nil {
+			return t, d
+		}
+		in, d.Reason = wait, "a class the route may be in has nothing left"
 	case c.blocked(now) > 0:
-		return nil, c.blocked(now), "no request left in the window"
+		in, d.Reason = c.blocked(now), "no request left in the window"
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
-		return nil, 0, "a new window: waiting for the answer of its first request"
-	case c.remaining-c.inFlight-c.reserve() <= 0:
-		return nil, c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
+		d.Reason = "a new window: waiting for the answer of its first request"
+	case c.remaining-c.inFlight-c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight) <= 0:
+		in, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
-		return nil, 0, "the window's last requests go one at a time; waiting for the one in flight"
+		d.Reason = "the window's last requests go one at a time; waiting for the one in flight"
+	}
+	if d.Reason != "" {
+		if in > 0 {
+			d.Until = now.Add(in)
+		}
+		return nil, d
 	}
 	c.inFlight++
-	return &ticket{route: route, in: []*class{c}}, 0, ""
+	return &ticket{route: route, in: []*class{c}}, d
 }
 
-// admitProbe admits the first request of a route of unknown class while no
-// class it may be in is spent (a read route: only classes holding a known
-// read route); the probe holds a slot in each current one.
-func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration, string) {
-	readIn := map[*class]bool{} // the classes that hold a known read route
+// admitProbe admits the first request of a route of unknown class, or says
+// how long it waits: while a class it may be in is spent (a read route: a
+// class holding a known read route). It holds a slot in each current one.
+func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration) {
+	readIn := map[*class]bool{}
 	for name, c := range p.routes {
 		readIn[c] = readIn[c] || p.reads[name]
 	}
-	t := &ticket{route: route}
-	var wait time.Duration
+	t, wait := &ticket{route: route}, time.Duration(0)
 	for _, c := range p.classes {
-		if read && !readIn[c] {
-			continue
-		}
-		if d := c.blocked(now); d > 0 && (wait == 0 || d < wait) {
+		if d := c.blocked(now); (!read || readIn[c]) && d > 0 && (wait == 0 || d < wait) {
 			wait = d
 		}
-		if c.current(now) {
+		if (!read || readIn[c]) && c.current(now) {
 			t.in = append(t.in, c)
 		}
 	}
 	if wait > 0 {
-		return nil, wait, "a class the route may be in has nothing left"
+		return nil, wait
 	}
 	for _, c := range t.in {
 		c.inFlight++
 	}
 	p.probes[route] = true
-	return t, 0, ""
+	return t, 0
 }
 
 // current says c's window is known and not over.
@@ -159,15 +159,6 @@ func (c *class) blocked(now time.Time) time.Duration {
 		return c.resetAt.Sub(now)
 	}
 	return 0
-}
-
-// reserve is what the window keeps for the token's other clients.
-func (c *class) reserve() int { return c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight) }
-
-// roll ends the window's accounting.
-func (c *class) roll() {
-	c.end(c.limit)
-	c.own = 0
 }
 
 func (p *Pacer) classOf(limit int) *class {
@@ -210,15 +201,12 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 		c.inFlight--
 	}
 	delete(p.probes, t.route)
-	c := p.routes[t.route] // nil: t is a probe
-	switch {
-	case a == NotSent:
-		return false
-	case a == nil: // the request may have been counted: assume it was
-		if c != nil && c.current(now) && c.remaining > 0 {
-			c.remaining--
-			c.own++
-		}
+	c := p.routes[t.route]                                         // nil: t is a probe
+	if a == nil && c != nil && c.current(now) && c.remaining > 0 { // no answer: assume it was counted
+		c.remaining--
+		c.own++
+	}
+	if a == nil || a == NotSent {
 		return false
 	}
 	if a.Limit > 0 && (c == nil || c.limit != a.Limit) {
@@ -228,11 +216,10 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 		c = &class{} // no headers: delayed only by a Retry-After
 	}
 	p.routes[t.route] = c
-	limited := a.Status == 429
 	if c.limit > 0 && a.Remaining >= 0 {
-		learned = p.observe(c, a, !limited, now) || learned
+		learned = p.observe(c, a, a.Status != 429, now) || learned
 	}
-	if limited {
+	if a.Status == 429 {
 		p.limited(t.route, c, a.RetryAfter, now)
 	}
 	return learned
@@ -252,7 +239,8 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 		}
 		same := raw == c.reset
 		if !same {
-			c.roll()
+			c.end(c.limit)
+			c.own = 0
 		}
 		looked := c.own > 0
 		if counted {
@@ -300,11 +288,8 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 		}
 		c.remaining, c.resetAt = 0, until
 	}
-	ev := p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit))
-	if d := c.blocked(now); d > 0 {
-		ev = ev.Float64("wait_s", d.Seconds())
-	}
-	ev.Msg("rate limited (HTTP 429); the retry rule decides when to try again")
+	p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit)).Float64("spent_s", c.blocked(now).Seconds()).
+		Msg("rate limited (HTTP 429); the retry rule decides when to try again")
 }
 
 // leastLag folds a sample of local now − Date into the clocks' offset: the
