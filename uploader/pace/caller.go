@@ -2,6 +2,7 @@ package pace
 
 import (
 	"context"
+	"maps"
 	"time"
 )
 
@@ -82,4 +83,11 @@ func (c *Caller) delayed(d Delay, now time.Time) error {
 		c.p.delays[c.key] = d
 	}
 	return nil
+}
+
+// Delays returns why each Caller's request is delayed now, by key.
+func (p *Pacer) Delays() map[uint64]Delay {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.delays)
 }

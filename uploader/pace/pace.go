@@ -1,23 +1,21 @@
 // Package pace keeps the API requests of one token within the server's rate
-// limits. docs/architecture.md ("Pacing") gives the model; per limit class:
+// limits; docs/architecture.md ("Pacing") gives the model. Per limit class:
 //
-//	field      changed by                                     meaning
-//	limit      the class's first answer (X-RateLimit-Limit)    names the class
-//	remaining  an answer of the window: the least; 0 at a 429  the server's count
-//	reset      an answer naming a later window                 the window's X-RateLimit-Reset (server epoch s)
-//	resetAt    that answer: Reset on our clock + jitter, or a  when the window renews here; zero: unknown,
-//	           Retry-After beyond it                           one request goes to learn it
-//	inFlight   +1 at admission, −1 at the answer               ours, not yet in any count
-//	own        +1 per counted answer, or per request that got  our use of the window
-//	           none; a loaded window's first answer adds the
-//	           use the file did not show
-//	others     limit − remaining − own − inFlight, if more;    the token's other clients' use (a lower bound)
-//	           at a 429 all of the window that is not ours
-//	expect     the window's end (share.go)                     the others' expected use per window
-//	peers      the most others' requests between two answers   the others in flight; sets the fair share
-//	late       the first sighting of others in a window        how long before Reset they show
-//	quiet      the window's end: 1 after one with others, +1   windows without them; 0: this window was
-//	           after one without; 0 at an answer as late       seen as late as they show
+//	field      changed by                                       meaning
+//	limit      the class's first answer (X-RateLimit-Limit)      names the class
+//	remaining  an answer of the window: the least; 0 at a 429    the server's count
+//	reset      an answer naming a later window                   its X-RateLimit-Reset (server epoch s)
+//	resetAt    that answer: Reset on our clock + jitter, or a    when the window renews here; zero: unknown,
+//	           Retry-After beyond it                             one request goes to learn it
+//	inFlight   +1 at admission, −1 at the answer                 ours, in no count yet
+//	own        +1 per counted answer or per request without one  our use of the window
+//	others     limit − remaining − own − inFlight, if more; at   the token's other clients' use (a lower bound)
+//	           a 429, all the window that is not ours
+//	expect     the window's end (share.go)                       the others' expected use per window
+//	peers      the most others' requests between two answers     the others in flight; sets the fair share
+//	late       the first sighting of others in a window          how long before Reset they show
+//	quiet      the window's end: 1 after one with others, else   windows without them; 0: this window was
+//	           +1; 0 at an answer as late as late                seen as late as they show
 package pace
 
 import (
@@ -53,19 +51,17 @@ const (
 
 // Options configures a Pacer; every field is optional.
 type Options struct {
-	Now   func() time.Time
-	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool) // default time.NewTimer
-	Rand  func() float64                                               // uniform in [0,1)
-	// Jitter is the largest random delay added to a Reset or a Retry-After;
-	// zero: DefaultJitter, negative: none.
-	Jitter    time.Duration
-	MaxWait   time.Duration // caps any wait; zero: DefaultMaxWait
-	StateFile string        // keeps the windows and routes across restarts (file.go); "": none
+	Now       func() time.Time
+	Timer     func(d time.Duration) (c <-chan time.Time, stop func() bool) // default time.NewTimer
+	Rand      func() float64                                               // uniform in [0,1)
+	Jitter    time.Duration                                                // the most added to a Reset or Retry-After; 0: DefaultJitter, < 0: none
+	MaxWait   time.Duration                                                // caps any wait; 0: DefaultMaxWait
+	StateFile string                                                       // keeps windows and routes across restarts (file.go)
 	Logger    zerolog.Logger
 	Waited    func(d time.Duration) // how long a request was delayed
 }
 
-// Answer is what one response said of the rate limit (AnswerOf).
+// Answer is what one response's headers said of the rate limit.
 type Answer struct {
 	Status     int           // the HTTP status: a 429 says the window is spent
 	Limit      int           // X-RateLimit-Limit; 0: absent
@@ -75,18 +71,16 @@ type Answer struct {
 	RetryAfter time.Duration // Retry-After; 0: absent
 }
 
-// NotSent releases a slot given back unused; unlike nil (no answer came) it
+// NotSent releases a slot given back unused: unlike nil (no answer) it
 // costs no budget.
 var NotSent = &Answer{}
 
 // Pacer paces the API requests of one token; safe for concurrent use. Every
 // client of the token shares one Pacer.
 type Pacer struct {
-	o Options // with the defaults filled in
-
-	saveMu  sync.Mutex // one write of the state file at a time; taken before mu
-	failing bool       // under saveMu: the last write failed (logged once)
-
+	o        Options    // with the defaults filled in
+	saveMu   sync.Mutex // one write of the state file at a time; taken before mu
+	failing  bool       // under saveMu: the last write failed (logged once)
 	mu       sync.Mutex
 	classes  map[int]*class          // by limit
 	routes   map[string]*class       // route → class, once an answer named it
