@@ -32,8 +32,8 @@ func (p *Pool) step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job
 		// Commit the intent before the publish call: a crash after this
 		// commit is the one case whose outcome is unknown. The rate-limit
 		// slot is taken first, so that the intent is committed only when
-		// the call can leave at once: a crash while the pacer holds the
-		// call back leaves the job in uploaded, with nothing uncertain.
+		// the call can leave at once: a crash while the pacer delays the
+		// call leaves the job in uploaded, with nothing uncertain.
 		// A shutdown while the slot is awaited ends the wait: the publish
 		// has not started, so the job simply stays uploaded.
 		rctx, cancel := p.untilDrain(ctx)

@@ -72,8 +72,8 @@ var (
 	_ Pacer = (*pace.Caller)(nil)
 )
 
-// readRoutes are the routes that only read (GET): the pacer does not hold
-// their first request on a spent class that holds no known read route.
+// readRoutes are the routes that only read (GET): the pacer does not delay
+// their first request on a spent class without a known read route.
 var readRoutes = map[string]bool{
 	RouteGetSplat: true, RouteCheckpoints: true,
 	RouteV1Me: true, RouteV1Splats: true, RouteV1GetSplat: true, RouteV1GetUpload: true,
@@ -302,7 +302,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 
 // do paces, sends and checks one API exchange and decodes a 2xx JSON body
 // into v (when not nil). The pacer's wait is outside the per-call timeout: a
-// request held for a rate-limit window has not started yet.
+// request delayed for a rate-limit window has not started yet.
 func (c *Client) do(ctx context.Context, route string, req *http.Request, v any) error {
 	_, _, err := c.send(ctx, route, req, v)
 	return err

@@ -2,7 +2,6 @@ package pace
 
 import (
 	"context"
-	"maps"
 	"time"
 )
 
@@ -14,16 +13,15 @@ type Delay struct {
 	Until         time.Time
 }
 
-// Parked is the error of a Caller's Wait whose delay would end later than
-// the Caller's park bound; the request was not sent.
+// Parked is the error of a Caller's request whose delay ends past the park
+// bound; the request was not sent.
 type Parked struct{ Delay }
 
 func (e *Parked) Error() string {
 	return "rate limit " + e.Class + ": " + e.Reason + " (request not sent; the job is parked)"
 }
 
-// Caller is one job's use of the Pacer, keyed by the job's id; one goroutine
-// at a time uses it.
+// Caller is one job's use of the Pacer, keyed by its id; one goroutine uses it.
 type Caller struct {
 	p        *Pacer
 	key      uint64
@@ -32,8 +30,8 @@ type Caller struct {
 	reserved func(*Answer) // the reserved slot's release; nil: none
 }
 
-// Caller returns a Caller of key whose delays ending more than park away
-// park it (0: none do); the key's earlier park ends.
+// Caller returns a Caller of key that parks on a delay ending more than park
+// away (0: never); it ends the key's earlier park.
 func (p *Pacer) Caller(key uint64, park time.Duration) *Caller {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -41,8 +39,7 @@ func (p *Pacer) Caller(key uint64, park time.Duration) *Caller {
 	return &Caller{p: p, key: key, park: park}
 }
 
-// Wait is Pacer.Wait for c: its reserved slot of route goes at once, and a
-// delay longer than its park bound returns *Parked.
+// Wait is Pacer.Wait for c: a slot c reserved for route goes at once.
 func (c *Caller) Wait(ctx context.Context, route string, read bool) (func(*Answer), error) {
 	if rel := c.reserved; rel != nil && c.route == route {
 		c.reserved = nil
@@ -51,8 +48,7 @@ func (c *Caller) Wait(ctx context.Context, route string, read bool) (func(*Answe
 	return c.p.wait(ctx, route, read, c)
 }
 
-// Reserve waits as Wait does and keeps the slot for c's next request of
-// route, which then leaves at once.
+// Reserve waits as Wait does and keeps the slot for c's next Wait of route.
 func (c *Caller) Reserve(ctx context.Context, route string, read bool) (err error) {
 	c.Unreserve() // a stale one, never expected
 	c.route = route
@@ -68,26 +64,15 @@ func (c *Caller) Unreserve() {
 	}
 }
 
-// delayed records that c's request waits for d (zero: no longer), or parks
-// c when d ends more than c.park after now. Called with p.mu held.
-func (c *Caller) delayed(d Delay, now time.Time) error {
-	switch {
-	case c == nil:
-	case d == (Delay{}):
-		delete(c.p.delays, c.key)
-	case c.park > 0 && d.Until.Sub(now) > c.park:
-		delete(c.p.delays, c.key)
-		c.p.parks[c.key] = d
-		return &Parked{d}
-	default:
-		c.p.delays[c.key] = d
-	}
-	return nil
-}
-
 // Delays returns why each Caller's request is delayed now, by key.
 func (p *Pacer) Delays() map[uint64]Delay {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return maps.Clone(p.delays)
+	out := map[uint64]Delay{}
+	for _, s := range p.sleepers {
+		if s.by != nil {
+			out[s.by.key] = s.d
+		}
+	}
+	return out
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// fileVersion is the layout of pacer.json; 2: a 429's Retry-After is a spent
-// window. Version 1 loads too, without its Retry-After waits.
+// fileVersion is pacer.json's layout; version 1 loads without 429 waits.
 const fileVersion = 2
 
+// stateFile is pacer.json: each class's window and share, each route's class.
 type stateFile struct {
 	Version int            `json:"version"`
 	Written time.Time      `json:"written"` // for a reader; not loaded
@@ -35,16 +35,15 @@ type savedClass struct {
 	Late      time.Duration `json:"late,omitempty"`
 }
 
-// spent says a class a request or answer touched admits nothing more: the
-// file must show it before the caller goes on. Called with p.mu held.
+// spent says a class in admits nothing more, which the file must show before
+// the request goes on; with p.mu held.
 func (p *Pacer) spent(now time.Time, in []*class) bool {
 	return slices.ContainsFunc(in, func(c *class) bool {
 		return c != nil && c.limit > 0 && c.blocked(now) > 0
 	})
 }
 
-// save writes the whole state now, fsynced and renamed over the old file;
-// nil without a state file.
+// save writes the whole state, fsynced, over the old file.
 func (p *Pacer) save() error {
 	if p.o.StateFile == "" {
 		return nil
@@ -81,11 +80,10 @@ func (p *Pacer) save() error {
 	return err
 }
 
-// Flush writes the current state now (fsynced); nil without a state file.
+// Flush writes the state now; nil without a state file.
 func (p *Pacer) Flush() error { return p.save() }
 
-// load starts the pacer from the state file: a missing file is a first
-// start, an unreadable one is logged and ignored.
+// load starts from the state file; an unreadable one is logged and ignored.
 func (p *Pacer) load() {
 	data, err := os.ReadFile(p.o.StateFile)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -82,15 +82,14 @@ type Pacer struct {
 	saveMu   sync.Mutex // one write of the state file at a time; taken before mu
 	failing  bool       // under saveMu: the last write failed (logged once)
 	mu       sync.Mutex
-	classes  map[int]*class          // by limit
-	routes   map[string]*class       // route → class, once an answer named it
-	probes   map[string]bool         // routes of unknown class whose probe is out
-	reads    map[string]bool         // routes Wait was told only read
-	changed  chan struct{}           // closed and replaced at every answer
-	sleepers map[*func() bool]*class // each waiting request's timer stop → its route's class (nil: unknown)
-	delays   map[uint64]Delay        // each Caller's request delayed now, by key (caller.go)
-	parks    map[uint64]Delay        // each Caller parked since its key's last Caller
-	lag      time.Duration           // the least local now − Date seen
+	classes  map[int]*class           // by limit
+	routes   map[string]*class        // route → class, once an answer named it
+	probes   map[string]bool          // routes of unknown class whose probe is out
+	reads    map[string]bool          // routes Wait was told only read
+	changed  chan struct{}            // closed and replaced at every answer
+	sleepers map[*func() bool]sleeper // each delayed request, by its timer's stop
+	parks    map[uint64]Delay         // each Caller parked since its key's last Caller
+	lag      time.Duration            // the least local now − Date seen
 }
 
 // New returns a Pacer; with a StateFile it starts from the saved windows.
@@ -110,8 +109,8 @@ func New(o Options) *Pacer {
 	o.Jitter = max(cmp.Or(o.Jitter, DefaultJitter), 0)
 	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
-		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]*class{},
-		delays: map[uint64]Delay{}, parks: map[uint64]Delay{}, lag: math.MaxInt64}
+		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{},
+		parks: map[uint64]Delay{}, lag: math.MaxInt64}
 	if o.StateFile != "" {
 		p.load()
 	}

@@ -5,18 +5,15 @@ import (
 	"time"
 )
 
-// share is the calculator of a class's reserve for the token's other
-// clients, from what the answers showed of their use (package doc).
+// share calculates a class's reserve for the token's other clients.
 type share struct {
 	others, expect, peers int
 	late                  time.Duration
 	quiet                 int
 }
 
-// keep returns how many of the left requests of a window of limit to keep
-// for the others, used of it being ours: the most of what expect leaves
-// them (none yet: as much again as they spent), one slot, and peers; in a
-// class of more than carefulSlots with peers, the fleet's fair share.
+// keep returns how many of left requests to keep for the others, used of the
+// window of limit being ours; in a large class, at most their fair share.
 func (s *share) keep(limit, left, used int) int {
 	e := cmp.Or(s.expect, 2*s.others)
 	r := max(e-s.others, min(1, e), s.peers)
@@ -30,9 +27,8 @@ func (s *share) keep(limit, left, used int) int {
 	return r
 }
 
-// end closes a window of limit: expect becomes the most of itself and what
-// the others spent, halved first after a window seen late enough (quiet 0)
-// or after quietWindows without them; it stays at most limit − 2.
+// end closes a window of limit: expect, at most limit − 2, rises to what the
+// others spent, halved after a window seen late enough or long without them.
 func (s *share) end(limit int) {
 	if s.quiet == 0 || s.quiet > quietWindows && s.others == 0 {
 		s.expect /= 2
@@ -47,8 +43,7 @@ func (s *share) end(limit int) {
 	s.others = 0
 }
 
-// sawOthers raises the others' use of the window to f, shown lead before
-// its Reset.
+// sawOthers raises the others' use to f, seen lead before Reset.
 func (s *share) sawOthers(f int, lead time.Duration) {
 	if s.others == 0 && f > 0 {
 		s.late = lead
@@ -56,8 +51,7 @@ func (s *share) sawOthers(f int, lead time.Duration) {
 	s.others = max(s.others, f)
 }
 
-// sawPeers raises peers to the others' requests since our last answer,
-// when we had looked at the window (looked) before this one.
+// sawPeers raises peers to the others' requests since our last look.
 func (s *share) sawPeers(f int, looked bool) {
 	if looked && f > s.others {
 		s.peers = max(s.peers, f-s.others)

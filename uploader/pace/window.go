@@ -8,8 +8,7 @@ import (
 	"time"
 )
 
-// class is one limit class and its window (limit 0: a route without
-// rate-limit headers); the package doc says what each field is.
+// class is one limit class and its window (package doc); limit 0: no headers.
 type class struct {
 	limit, remaining int
 	reset            int64
@@ -18,15 +17,22 @@ type class struct {
 	share
 }
 
-// ticket is one admitted request and the classes it holds a slot in.
+// sleeper is a delayed request: its route's class (nil: unknown), its
+// Caller (nil: none) and its delay.
+type sleeper struct {
+	in *class
+	by *Caller
+	d  Delay
+}
+
+// ticket is one admitted request and the classes it takes a slot in.
 type ticket struct {
 	route string
 	in    []*class
 }
 
-// Wait blocks until route may send one request and returns the function to
-// call once with its answer (nil: none came; NotSent: not sent). read says
-// the route only reads. Wait returns ctx's error when ctx ends.
+// Wait blocks until route (read: it only reads) may send one request and
+// returns the release to call once with its answer, or ctx's error.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
 	return p.wait(ctx, route, read, nil)
 }
@@ -35,13 +41,8 @@ func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func
 func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (func(*Answer), error) {
 	shown, since := "", p.o.Now() // the reason last logged; when the wait began
 	defer func() {
-		if shown != "" {
-			p.mu.Lock()
-			_ = c.delayed(Delay{}, since)
-			p.mu.Unlock()
-			if p.o.Waited != nil {
-				p.o.Waited(p.o.Now().Sub(since))
-			}
+		if shown != "" && p.o.Waited != nil {
+			p.o.Waited(p.o.Now().Sub(since))
 		}
 	}()
 	for ctx.Err() == nil {
@@ -60,16 +61,17 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 			var once sync.Once
 			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
 		}
-		if err := c.delayed(d, now); err != nil {
+		if c != nil && c.park > 0 && d.Until.Sub(now) > c.park {
+			p.parks[c.key] = d
 			p.mu.Unlock()
-			return nil, err
+			return nil, &Parked{d}
 		}
 		timer := p.o.MaxWait // until an answer; the cap is a guard
 		if !d.Until.IsZero() {
 			timer = max(d.Until.Sub(now), time.Millisecond)
 		}
 		ch, stop := p.o.Timer(timer)
-		p.sleepers[&stop] = p.routes[route]
+		p.sleepers[&stop] = sleeper{p.routes[route], c, d}
 		changed := p.changed
 		p.mu.Unlock()
 		if d.Reason != shown {
@@ -89,8 +91,7 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 	return nil, ctx.Err()
 }
 
-// admit takes a slot for route (a ticket) or returns the delay until it
-// asks again (Until zero: until an answer, which wakes every request).
+// admit takes a slot for route, or returns the delay before it asks again.
 func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
 	c, d, in := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
 	if c != nil && c.limit > 0 {
@@ -125,9 +126,8 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
 	return &ticket{route: route, in: []*class{c}}, d
 }
 
-// admitProbe admits the first request of a route of unknown class, or says
-// how long it waits: while a class it may be in is spent (a read route: a
-// class holding a known read route). It holds a slot in each current one.
+// admitProbe admits the first request of a route of unknown class into a
+// slot of each class it may be in, or returns how long one of them is spent.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration) {
 	readIn := map[*class]bool{}
 	for name, c := range p.routes {
@@ -179,7 +179,7 @@ func (p *Pacer) jitter() time.Duration {
 	return 0
 }
 
-// release folds one answer into the state and wakes the waiting requests.
+// release folds an answer into the state and wakes the waiting requests.
 func (p *Pacer) release(t *ticket, a *Answer) {
 	now := p.o.Now()
 	p.mu.Lock()
@@ -196,8 +196,7 @@ func (p *Pacer) release(t *ticket, a *Answer) {
 	}
 }
 
-// settle folds a into the state; learned says it named a route's class or a
-// new window, which a restart must know.
+// settle folds a into the state; learned: a restart must know what it said.
 func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	for _, c := range t.in {
 		c.inFlight--
@@ -227,14 +226,16 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	return learned
 }
 
-// observe folds an answer's Remaining and Reset into c; counted: the server
-// charged the request. It says whether the answer named a new window.
+// observe folds a's count into c (counted: not a 429); true: a new window.
 func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 	in, raw, remaining := assumedWindow, int64(0), a.Remaining
 	if !a.Reset.IsZero() {
 		raw, in = a.Reset.Unix(), a.Reset.Sub(now)
-		if !a.Date.IsZero() {
-			in += p.leastLag(now.Sub(a.Date)) // Reset on our clock
+		if lag := now.Sub(a.Date); !a.Date.IsZero() {
+			if lag < p.lag || lag-2*time.Second > p.lag { // the least lag, or a clock jump
+				p.lag = lag
+			}
+			in += p.lag // Reset on our clock
 		}
 		if raw < c.reset {
 			return false // an older window's answer
@@ -264,8 +265,7 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 		}
 	}
 	if in > p.o.MaxWait {
-		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Float64("capped_to_s", p.o.MaxWait.Seconds()).
-			Msg("rate-limit reset is further away than a window can be; capping the wait (clock skew or server error)")
+		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Msg("rate-limit reset beyond max wait; capping the wait")
 		in = p.o.MaxWait
 	}
 	c.remaining, c.reset, c.resetAt = remaining, raw, time.Time{}
@@ -275,8 +275,7 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 	return raw != 0
 }
 
-// limited learns from a 429: the window is spent, and a Retry-After ending
-// more than a second after Reset keeps c spent until then.
+// limited spends c's window, until a 429's Retry-After if it ends later.
 func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now time.Time) {
 	if c.current(now) {
 		c.remaining = 0
@@ -292,15 +291,6 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 	}
 	p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit)).Float64("spent_s", c.blocked(now).Seconds()).
 		Msg("rate limited (HTTP 429); the retry rule decides when to try again")
-}
-
-// leastLag folds a sample of local now − Date into the clocks' offset: the
-// least wins; one more than 2 s above it means the local clock jumped.
-func (p *Pacer) leastLag(sample time.Duration) time.Duration {
-	if sample < p.lag || sample-2*time.Second > p.lag {
-		p.lag = sample
-	}
-	return p.lag
 }
 
 // ClassState is the pacer's view of one limit class, for status pages.
@@ -320,8 +310,8 @@ func (p *Pacer) Classes() []ClassState {
 	defer p.mu.Unlock()
 	now := p.o.Now()
 	waiting, parked := map[*class]int{}, map[string]int{}
-	for _, c := range p.sleepers {
-		waiting[c]++
+	for _, s := range p.sleepers {
+		waiting[s.in]++
 	}
 	for key, d := range p.parks {
 		if d.Until.After(now) {

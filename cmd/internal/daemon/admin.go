@@ -76,7 +76,7 @@ type JobView struct {
 	Parked string `json:"parked,omitempty"`
 	// RateLimit: why the job's next API request waits on the token's rate
 	// limit now, in which class and until when ("strict: no request left
-	// in the window, until 20:31:05 UTC"), whether the pacer holds it in
+	// in the window, until 20:31:05 UTC"), whether the pacer delays it in
 	// its worker (a short wait, or one that ends with an answer in flight)
 	// or the job was parked on it without a worker (next_attempt is the
 	// same time); RateLimitUntil is that time (absent: when the answer in
@@ -99,7 +99,7 @@ const StageUploading = "uploading"
 
 // Live is what the workers know of the jobs they run, by job id: the
 // uploads' progress, the checks' (a hash, a bundle, an encoding) and the
-// requests the pacer holds back. The zero Live is a state read without a
+// requests the pacer delays. The zero Live is a state read without a
 // daemon.
 type Live struct {
 	Progress map[uint64]uploader.Progress
