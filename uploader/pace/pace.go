@@ -1,21 +1,18 @@
 // Package pace keeps the API requests of one token within the server's rate
 // limits; docs/architecture.md ("Pacing") gives the model. Per limit class:
 //
-//	field      changed by                                       meaning
-//	limit      the class's first answer (X-RateLimit-Limit)      names the class
-//	remaining  an answer of the window: the least; 0 at a 429    the server's count
-//	reset      an answer naming a later window                   its X-RateLimit-Reset (server epoch s)
-//	resetAt    that answer: Reset on our clock + jitter, or a    when the window renews here; zero: unknown,
-//	           Retry-After beyond it                             one request goes to learn it
-//	inFlight   +1 at admission, −1 at the answer                 ours, in no count yet
-//	own        +1 per counted answer or per request without one  our use of the window
-//	others     limit − remaining − own − inFlight, if more; at   the token's other clients' use (a lower bound)
-//	           a 429, all the window that is not ours
-//	expect     the window's end (share.go)                       the others' expected use per window
-//	peers      the most others' requests between two answers     the others in flight; sets the fair share
-//	late       the first sighting of others in a window          how long before Reset they show
-//	quiet      the window's end: 1 after one with others, else   windows without them; 0: this window was
-//	           +1; 0 at an answer as late as late                seen as late as they show
+//	field      changed by                                         meaning
+//	limit      the class's first answer (X-RateLimit-Limit)       names the class
+//	remaining  an answer of the window: the least; 0 at a 429     the server's count
+//	reset      an answer naming a later window                    its X-RateLimit-Reset (server epoch s)
+//	resetAt    that answer (our clock, + jitter); a Retry-After   when the window renews here; zero: unknown
+//	inFlight   +1 at admission, −1 at the answer                  ours, in no count yet
+//	own        +1 per counted answer or per request without one   our use of the window
+//	others     limit − remaining − own − inFlight if more; a 429  the token's other clients' use (a lower bound)
+//	expect     the window's end (share.go)                        the others' expected use per window
+//	peers      the most others' requests between two answers      the others in flight; sets the fair share
+//	late       the first sighting of others in a window           how long before Reset they show
+//	quiet      the window's end: +1, 1 after others; 0 when late  windows without them; 0: seen late enough
 package pace
 
 import (
