@@ -51,7 +51,7 @@ type Options struct {
 	Now       func() time.Time
 	Timer     func(d time.Duration) (c <-chan time.Time, stop func() bool) // default time.NewTimer
 	Rand      func() float64                                               // uniform in [0,1)
-	Jitter    time.Duration                                                // the most added to a Reset or Retry-After; 0: DefaultJitter, < 0: none
+	Jitter    time.Duration                                                // most added to a Reset or Retry-After; 0: default, < 0: none
 	MaxWait   time.Duration                                                // caps any wait; 0: DefaultMaxWait
 	StateFile string                                                       // keeps windows and routes across restarts (file.go)
 	Logger    zerolog.Logger
