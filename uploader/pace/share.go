@@ -12,8 +12,8 @@ type share struct {
 	quiet                 int
 }
 
-// keep returns how many of left requests to keep for the others, used of the
-// window of limit being ours; in a large class, at most their fair share.
+// keep returns how many of a window's left requests to keep for the others,
+// used of its limit being ours; a large class keeps at most their fair share.
 func (s *share) keep(limit, left, used int) int {
 	e := cmp.Or(s.expect, 2*s.others)
 	r := max(e-s.others, min(1, e), s.peers)
