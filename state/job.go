@@ -175,10 +175,9 @@ type Job struct {
 	// uploading its content's session, or a peer's receipt): it holds no
 	// worker and is looked at again at NextAttempt. "" when not parked.
 	Parked string `json:"parked,omitempty"`
-	// RateLimited says why the job waits on the token's rate limit: the
-	// pacer would have held its next API request back (never sent) until
-	// a known time, so the job gave its worker back and is looked at again
-	// at NextAttempt (= Until). Each step clears it. Nil when not parked.
+	// RateLimited is the rate-limit delay the job is parked on: its next
+	// request was not sent, and the job is due at NextAttempt (= Until).
+	// Each step clears it; nil when not parked.
 	RateLimited *RateWait `json:"rate_limited,omitempty"`
 
 	LastError  string `json:"last_error,omitempty"`
@@ -359,8 +358,8 @@ func Unmarshal(b []byte) (Job, error) {
 	return j, nil
 }
 
-// RateWait is a rate-limit wait a job was parked on: the class's label, the
-// pacer's reason, and when the wait ends (uploader/pace.Hold, stored).
+// RateWait is the stored pace.Delay a job was parked on: the class's label,
+// the pacer's reason, and when it ends.
 type RateWait struct {
 	Class  string    `json:"class"`
 	Reason string    `json:"reason"`

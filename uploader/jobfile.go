@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -320,7 +321,7 @@ func (p *Pool) follows(root string) bool {
 // parts read: a sum that differs from the recorded one (the content
 // changed, same size and mtime or not) sends the job back before
 // complete, so what was hashed is what is published.
-func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Job, error) {
+func (p *Pool) v1Send(ctx context.Context, t *pace.Caller, j state.Job, missing []int) (state.Job, error) {
 	jf, changed, err := p.uploadFile(j)
 	if err != nil {
 		return j, err
@@ -340,7 +341,7 @@ func (p *Pool) v1Send(ctx context.Context, j state.Job, missing []int) (state.Jo
 		sum <- err
 	}()
 	start := p.o.Now()
-	j, err = p.v1SendParts(ctx, j, jf.f, missing)
+	j, err = p.v1SendParts(ctx, t, j, jf.f, missing)
 	if err != nil {
 		return j, err
 	}

@@ -216,28 +216,8 @@ func (e *progressEntry) rate(now time.Time) float64 {
 	return float64(e.Sent-base.sent) / el.Seconds()
 }
 
-// Holds returns why the pacer holds back a request of a running job, by job
-// id: the jobs that wait on the API's rate limit now.
-func (p *Pool) Holds() map[uint64]pace.Hold {
-	p.progMu.Lock()
-	defer p.progMu.Unlock()
-	out := make(map[uint64]pace.Hold, len(p.holds))
-	for k, h := range p.holds {
-		out[k] = h
-	}
-	return out
-}
-
-// setHold records the pacer's hold of job id's request; a zero Hold ends it.
-func (p *Pool) setHold(id uint64, h pace.Hold) {
-	p.progMu.Lock()
-	defer p.progMu.Unlock()
-	if h == (pace.Hold{}) {
-		delete(p.holds, id)
-		return
-	}
-	p.holds[id] = h
-}
+// RateDelays returns why the pacer delays a running job's request, by job id.
+func (p *Pool) RateDelays() map[uint64]pace.Delay { return p.o.Client.Pacer().Delays() }
 
 // Busy returns the jobs the workers hold now, and how many workers there are.
 func (p *Pool) Busy() (running map[uint64]bool, workers int) {

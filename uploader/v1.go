@@ -13,6 +13,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
@@ -87,7 +88,7 @@ func (p *Pool) usesV1(j state.Job) bool {
 }
 
 // stepV1 is step under the v1 protocol.
-func (p *Pool) stepV1(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) stepV1(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	// The job is this step's own: the session must not be shared with the
 	// caller's copy, which advance keeps to report a crash.
 	if j.V1 != nil {
@@ -103,15 +104,15 @@ func (p *Pool) stepV1(ctx context.Context, j state.Job) (state.Job, error) {
 	case state.Queued:
 		return p.stepCheck(ctx, j)
 	case state.Ready:
-		return p.v1Create(ctx, j)
+		return p.v1Create(ctx, t, j)
 	case state.Signed:
-		return p.v1Parts(ctx, j)
+		return p.v1Parts(ctx, t, j)
 	case state.Uploaded:
-		return p.v1Intent(ctx, j)
+		return p.v1Intent(ctx, t, j)
 	case state.Publishing:
-		return p.v1Complete(ctx, j)
+		return p.v1Complete(ctx, t, j)
 	case state.Processing:
-		return p.v1Poll(ctx, j)
+		return p.v1Poll(ctx, t, j)
 	}
 	return j, fmt.Errorf("job %d: no v1 step for stage %s", j.ID, j.Stage)
 }
@@ -148,7 +149,7 @@ func partRange(size, partSize int64, n int) (off, length int64) {
 // about to be sent under it, are committed before the call: a restart sends
 // the same key, and a create answered 200 when it is the first one under
 // its key proves that another daemon made the session.
-func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) v1Create(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	if j.SHA256 == "" {
 		return j, fmt.Errorf("job %d: ready without sha256", j.ID)
 	}
@@ -189,17 +190,15 @@ func (p *Pool) v1Create(ctx context.Context, j state.Job) (state.Job, error) {
 	if err := p.hook("v1:create", j); err != nil {
 		return j, err
 	}
-	s, created, err := p.o.Client.CreateUpload(ctx, key, api.CreateUploadRequest{
+	s, created, err := p.o.Client.Paced(t).CreateUpload(ctx, key, api.CreateUploadRequest{
 		SourceFormat:  format,
 		ContentLength: j.UploadSize(),
 		Title:         j.Params.Title,
 		Description:   j.Params.Description,
 	})
 	if err != nil {
-		if _, parked := rateParked(ctx); parked {
-			// Held back by the pacer, never sent: the intent's count is
-			// undone with the park (a crash before it leaves it counted).
-			j.V1.Creates--
+		if _, parked := errors.AsType[*pace.Parked](err); parked {
+			j.V1.Creates-- // not sent: undone with the park (a crash before it leaves it counted)
 		}
 		// A lost answer is sent again with the same key (the server answers
 		// with the same session); 413 fails the job with the server's text.
@@ -303,10 +302,10 @@ func v1Sync(j *state.Job, s api.UploadSession) []int {
 
 // v1Parts: signed → uploaded. It reads the session, then sends the parts
 // the server lacks, up to ParallelParts at a time, committing each ETag.
-func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) v1Parts(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	for rereads := 0; ; rereads++ {
 		sent := j.V1.Stored()
-		s, err := p.o.Client.GetUpload(ctx, j.V1.ID)
+		s, err := p.o.Client.Paced(t).GetUpload(ctx, j.V1.ID)
 		if state.HTTPStatus(err) == http.StatusNotFound {
 			why := "upload session is gone (404)"
 			if sent > 0 {
@@ -340,7 +339,7 @@ func (p *Pool) v1Parts(ctx context.Context, j state.Job) (state.Job, error) {
 		if len(missing) == 0 {
 			return p.v1Move(j, state.Uploaded, "")
 		}
-		next, err := p.v1Send(ctx, j, missing)
+		next, err := p.v1Send(ctx, t, j, missing)
 		switch {
 		case errors.Is(err, errV1Lost):
 			return p.v1Lost(next, "upload session is gone (404 at part-upload-urls)")
@@ -383,32 +382,27 @@ type partResult struct {
 // in flight finish, and the error is returned with the job as last
 // committed. Each ETag is committed as its part completes, by this
 // goroutine alone, so commits never race.
-func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing []int) (state.Job, error) {
-	// Part URLs are signed while PUTs are in flight on ctx: a held
-	// signing blocks (rateheld.go) instead of ending the step under them.
-	// The first, before any PUT, parks the job as any step's held request
-	// does.
-	parkable := ctx
-	ctx = p.blockingHolds(ctx, j.ID)
+func (p *Pool) v1SendParts(ctx context.Context, t *pace.Caller, j state.Job, f *os.File, missing []int) (state.Job, error) {
 	dctx, stopDrain := p.untilDrain(ctx)
 	defer stopDrain()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	s := &partSender{
-		p:        p,
-		ctx:      ctx,
-		parkable: parkable,
-		drain:    dctx,
-		puts:     pctx,
-		f:        f,
-		j:        j,
-		par:      p.o.ParallelParts,
-		results:  make(chan partResult, p.o.ParallelParts), // never blocks a PUT, even after a crash return
-		queue:    slices.Clone(missing),
-		tries:    make(map[int]int),
-		urls:     make(map[int]signedPart),
-		prog:     newPartProgress(p, j),
+		p:       p,
+		ctx:     ctx,
+		sign:    p.o.Client.Paced(t),
+		signing: p.o.Client.Paced(p.o.Client.Pacer().Caller(j.ID, 0)),
+		drain:   dctx,
+		puts:    pctx,
+		f:       f,
+		j:       j,
+		par:     p.o.ParallelParts,
+		results: make(chan partResult, p.o.ParallelParts), // never blocks a PUT, even after a crash return
+		queue:   slices.Clone(missing),
+		tries:   make(map[int]int),
+		urls:    make(map[int]signedPart),
+		prog:    newPartProgress(p, j),
 	}
 	defer p.setProgress(j.ID, nil)
 	done := ctx.Done()
@@ -445,18 +439,16 @@ func (p *Pool) v1SendParts(ctx context.Context, j state.Job, f *os.File, missing
 type partSender struct {
 	p   *Pool
 	ctx context.Context // the step's: signing, commits, the retry rule
-	// parkable is the step's context before blockingHolds: the first
-	// signing, before any PUT started, ends the step there when it is held,
-	// and parks the job. Later ones block even with none in flight: a park
-	// would cost a session read and the file's hash from its start again at
-	// each (with parallel_parts 1, at every signing).
-	parkable context.Context
-	started  bool            // a PUT has started
-	drain    context.Context // ends when the pool drains: no new part starts
-	puts     context.Context // the PUTs': ends when v1SendParts returns
-	f        *os.File
-	j        state.Job // as last committed, with the ETags so far
-	par      int
+	// sign signs the first URLs, before any PUT: a long delay parks the
+	// job. signing signs the later ones and waits out every delay: a park
+	// would cost a session read and the file's hash again.
+	sign, signing *api.Client
+	started       bool            // a PUT has started
+	drain         context.Context // ends when the pool drains: no new part starts
+	puts          context.Context // the PUTs': ends when v1SendParts returns
+	f             *os.File
+	j             state.Job // as last committed, with the ETags so far
+	par           int
 
 	results  chan partResult
 	queue    []int       // parts to start, lowest first
@@ -502,11 +494,11 @@ func (s *partSender) startParts(now time.Time) {
 		n := s.queue[0]
 		u, ok := s.urls[n]
 		if !ok || !u.usable(now) {
-			sctx := s.ctx
+			c := s.signing
 			if !s.started {
-				sctx = s.parkable
+				c = s.sign
 			}
-			if err := s.p.v1Sign(sctx, s.j, s.queue, s.urls); err != nil {
+			if err := s.p.v1Sign(s.ctx, c, s.j, s.queue, s.urls); err != nil {
 				s.stop = err
 				return
 			}
@@ -583,7 +575,7 @@ func (s *partSender) failed(r partResult) {
 
 // v1Sign signs URLs for the first parts of queue that have no usable one
 // (queue[0] among them), up to signAhead·ParallelParts and the API's 100.
-func (p *Pool) v1Sign(ctx context.Context, j state.Job, queue []int, urls map[int]signedPart) error {
+func (p *Pool) v1Sign(ctx context.Context, c *api.Client, j state.Job, queue []int, urls map[int]signedPart) error {
 	now := p.o.Now()
 	limit := min(api.MaxPartURLsPerCall, signAhead*p.o.ParallelParts)
 	var batch []int
@@ -596,7 +588,7 @@ func (p *Pool) v1Sign(ctx context.Context, j state.Job, queue []int, urls map[in
 			break
 		}
 	}
-	err := signPartURLs(ctx, p.o.Client, j.V1.ID, batch, urls, p.o.Now)
+	err := signPartURLs(ctx, c, j.V1.ID, batch, urls, p.o.Now)
 	switch state.HTTPStatus(err) {
 	case http.StatusNotFound:
 		return fmt.Errorf("%w: %w", errV1Lost, err)
@@ -680,9 +672,9 @@ func (pp *partProgress) publishLocked() {
 // v1Intent: uploaded → publishing, the complete intent. After a refused
 // complete the session is read first: parts it lacks send the job back
 // (through queued) to take it up again, a lost session to a new one.
-func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) v1Intent(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	if j.SplatID == "" && j.V1.Verify {
-		s, err := p.o.Client.GetUpload(ctx, j.V1.ID)
+		s, err := p.o.Client.Paced(t).GetUpload(ctx, j.V1.ID)
 		if state.HTTPStatus(err) == http.StatusNotFound {
 			return p.v1Lost(j, "upload session is gone (404)")
 		}
@@ -712,7 +704,10 @@ func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
 		case err == nil && !fileSame(fi, j):
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		case errors.As(err, &fe):
-			s, serr := p.o.Client.GetUpload(ctx, j.V1.ID)
+			s, serr := p.o.Client.Paced(t).GetUpload(ctx, j.V1.ID)
+			if _, parked := errors.AsType[*pace.Parked](serr); parked {
+				return j, serr
+			}
 			if serr != nil || (s.Status != api.UploadProcessing && s.Status != api.UploadCompleted) {
 				return j, err
 			}
@@ -729,7 +724,7 @@ func (p *Pool) v1Intent(ctx context.Context, j state.Job) (state.Job, error) {
 // v1Complete: publishing → processing. A complete whose answer was lost is
 // simply sent again (200 with the same body); one refused with 400 or 409
 // makes the job read the session before it completes again; 413 fails it.
-func (p *Pool) v1Complete(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) v1Complete(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	j.Uncertain = false // nothing is uncertain under v1
 	if j.SplatID != "" {
 		return p.v1Processing(j, j.SplatID, "")
@@ -745,9 +740,9 @@ func (p *Pool) v1Complete(ctx context.Context, j state.Job) (state.Job, error) {
 	if err := p.hook("v1:complete", j); err != nil {
 		return j, err
 	}
-	comp, replayed, err := p.o.Client.CompleteUpload(ctx, j.V1.ID, parts)
-	if _, parked := rateParked(ctx); parked && err != nil {
-		return j, err // held back by the pacer, never sent
+	comp, replayed, err := p.o.Client.Paced(t).CompleteUpload(ctx, j.V1.ID, parts)
+	if _, parked := errors.AsType[*pace.Parked](err); parked {
+		return j, err // not sent
 	}
 	j.Publishes++
 	var ae *api.APIError
@@ -781,7 +776,7 @@ func (p *Pool) v1Processing(j state.Job, splatID, editURL string) (state.Job, er
 }
 
 // v1Poll: processing → done | failed, or processing again later.
-func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) v1Poll(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	now := p.o.Now()
 	if j.V1.FromPeer {
 		// The peer's receipt says done: no poll.
@@ -791,7 +786,7 @@ func (p *Pool) v1Poll(ctx context.Context, j state.Job) (state.Job, error) {
 	if j, timedOut := p.pollTimedOut(j, now); timedOut {
 		return j, nil
 	}
-	sp, err := p.o.Client.SplatV1(ctx, j.SplatID)
+	sp, err := p.o.Client.Paced(t).SplatV1(ctx, j.SplatID)
 	if err != nil {
 		return j, err
 	}

@@ -179,16 +179,11 @@ type Pool struct {
 	progMu   sync.Mutex
 	progress map[uint64]*progressEntry // running uploads (progress.go)
 	checks   map[uint64]*progressEntry // running hashes, bundles, encodings (progress.go)
-	holds    map[uint64]pace.Hold      // jobs whose request the pacer holds back (progress.go)
-	parkedOn map[uint64]pace.Hold      // jobs parked on a rate-limit hold since this start (rateheld.go)
 
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
 
 	encodeSlot chan struct{} // one publish.encode at a time (encode.go)
-
-	resMu    sync.Mutex
-	reserved map[uint64]*api.Reservation // publish slots taken before the intent commit
 
 	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
 	drainCh  chan struct{} // closed when draining starts
@@ -240,10 +235,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		encodeSlot:  make(chan struct{}, 1),
 		progress:    make(map[uint64]*progressEntry),
 		checks:      make(map[uint64]*progressEntry),
-		holds:       make(map[uint64]pace.Hold),
-		parkedOn:    make(map[uint64]pace.Hold),
 		running:     make(map[uint64]context.CancelCauseFunc),
-		reserved:    make(map[uint64]*api.Reservation),
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
 		kick:        make(chan struct{}, 1),
@@ -422,23 +414,6 @@ func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelF
 	return ctx, func() { cancel(nil) }
 }
 
-func (p *Pool) holdReservation(id uint64, r *api.Reservation) {
-	p.resMu.Lock()
-	defer p.resMu.Unlock()
-	p.reserved[id].Cancel() // a stale one, never expected
-	p.reserved[id] = r
-}
-
-// takeReservation removes and returns job id's reserved publish slot (nil
-// if none; Cancel on nil is a no-op).
-func (p *Pool) takeReservation(id uint64) *api.Reservation {
-	p.resMu.Lock()
-	defer p.resMu.Unlock()
-	r := p.reserved[id]
-	delete(p.reserved, id)
-	return r
-}
-
 // Wake tells idle workers that a job was enqueued.
 func (p *Pool) Wake() {
 	for range p.o.Workers {
@@ -490,7 +465,6 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 			continue
 		}
 		err = p.runJob(ctx, j)
-		p.takeReservation(j.ID).Cancel() // unused if the job stopped after its intent
 		p.o.Store.Release(j.ID)
 		switch {
 		case err == nil || errors.Is(err, errWorkerPaused):
@@ -548,7 +522,8 @@ func (p *Pool) Abort(id uint64) bool {
 // runJob advances a claimed job until it is final, waits, or the pool stops.
 func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 	p.countParkedWait(j)
-	p.setParkedOn(j.ID, pace.Hold{}) // claimed again: no longer parked
+	t := p.o.Client.Pacer().Caller(j.ID, rateParkMin) // claimed again: no longer parked
+	defer t.Unreserve()                               // unused if the job stopped after its intent
 	jctx, cancel := context.WithCancelCause(ctx)
 	p.runMu.Lock()
 	p.running[j.ID] = cancel
@@ -560,7 +535,7 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 		cancel(nil)
 	}()
 	for {
-		next, err := p.advance(jctx, j)
+		next, err := p.advance(jctx, t, j)
 		if errors.Is(err, errDrained) {
 			return nil
 		}
@@ -600,14 +575,13 @@ func (p *Pool) hook(point string, j state.Job) error {
 	return nil
 }
 
-// advance runs one step: the side effect of j's stage, then one commit.
-func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
+// advance runs one step, its requests paced by t: the side effect of j's
+// stage, then one commit.
+func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	from, since := j.Stage, j.StageSince
 	j.RateLimited = nil // each step says again whether the rate limit parks it
-	sctx, stop := p.stepContext(ctx, j.ID)
-	next, err := p.step(sctx, j)
-	held, parked := rateParked(sctx)
-	stop(nil)
+	next, err := p.step(ctx, t, j)
+	parked, isParked := errors.AsType[*pace.Parked](err)
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
 		return j, err
 	}
@@ -617,10 +591,8 @@ func (p *Pool) advance(ctx context.Context, j state.Job) (state.Job, error) {
 	if err == nil {
 		p.configCleared(from)
 	}
-	if err != nil && parked && ctx.Err() == nil {
-		// The pacer held the step's request back (never sent): the job
-		// waits in its stage without its worker (rateheld.go).
-		next, err = p.parkOnHold(next, held), nil
+	if isParked && ctx.Err() == nil {
+		next, err = p.park(next, parked.Delay), nil // the request was not sent (ratepark.go)
 	}
 	if err != nil {
 		// The step's job carries what the failed attempt changed (e.g. a

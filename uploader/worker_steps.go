@@ -10,33 +10,34 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // step performs the side effect of j's stage and returns the job to
 // commit. An error is classified by the caller (retry, fail, pause).
-func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	if p.usesV1(j) {
-		return p.stepV1(ctx, j)
+		return p.stepV1(ctx, t, j)
 	}
 	switch j.Stage {
 	case state.Queued:
 		return p.stepCheck(ctx, j)
 	case state.Ready:
-		return p.stepSign(ctx, j)
+		return p.stepSign(ctx, t, j)
 	case state.Signed:
 		return p.stepPut(ctx, j)
 	case state.Uploaded:
 		// Commit the intent before the publish call: a crash after this
 		// commit is the one case whose outcome is unknown. The rate-limit
 		// slot is taken first, so that the intent is committed only when
-		// the call can leave at once: a crash while the pacer holds the
-		// call back leaves the job in uploaded, with nothing uncertain.
+		// the call can leave at once: a crash while the pacer delays the
+		// call leaves the job in uploaded, with nothing uncertain.
 		// A shutdown while the slot is awaited ends the wait: the publish
 		// has not started, so the job simply stays uploaded.
 		rctx, cancel := p.untilDrain(ctx)
-		res, err := p.o.Client.Reserve(rctx, api.RoutePublish)
+		err := t.Reserve(rctx, api.RoutePublish, false)
 		cancel()
 		if err != nil {
 			if errors.Is(context.Cause(rctx), errDrained) && ctx.Err() == nil {
@@ -50,26 +51,25 @@ func (p *Pool) step(ctx context.Context, j state.Job) (state.Job, error) {
 		// because this job was still in flight, so it is this job's to redo.
 		fi, err := p.checkName(j)
 		if err == nil && !fileSame(fi, j) {
-			res.Cancel()
+			t.Unreserve()
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		}
 		if err != nil {
-			res.Cancel()
+			t.Unreserve()
 			return j, err
 		}
 		next := j
 		if err := next.Move(state.Publishing, p.o.Now()); err != nil {
-			res.Cancel()
+			t.Unreserve()
 			return j, err
 		}
 		next.Uncertain = false
 		next.NextAttempt = p.o.Now()
-		p.holdReservation(j.ID, res)
-		return next, nil
+		return next, nil // the publish step's request takes the slot
 	case state.Publishing:
-		return p.stepPublish(ctx, j)
+		return p.stepPublish(ctx, t, j)
 	case state.Processing:
-		return p.stepPoll(ctx, j)
+		return p.stepPoll(ctx, t, j)
 	}
 	return j, fmt.Errorf("job %d: no step for stage %s", j.ID, j.Stage)
 }
@@ -221,11 +221,11 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // stepSign: ready → signed.
-func (p *Pool) stepSign(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) stepSign(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	if err := splatfile.Kind(j.Kind).CheckLegacy(); err != nil {
 		return j, &workerFileError{err}
 	}
-	up, err := p.o.Client.SignedURL(ctx, uploadName(j))
+	up, err := p.o.Client.Paced(t).SignedURL(ctx, uploadName(j))
 	if err != nil {
 		return j, err
 	}
@@ -309,7 +309,7 @@ func (p *Pool) resign(j state.Job, at time.Time, why string) (state.Job, error) 
 // stepPublish: publishing → processing. A job whose earlier publish call
 // may have reached the API (found here after a restart, or after a lost
 // answer) follows OnUncertain.
-func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) stepPublish(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	now := p.o.Now()
 	if j.Uncertain {
 		if p.publish.Load().onUncertain == UncertainHold {
@@ -323,13 +323,9 @@ func (p *Pool) stepPublish(ctx context.Context, j state.Job) (state.Job, error) 
 		}
 		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
 	}
-	if res := p.takeReservation(j.ID); res != nil {
-		ctx = api.WithReservation(ctx, res)
-		defer res.Cancel()
-	}
-	sp, err := p.o.Client.Publish(ctx, api.PublishRequest{Key: j.Upload.Key, KeyField: j.Upload.KeyField, PublishParams: j.Params})
-	if _, parked := rateParked(ctx); parked && err != nil {
-		return j, err // held back by the pacer, never sent: nothing is uncertain
+	sp, err := p.o.Client.Paced(t).Publish(ctx, api.PublishRequest{Key: j.Upload.Key, KeyField: j.Upload.KeyField, PublishParams: j.Params})
+	if _, parked := errors.AsType[*pace.Parked](err); parked {
+		return j, err // not sent: nothing is uncertain
 	}
 	j.Publishes++
 	if err != nil && p.policy.Decide(ctx, err, 1, now).Action == state.Hold {
@@ -385,12 +381,12 @@ func (p *Pool) published(j state.Job, now time.Time, splatID string) (state.Job,
 }
 
 // stepPoll: processing → done | failed, or processing again later.
-func (p *Pool) stepPoll(ctx context.Context, j state.Job) (state.Job, error) {
+func (p *Pool) stepPoll(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	now := p.o.Now()
 	if j, timedOut := p.pollTimedOut(j, now); timedOut {
 		return j, nil
 	}
-	sp, err := p.o.Client.Splat(ctx, j.SplatID)
+	sp, err := p.o.Client.Paced(t).Splat(ctx, j.SplatID)
 	if err != nil {
 		return j, err
 	}

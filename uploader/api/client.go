@@ -47,8 +47,8 @@ type ClientOptions struct {
 	RootCAs     *x509.CertPool // nil = system roots (cmd adds api.ca_file to the system pool)
 	Timeout     time.Duration  // per API call; the storage PUT uses it as an idle/progress timeout instead
 	UserAgent   string
-	Pacer       Pacer    // shared by all goroutines using the token; nil = a pace.Pacer of its own, without state (its waits go to Observer)
-	Observer    Observer // metrics hooks; nil = no-op
+	Pacer       *pace.Pacer // shared by every client of the token; nil = one of its own, without state (its waits go to Observer)
+	Observer    Observer    // metrics hooks; nil = no-op
 	Logger      zerolog.Logger
 	// Limiter, when set, limits the aggregate rate of every storage PUT
 	// body (legacy Put and v1 PutPart) of this client and of every other
@@ -61,19 +61,19 @@ type ClientOptions struct {
 	ClientVersion string
 }
 
-// Pacer admits the client's API requests within the token's rate limits;
-// *pace.Pacer is the one the daemon shares among its clients. Wait blocks
-// until route (read: it only reads) may send and returns the function to
-// call with the answer: nil when none came, pace.NotSent when the slot was
-// not used.
+// Pacer admits the client's API requests within the token's rate limits:
+// *pace.Pacer, or a job's *pace.Caller of it (Client.Paced).
 type Pacer interface {
 	Wait(ctx context.Context, route string, read bool) (release func(*pace.Answer), err error)
 }
 
-var _ Pacer = (*pace.Pacer)(nil)
+var (
+	_ Pacer = (*pace.Pacer)(nil)
+	_ Pacer = (*pace.Caller)(nil)
+)
 
-// readRoutes are the routes that only read (GET): the pacer does not hold
-// their first request on a spent class that holds no known read route.
+// readRoutes are the routes that only read (GET): the pacer does not delay
+// their first request on a spent class without a known read route.
 var readRoutes = map[string]bool{
 	RouteGetSplat: true, RouteCheckpoints: true,
 	RouteV1Me: true, RouteV1Splats: true, RouteV1GetSplat: true, RouteV1GetUpload: true,
@@ -88,11 +88,12 @@ type Client struct {
 	userAgent string
 	clientVer string // uploadClient.version of v1 sessions: 1..64 characters
 	timeout   time.Duration
-	api       atomic.Pointer[http.Client] // API calls: bearer header, same-origin redirects only
-	storage   atomic.Pointer[http.Client] // signed-URL PUTs: no bearer, no redirects, no overall timeout
-	reach     reachability                // whether the API answers (health.go)
-	pacer     Pacer
-	limiter   *Limiter // nil: storage PUTs are not limited
+	api       *atomic.Pointer[http.Client] // API calls: bearer header, same-origin redirects only
+	storage   *atomic.Pointer[http.Client] // signed-URL PUTs: no bearer, no redirects, no overall timeout
+	reach     *reachability                // whether the API answers (health.go)
+	pacer     *pace.Pacer                  // the token's
+	wait      Pacer                        // what this view's requests wait on: pacer, or a Caller of it
+	limiter   *Limiter                     // nil: storage PUTs are not limited
 	obs       Observer
 	log       zerolog.Logger
 	now       func() time.Time
@@ -118,6 +119,9 @@ func NewClient(o ClientOptions) (*Client, error) {
 		tokens:    tokens,
 		userAgent: o.UserAgent,
 		timeout:   o.Timeout,
+		api:       new(atomic.Pointer[http.Client]),
+		storage:   new(atomic.Pointer[http.Client]),
+		reach:     new(reachability),
 		pacer:     o.Pacer,
 		limiter:   o.Limiter,
 		obs:       o.Observer,
@@ -137,9 +141,21 @@ func NewClient(o ClientOptions) (*Client, error) {
 	if c.pacer == nil {
 		c.pacer = pace.New(pace.Options{Logger: c.log, Waited: c.obs.RateLimitWait})
 	}
+	c.wait = c.pacer
 
 	c.SetRootCAs(o.RootCAs)
 	return c, nil
+}
+
+// Pacer returns the token's pacer, which every view of c shares.
+func (c *Client) Pacer() *pace.Pacer { return c.pacer }
+
+// Paced returns a view of c whose API requests wait on w (a job's
+// pace.Caller); the views share everything else.
+func (c *Client) Paced(w Pacer) *Client {
+	v := *c
+	v.wait = w
+	return &v
 }
 
 // SetRootCAs makes the API and storage connections verify servers against
@@ -286,7 +302,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, query url.
 
 // do paces, sends and checks one API exchange and decodes a 2xx JSON body
 // into v (when not nil). The pacer's wait is outside the per-call timeout: a
-// request held for a rate-limit window has not started yet.
+// request delayed for a rate-limit window has not started yet.
 func (c *Client) do(ctx context.Context, route string, req *http.Request, v any) error {
 	_, _, err := c.send(ctx, route, req, v)
 	return err
@@ -296,13 +312,9 @@ func (c *Client) do(ctx context.Context, route string, req *http.Request, v any)
 // (v1's 201 vs 200, Location): it also returns them, status 0 when no
 // response came.
 func (c *Client) send(ctx context.Context, route string, req *http.Request, v any) (int, http.Header, error) {
-	release, ok := reserved(ctx, route)
-	if !ok {
-		var err error
-		release, err = c.pacer.Wait(ctx, route, readRoutes[route])
-		if err != nil {
-			return 0, nil, fmt.Errorf("%s: waiting for rate limit: %w", route, err)
-		}
+	release, err := c.wait.Wait(ctx, route, readRoutes[route])
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: waiting for rate limit: %w", route, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

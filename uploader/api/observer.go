@@ -12,7 +12,7 @@ type Observer interface {
 	APIRequest(route string, code int, d time.Duration)
 	// RateLimit records the latest X-RateLimit-Remaining seen for a class.
 	RateLimit(class string, remaining int)
-	// RateLimitWait records the time a request was held back by the pacer
+	// RateLimitWait records the time the pacer delayed a request
 	// (pace.Options.Waited: the daemon's pacer, or the client's own).
 	RateLimitWait(d time.Duration)
 	// UploadBytes records bytes written to storage (called as they go).

@@ -26,6 +26,24 @@ import (
 	"github.com/splatd/splatd/uploader/pace"
 )
 
+// syncBuffer is a log sink goroutines and the test share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // --- the contract's request schemas, closed, as an independent server
 // would check them. Pointers tell an absent field from a zero one. --------
 

@@ -231,8 +231,13 @@ type waitResult struct {
 	err     error
 }
 
+// waiter is a *Pacer or a *Caller.
+type waiter interface {
+	Wait(ctx context.Context, route string, read bool) (func(*Answer), error)
+}
+
 // waitAsync runs Wait in a goroutine.
-func waitAsync(ctx context.Context, p *Pacer, route string) <-chan waitResult {
+func waitAsync(ctx context.Context, p waiter, route string) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
 		rel, err := p.Wait(ctx, route, isRead(route))
@@ -256,7 +261,7 @@ func mustNotReturn(t *testing.T, ch <-chan waitResult) {
 	t.Helper()
 	select {
 	case r := <-ch:
-		t.Fatalf("Wait returned (err=%v) while it should be held", r.err)
+		t.Fatalf("Wait returned (err=%v) while it should be delayed", r.err)
 	default:
 	}
 }
@@ -270,17 +275,17 @@ func mustWait(t *testing.T, p *Pacer, route string) func(*Answer) {
 	return rel
 }
 
-// mustHoldFor checks that route's next request is held for exactly want
+// mustDelayFor checks that route's next request is delayed for exactly want
 // (what names the wait in a failure), then lets it go and answers nothing.
-func mustHoldFor(t *testing.T, clk *fakeClock, p *Pacer, route string, want time.Duration, what string) {
+func mustDelayFor(t *testing.T, clk *fakeClock, p *Pacer, route string, want time.Duration, what string) {
 	t.Helper()
-	held := waitAsync(context.Background(), p, route)
+	delayed := waitAsync(context.Background(), p, route)
 	clk.awaitParked(t, 1)
 	if got := clk.lastAsked(); got != want {
 		t.Fatalf("%s = %v, want %v", what, got, want)
 	}
 	clk.Advance(want)
-	receive(t, held).release(nil)
+	receive(t, delayed).release(nil)
 }
 
 func TestPacerClassNames(t *testing.T) {
@@ -372,7 +377,7 @@ func TestPacerUsesTheBudget(t *testing.T) {
 	if clk.Now() != t0 {
 		t.Fatalf("the window's last quarter took %v of fake time, want none (no one else spends it)", clk.Now().Sub(t0))
 	}
-	mustHoldFor(t, clk, p, routeCheckpoints, 60*time.Second, "wait with none left (until Reset)")
+	mustDelayFor(t, clk, p, routeCheckpoints, 60*time.Second, "wait with none left (until Reset)")
 }
 
 func TestPacerHoldsWhenNoneRemain(t *testing.T) {
@@ -392,17 +397,17 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	for left := range []int{3, 2, 1, 0} {
 		mustWait(t, p, routeSigned)(windowResp(200, 5, 3-left, t0.Add(30*time.Second), t0, 0))
 	}
-	held := waitAsync(context.Background(), p, routeSigned)
+	delayed := waitAsync(context.Background(), p, routeSigned)
 	clk.awaitParked(t, 1)
 	if got, want := clk.lastAsked(), 30*time.Second+500*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want %v (reset + jitter)", got, want)
 	}
 	clk.Advance(30*time.Second + 400*time.Millisecond) // not yet: the jitter is still running
 	clk.awaitParked(t, 1)
-	mustNotReturn(t, held)
+	mustNotReturn(t, delayed)
 
 	clk.Advance(100 * time.Millisecond)
-	first := receive(t, held)
+	first := receive(t, delayed)
 	// The window has renewed but is unknown: this request is its probe and
 	// the next one waits for the probe's headers.
 	third := waitAsync(context.Background(), p, routeSigned)
@@ -413,7 +418,7 @@ func TestPacerHoldsWhenNoneRemain(t *testing.T) {
 	// The probe's headers make the window known, with budget left.
 	receive(t, third).release(nil)
 
-	// Only the held requests count their wait: the window's reset, then
+	// Only the delayed requests count their wait: the window's reset, then
 	// the probe's answer (no time on the fake clock).
 	waitedMu.Lock()
 	defer waitedMu.Unlock()
@@ -438,10 +443,10 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 		// (here 10 s to 11) does not make us come back a second late.
 		{"retry-after is the reset rounded up", 10 * time.Second, 11 * time.Second, 10*time.Second + 500*time.Millisecond},
 		{"retry-after without a window", 0, 40 * time.Second, 40*time.Second + 500*time.Millisecond},
-		// Nothing known: no hold, and no backoff of the pacer's own (the
+		// Nothing known: no delay, and no backoff of the pacer's own (the
 		// caller's retry rule times the retry); the window is unknown, so
 		// the next request goes at once as its probe.
-		{"neither: no hold", 0, 0, 0},
+		{"neither: no delay", 0, 0, 0},
 		{"huge retry-after is capped", 0, 24 * time.Hour, DefaultMaxWait + 500*time.Millisecond},
 	}
 	for _, tc := range cases {
@@ -476,26 +481,26 @@ func TestPacer429HoldsWholeClass(t *testing.T) {
 				}
 				return
 			}
-			// The other route of the class is held too.
-			held := waitAsync(context.Background(), p, routePublish)
+			// The other route of the class is delayed too.
+			delayed := waitAsync(context.Background(), p, routePublish)
 			clk.awaitParked(t, 1)
 			if got := clk.lastAsked(); got != tc.want {
-				t.Fatalf("hold = %v, want %v", got, tc.want)
+				t.Fatalf("delay = %v, want %v", got, tc.want)
 			}
 			clk.Advance(tc.want - time.Millisecond)
 			clk.awaitParked(t, 1)
-			mustNotReturn(t, held)
+			mustNotReturn(t, delayed)
 			clk.Advance(time.Millisecond)
-			receive(t, held).release(nil)
+			receive(t, delayed).release(nil)
 			if !logs.contains([]byte("429")) {
-				t.Errorf("the hold was not logged: %s", logs.String())
+				t.Errorf("the delay was not logged: %s", logs.String())
 			}
 		})
 	}
 }
 
 // TestPacer429HasNoBackoffOfItsOwn: consecutive 429s with the same
-// Retry-After hold the class for that long each time, never longer: the
+// Retry-After delay the class for that long each time, never longer: the
 // caller's retry rule (state.Policy) is the only backoff.
 func TestPacer429HasNoBackoffOfItsOwn(t *testing.T) {
 	t.Parallel()
@@ -505,7 +510,7 @@ func TestPacer429HasNoBackoffOfItsOwn(t *testing.T) {
 		resp := windowResp(429, 10, 0, time.Time{}, clk.Now(), 30*time.Second)
 		resp.Remaining = -1
 		mustWait(t, p, routePublish)(resp)
-		mustHoldFor(t, clk, p, routePublish, 30*time.Second, "hold after a 429 with Retry-After 30")
+		mustDelayFor(t, clk, p, routePublish, 30*time.Second, "delay after a 429 with Retry-After 30")
 	}
 }
 
@@ -516,14 +521,13 @@ func TestPacerCapsFarReset(t *testing.T) {
 	p := newTestPacer(t, clk, Options{Jitter: time.Second, Logger: zerolog.New(&logs)})
 	t0 := clk.Now()
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Hour), t0, 0))
-	// The capped hold still has a known end, which the caller is told (a
-	// worker parks its job until then instead of waiting in the pacer).
-	reports := make(chan Hold, 2)
-	held := waitAsync(WithHoldReport(context.Background(), func(h Hold) { reports <- h }), p, routePublish)
-	if h := <-reports; !h.Until.Equal(t0.Add(DefaultMaxWait + 500*time.Millisecond)) {
-		t.Errorf("the capped hold reported until %v, want the cap %v", h.Until.Sub(t0), DefaultMaxWait+500*time.Millisecond)
-	}
+	// The capped delay still has a known end, which Delays shows (a worker
+	// parks its job until then instead of waiting in the pacer).
+	delayed := waitAsync(context.Background(), p.Caller(1, 0), routePublish)
 	clk.awaitParked(t, 1)
+	if d := p.Delays()[1]; !d.Until.Equal(t0.Add(DefaultMaxWait + 500*time.Millisecond)) {
+		t.Errorf("the capped delay shown until %v, want the cap %v", d.Until.Sub(t0), DefaultMaxWait+500*time.Millisecond)
+	}
 	if got, want := clk.lastAsked(), DefaultMaxWait+500*time.Millisecond; got != want {
 		t.Fatalf("wait = %v, want the cap %v", got, want)
 	}
@@ -531,7 +535,7 @@ func TestPacerCapsFarReset(t *testing.T) {
 		t.Errorf("capped wait not logged: %s", logs.String())
 	}
 	clk.Advance(DefaultMaxWait + 500*time.Millisecond)
-	receive(t, held).release(nil)
+	receive(t, delayed).release(nil)
 }
 
 func TestPacerClockSkew(t *testing.T) {
@@ -542,13 +546,13 @@ func TestPacerClockSkew(t *testing.T) {
 		p := newTestPacer(t, clk, Options{Jitter: -1})
 		server := clk.Now().Add(-time.Hour)
 		mustWait(t, p, routePublish)(windowResp(200, 10, 0, server.Add(30*time.Second), server, 0))
-		held := waitAsync(context.Background(), p, routePublish)
+		delayed := waitAsync(context.Background(), p, routePublish)
 		clk.awaitParked(t, 1)
 		if got := clk.lastAsked(); got != 30*time.Second {
 			t.Fatalf("wait = %v, want 30s measured on the server's clock", got)
 		}
 		clk.Advance(30 * time.Second)
-		receive(t, held).release(nil)
+		receive(t, delayed).release(nil)
 	})
 	t.Run("reset already past by the server's clock", func(t *testing.T) {
 		t.Parallel()
@@ -564,13 +568,13 @@ func TestPacerClockSkew(t *testing.T) {
 		clk := newFakeClock()
 		p := newTestPacer(t, clk, Options{Jitter: -1})
 		mustWait(t, p, routePublish)(windowResp(200, 10, 0, clk.Now().Add(20*time.Second), time.Time{}, 0))
-		held := waitAsync(context.Background(), p, routePublish)
+		delayed := waitAsync(context.Background(), p, routePublish)
 		clk.awaitParked(t, 1)
 		if got := clk.lastAsked(); got != 20*time.Second {
 			t.Fatalf("wait = %v, want 20s", got)
 		}
 		clk.Advance(20 * time.Second)
-		receive(t, held).release(nil)
+		receive(t, delayed).release(nil)
 	})
 }
 
@@ -582,10 +586,10 @@ func TestPacerContextCancel(t *testing.T) {
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(time.Minute), t0, 0))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	held := waitAsync(ctx, p, routePublish)
+	delayed := waitAsync(ctx, p, routePublish)
 	clk.awaitParked(t, 1)
 	cancel()
-	r := receive(t, held)
+	r := receive(t, delayed)
 	if !errors.Is(r.err, context.Canceled) || r.release != nil {
 		t.Fatalf("Wait after cancel = (%v, release set %v), want context.Canceled", r.err, r.release != nil)
 	}
@@ -620,7 +624,7 @@ func TestPacerRoutesShareClassByLimit(t *testing.T) {
 	}
 }
 
-func TestPacerRouteWithoutHeadersIsNotHeld(t *testing.T) {
+func TestPacerRouteWithoutHeadersIsNotDelayed(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{})
@@ -982,7 +986,7 @@ func TestPacerNeighbourSeenFromTheFirstAnswer(t *testing.T) {
 	if n := clk.askedCount(); n != 0 {
 		t.Fatalf("the pacer waited %d times within our share", n)
 	}
-	mustHoldFor(t, clk, p, routePublish, 60*time.Second, "wait after our share (until Reset)")
+	mustDelayFor(t, clk, p, routePublish, 60*time.Second, "wait after our share (until Reset)")
 }
 
 // TestPacerClassProbeHoldsASlotInKnownWindows: the first request of a new
@@ -997,22 +1001,22 @@ func TestPacerClassProbeHoldsASlotInKnownWindows(t *testing.T) {
 	mustWait(t, p, routeSigned)(windowResp(200, 10, 1, reset, t0, 0)) // one left in this window
 
 	probe := mustWait(t, p, routePublish) // new route: a class probe
-	held := waitAsync(context.Background(), p, routeSigned)
+	delayed := waitAsync(context.Background(), p, routeSigned)
 	clk.awaitParked(t, 1)
-	mustNotReturn(t, held) // the last slot is the probe's
+	mustNotReturn(t, delayed) // the last slot is the probe's
 
 	// The probe turns out to be of the same class and spent that slot.
 	probe(windowResp(200, 10, 0, reset, t0, 0))
 	clk.awaitParked(t, 1)
-	mustNotReturn(t, held)
+	mustNotReturn(t, delayed)
 	clk.Advance(61 * time.Second)
-	receive(t, held).release(nil)
+	receive(t, delayed).release(nil)
 }
 
 // TestPacerReadRouteProbeSkipsAStrictWindow: a batch's last publishes spend
 // the strict window; the first poll (a read route, class unknown) does not
 // wait it out, since no read route is known to be strict, and it is not
-// counted in that window. A write route's first request still is held, and
+// counted in that window. A write route's first request still is delayed, and
 // so is a read route's once a read route is known to be in the class.
 func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 	t.Parallel()
@@ -1030,7 +1034,7 @@ func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 	if got := ClassName(p.routes[routeGet].limit); got != "normal" {
 		t.Fatalf("get_splat class = %q, want normal", got)
 	}
-	mustHoldFor(t, clk, p, routeSigned, 60*time.Second+500*time.Millisecond/5,
+	mustDelayFor(t, clk, p, routeSigned, 60*time.Second+500*time.Millisecond/5,
 		"a write route's first request while the strict window is spent (until Reset)")
 
 	// A second pacer where a read route is known to be strict: the first
@@ -1039,7 +1043,7 @@ func TestPacerReadRouteProbeSkipsAStrictWindow(t *testing.T) {
 	q := newTestPacer(t, clk2, Options{})
 	t1 := clk2.Now()
 	mustWait(t, q, routeCheckpoints)(windowResp(200, 10, 0, t1.Add(60*time.Second), t1, 0))
-	mustHoldFor(t, clk2, q, routeGet, 60*time.Second+500*time.Millisecond/5,
+	mustDelayFor(t, clk2, q, routeGet, 60*time.Second+500*time.Millisecond/5,
 		"a read route's first request while a class holding a read route is spent (until Reset)")
 }
 
@@ -1094,7 +1098,7 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 	mustWait(t, p, routePublish)(windowResp(200, 100, 0, t0.Add(20*time.Second), t0.Add(10*time.Second), 0))
 	// Reset t0+20 is 9.1 s away from now (t0+10.9), plus the first
 	// answer's 0.1 s lag: 9.2 s, not the 10 s that now - Date would say.
-	mustHoldFor(t, clk, p, routePublish, 9200*time.Millisecond, "wait for Reset")
+	mustDelayFor(t, clk, p, routePublish, 9200*time.Millisecond, "wait for Reset")
 }
 
 // TestPacerShareMemory: the others' expected use per window follows what
@@ -1104,28 +1108,28 @@ func TestPacerResetThroughTheLeastDateLag(t *testing.T) {
 // lead against late.)
 func TestPacerShareMemory(t *testing.T) {
 	t.Parallel()
-	c := &class{limit: 10, others: 5, late: 5 * time.Second, quiet: 1}
-	c.roll() // we did not look as late as they showed
+	c := &class{limit: 10, share: share{others: 5, late: 5 * time.Second, quiet: 1}}
+	c.end(c.limit) // we did not look as late as they showed
 	if c.expect != 5 {
 		t.Fatalf("expect after a window with others = %d, want 5", c.expect)
 	}
 	for w := 1; w <= 10; w++ {
-		c.roll()
+		c.end(c.limit)
 		if c.expect != 5 {
 			t.Fatalf("quiet window %d, looked early: expect %d, want 5 kept", w, c.expect)
 		}
 	}
-	c.roll()
+	c.end(c.limit)
 	if c.expect != 2 {
 		t.Errorf("the 11th quiet window: expect %d, want 2 (halved)", c.expect)
 	}
 	c.expect, c.quiet = 4, 1
-	c.roll() // a quiet window seen early, the count of quiet windows restarted
+	c.end(c.limit) // a quiet window seen early, the count of quiet windows restarted
 	if c.expect != 4 {
 		t.Errorf("a quiet window after one with others, looked early: expect %d, want 4 kept", c.expect)
 	}
 	c.quiet = 0
-	c.roll() // we looked as late as they first showed, and none came
+	c.end(c.limit) // we looked as late as they first showed, and none came
 	if c.expect != 2 {
 		t.Errorf("a window seen late enough without others: expect %d, want 2 (halved)", c.expect)
 	}
@@ -1163,27 +1167,27 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		c    class
 		want int
 	}{
-		{"below the fair share of 12/(2+1)", class{limit: 12, remaining: 10, expect: 10, peers: 2, own: 2}, 9},
-		{"at the fair share: a third of what is left is ours", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 4}, 6},
-		{"the same, one of ours in flight", class{limit: 12, remaining: 8, expect: 10, peers: 2, own: 3, inFlight: 1}, 5},
-		{"past it, as many left as peers plus one", class{limit: 12, remaining: 3, expect: 10, peers: 2, own: 6}, 2},
-		{"past it, as many left as peers", class{limit: 12, remaining: 2, expect: 10, peers: 2, own: 6}, 2},
-		{"below it, one slot left", class{limit: 12, remaining: 1, expect: 10, peers: 2, own: 2}, 1},
-		{"no peers seen: no fair share", class{limit: 12, remaining: 10, expect: 10, own: 2}, 10},
-		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, expect: 3, peers: 1, own: 1}, 3},
+		{"below the fair share of 12/(2+1)", class{limit: 12, remaining: 10, own: 2, share: share{expect: 10, peers: 2}}, 9},
+		{"at the fair share: a third of what is left is ours", class{limit: 12, remaining: 8, own: 4, share: share{expect: 10, peers: 2}}, 6},
+		{"the same, one of ours in flight", class{limit: 12, remaining: 8, own: 3, inFlight: 1, share: share{expect: 10, peers: 2}}, 5},
+		{"past it, as many left as peers plus one", class{limit: 12, remaining: 3, own: 6, share: share{expect: 10, peers: 2}}, 2},
+		{"past it, as many left as peers", class{limit: 12, remaining: 2, own: 6, share: share{expect: 10, peers: 2}}, 2},
+		{"below it, one slot left", class{limit: 12, remaining: 1, own: 2, share: share{expect: 10, peers: 2}}, 1},
+		{"no peers seen: no fair share", class{limit: 12, remaining: 10, own: 2, share: share{expect: 10}}, 10},
+		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, own: 1, share: share{expect: 3, peers: 1}}, 3},
 	}
 	for _, tc := range cases {
-		if got := tc.c.reserve(); got != tc.want {
+		if got := tc.c.keep(tc.c.limit, tc.c.remaining-tc.c.inFlight, tc.c.own+tc.c.inFlight); got != tc.want {
 			t.Errorf("%s: reserve %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }
 
-// TestPacerClassesCountHeldRequests: the status page's "waiting" is the
-// requests the pacer holds back (two callers parked while a strict
+// TestPacerClassesCountDelayedRequests: the status page's "waiting" is the
+// requests the pacer delays (two callers parked while a strict
 // window's count is in flight), and apart from them the ones in flight; it showed the ones in flight only, so
 // a pacing daemon read 0 waiting.
-func TestPacerClassesCountHeldRequests(t *testing.T) {
+func TestPacerClassesCountDelayedRequests(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{})
@@ -1211,63 +1215,52 @@ func TestPacerClassesCountHeldRequests(t *testing.T) {
 	}
 }
 
-// TestPacerReportsItsHolds: a caller held back is told why, in which class
-// and until when (what `splatd jobs` shows of a job waiting on the rate
-// limit), and told again with a zero Hold when its request leaves.
-func TestPacerReportsItsHolds(t *testing.T) {
+// TestPacerShowsItsDelays: a Caller's delayed request shows in Delays, by
+// its key, with why, in which class and until when (what `splatd jobs`
+// shows of a job waiting on the rate limit), and no longer once it leaves.
+func TestPacerShowsItsDelays(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	p := newTestPacer(t, clk, Options{Jitter: -1})
 	t0 := clk.Now()
 	mustWait(t, p, routePublish)(windowResp(200, 10, 0, t0.Add(30*time.Second), t0, 0)) // spent
 
-	reports := make(chan Hold, 10)
-	next := func() Hold {
-		t.Helper()
-		select {
-		case h := <-reports:
-			return h
-		case <-time.After(10 * time.Second):
-			t.Fatal("no hold reported")
-		}
-		return Hold{}
-	}
-	ctx := WithHoldReport(context.Background(), func(h Hold) { reports <- h })
-	held := waitAsync(ctx, p, routePublish)
-	if h := next(); h.Class != "strict" || h.Reason != "no request left in the window" || !h.Until.Equal(t0.Add(30*time.Second)) {
-		t.Errorf("reported while held: %+v, want a strict hold until the Reset", h)
-	}
+	c := p.Caller(7, 0)
+	delayed := waitAsync(context.Background(), c, routePublish)
 	clk.awaitParked(t, 1)
-	clk.Advance(30 * time.Second)
-	receive(t, held).release(nil)
-	if h := next(); h != (Hold{}) {
-		t.Errorf("reported when the request left: %+v, want a zero Hold", h)
+	if d := p.Delays()[7]; d.Class != "strict" || d.Reason != "no request left in the window" || !d.Until.Equal(t0.Add(30*time.Second)) {
+		t.Errorf("shown while delayed: %+v, want a strict delay until the Reset", d)
 	}
-	rel, err := p.Wait(ctx, routeGet, true) // a poll, not held: no report at all
+	clk.Advance(30 * time.Second)
+	receive(t, delayed).release(nil)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("shown after the request left: %+v, want none", d)
+	}
+	rel, err := c.Wait(context.Background(), routeGet, true) // a poll, not delayed
 	if err != nil {
 		t.Fatal(err)
 	}
 	rel(nil)
-	if len(reports) > 0 {
-		t.Errorf("a request let through at once reported %+v", <-reports)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("a request let through at once shows %+v", d)
 	}
 
 	// A route that sends no rate-limit headers is in no class: a 429's
-	// Retry-After holds it under "unknown", not under a class named by
+	// Retry-After delays it under "unknown", not under a class named by
 	// limit 0.
-	rel, err = p.Wait(ctx, routeSigned, false)
+	rel, err = c.Wait(context.Background(), routeSigned, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rel(&Answer{Status: 429, Remaining: -1, RetryAfter: 5 * time.Second})
-	held = waitAsync(ctx, p, routeSigned)
-	if h := next(); h.Class != "unknown" || !h.Until.Equal(clk.Now().Add(5*time.Second)) {
-		t.Errorf("a held route without headers reported %+v, want class unknown until the Retry-After", h)
-	}
+	delayed = waitAsync(context.Background(), c, routeSigned)
 	clk.awaitParked(t, 1)
+	if d := p.Delays()[7]; d.Class != "unknown" || !d.Until.Equal(clk.Now().Add(5*time.Second)) {
+		t.Errorf("a delayed route without headers shows %+v, want class unknown until the Retry-After", d)
+	}
 	clk.Advance(5 * time.Second)
-	receive(t, held).release(nil)
-	if h := next(); h != (Hold{}) {
-		t.Errorf("reported when the request left: %+v, want a zero Hold", h)
+	receive(t, delayed).release(nil)
+	if d := p.Delays(); len(d) != 0 {
+		t.Errorf("shown after the request left: %+v, want none", d)
 	}
 }

@@ -76,7 +76,7 @@ type JobView struct {
 	Parked string `json:"parked,omitempty"`
 	// RateLimit: why the job's next API request waits on the token's rate
 	// limit now, in which class and until when ("strict: no request left
-	// in the window, until 20:31:05 UTC"), whether the pacer holds it in
+	// in the window, until 20:31:05 UTC"), whether the pacer delays it in
 	// its worker (a short wait, or one that ends with an answer in flight)
 	// or the job was parked on it without a worker (next_attempt is the
 	// same time); RateLimitUntil is that time (absent: when the answer in
@@ -84,7 +84,7 @@ type JobView struct {
 	RateLimit      string     `json:"rate_limit,omitempty"`
 	RateLimitUntil *time.Time `json:"rate_limit_until,omitempty"`
 	// WaitingFor: the job is due, but every worker is busy with another
-	// ("a free worker (2 of 2 busy, 2 held by the rate limit)").
+	// ("a free worker (2 of 2 busy, 2 delayed by the rate limit)").
 	WaitingFor string `json:"waiting_for,omitempty"`
 	// AfterAction and AfterError: the after-action (receipt, move, delete)
 	// of a final job keeps failing; AfterRetry is its next attempt.
@@ -99,13 +99,13 @@ const StageUploading = "uploading"
 
 // Live is what the workers know of the jobs they run, by job id: the
 // uploads' progress, the checks' (a hash, a bundle, an encoding) and the
-// requests the pacer holds back. The zero Live is a state read without a
+// requests the pacer delays. The zero Live is a state read without a
 // daemon.
 type Live struct {
 	Progress map[uint64]uploader.Progress
 	Checks   map[uint64]uploader.Progress
-	Holds    map[uint64]pace.Hold
-	Running  map[uint64]bool // the jobs the workers hold
+	Delays   map[uint64]pace.Delay // the requests the pacer delays now
+	Running  map[uint64]bool       // the jobs the workers hold
 	Workers  int
 	// Paused is what every job waits for while the pool is paused (a
 	// refused token, a configuration error), "" while it runs.
@@ -115,7 +115,7 @@ type Live struct {
 // LiveOf returns the pool's view of its running jobs.
 func LiveOf(p *uploader.Pool) Live {
 	running, workers := p.Busy()
-	l := Live{Progress: p.Progress(), Checks: p.CheckProgress(), Holds: p.Holds(), Running: running, Workers: workers}
+	l := Live{Progress: p.Progress(), Checks: p.CheckProgress(), Delays: p.RateDelays(), Running: running, Workers: workers}
 	if err := p.Paused(); err != nil {
 		l.Paused = "the API to accept the token (all work is paused): " + err.Error()
 	} else if err, kind, _ := p.ConfigError(); err != nil {
@@ -136,7 +136,7 @@ func (l Live) Check(j state.Job) (uploader.Progress, bool) {
 
 // WorkerWait says that j waits for the paused pool (Paused), or is due
 // but every worker is busy with another job ("a free worker (2 of 2 busy,
-// 2 held by the rate limit)"), "" otherwise:
+// 2 delayed by the rate limit)"), "" otherwise:
 // without it such a job showed no reason while the pacer held the workers.
 func (l Live) WorkerWait(j state.Job, now time.Time) string {
 	if l.Paused != "" && !j.Stage.Final() && j.Parked == "" && !l.Running[j.ID] {
@@ -146,33 +146,33 @@ func (l Live) WorkerWait(j state.Job, now time.Time) string {
 		return ""
 	}
 	s := fmt.Sprintf("a free worker (%d of %d busy", len(l.Running), l.Workers)
-	if n := len(l.Holds); n > 0 {
-		s += fmt.Sprintf(", %d held by the rate limit", n)
+	if n := len(l.Delays); n > 0 {
+		s += fmt.Sprintf(", %d delayed by the rate limit", n)
 	}
 	return s + ")"
 }
 
-// RateHold returns why j waits on the rate limit now: the pacer holding
-// its running step's request back, or the hold it was parked on (holding
-// no worker) until that hold's end.
-func (l Live) RateHold(j state.Job, now time.Time) (pace.Hold, bool) {
+// RateDelay returns why j waits on the rate limit now: the pacer delaying
+// its running step's request, or the delay it was parked on (holding no
+// worker) until that delay's end.
+func (l Live) RateDelay(j state.Job, now time.Time) (pace.Delay, bool) {
 	if j.Stage.Final() {
-		return pace.Hold{}, false
+		return pace.Delay{}, false
 	}
-	if h, ok := l.Holds[j.ID]; ok {
-		return h, true
+	if d, ok := l.Delays[j.ID]; ok {
+		return d, true
 	}
 	if w := j.RateLimited; w != nil && j.NextAttempt.After(now) {
-		return pace.Hold{Class: w.Class, Reason: w.Reason, Until: w.Until}, true
+		return pace.Delay{Class: w.Class, Reason: w.Reason, Until: w.Until}, true
 	}
-	return pace.Hold{}, false
+	return pace.Delay{}, false
 }
 
-// HoldText is how a job's wait on the rate limit reads.
-func HoldText(h pace.Hold) string {
-	s := h.Class + ": " + h.Reason
-	if !h.Until.IsZero() {
-		s += ", until " + h.Until.UTC().Format(time.TimeOnly) + " UTC"
+// DelayText is how a job's wait on the rate limit reads.
+func DelayText(d pace.Delay) string {
+	s := d.Class + ": " + d.Reason
+	if !d.Until.IsZero() {
+		s += ", until " + d.Until.UTC().Format(time.TimeOnly) + " UTC"
 	}
 	return s
 }
@@ -363,10 +363,10 @@ func ListViews(src JobSource, stage string, live Live) ([]JobView, error) {
 			v.CheckRate, v.CheckETA = c.Rate, c.ETA.Round(time.Second).Seconds()
 		}
 		v.WaitingFor = live.WorkerWait(j, now)
-		if h, ok := live.RateHold(j, now); ok {
-			v.RateLimit = HoldText(h)
-			if !h.Until.IsZero() {
-				until := h.Until.UTC()
+		if d, ok := live.RateDelay(j, now); ok {
+			v.RateLimit = DelayText(d)
+			if !d.Until.IsZero() {
+				until := d.Until.UTC()
 				v.RateLimitUntil = &until
 			}
 		}

@@ -34,7 +34,7 @@ func TestListViewsParkedOnTheRateLimit(t *testing.T) {
 	stale := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Uploaded, NextAttempt: now.Add(-time.Second),
 		RateLimited: &state.RateWait{Class: "strict", Reason: "no request left in the window", Until: now.Add(-time.Second)}}
 	running := state.Job{ID: 3, Path: "/in/c.ply", Stage: state.Signed, NextAttempt: now.Add(-time.Minute)}
-	live := Live{Running: map[uint64]bool{3: true}, Workers: 1, Holds: map[uint64]pace.Hold{}}
+	live := Live{Running: map[uint64]bool{3: true}, Workers: 1, Delays: map[uint64]pace.Delay{}}
 
 	views, err := ListViews(jobList{parked, stale, running}, "", live)
 	if err != nil {

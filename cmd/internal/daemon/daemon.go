@@ -599,7 +599,7 @@ func statusLine(st queue.Stats, paused error) string {
 // client's own (one-shot commands keep no pacer state). Its storage PUTs
 // share one bandwidth limiter built from upload.bandwidth: one per daemon
 // (the daemon has one client) and per `splatd publish`.
-func NewClient(cfg *config.Config, version string, token *api.Token, pacer api.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
+func NewClient(cfg *config.Config, version string, token *api.Token, pacer *pace.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
 	roots, err := cfg.RootCAs()
 	if err != nil {
 		return nil, err

@@ -62,10 +62,9 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 	// The limiter, not the config: it holds what reloads set.
 	lim := d.client.Limiter()
 	out.Bandwidth = metrics.Bandwidth{Limit: lim.Rate(), Rate: float64(lim.ObservedRate()), InFlight: d.uploadsInFlight()}
-	parked := d.pool.RateParked(time.Now())
 	for _, c := range d.pacer.Classes() {
 		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset,
-			Waiting: c.Waiting, Parked: parked[c.Class]})
+			Waiting: c.Waiting, Parked: c.Parked})
 	}
 	return out, nil
 }
@@ -115,8 +114,8 @@ func (l Live) doing(j state.Job, now time.Time) metrics.Doing {
 		pv := progressView(c)
 		do.Check = &pv
 	}
-	if h, ok := l.RateHold(j, now); ok {
-		do.RateLimit = HoldText(h)
+	if d, ok := l.RateDelay(j, now); ok {
+		do.RateLimit = DelayText(d)
 	}
 	return do
 }

@@ -49,15 +49,15 @@ func TestPacerStateWaitsOutASpentWindowAfterRestart(t *testing.T) {
 	if rt := b.routes[routeSigned]; rt == nil || rt.limit != 5 {
 		t.Fatal("the route's class was not loaded")
 	}
-	held := waitAsync(context.Background(), b, routeSigned)
+	delayed := waitAsync(context.Background(), b, routeSigned)
 	clk.awaitParked(t, 1)
-	mustNotReturn(t, held)
+	mustNotReturn(t, delayed)
 	reset := epoch.Add(10 * time.Second)
 	if got := clk.Now().Add(clk.lastAsked()); got.Before(reset) {
 		t.Fatalf("the new process would send at %v, before the Reset %v", got.Sub(epoch), reset.Sub(epoch))
 	}
 	clk.AdvanceToNext()
-	receive(t, held).release(srv.handle())
+	receive(t, delayed).release(srv.handle())
 	if srv.r429 != 0 || srv.ok != 6 {
 		t.Errorf("server: %d ok, %d × 429; want 6 and 0", srv.ok, srv.r429)
 	}
@@ -99,25 +99,25 @@ func TestPacerStateStaleRemainingIsConfirmedFirst(t *testing.T) {
 	}
 }
 
-// TestPacerStateKeepsA429Hold: a hold is written as soon as the 429 is read.
-func TestPacerStateKeepsA429Hold(t *testing.T) {
+// TestPacerStateKeepsA429Wait: a delay is written as soon as the 429 is read.
+func TestPacerStateKeepsA429Wait(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	path := filepath.Join(t.TempDir(), "pacer.json")
 	a := newTestPacer(t, clk, Options{StateFile: path})
 	t0 := clk.Now()
 	resp := windowResp(429, 10, 0, time.Time{}, t0, 30*time.Second)
-	resp.Remaining = -1 // no window, only the hold
+	resp.Remaining = -1 // no window, only the delay
 	mustWait(t, a, routePublish)(resp)
 
 	b := newTestPacer(t, clk, Options{StateFile: path})
-	held := waitAsync(context.Background(), b, routePublish)
+	delayed := waitAsync(context.Background(), b, routePublish)
 	clk.awaitParked(t, 1)
 	if got, want := clk.lastAsked(), 30*time.Second+DefaultJitter/2; got != want {
-		t.Fatalf("hold after the restart = %v, want %v", got, want)
+		t.Fatalf("delay after the restart = %v, want %v", got, want)
 	}
 	clk.AdvanceToNext()
-	receive(t, held).release(nil)
+	receive(t, delayed).release(nil)
 }
 
 // TestPacerStateIgnoresWhatIsOver: a window whose Reset has passed is not
@@ -238,7 +238,7 @@ func TestPacerStateRestartAtEveryPoint(t *testing.T) {
 
 // BenchmarkPacerStateWrite is the cost of one write of a two-class state
 // file: behind (temp file + rename) and durable (with the file's and the
-// directory's fsync), as done for a spent window or a 429 hold.
+// directory's fsync), as done for a spent window or a 429 delay.
 func BenchmarkPacerStateWrite(b *testing.B) {
 	clk := newFakeClock()
 	p := New(Options{Now: clk.Now, Timer: clk.Timer, StateFile: filepath.Join(b.TempDir(), "pacer.json")})
@@ -313,14 +313,14 @@ func TestPacerStatePollKnownAfterRestart(t *testing.T) {
 			n, len(b.probes), strict.inFlight)
 	}
 	poll(windowResp(200, 240, 230, t0.Add(time.Minute), t0, 0))
-	held := waitAsync(context.Background(), b, routePublish)
+	delayed := waitAsync(context.Background(), b, routePublish)
 	clk.awaitParked(t, 1)
-	mustNotReturn(t, held)
+	mustNotReturn(t, delayed)
 	if got := clk.Now().Add(clk.lastAsked()); got.Before(t0.Add(time.Minute)) {
 		t.Fatalf("a publish after the restart would leave at %v, before the strict Reset", got.Sub(t0))
 	}
 	clk.AdvanceToNext()
-	receive(t, held).release(nil)
+	receive(t, delayed).release(nil)
 }
 
 // TestPacerStateWritesWhatARestartNeeds: an answer that names a route's
@@ -371,5 +371,5 @@ func TestPacerStateLoadsTheLayoutBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newTestPacer(t, clk, Options{StateFile: path})
-	mustHoldFor(t, clk, p, routePublish, 10*time.Second, "the first publish after the upgrade (until the saved Reset)")
+	mustDelayFor(t, clk, p, routePublish, 10*time.Second, "the first publish after the upgrade (until the saved Reset)")
 }

@@ -9,22 +9,23 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/pace"
 )
 
-// rateHeldEnv is a simulator whose publish route is in a strict class of
+// rateParkEnv is a simulator whose publish route is in a strict class of
 // one request per minute (the pacer caps a longer window at MaxWait, 2 min,
 // with an unknown end), whose processing ends only when the test moves the
 // simulator's clock on (30 s after the publish), and a pool whose commits
 // are recorded.
-type rateHeldEnv struct {
+type rateParkEnv struct {
 	*workerEnv
 	skew    atomic.Int64 // the simulator's clock ahead of the real one, ns
 	commits *commitLog
 }
 
-func newRateHeldEnv(t *testing.T) *rateHeldEnv {
+func newRateParkedEnv(t *testing.T) *rateParkEnv {
 	t.Helper()
-	r := &rateHeldEnv{}
+	r := &rateParkEnv{}
 	r.workerEnv = newWorkerEnv(t, apisim.Options{
 		Now:             func() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) },
 		ProcessingDelay: 30 * time.Second,
@@ -37,14 +38,14 @@ func newRateHeldEnv(t *testing.T) *rateHeldEnv {
 }
 
 // options is the env's pool options, committing through the log.
-func (r *rateHeldEnv) options(workers int) PoolOptions {
+func (r *rateParkEnv) options(workers int) PoolOptions {
 	o := r.workerEnv.options(workers)
 	o.Store = r.commits
 	return o
 }
 
 // start runs a pool until the test ends.
-func (r *rateHeldEnv) start(o PoolOptions) *Pool { return runPool(r.t, o) }
+func (r *rateParkEnv) start(o PoolOptions) *Pool { return runPool(r.t, o) }
 
 // commitLog is a Store that records every commit as stored.
 type commitLog struct {
@@ -76,47 +77,47 @@ func parkedOnRateLimit(j state.Job) bool {
 		j.NextAttempt.Equal(j.RateLimited.Until) && j.NextAttempt.After(j.UpdatedAt.Add(rateParkMin))
 }
 
-// TestPoolRateHeldJobGivesItsWorkerBack: with one worker, a publish held
+// TestPoolRateParkedJobGivesItsWorkerBack: with one worker, a publish delayed
 // back for the strict window's reset (up to a minute away) parks its job in stage
 // uploaded, and the worker goes on polling the job in processing (its
 // route in the normal class, with budget) until it is done. Before, the
 // worker sat in the pacer for the whole window: the processing job was not
 // polled (a user saw "done" 20-58 s after "processing" for a 2 s
 // processing) and due jobs said "waiting for a free worker (1 of 1 busy,
-// 1 held by the rate limit)".
-func TestPoolRateHeldJobGivesItsWorkerBack(t *testing.T) {
+// 1 delayed by the rate limit)".
+func TestPoolRateParkedJobGivesItsWorkerBack(t *testing.T) {
 	t.Parallel()
-	r := newRateHeldEnv(t)
+	r := newRateParkedEnv(t)
 	first, second := r.writePLY("first.ply", 40), r.writePLY("second.ply", 41)
 	r.enqueue(first, second)
 	pool := r.start(r.options(1))
 
 	// The second job's publish meets the spent window while the first job
-	// is processing: held (parked, or in the pacer as before) ...
-	var held, processing state.Job
-	r.waitFor("one job processing and the other held by the strict window", func() bool {
-		held, processing = state.Job{}, state.Job{}
-		holds := pool.Holds()
+	// is processing: delayed (parked, or in the pacer as before) ...
+	var delayed, processing state.Job
+	r.waitFor("one job processing and the other delayed by the strict window", func() bool {
+		delayed, processing = state.Job{}, state.Job{}
+		delays := pool.RateDelays()
 		for _, j := range r.jobs() {
 			switch {
 			case j.Stage == state.Processing:
 				processing = j
-			case parkedOnRateLimit(j) || j.Stage == state.Uploaded && holds[j.ID].Class == "strict":
-				held = j
+			case parkedOnRateLimit(j) || j.Stage == state.Uploaded && delays[j.ID].Class == "strict":
+				delayed = j
 			}
 		}
-		return held.ID != 0 && processing.ID != 0
+		return delayed.ID != 0 && processing.ID != 0
 	})
 	// ... then the processing ends (on the simulator's clock), and the one
-	// worker, not held by the pacer, polls it to done.
+	// worker, not delayed by the pacer, polls it to done.
 	r.skew.Store(int64(40 * time.Second))
 	r.waitFor("the processing job to be done", func() bool {
 		j, _ := r.store.Get(processing.ID)
 		return j.Stage == state.Done
 	})
-	parked, _ := r.store.Get(held.ID)
+	parked, _ := r.store.Get(delayed.ID)
 	if !parkedOnRateLimit(parked) {
-		t.Errorf("the held job is not parked on the window: %s, next %v, %+v", parked.Stage, parked.NextAttempt, parked.RateLimited)
+		t.Errorf("the delayed job is not parked on the window: %s, next %v, %+v", parked.Stage, parked.NextAttempt, parked.RateLimited)
 	}
 	if running, _ := pool.Busy(); running[parked.ID] {
 		t.Errorf("job %d is parked but a worker still holds it", parked.ID)
@@ -128,30 +129,26 @@ func TestPoolRateHeldJobGivesItsWorkerBack(t *testing.T) {
 	if w := parked.RateLimited; w == nil || w.Reason != "no request left in the window" {
 		t.Errorf("parked job's wait %+v, want the spent window", w)
 	}
-	// The status page's pacing row counts it, until its hold ends.
-	if got := pool.RateParked(pool.o.Now()); got["strict"] != 1 || len(got) != 1 {
-		t.Errorf("jobs parked by class %v, want 1 strict", got)
-	}
-	if w := parked.RateLimited; w != nil {
-		if got := pool.RateParked(w.Until); len(got) != 0 {
-			t.Errorf("jobs parked by class at the hold's end %v, want none", got)
-		}
+	// The status page's pacing row counts it (until its delay ends: pace's
+	// TestCallerParks).
+	if cs := pool.o.Client.Pacer().Classes(); !slices.ContainsFunc(cs, func(c pace.ClassState) bool { return c.Class == "strict" && c.Parked == 1 }) {
+		t.Errorf("classes %+v, want 1 parked on strict", cs)
 	}
 	st := r.sim.Stats()
 	if n := st.Total(apisim.RoutePublish); n != 1 || st.RateLimited != 0 {
-		t.Errorf("%d publish requests and %d 429s, want 1 and 0: the held publish is never sent", n, st.RateLimited)
+		t.Errorf("%d publish requests and %d 429s, want 1 and 0: the delayed publish is never sent", n, st.RateLimited)
 	}
 }
 
-// TestPoolRateHeldPublishParksBeforeItsIntent: the publish slot is
-// reserved before the publish intent is committed, so a held publish parks
+// TestPoolRateParkedPublishParksBeforeItsIntent: the publish slot is
+// reserved before the publish intent is committed, so a delayed publish parks
 // its job in stage uploaded: no job is ever committed in publishing
 // without its POST allowed (a crash there would make an outcome uncertain
 // whose request never left). Every commit into publishing is the one
 // publish the window allows, and the others park before it.
-func TestPoolRateHeldPublishParksBeforeItsIntent(t *testing.T) {
+func TestPoolRateParkedPublishParksBeforeItsIntent(t *testing.T) {
 	t.Parallel()
-	r := newRateHeldEnv(t)
+	r := newRateParkedEnv(t)
 	var files []string
 	for i := range 4 {
 		files = append(files, r.writePLY("p"+string(rune('a'+i))+".ply", 50+i))
@@ -201,9 +198,9 @@ type waitRecorder struct {
 func (w *waitRecorder) RateLimitWait(d time.Duration) { w.waits = append(w.waits, d) }
 
 // TestParkedWaitIsCounted: the time a job waited parked on a rate-limit
-// hold is counted in ratelimit_wait_seconds_total when it is claimed again,
-// as a held request's wait in the pacer is: from its park (the commit) up to
-// the hold's end, not the time it then waited for a worker. The job carries
+// delay is counted in ratelimit_wait_seconds_total when it is claimed again,
+// as a delayed request's wait in the pacer is: from its park (the commit) up to
+// the delay's end, not the time it then waited for a worker. The job carries
 // both, so a park from before a restart counts too; a job claimed unparked
 // counts nothing.
 func TestParkedWaitIsCounted(t *testing.T) {
@@ -217,7 +214,7 @@ func TestParkedWaitIsCounted(t *testing.T) {
 	}
 	now = t0.Add(10 * time.Second) // claimed early (a slot came back, or splatd retry)
 	p.countParkedWait(parkedJob(30 * time.Second))
-	now = t0.Add(time.Minute) // claimed 20 s after its hold ended
+	now = t0.Add(time.Minute) // claimed 20 s after its delay ended
 	p.countParkedWait(parkedJob(40 * time.Second))
 	p.countParkedWait(state.Job{ID: 2, UpdatedAt: t0}) // never parked
 	if want := []time.Duration{10 * time.Second, 40 * time.Second}; !slices.Equal(obs.waits, want) {

@@ -13,29 +13,10 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// State across restarts: per class the current window and the share factor,
-// and which route is in which class, in one JSON file replaced whole.
-//
-// What must hold is that a restarted daemon never sends into a window it had
-// spent. So a request that leaves its class with nothing left (it spends the
-// last slot, or a probe holds it) returns from Wait only once the file shows
-// the class spent, and an answer that leaves its class spent (a 429, a
-// Retry-After hold, the last count) is written before its release returns.
-// So is an answer that names a route's class or a new window: a restart
-// then knows every route's class and the window its last requests went in.
-// The counts in between are not written (no write per request): a loaded
-// window with budget left is known by its Reset only, so one request at a
-// time goes until an answer tells the count, and what that count shows
-// beyond the file's is the last process's own. A spent window is waited
-// out; one whose Reset has passed is not loaded (its others' use still
-// feeds expect). Flush writes everything at a clean stop. Times are local
-// wall-clock; a loaded wait is capped at MaxWait.
-
-// fileVersion is the layout of pacer.json; 2: a 429 hold is a spent window.
-// Version 1 loads too (its windows as they were; a 429 hold is lost, and the
-// server's next Retry-After brings it back).
+// fileVersion is pacer.json's layout; version 1 loads without 429 waits.
 const fileVersion = 2
 
+// stateFile is pacer.json: each class's window and share, each route's class.
 type stateFile struct {
 	Version int            `json:"version"`
 	Written time.Time      `json:"written"` // for a reader; not loaded
@@ -54,18 +35,15 @@ type savedClass struct {
 	Late      time.Duration `json:"late,omitempty"`
 }
 
-// spent says a class that a request or answer touched (in) admits nothing
-// more, so the file must show it before the caller goes on. Called with
-// p.mu held.
+// spent says a class in admits nothing more, which the file must show before
+// the request goes on; with p.mu held.
 func (p *Pacer) spent(now time.Time, in []*class) bool {
 	return slices.ContainsFunc(in, func(c *class) bool {
 		return c != nil && c.limit > 0 && c.blocked(now) > 0
 	})
 }
 
-// save writes the whole state now, fsynced (a power cut must not bring back
-// an emptier file), through a temporary file renamed over the old one; nil
-// without a state file.
+// save writes the whole state, fsynced, over the old file.
 func (p *Pacer) save() error {
 	if p.o.StateFile == "" {
 		return nil
@@ -102,10 +80,10 @@ func (p *Pacer) save() error {
 	return err
 }
 
-// Flush writes the current state now (fsynced); nil without a state file.
+// Flush writes the state now; nil without a state file.
 func (p *Pacer) Flush() error { return p.save() }
 
-// load starts the pacer from the state file, if there is one.
+// load starts from the state file; an unreadable one is logged and ignored.
 func (p *Pacer) load() {
 	data, err := os.ReadFile(p.o.StateFile)
 	if errors.Is(err, fs.ErrNotExist) {

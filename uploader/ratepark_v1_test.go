@@ -17,7 +17,7 @@ import (
 // parkClockEnv is a simulator whose route strict is in a strict class of
 // one request a minute, and one clock (the real one plus skew) for the
 // simulator, the client's pacer and the pool: a test ends a park by moving
-// that clock past the hold (resume) instead of waiting a window.
+// that clock past the delay (resume) instead of waiting a window.
 type parkClockEnv struct {
 	*workerEnv
 	skew atomic.Int64 // ns
@@ -81,23 +81,23 @@ func parkedIn(j state.Job, stage state.Stage) bool {
 // waitParked waits for a job parked in stage and returns it as stored.
 func (r *parkClockEnv) waitParked(stage state.Stage) state.Job {
 	r.t.Helper()
-	var held state.Job
+	var delayed state.Job
 	r.waitFor("a job parked in "+string(stage)+" on the strict window", func() bool {
 		for _, j := range r.jobs() {
 			if parkedIn(j, stage) {
-				held = j
+				delayed = j
 				return true
 			}
 		}
 		return false
 	})
-	return held
+	return delayed
 }
 
-// resume moves the clock 2 s past held's hold (and so past the window's
+// resume moves the clock 2 s past delayed's delay (and so past the window's
 // reset) and wakes the pool, which claims the job again at once.
-func (r *parkClockEnv) resume(pool *Pool, held state.Job) {
-	r.skew.Add(int64(held.NextAttempt.Sub(r.now()) + 2*time.Second))
+func (r *parkClockEnv) resume(pool *Pool, delayed state.Job) {
+	r.skew.Add(int64(delayed.NextAttempt.Sub(r.now()) + 2*time.Second))
 	pool.Wake()
 }
 
@@ -106,14 +106,14 @@ func (r *parkClockEnv) waitAllFinal() {
 	r.waitFor("every job final", func() bool { return r.unfinished() == 0 })
 }
 
-// TestPoolRateHeldV1CreateParksUncounted: a v1 create held back by the
+// TestPoolRateParkedV1CreateParksUncounted: a v1 create delayed by the
 // spent strict window parks its job in stage ready with the create intent's
 // count undone (the create never left), and the job later creates its
 // session once: each job's Creates is the number of creates the server saw
 // under its key. (In one daemon the count has no other effect: a create
 // answered 201 is ours whatever it says. Where it matters is the fleet
-// case, TestPoolRateHeldV1CreateOfAPeersSession.)
-func TestPoolRateHeldV1CreateParksUncounted(t *testing.T) {
+// case, TestPoolRateParkedV1CreateOfAPeersSession.)
+func TestPoolRateParkedV1CreateParksUncounted(t *testing.T) {
 	t.Parallel()
 	r := newParkClockEnv(t, apisim.RouteV1CreateUpload)
 	r.learnV1Routes()
@@ -121,14 +121,14 @@ func TestPoolRateHeldV1CreateParksUncounted(t *testing.T) {
 	r.enqueue(first, second)
 	pool := r.start(r.pool(r.v1Options(1)))
 
-	held := r.waitParked(state.Ready)
-	if held.V1 == nil || held.V1.Creates != 0 {
-		t.Errorf("parked job's session %+v: want Creates 0, its create never sent", held.V1)
+	delayed := r.waitParked(state.Ready)
+	if delayed.V1 == nil || delayed.V1.Creates != 0 {
+		t.Errorf("parked job's session %+v: want Creates 0, its create never sent", delayed.V1)
 	}
 	if n := r.sim.Stats().Total(apisim.RouteV1CreateUpload); n != 1 {
 		t.Errorf("%d creates sent while one job is parked before its create, want 1", n)
 	}
-	r.resume(pool, held)
+	r.resume(pool, delayed)
 	r.waitAllFinal()
 
 	r.checkV1Once(first, second)
@@ -146,7 +146,7 @@ func TestPoolRateHeldV1CreateParksUncounted(t *testing.T) {
 	}
 }
 
-// TestPoolRateHeldV1CreateOfAPeersSession is the fleet case the undone
+// TestPoolRateParkedV1CreateOfAPeersSession is the fleet case the undone
 // count is for: a peer daemon created the session under the content's key
 // (spending the strict window) and is sending its parts; our job's create
 // is parked, then sent, and answered 200 with the peer's session. That
@@ -155,7 +155,7 @@ func TestPoolRateHeldV1CreateParksUncounted(t *testing.T) {
 // peer's outcome. Had the parked create stayed counted, the 200 would
 // count as the answer to a second create of ours (Owned = Creates > 1) and
 // the job would upload every part the peer had not yet sent.
-func TestPoolRateHeldV1CreateOfAPeersSession(t *testing.T) {
+func TestPoolRateParkedV1CreateOfAPeersSession(t *testing.T) {
 	t.Parallel()
 	r := newParkClockEnv(t, apisim.RouteV1CreateUpload)
 	r.learnV1Routes()
@@ -180,11 +180,11 @@ func TestPoolRateHeldV1CreateOfAPeersSession(t *testing.T) {
 	}
 	pool := r.start(o)
 
-	held := r.waitParked(state.Ready)
-	if held.V1 == nil || held.V1.Key != key || held.V1.Creates != 0 {
-		t.Errorf("parked job's session %+v: want key %s, Creates 0", held.V1, key)
+	delayed := r.waitParked(state.Ready)
+	if delayed.V1 == nil || delayed.V1.Key != key || delayed.V1.Creates != 0 {
+		t.Errorf("parked job's session %+v: want key %s, Creates 0", delayed.V1, key)
 	}
-	r.resume(pool, held)
+	r.resume(pool, delayed)
 	r.waitAllFinal()
 	if watched.Load() {
 		if err := <-peerErr; err != nil {
@@ -214,26 +214,26 @@ func TestPoolRateHeldV1CreateOfAPeersSession(t *testing.T) {
 	}
 }
 
-// TestPoolRateHeldV1CompleteParksInPublishing: a v1 complete held back by
+// TestPoolRateParkedV1CompleteParksInPublishing: a v1 complete delayed by
 // the spent strict window parks its job in publishing (the stage the
 // complete runs in) with no publish counted, and the job later completes:
 // one complete sent per file, each job's Publishes 1.
-func TestPoolRateHeldV1CompleteParksInPublishing(t *testing.T) {
+func TestPoolRateParkedV1CompleteParksInPublishing(t *testing.T) {
 	t.Parallel()
 	r := newParkClockEnv(t, apisim.RouteV1Complete)
 	first, second := r.writePLY("first.ply", 40), r.writePLY("second.ply", 41)
 	r.enqueue(first, second)
 	pool := r.start(r.pool(r.v1Options(1)))
 
-	held := r.waitParked(state.Publishing)
-	if held.Publishes != 0 || held.SplatID != "" || held.V1 == nil || held.V1.Verify || held.V1.Resyncs != 0 {
+	delayed := r.waitParked(state.Publishing)
+	if delayed.Publishes != 0 || delayed.SplatID != "" || delayed.V1 == nil || delayed.V1.Verify || delayed.V1.Resyncs != 0 {
 		t.Errorf("parked job: %d publishes, splat %q, session %+v; want 0, none, no resync: its complete never left",
-			held.Publishes, held.SplatID, held.V1)
+			delayed.Publishes, delayed.SplatID, delayed.V1)
 	}
 	if st := r.sim.Stats(); st.Total(apisim.RouteV1Complete) != 1 {
 		t.Errorf("%d completes sent while one job is parked before its complete, want 1", st.Total(apisim.RouteV1Complete))
 	}
-	r.resume(pool, held)
+	r.resume(pool, delayed)
 	r.waitAllFinal()
 
 	r.checkV1Once(first, second)
@@ -248,40 +248,40 @@ func TestPoolRateHeldV1CompleteParksInPublishing(t *testing.T) {
 	}
 }
 
-// TestPoolRateHeldV1FirstSigningParks: on a fresh state (no route's class
-// known), a job's first part-upload-urls request is a probe, held while
+// TestPoolRateParkedV1FirstSigningParks: on a fresh state (no route's class
+// known), a job's first part-upload-urls request is a probe, delayed while
 // the strict class it may be in is spent (by the job's own create) until
 // the window's reset. With no part in flight yet, it parks the job in
 // signed instead of holding its worker for the window; resumed, the job
 // sends its parts and publishes once.
-func TestPoolRateHeldV1FirstSigningParks(t *testing.T) {
+func TestPoolRateParkedV1FirstSigningParks(t *testing.T) {
 	t.Parallel()
 	r := newParkClockEnv(t, apisim.RouteV1CreateUpload) // no learnV1Routes: a fresh state
 	path := r.writePLY("scan.ply", 40)
 	r.enqueue(path)
 	pool := r.start(r.pool(r.v1Options(1)))
 
-	var held state.Job
-	r.waitFor("the job parked in signed on the probe's hold", func() bool {
-		held, _ = r.store.Get(1)
-		return held.Stage == state.Signed && held.RateLimited != nil
+	var delayed state.Job
+	r.waitFor("the job parked in signed on the probe's delay", func() bool {
+		delayed, _ = r.store.Get(1)
+		return delayed.Stage == state.Signed && delayed.RateLimited != nil
 	})
-	// The route's class is not known yet: its hold is "unknown", until the
+	// The route's class is not known yet: its delay is "unknown", until the
 	// strict window's reset.
-	if w := held.RateLimited; w.Class != "unknown" || !held.NextAttempt.Equal(w.Until) || w.Until.Before(r.now().Add(rateParkMin)) ||
-		held.Attempts != 0 || held.LastError != "" {
+	if w := delayed.RateLimited; w.Class != "unknown" || !delayed.NextAttempt.Equal(w.Until) || w.Until.Before(r.now().Add(rateParkMin)) ||
+		delayed.Attempts != 0 || delayed.LastError != "" {
 		t.Errorf("parked job: wait %+v, next %v, %d attempts, last error %q; want unknown until the reset, no attempt",
-			w, held.NextAttempt, held.Attempts, held.LastError)
+			w, delayed.NextAttempt, delayed.Attempts, delayed.LastError)
 	}
 	// Blocked in the pacer, the worker would hold the job for the window.
 	r.waitFor("the worker to let the parked job go", func() bool {
 		running, _ := pool.Busy()
-		return !running[held.ID]
+		return !running[delayed.ID]
 	})
 	if n := r.sim.Stats().Total(apisim.RouteV1PartURLs); n != 0 {
 		t.Errorf("%d part-upload-urls requests sent while the job is parked before its first, want 0", n)
 	}
-	r.resume(pool, held)
+	r.resume(pool, delayed)
 	r.waitAllFinal()
 	r.checkV1Once(path)
 	if st := r.sim.Stats(); st.RateLimited != 0 || st.Creates != 1 {
@@ -289,12 +289,12 @@ func TestPoolRateHeldV1FirstSigningParks(t *testing.T) {
 	}
 }
 
-// TestPoolRateHeldUncertainRepublishParks: a legacy job found in publishing
+// TestPoolRateParkedUncertainRepublishParks: a legacy job found in publishing
 // after a crash (uncertain; publish.on_uncertain: republish) has no
-// reserved slot; its publish held back by the spent strict window parks it
+// reserved slot; its publish delayed by the spent strict window parks it
 // in publishing, still uncertain and with no publish counted, and it later
 // publishes once.
-func TestPoolRateHeldUncertainRepublishParks(t *testing.T) {
+func TestPoolRateParkedUncertainRepublishParks(t *testing.T) {
 	t.Parallel()
 	r := newParkClockEnv(t, apisim.RoutePublish)
 	path := r.writePLY("scan.ply", 40)
@@ -330,14 +330,14 @@ func TestPoolRateHeldUncertainRepublishParks(t *testing.T) {
 	o = r.pool(r.options(1))
 	o.OnUncertain = UncertainRepublish
 	pool := r.start(o)
-	held := r.waitParked(state.Publishing)
-	if !held.Uncertain || held.Publishes != 0 {
-		t.Errorf("parked job: uncertain %v, %d publishes; want still uncertain, 0", held.Uncertain, held.Publishes)
+	delayed := r.waitParked(state.Publishing)
+	if !delayed.Uncertain || delayed.Publishes != 0 {
+		t.Errorf("parked job: uncertain %v, %d publishes; want still uncertain, 0", delayed.Uncertain, delayed.Publishes)
 	}
 	if n := r.sim.Stats().Total(apisim.RoutePublish); n != 1 {
 		t.Errorf("%d publishes sent while the job is parked, want 1 (the other client's)", n)
 	}
-	r.resume(pool, held)
+	r.resume(pool, delayed)
 	r.waitAllFinal()
 
 	r.checkOnce(path)
