@@ -153,7 +153,7 @@ func openSource(ctx context.Context, path string, v1 bool) (*source, error) {
 		}
 		upload = src.built.Path
 	}
-	f, fi, err := trustfs.OpenRegular("", upload) // no link, pipe or device
+	f, fi, err := new(trustfs.FS).OpenRegular("", upload) // no link, pipe or device
 	if err != nil {
 		src.close()
 		return nil, err
@@ -205,7 +205,7 @@ func (s *OneShotSource) Close() {
 // within a MiB when ctx ends.
 func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
 	if !splatfile.IsSOGFolder(path) {
-		f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
+		f, fi, err := new(trustfs.FS).OpenRegular("", path) // no link, pipe or device
 		if err != nil {
 			return nil, err
 		}
@@ -215,7 +215,7 @@ func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*
 		}
 		return &OneShotSource{Path: path}, nil
 	}
-	dir, err := trustfs.OpenDir("", filepath.Dir(path))
+	dir, err := new(trustfs.FS).OpenDir("", filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}

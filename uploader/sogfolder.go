@@ -12,7 +12,6 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/splatfile"
-	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // An unbundled SOG folder's job is its meta.json (the watcher's handle on
@@ -56,7 +55,7 @@ func PublishedAsIn(root, path string) string { return splatfile.FolderAsFile(roo
 func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
 	// The folder is opened through the watch folder (trustfs): no link
 	// leads out of it, and its images are read through that root only.
-	dir, err := trustfs.OpenDir(j.Root, filepath.Dir(j.Path))
+	dir, err := p.o.FS.OpenDir(j.Root, filepath.Dir(j.Path))
 	if err != nil {
 		return j, fileError(err)
 	}
@@ -94,7 +93,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar
 	// (inside it when the folder is the watch folder itself).
 	asFile := PublishedAsIn(j.Root, j.Path)
-	params, err := p.publish.Load().resolve(asFile, j.Root, j.ModTime)
+	params, err := p.publish.Load().resolve(p.o.FS, asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Listed is one file a single scan finds under a root, as the daemon's
@@ -25,10 +26,12 @@ type Listed struct {
 // (a file still being written is listed as it is now): `splatd run
 // -dry-run` predicts a run with it.
 func List(cfgs []Root, now time.Time) ([]Listed, error) {
-	roots, err := buildRoots(cfgs)
+	fsys := new(trustfs.FS)
+	roots, err := buildRoots(cfgs, fsys)
 	if err != nil {
 		return nil, err
 	}
+	fsys.SetFolders(rootPaths(roots))
 	w := &Watcher{roots: roots}
 	var out []Listed
 	for _, r := range roots {

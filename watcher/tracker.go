@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // stamp is one look at a file: what "unchanged" compares.
@@ -232,7 +230,10 @@ func (t *tracker) prune(r *root, scanNo uint32) {
 	}
 	t.mu.Unlock()
 	for _, p := range back {
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		if !within(r.path, p) {
+			continue // another root's prune looks at it
+		}
+		if _, err := r.lstat(p); errors.Is(err, fs.ErrNotExist) {
 			t.mu.Lock()
 			delete(t.handedBack, p)
 			t.mu.Unlock()
@@ -358,7 +359,10 @@ func (r *root) candidateInfo(path string, fi fs.FileInfo) (fs.FileInfo, bool) {
 		if err != nil || !within(r.realPath(), target) {
 			return nil, false
 		}
-		if fi, err = os.Stat(target); err != nil {
+		// The resolved name, through the root: a link swapped in since is
+		// not followed.
+		rel, _ := filepath.Rel(r.realPath(), target)
+		if fi, err = r.lstat(filepath.Join(r.path, rel)); err != nil {
 			return nil, false
 		}
 	}
@@ -372,7 +376,7 @@ func (r *root) lstat(p string) (fs.FileInfo, error) {
 	if filepath.Clean(p) == r.path {
 		return os.Lstat(p)
 	}
-	return trustfs.Lstat(r.path, p)
+	return r.fs.Lstat(r.path, p)
 }
 
 // realPath is the root with symlinks resolved (refreshed by every scan).

@@ -155,6 +155,10 @@ type Options struct {
 	// must not block.
 	OnSettings func(path string)
 	Observer   Observer
+	// FS is the trust boundary every access under a root goes through; the
+	// watcher names its roots to it (SetFolders) at New and at each
+	// SetRoots. Nil: an FS of the watcher's own.
+	FS *trustfs.FS
 }
 
 // Watcher finds finished files under its roots. Create it with New and
@@ -172,6 +176,7 @@ type Watcher struct {
 	rescanEvery time.Duration
 	tr          *tracker
 	onSettings  func(path string) // Options.OnSettings; nil: none
+	fs          *trustfs.FS       // Options.FS
 
 	started atomic.Bool
 	alive   atomic.Bool
@@ -208,6 +213,10 @@ func New(o Options) (*Watcher, error) {
 		reroot:      make(chan []*root, 1),
 		newNotify:   fsnotify.NewWatcher,
 		onSettings:  o.OnSettings,
+		fs:          o.FS,
+	}
+	if w.fs == nil {
+		w.fs = new(trustfs.FS)
 	}
 	if w.obs == nil {
 		w.obs = nopObserver{}
@@ -222,18 +231,20 @@ func New(o Options) (*Watcher, error) {
 	if settle <= 0 {
 		settle = DefaultSettle
 	}
-	roots, err := buildRoots(o.Roots)
+	roots, err := buildRoots(o.Roots, w.fs)
 	if err != nil {
 		return nil, err
 	}
+	w.fs.SetFolders(rootPaths(roots)) // a root inside another is opened through it
 	w.roots = roots
 	w.tr = newTracker(settle, o.Known, w.obs)
 	w.tr.log = o.Logger
 	return w, nil
 }
 
-// buildRoots checks and normalises the configured roots, innermost first.
-func buildRoots(cfgs []Root) ([]*root, error) {
+// buildRoots checks and normalises the configured roots, innermost first,
+// each to be read through fsys.
+func buildRoots(cfgs []Root, fsys *trustfs.FS) ([]*root, error) {
 	if len(cfgs) == 0 {
 		return nil, errors.New("watcher: no roots")
 	}
@@ -244,6 +255,7 @@ func buildRoots(cfgs []Root) ([]*root, error) {
 		if err != nil {
 			return nil, fmt.Errorf("watcher: root %d (%q): %w", i, cfg.Path, err)
 		}
+		r.fs = fsys
 		if seen[r.path] {
 			return nil, fmt.Errorf("watcher: root %q listed twice", cfg.Path)
 		}
@@ -251,12 +263,16 @@ func buildRoots(cfgs []Root) ([]*root, error) {
 		roots = append(roots, r)
 	}
 	slices.SortStableFunc(roots, func(a, b *root) int { return len(b.path) - len(a.path) })
+	return roots, nil
+}
+
+// rootPaths returns the paths of roots.
+func rootPaths(roots []*root) []string {
 	paths := make([]string, len(roots))
 	for i, r := range roots {
 		paths[i] = r.path
 	}
-	trustfs.SetWatchFolders(paths) // a root inside another is opened through it
-	return roots, nil
+	return paths
 }
 
 // SetRoots replaces the watched roots, for a config reload. A running
@@ -265,10 +281,11 @@ func buildRoots(cfgs []Root) ([]*root, error) {
 // skipped through Options.Known, files that were settling are found again.
 // Invalid roots are refused and the old ones stay.
 func (w *Watcher) SetRoots(cfgs []Root) error {
-	roots, err := buildRoots(cfgs)
+	roots, err := buildRoots(cfgs, w.fs)
 	if err != nil {
 		return err
 	}
+	w.fs.SetFolders(rootPaths(roots))
 	w.rootsMu.Lock()
 	defer w.rootsMu.Unlock()
 	if !w.running {
@@ -402,7 +419,8 @@ func (w *Watcher) Healthy() bool {
 // root is a Root with its derived, normalised settings and runtime state.
 type root struct {
 	Root
-	path             string // absolute and clean
+	path             string      // absolute and clean
+	fs               *trustfs.FS // every access under path goes through it
 	include, exclude []string
 	poll             bool
 	pollEvery        time.Duration

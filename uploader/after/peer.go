@@ -3,6 +3,7 @@ package after
 import (
 	"errors"
 	"fmt"
+	"github.com/splatd/splatd/watcher/trustfs"
 	"path/filepath"
 
 	"github.com/splatd/splatd/uploader/splatfile"
@@ -17,8 +18,8 @@ import (
 // compared; the size the job saw is. It returns the receipt and "" when it
 // is evidence, else why not; err is ErrNoReceipt when there is none, or a
 // read error.
-func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
-	r, err := readReceiptIn(root, file)
+func PeerEvidence(fsys *trustfs.FS, root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
+	r, err := readReceiptIn(fsys, root, file)
 	if err != nil {
 		return r, "", err
 	}
@@ -50,7 +51,7 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 // never makes it read outside dest. It returns the receipt, its path and
 // "" when one is evidence; else the first why not, or ErrNoReceipt when
 // there is no receipt at all (or a read error).
-func MovedPeerEvidence(root, file, dest, sha256 string, size int64, svc Service) (Receipt, string, string, error) {
+func MovedPeerEvidence(fsys *trustfs.FS, root, file, dest, sha256 string, size int64, svc Service) (Receipt, string, string, error) {
 	name := func(i int) (moved, present string) {
 		if splatfile.IsSOGFolder(file) {
 			dir := moveFolderTarget(file, root, dest)
@@ -72,10 +73,10 @@ func MovedPeerEvidence(root, file, dest, sha256 string, size int64, svc Service)
 	)
 	for i := 0; ; i++ {
 		moved, present := name(i)
-		if !existsIn(dest, present) && !existsIn(dest, ReceiptPath(moved)) {
+		if !existsIn(fsys, dest, present) && !existsIn(fsys, dest, ReceiptPath(moved)) {
 			break
 		}
-		r, w, err := PeerEvidence(dest, moved, sha256, size, svc)
+		r, w, err := PeerEvidence(fsys, dest, moved, sha256, size, svc)
 		switch {
 		case err == nil && w == "":
 			found, where = r, ReceiptPath(moved)

@@ -32,6 +32,7 @@ import (
 	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/watcher"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // shutdownGrace is how long in-flight API calls may run after SIGTERM.
@@ -84,6 +85,7 @@ type Daemon struct {
 	damaged chan error        // the store met damage while running (store.go)
 	history *metrics.EventLog // the status page's event history
 	fleet   *fleet            // the fleet's members on the watch folders; nil outside v1 with receipts (fleet.go)
+	fs      *trustfs.FS       // the trust boundary: the watcher names the watch folders to it
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
@@ -104,7 +106,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		o.Getenv = func(string) string { return "" }
 	}
 	log, getenv := o.Logger, o.Getenv
-	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}, apiGrace: apiGrace}
+	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}, apiGrace: apiGrace, fs: new(trustfs.FS)}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(d.o.Version, api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
@@ -140,7 +142,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		return nil, err
 	}
 	if cfg.API.Protocol == uploader.ProtocolV1 && cfg.After.Receipt {
-		d.fleet = newFleet(cfg.FleetIdentity(), func() []string { return d.config().WatchPaths() }, time.Now,
+		d.fleet = newFleet(d.fs, cfg.FleetIdentity(), func() []string { return d.config().WatchPaths() }, time.Now,
 			log.With().Str("component", "fleet").Logger())
 	}
 	if d.pool, err = d.newPool(); err != nil {
@@ -197,7 +199,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		ParallelParts: cfg.Upload.ParallelParts,
 		Publish:       cfg.Publish.Params(),
 		EncodeDir:     filepath.Join(cfg.StateDir, "encoded"),
-		Params:        paramsOf(cfg),
+		Params:        paramsOf(d.fs, cfg),
 		// The config in force: a reload may add a root, or change whether
 		// one follows links or its size bounds.
 		FollowSymlinks: func(root string) bool { return d.config().FollowsSymlinks(root) },
@@ -226,6 +228,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 		},
 		Observer: d.m,
 		Logger:   d.log,
+		FS:       d.fs,
 	})
 }
 
@@ -245,6 +248,7 @@ func (d *Daemon) newWatcher() (*watcher.Watcher, error) {
 		Known:          d.store.Known,
 		Observer:       d.m,
 		OnSettings:     d.settingsChanged,
+		FS:             d.fs,
 	})
 }
 
@@ -639,7 +643,10 @@ func (d *Daemon) MetricsAddr() string {
 }
 
 // paramsOf is the pool's publish parameters of a file: config.ParamsFor of
-// the config in force when the job became ready (a reload replaces it).
-func paramsOf(cfg *config.Config) uploader.ParamsFunc {
-	return func(path, _ string, mod time.Time) (state.PublishParams, error) { return cfg.ParamsFor(path, mod) }
+// the config in force when the job became ready (a reload replaces it),
+// read through fsys.
+func paramsOf(fsys *trustfs.FS, cfg *config.Config) uploader.ParamsFunc {
+	return func(path, _ string, mod time.Time) (state.PublishParams, error) {
+		return cfg.ParamsFor(fsys, path, mod)
+	}
 }

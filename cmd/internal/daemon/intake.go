@@ -55,7 +55,7 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 	rest := batch[:0]
 	var adopt []queue.Adoption
 	for _, c := range batch {
-		ev, err := after.CheckIn(ctx, c.Root, c.Path, svc)
+		ev, err := after.CheckIn(ctx, d.fs, c.Root, c.Path, svc)
 		switch {
 		case errors.Is(err, after.ErrNoReceipt):
 			rest = append(rest, c)
@@ -272,7 +272,7 @@ var errNoReceipts = errors.New("receipts are off (after.receipt: false): no peer
 // peerReceipt is PoolOptions.PeerReceipt on the config in force (a reload
 // may turn receipts on or off).
 func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
-	if f := peerReceipt(d.config()); f != nil {
+	if f := peerReceipt(d.fs, d.config()); f != nil {
 		return f(j)
 	}
 	return uploader.PeerOutcome{}, errNoReceipts
@@ -285,7 +285,7 @@ func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
 // none that proves it; the stat error when there is none and the file is
 // gone (none will come). Nil when this daemon writes no receipts: its fleet
 // is taken to write none either.
-func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
+func peerReceipt(fsys *trustfs.FS, cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
 	if !cfg.After.Receipt {
 		return nil
 	}
@@ -294,11 +294,11 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 		// The receipt first: a peer with on_success: delete leaves it where
 		// the file was. Only without one does a file gone end the wait,
 		// unless a peer moved it: its receipt is where it went.
-		r, why, err := after.PeerEvidence(j.Root, j.Path, j.SHA256, j.Size, svc)
+		r, why, err := after.PeerEvidence(fsys, j.Root, j.Path, j.SHA256, j.Size, svc)
 		at := after.ReceiptPath(j.Path)
 		if err != nil || why != "" {
-			if _, serr := trustfs.Lstat(j.Root, j.Path); serr != nil {
-				mr, mat, ok := movedPeerReceipt(cfg, j, svc)
+			if _, serr := fsys.Lstat(j.Root, j.Path); serr != nil {
+				mr, mat, ok := movedPeerReceipt(fsys, cfg, j, svc)
 				if !ok {
 					return uploader.PeerOutcome{}, serr
 				}
@@ -327,11 +327,11 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 // j's root moves what it published (on_success: move): a fleet shares its
 // after settings, so a peer moved the file, and its receipt, where this
 // daemon would have. ok is false when there is none that proves it.
-func movedPeerReceipt(cfg *config.Config, j state.Job, svc after.Service) (after.Receipt, string, bool) {
+func movedPeerReceipt(fsys *trustfs.FS, cfg *config.Config, j state.Job, svc after.Service) (after.Receipt, string, bool) {
 	a := cfg.AfterOfRoot(j.Root)
 	if a.OnSuccess != "move" || a.SuccessDir == "" {
 		return after.Receipt{}, "", false
 	}
-	r, at, why, err := after.MovedPeerEvidence(j.Root, j.Path, a.SuccessDir, j.SHA256, j.Size, svc)
+	r, at, why, err := after.MovedPeerEvidence(fsys, j.Root, j.Path, a.SuccessDir, j.SHA256, j.Size, svc)
 	return r, at, err == nil && why == ""
 }
