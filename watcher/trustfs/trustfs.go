@@ -193,6 +193,21 @@ func (t *FS) OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	defer r.Close()
+	return openIn(r, rel, root, path)
+}
+
+// OpenIn is OpenRegular of name in the folder r, already open as an
+// os.Root (a folder of files read together, such as an unbundled SOG).
+func OpenIn(r *os.Root, name string) (*os.File, fs.FileInfo, error) {
+	return openIn(r, name, "", name)
+}
+
+// KindReplaced is the Kind of a *NotRegularError for a name swapped for
+// another file (a link inside the folder) while it was opened.
+const KindReplaced = "replaced while it was opened (a symbolic link?)"
+
+// openIn is OpenRegular of rel in r, naming path (under root) in errors.
+func openIn(r *os.Root, rel, root, path string) (*os.File, fs.FileInfo, error) {
 	lfi, err := r.Lstat(rel)
 	if err != nil {
 		return nil, nil, classify(err, path, root)
@@ -205,9 +220,8 @@ func (t *FS) OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	if !os.SameFile(lfi, fi) {
-		// Swapped for a link (inside the folder) between the two calls.
 		f.Close()
-		return nil, nil, &NotRegularError{Path: path, Kind: "replaced while it was opened (a symbolic link?)"}
+		return nil, nil, &NotRegularError{Path: path, Kind: KindReplaced}
 	}
 	return f, fi, nil
 }
