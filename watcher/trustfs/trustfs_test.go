@@ -2,6 +2,9 @@ package trustfs
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -282,5 +285,88 @@ func TestRemoveIfIsDurable(t *testing.T) {
 	}
 	if want := "unlink " + p + "\nfsync-dir " + filepath.Dir(p); strings.Join(got, "\n") != want {
 		t.Errorf("steps %q, want %q", got, want)
+	}
+}
+
+// TestStatThroughALinkOutIsRefused: a subfolder swapped for a link out of
+// the root gives every stat an *EscapeError, never the outside file's.
+func TestStatThroughALinkOutIsRefused(t *testing.T) {
+	t.Parallel()
+	root, outside := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(outside, "secret.ply"), "ply", 0o644)
+	if err := os.Symlink(outside, filepath.Join(root, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "sub", "secret.ply")
+	var tfs FS
+	stats := map[string]func(root, path string) (fs.FileInfo, error){
+		"Lstat": tfs.Lstat, "StatRegular": tfs.StatRegular, "StatFollow": tfs.StatFollow,
+	}
+	for name, stat := range stats {
+		var esc *EscapeError
+		if fi, err := stat(root, p); !errors.As(err, &esc) {
+			t.Errorf("%s through a link out = %v, %v; want an EscapeError", name, fi, err)
+		}
+	}
+}
+
+// TestOpenInRefuses: OpenIn, in a folder already open, refuses what
+// OpenRegular refuses at a name (a link, a FIFO, a folder).
+func TestOpenInRefuses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "ok.webp"), "RIFF", 0o644)
+	if err := os.Symlink("ok.webp", filepath.Join(dir, "link.webp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.webp"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "dir.webp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, name := range []string{"link.webp", "fifo.webp", "dir.webp"} {
+		var nr *NotRegularError
+		if f, _, err := OpenIn(r, name); !errors.As(err, &nr) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("OpenIn(%s) = %v; want a NotRegularError", name, err)
+		}
+	}
+	f, fi, err := OpenIn(r, "ok.webp")
+	if err != nil || fi.Size() != 4 {
+		t.Fatalf("OpenIn(ok.webp) = %v, %v", fi, err)
+	}
+	f.Close()
+}
+
+// TestNoPackageState: the package keeps no variable of its own; the watch
+// folders and the trace are an FS's.
+func TestNoPackageState(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				t.Errorf("%s: a package-level var", fset.Position(g.Pos()))
+			}
+		}
 	}
 }
