@@ -5,7 +5,7 @@
 // folder (opened through the outermost watch folder holding it), so no
 // path, link or ".." leads out of it; the last component of a path is never
 // followed, files are opened non-blocking, and small files are read with a
-// size cap. docs/architecture.md ("The trust boundary") says why.
+// size cap. docs/architecture.md ("Trust boundary") says why.
 //
 // Methods of FS take the watch folder (root) and an absolute path under it.
 // An empty root means the path's own folder: a file named on the command
@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -83,12 +84,15 @@ func (t *FS) SetFolders(paths []string) {
 }
 
 // Folders returns the watch folders last named by SetFolders.
-func (t *FS) Folders() []string {
+func (t *FS) Folders() []string { return slices.Clone(t.list()) }
+
+// list is Folders, shared: callers do not modify it.
+func (t *FS) list() []string {
 	if t == nil {
 		return nil
 	}
-	if list := t.folders.Load(); list != nil {
-		return *list
+	if l := t.folders.Load(); l != nil {
+		return *l
 	}
 	return nil
 }
@@ -96,7 +100,7 @@ func (t *FS) Folders() []string {
 // outerOf returns the outermost watch folder that holds root ("" if none).
 func (t *FS) outerOf(root string) string {
 	outer := ""
-	for _, w := range t.Folders() {
+	for _, w := range t.list() {
 		if rel, in := Within(w, root); in && rel != "." && (outer == "" || len(w) < len(outer)) {
 			outer = w
 		}
@@ -169,6 +173,17 @@ func (t *FS) Lstat(root, path string) (fs.FileInfo, error) {
 	defer r.Close()
 	fi, err := r.Lstat(rel)
 	return fi, classify(err, path, root)
+}
+
+// LstatRoot stats the watch folder root itself without following a link
+// at its name: through the outermost watch folder holding it, else by its
+// own path (the operator's).
+func (t *FS) LstatRoot(root string) (fs.FileInfo, error) {
+	root = filepath.Clean(root)
+	if outer := t.outerOf(root); outer != "" {
+		return t.Lstat(outer, root)
+	}
+	return os.Lstat(root)
 }
 
 // StatRegular is Lstat that also requires a regular file.

@@ -370,3 +370,32 @@ func TestNoPackageState(t *testing.T) {
 		}
 	}
 }
+
+// TestLstatRootThroughTheOuter: a nested watch folder's own stat goes
+// through the outer folder, so a folder between the two swapped for a link
+// out is refused; a folder in no other is stat'ed by its path.
+func TestLstatRootThroughTheOuter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	outer, outside := filepath.Join(dir, "share"), filepath.Join(dir, "outside")
+	inner := filepath.Join(outer, "mid", "client-a")
+	if err := os.MkdirAll(filepath.Join(outside, "client-a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(outer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(outer, "mid")); err != nil {
+		t.Fatal(err)
+	}
+	tfs := new(FS)
+	tfs.SetFolders([]string{inner})
+	if fi, err := tfs.LstatRoot(inner); err != nil || !fi.IsDir() {
+		t.Fatalf("LstatRoot in no other folder = %v, %v; want the folder", fi, err)
+	}
+	tfs.SetFolders([]string{outer, inner})
+	var esc *EscapeError
+	if fi, err := tfs.LstatRoot(inner); !errors.As(err, &esc) {
+		t.Errorf("LstatRoot through a link out of the outer folder = %v, %v; want an EscapeError", fi, err)
+	}
+}
