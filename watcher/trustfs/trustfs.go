@@ -97,6 +97,18 @@ func (t *FS) list() []string {
 	return nil
 }
 
+// RootOf returns the innermost watch folder that holds path, or is path
+// ("" if none): the root to reach path through.
+func (t *FS) RootOf(path string) string {
+	best := ""
+	for _, w := range t.list() {
+		if _, in := Within(w, path); in && len(w) > len(best) {
+			best = w
+		}
+	}
+	return best
+}
+
 // outerOf returns the outermost watch folder that holds root ("" if none).
 func (t *FS) outerOf(root string) string {
 	outer := ""

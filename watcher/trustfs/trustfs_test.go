@@ -399,3 +399,17 @@ func TestLstatRootThroughTheOuter(t *testing.T) {
 		t.Errorf("LstatRoot through a link out of the outer folder = %v, %v; want an EscapeError", fi, err)
 	}
 }
+
+// TestRootOf: the innermost watch folder holding a path, or none.
+func TestRootOf(t *testing.T) {
+	t.Parallel()
+	tfs := new(FS)
+	tfs.SetFolders([]string{"/w", "/w/a", "/x"})
+	for path, want := range map[string]string{
+		"/w/f.ply": "/w", "/w/a/f.ply": "/w/a", "/w/a": "/w/a", "/w/ab/f.ply": "/w", "/y/f.ply": "", "/x/..f": "/x",
+	} {
+		if got := tfs.RootOf(path); got != want {
+			t.Errorf("RootOf(%s) = %q, want %q", path, got, want)
+		}
+	}
+}

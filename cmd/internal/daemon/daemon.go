@@ -538,7 +538,7 @@ func (d *Daemon) maintain(ctx context.Context) {
 			continue
 		}
 		n, err := d.store.TrimPaths(ctx, func(p string) bool {
-			_, err := os.Lstat(p)
+			_, err := d.fs.Lstat(d.fs.RootOf(p), p)
 			return errors.Is(err, fs.ErrNotExist)
 		})
 		if err != nil && ctx.Err() == nil {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,13 +107,18 @@ func (d *Daemon) logReceiptDirs(byDir map[string]int) {
 			continue
 		}
 		d.intake.loggedDirs[dir] = true
-		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
+		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(d.fs, dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
 			Msg("folder holds receipts this state directory did not know (a new or lost state_dir, or another daemon of a fleet on this folder): files whose receipt says done for their content are adopted as done, not published again (logged once per folder; adopted counts this batch)")
 	}
 }
 
-func countReceipts(dir string) int {
-	ents, err := os.ReadDir(dir)
+func countReceipts(fsys *trustfs.FS, dir string) int {
+	r, err := fsys.OpenDir(fsys.RootOf(dir), dir)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
+	ents, err := fs.ReadDir(r.FS(), ".")
 	if err != nil {
 		return 0
 	}
