@@ -68,9 +68,9 @@ func (p *Pool) openJob(j state.Job) (*jobFile, error) {
 		}
 		return &jobFile{f: f, fi: fi, want: j.SHA256, size: j.Size}, nil
 	}
-	open := trustfs.OpenRegular
+	open := p.o.FS.OpenRegular
 	if p.follows(j.Root) {
-		open = trustfs.OpenRegularFollow
+		open = p.o.FS.OpenRegularFollow
 	}
 	f, fi, err := open(j.Root, j.Path)
 	if err != nil {
@@ -298,9 +298,9 @@ func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
 		}
 		return fi, nil
 	}
-	stat := trustfs.StatRegular
+	stat := p.o.FS.StatRegular
 	if p.follows(j.Root) {
-		stat = trustfs.StatFollow
+		stat = p.o.FS.StatFollow
 	}
 	fi, err := stat(j.Root, j.Path)
 	if err != nil {

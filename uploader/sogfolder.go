@@ -56,7 +56,7 @@ func PublishedAsIn(root, path string) string { return splatfile.FolderAsFile(roo
 func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
 	// The folder is opened through the watch folder (trustfs): no link
 	// leads out of it, and its images are read through that root only.
-	dir, err := trustfs.OpenDir(j.Root, filepath.Dir(j.Path))
+	dir, err := p.o.FS.OpenDir(j.Root, filepath.Dir(j.Path))
 	if err != nil {
 		return j, fileError(err)
 	}
@@ -94,7 +94,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar
 	// (inside it when the folder is the watch folder itself).
 	asFile := PublishedAsIn(j.Root, j.Path)
-	params, err := p.publish.Load().resolve(asFile, j.Root, j.ModTime)
+	params, err := p.publish.Load().resolve(p.o.FS, asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
@@ -220,7 +220,7 @@ func (s *OneShotSource) Close() {
 // within a MiB when ctx ends.
 func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
 	if !splatfile.IsSOGFolder(path) {
-		f, fi, err := trustfs.OpenRegular("", path) // no link, pipe or device
+		f, fi, err := new(trustfs.FS).OpenRegular("", path) // no link, pipe or device
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +230,7 @@ func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*
 		}
 		return &OneShotSource{Path: path}, nil
 	}
-	dir, err := trustfs.OpenDir("", filepath.Dir(path))
+	dir, err := new(trustfs.FS).OpenDir("", filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/uploader/sidecar"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Store is what the worker pool needs from the job store. queue.Store
@@ -157,6 +158,9 @@ type PoolOptions struct {
 	// Observer receives JobFinished (and the client's own hooks).
 	Observer Observer
 	Logger   zerolog.Logger
+	// FS is the trust boundary every access under a watch folder goes
+	// through. Nil: one that knows no watch folders.
+	FS *trustfs.FS
 	// Now and Rand are the clock and the jitter source (tests inject them).
 	Now  func() time.Time
 	Rand func() float64
@@ -214,11 +218,11 @@ type publishDefaults struct {
 }
 
 // resolve is a file's publish parameters.
-func (d *publishDefaults) resolve(path, root string, mod time.Time) (state.PublishParams, error) {
+func (d *publishDefaults) resolve(fsys *trustfs.FS, path, root string, mod time.Time) (state.PublishParams, error) {
 	if d.paramsFor != nil {
 		return d.paramsFor(path, root, mod)
 	}
-	return sidecar.Resolve(d.params, path, root, mod)
+	return sidecar.Resolve(fsys, d.params, path, root, mod)
 }
 
 // NewPool checks o and builds a pool; Run starts it.

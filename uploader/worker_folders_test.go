@@ -39,7 +39,7 @@ func TestPoolUsesTheDefaultsOfTheJobsRoot(t *testing.T) {
 		if root == clientA {
 			defaults = state.PublishParams{Title: "Client A: {{.Stem}}", Format: "compressed.ply", Listed: true}
 		}
-		return sidecar.Resolve(defaults, path, root, mod)
+		return sidecar.Resolve(nil, defaults, path, root, mod)
 	}
 	if err := e.run(o); err != nil {
 		t.Fatal(err)

@@ -191,7 +191,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 		return next, err
 	}
 	id := trustfs.IDOf(jf.fi)
-	params, err := p.publish.Load().resolve(j.Path, j.Root, j.ModTime)
+	params, err := p.publish.Load().resolve(p.o.FS, j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Listed is one file a single scan finds under a root, as the daemon's
@@ -25,60 +26,72 @@ type Listed struct {
 // (a file still being written is listed as it is now): `splatd run
 // -dry-run` predicts a run with it.
 func List(cfgs []Root, now time.Time) ([]Listed, error) {
-	roots, err := buildRoots(cfgs)
+	fsys := new(trustfs.FS)
+	roots, err := buildRoots(cfgs, fsys)
 	if err != nil {
 		return nil, err
 	}
+	fsys.SetFolders(rootPaths(roots))
 	w := &Watcher{roots: roots}
 	var out []Listed
 	for _, r := range roots {
-		start := r.path + string(filepath.Separator) + "."
-		err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
-			top := p == start
-			if top {
-				p = r.path
-			}
-			if err != nil {
-				if top {
-					return err
-				}
-				return nil
-			}
-			if d.IsDir() {
-				if !top && (!r.Recursive || r.skipsDir(d.Name()) || w.otherRoot(p, r)) {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !r.wants(d.Name()) {
-				if why := r.unwanted(d.Name()); why != "" {
-					l := Listed{Candidate: Candidate{Path: p, Root: r.Path}, Skip: why}
-					if fi, err := d.Info(); err == nil {
-						l.Size, l.ModTime = fi.Size(), fi.ModTime()
-					}
-					out = append(out, l)
-				}
-				return nil
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return nil
-			}
-			l := Listed{Candidate: Candidate{Path: p, Root: r.Path, Size: fi.Size(), ModTime: fi.ModTime()}}
-			if fi, ok := r.candidateInfo(p, fi); !ok {
-				l.Skip = "not a regular file (or a link the folder's follow_symlinks does not follow)"
-			} else {
-				l.Size, l.ModTime = fi.Size(), fi.ModTime()
-				l.Skip = r.bounds(p, l.Size, l.ModTime, now)
-			}
-			out = append(out, l)
-			return nil
-		})
+		listed, err := w.listRoot(r, now)
+		out = append(out, listed...)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return out, fmt.Errorf("watcher: list %s: %w", r.path, err)
 		}
 	}
 	return out, nil
+}
+
+// listRoot is List of the root r, walked through an os.Root on it (as a
+// scan walks): no folder or stat leads out of it.
+func (w *Watcher) listRoot(r *root, now time.Time) ([]Listed, error) {
+	rt, err := r.fs.OpenRoot(r.path)
+	if err != nil {
+		return nil, err
+	}
+	defer rt.Close()
+	var out []Listed
+	err = fs.WalkDir(rt.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		top, p := rel == ".", filepath.Join(r.path, filepath.FromSlash(rel))
+		if err != nil {
+			if top {
+				return err
+			}
+			return nil
+		}
+		if d.IsDir() {
+			if !top && (!r.Recursive || r.skipsDir(d.Name()) || w.otherRoot(p, r)) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		fi, err := rt.Lstat(filepath.FromSlash(rel))
+		if !r.wants(d.Name()) {
+			if why := r.unwanted(d.Name()); why != "" {
+				l := Listed{Candidate: Candidate{Path: p, Root: r.Path}, Skip: why}
+				if err == nil {
+					l.Size, l.ModTime = fi.Size(), fi.ModTime()
+				}
+				out = append(out, l)
+			}
+			return nil
+		}
+		if err != nil {
+			return nil
+		}
+		l := Listed{Candidate: Candidate{Path: p, Root: r.Path, Size: fi.Size(), ModTime: fi.ModTime()}}
+		if fi, ok := r.candidateInfo(p, fi); !ok {
+			l.Skip = "not a regular file (or a link the folder's follow_symlinks does not follow)"
+		} else {
+			l.Size, l.ModTime = fi.Size(), fi.ModTime()
+			l.Skip = r.bounds(p, l.Size, l.ModTime, now)
+		}
+		out = append(out, l)
+		return nil
+	})
+	return out, err
 }
 
 // unwanted says why the rules leave a file out by its name: an exclude

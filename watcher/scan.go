@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // maxRetry bounds how long a missing or unreadable root waits between tries.
@@ -96,13 +94,7 @@ func (w *Watcher) scanRoot(r *root) {
 	r.resolve()
 	scanNo := r.scanNo.Add(1)
 
-	fi, err := os.Stat(r.path)
-	if err == nil && !fi.IsDir() {
-		err = errors.New("not a directory")
-	}
-	if err == nil {
-		err = w.walk(r, r.path, st)
-	}
+	err := w.walk(r, r.path, st)
 	if err != nil {
 		if r.healthy.Swap(false) || r.nextScan.IsZero() {
 			w.log.Error().Err(err).Str("root", r.Path).Msg("watch root is missing or unreadable; retrying")
@@ -148,8 +140,8 @@ func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 	// subfolder swapped for a link to somewhere else while the walk runs is
 	// not listed, no stat follows a link out of the root, and a file's stat
 	// is one fstatat in its folder. The root itself may be a link, unless
-	// it lies in another watch root (trustfs.OpenRoot).
-	rt, err := trustfs.OpenRoot(r.path)
+	// it lies in another watch root (trustfs.FS.OpenRoot).
+	rt, err := r.fs.OpenRoot(r.path)
 	if err != nil {
 		return err
 	}
@@ -286,7 +278,7 @@ func (w *Watcher) pruneWatches(r *root, seen map[string]bool) {
 	}
 	w.dirMu.Unlock()
 	for _, p := range stale {
-		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		if fi, err := r.lstat(p); err == nil && fi.IsDir() {
 			continue // created after the walk passed by
 		}
 		w.unwatch(p)

@@ -6,15 +6,11 @@ import (
 	"errors"
 	"hash/maphash"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // stamp is one look at a file: what "unchanged" compares.
@@ -232,7 +228,10 @@ func (t *tracker) prune(r *root, scanNo uint32) {
 	}
 	t.mu.Unlock()
 	for _, p := range back {
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		if !within(r.path, p) {
+			continue // another root's prune looks at it
+		}
+		if _, err := r.lstat(p); errors.Is(err, fs.ErrNotExist) {
 			t.mu.Lock()
 			delete(t.handedBack, p)
 			t.mu.Unlock()
@@ -338,58 +337,6 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// candidateInfo returns the FileInfo of a file that may be a candidate: a
-// regular file, or with FollowSymlinks a symlink resolving to a regular file
-// inside the root. fi is the file's Lstat result if the caller has it.
-func (r *root) candidateInfo(path string, fi fs.FileInfo) (fs.FileInfo, bool) {
-	if fi == nil {
-		var err error
-		if fi, err = r.lstat(path); err != nil {
-			return nil, false
-		}
-	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		if !r.FollowSymlinks {
-			return nil, false
-		}
-		target, err := filepath.EvalSymlinks(path)
-		if err != nil || !within(r.realPath(), target) {
-			return nil, false
-		}
-		if fi, err = os.Stat(target); err != nil {
-			return nil, false
-		}
-	}
-	return fi, fi.Mode().IsRegular()
-}
-
-// lstat stats p, a path under the root, through an os.Root on it: a link
-// on the way that leads out of the root is an error, not the outside
-// file's stat.
-func (r *root) lstat(p string) (fs.FileInfo, error) {
-	if filepath.Clean(p) == r.path {
-		return os.Lstat(p)
-	}
-	return trustfs.Lstat(r.path, p)
-}
-
-// realPath is the root with symlinks resolved (refreshed by every scan).
-func (r *root) realPath() string {
-	if p := r.real.Load(); p != nil {
-		return *p
-	}
-	return r.resolve()
-}
-
-func (r *root) resolve() string {
-	p, err := filepath.EvalSymlinks(r.path)
-	if err != nil {
-		p = r.path
-	}
-	r.real.Store(&p)
-	return p
 }
 
 // entryHeap orders pending files by due time.

@@ -13,10 +13,7 @@ package watcher
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +152,10 @@ type Options struct {
 	// must not block.
 	OnSettings func(path string)
 	Observer   Observer
+	// FS is the trust boundary every access under a root goes through; the
+	// watcher names its roots to it (SetFolders) at New and at each
+	// SetRoots. Nil: an FS of the watcher's own.
+	FS *trustfs.FS
 }
 
 // Watcher finds finished files under its roots. Create it with New and
@@ -172,6 +173,7 @@ type Watcher struct {
 	rescanEvery time.Duration
 	tr          *tracker
 	onSettings  func(path string) // Options.OnSettings; nil: none
+	fs          *trustfs.FS       // Options.FS
 
 	started atomic.Bool
 	alive   atomic.Bool
@@ -208,6 +210,10 @@ func New(o Options) (*Watcher, error) {
 		reroot:      make(chan []*root, 1),
 		newNotify:   fsnotify.NewWatcher,
 		onSettings:  o.OnSettings,
+		fs:          o.FS,
+	}
+	if w.fs == nil {
+		w.fs = new(trustfs.FS)
 	}
 	if w.obs == nil {
 		w.obs = nopObserver{}
@@ -222,41 +228,15 @@ func New(o Options) (*Watcher, error) {
 	if settle <= 0 {
 		settle = DefaultSettle
 	}
-	roots, err := buildRoots(o.Roots)
+	roots, err := buildRoots(o.Roots, w.fs)
 	if err != nil {
 		return nil, err
 	}
+	w.fs.SetFolders(rootPaths(roots)) // a root inside another is opened through it
 	w.roots = roots
 	w.tr = newTracker(settle, o.Known, w.obs)
 	w.tr.log = o.Logger
 	return w, nil
-}
-
-// buildRoots checks and normalises the configured roots, innermost first.
-func buildRoots(cfgs []Root) ([]*root, error) {
-	if len(cfgs) == 0 {
-		return nil, errors.New("watcher: no roots")
-	}
-	var roots []*root
-	seen := make(map[string]bool)
-	for i, cfg := range cfgs {
-		r, err := newRoot(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("watcher: root %d (%q): %w", i, cfg.Path, err)
-		}
-		if seen[r.path] {
-			return nil, fmt.Errorf("watcher: root %q listed twice", cfg.Path)
-		}
-		seen[r.path] = true
-		roots = append(roots, r)
-	}
-	slices.SortStableFunc(roots, func(a, b *root) int { return len(b.path) - len(a.path) })
-	paths := make([]string, len(roots))
-	for i, r := range roots {
-		paths[i] = r.path
-	}
-	trustfs.SetWatchFolders(paths) // a root inside another is opened through it
-	return roots, nil
 }
 
 // SetRoots replaces the watched roots, for a config reload. A running
@@ -265,10 +245,11 @@ func buildRoots(cfgs []Root) ([]*root, error) {
 // skipped through Options.Known, files that were settling are found again.
 // Invalid roots are refused and the old ones stay.
 func (w *Watcher) SetRoots(cfgs []Root) error {
-	roots, err := buildRoots(cfgs)
+	roots, err := buildRoots(cfgs, w.fs)
 	if err != nil {
 		return err
 	}
+	w.fs.SetFolders(rootPaths(roots))
 	w.rootsMu.Lock()
 	defer w.rootsMu.Unlock()
 	if !w.running {
@@ -397,123 +378,6 @@ func (w *Watcher) Healthy() bool {
 		}
 	}
 	return true
-}
-
-// root is a Root with its derived, normalised settings and runtime state.
-type root struct {
-	Root
-	path             string // absolute and clean
-	include, exclude []string
-	poll             bool
-	pollEvery        time.Duration
-
-	real     atomic.Pointer[string] // path with symlinks resolved, for containment checks
-	healthy  atomic.Bool
-	fallback atomic.Bool   // notify root polling because inotify ran out
-	rescan   atomic.Bool   // a rescan was asked for (overflow, error, root event)
-	scanNo   atomic.Uint32 // counts full scans; marks files seen by the latest
-	scanned  atomic.Int64  // when the latest scan ended well (UnixNano); 0 before
-	scanErr  atomic.Pointer[string]
-
-	// Owned by the scanner goroutine.
-	nextScan     time.Time
-	lastWatchTry time.Time
-}
-
-func newRoot(cfg Root) (*root, error) {
-	if cfg.Path == "" {
-		return nil, errors.New("empty path")
-	}
-	abs, err := filepath.Abs(cfg.Path)
-	if err != nil {
-		return nil, err
-	}
-	r := &root{Root: cfg, path: abs, pollEvery: cfg.PollInterval}
-	switch cfg.Mode {
-	case "", ModeNotify:
-	case ModePoll:
-		r.poll = true
-	default:
-		return nil, fmt.Errorf("mode %q: want %q or %q", cfg.Mode, ModeNotify, ModePoll)
-	}
-	if r.pollEvery <= 0 {
-		r.pollEvery = DefaultPollInterval
-	}
-	if cfg.MinSize < 0 || cfg.MaxSize < 0 || cfg.MinAge < 0 {
-		return nil, errors.New("negative size or age bound")
-	}
-	if cfg.MaxSize > 0 && cfg.MinSize > cfg.MaxSize {
-		return nil, fmt.Errorf("min size %d is above max size %d", cfg.MinSize, cfg.MaxSize)
-	}
-	include, exclude := cfg.Include, cfg.Exclude
-	if include == nil {
-		include = DefaultInclude
-	}
-	if exclude == nil {
-		exclude = DefaultExclude
-	}
-	for _, p := range append(slices.Clone(include), exclude...) {
-		if _, err := filepath.Match(p, "x"); err != nil || strings.ContainsRune(p, filepath.Separator) {
-			return nil, fmt.Errorf("bad pattern %q: a pattern matches a base name", p)
-		}
-	}
-	for _, p := range include {
-		r.include = append(r.include, strings.ToLower(p))
-	}
-	for _, p := range exclude {
-		r.exclude = append(r.exclude, strings.ToLower(p))
-	}
-	return r, nil
-}
-
-func matchAny(patterns []string, name string) bool {
-	name = strings.ToLower(name)
-	for _, p := range patterns {
-		if ok := matchOne(p, name); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// matchOne is filepath.Match, with the common shapes "*.ext" and ".*"
-// answered without it.
-func matchOne(p, name string) bool {
-	const meta = `*?[\`
-	switch {
-	case len(p) > 1 && p[0] == '*' && !strings.ContainsAny(p[1:], meta):
-		return strings.HasSuffix(name, p[1:])
-	case len(p) > 1 && p[len(p)-1] == '*' && !strings.ContainsAny(p[:len(p)-1], meta):
-		return strings.HasPrefix(name, p[:len(p)-1])
-	case !strings.ContainsAny(p, meta):
-		return name == p
-	}
-	ok, _ := filepath.Match(p, name)
-	return ok
-}
-
-// wants reports whether a file's base name makes it a candidate. splatd's
-// own files (sidecars, folder settings, receipts) never are, whatever the
-// patterns say.
-func (r *root) wants(name string) bool {
-	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") || strings.HasSuffix(own, ".splatd-peer") {
-		return false
-	}
-	return matchAny(r.include, name) && !matchAny(r.exclude, name)
-}
-
-// skipsDir reports whether a folder's base name keeps the walk out of it.
-func (r *root) skipsDir(name string) bool { return matchAny(r.exclude, name) }
-
-// within reports whether p is dir or inside it.
-func within(dir, p string) bool {
-	if p == dir {
-		return true
-	}
-	if !strings.HasSuffix(dir, string(filepath.Separator)) {
-		dir += string(filepath.Separator)
-	}
-	return strings.HasPrefix(p, dir)
 }
 
 // rootOf returns the innermost root containing p, or nil.

@@ -143,7 +143,7 @@ func cmdControl(name string) func(ctx context.Context, c *cli, args []string) in
 		if err == nil && !live {
 			err = daemon.WithOfflineStore(cfg.StateDir, func(st *queue.Store) error {
 				var err error
-				j, err = daemon.Control(st, op, ref)
+				j, err = daemon.Control(cfg.TrustFS(), st, op, ref)
 				return err
 			})
 			if err == nil {

@@ -372,7 +372,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *upload
 			as = uploader.PublishedAsIn(w.Path, abs)
 		}
 	}
-	req, err := a.cfg.ParamsFor(as, fi.ModTime())
+	req, err := a.cfg.ParamsFor(a.cfg.TrustFS(), as, fi.ModTime())
 	if err != nil {
 		return err
 	}

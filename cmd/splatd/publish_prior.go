@@ -40,7 +40,7 @@ func loadPriorPublishes(ctx context.Context, cfg *config.Config) (priorPublishes
 // hashed as it was built); "": path is hashed here.
 func (p priorPublishes) find(ctx context.Context, path, sum string) (where, url string, err error) {
 	if sum == "" {
-		if sum, err = daemon.HashFile(ctx, "", path); err != nil {
+		if sum, err = daemon.HashFile(ctx, nil, "", path); err != nil {
 			return "", "", err
 		}
 	}

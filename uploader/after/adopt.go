@@ -61,6 +61,8 @@ type AdoptOptions struct {
 	ViewerURL func(string) string
 	// DryRun finds what would be adopted and records nothing.
 	DryRun bool
+	// FS is the trust boundary the receipts and files are read through.
+	FS *trustfs.FS
 }
 
 // AdoptReport is what AdoptDir did (or would do, with DryRun): the JSON of
@@ -151,7 +153,7 @@ func findAdoptions(ctx context.Context, st Ledger, abs string, o AdoptOptions, r
 			return nil
 		}
 		file := strings.TrimSuffix(p, ".splat.json")
-		fi, err := trustfs.Lstat(abs, file)
+		fi, err := o.FS.Lstat(abs, file)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -159,7 +161,7 @@ func findAdoptions(ctx context.Context, st Ledger, abs string, o AdoptOptions, r
 			rep.Known++
 			return nil
 		}
-		ev, err := CheckIn(ctx, abs, file, o.Service)
+		ev, err := CheckIn(ctx, o.FS, abs, file, o.Service)
 		switch {
 		case err != nil:
 			rep.Skipped = append(rep.Skipped, SkippedFile{File: file, Why: err.Error()})

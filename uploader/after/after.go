@@ -43,6 +43,9 @@ type Options struct {
 	// splat that its content was published as.
 	Lookup func(id uint64) (state.Job, error)
 	Logger zerolog.Logger
+	// FS is the trust boundary every access under a watch folder goes
+	// through (nil: one that knows no watch folders).
+	FS *trustfs.FS
 }
 
 // Runner runs the after-actions and writes receipts. Finish is idempotent: a
@@ -185,10 +188,10 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		}
 		r := rec
 		r.File = file
-		err := writeReceipt(root, ReceiptPath(file), r)
+		err := writeReceipt(a.o.FS, root, ReceiptPath(file), r)
 		switch {
 		case errors.As(err, new(*trustfs.EscapeError)),
-			errors.As(err, new(*trustfs.NameTooLongError)) && !existsIn(j.Root, j.Path):
+			errors.As(err, new(*trustfs.NameTooLongError)) && !existsIn(a.o.FS, j.Root, j.Path):
 			// No retry would help, and no file is kept by stopping: the
 			// action goes on without a receipt.
 			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
@@ -208,14 +211,14 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 	if placeErr != nil {
 		actErr = &ActionError{ActionReceipt, placeErr}
 	}
-	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !existsIn(fileRoot, file) {
+	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !existsIn(a.o.FS, fileRoot, file) {
 		// The file went away before it was published (renamed under a name
 		// that matched include, deleted by its owner): a receipt would be
 		// litter beside nothing. The job keeps the reason (splatd jobs).
 		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no receipt")
 		if placed != "" && (placed != file || placedRoot != fileRoot) {
 			// Written at the target of a move the file never reached.
-			_ = trustfs.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
+			_ = a.o.FS.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
 		}
 		return file, nil
 	}
@@ -230,7 +233,7 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		case gaveUp == file && placed == "":
 			// Logged by place.
 		default:
-			err = writeReceipt(fileRoot, ReceiptPath(file), rec)
+			err = writeReceipt(a.o.FS, fileRoot, ReceiptPath(file), rec)
 		}
 		switch {
 		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
@@ -244,12 +247,12 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 			}
 		case file != j.Path:
 			// Left by an earlier attempt whose move failed.
-			_ = trustfs.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
+			_ = a.o.FS.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
 		}
 		if placed != "" && (placed != file || placedRoot != fileRoot) {
 			// Written at the target of a move that failed: the file, and
 			// its receipt, stayed where they were.
-			_ = trustfs.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
+			_ = a.o.FS.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
 		}
 	}
 	if actErr != nil {
@@ -271,7 +274,7 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 	}
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":
-		target, err := move(j.Path, j.Root, a.o.SuccessDir, held, placeIn(a.o.SuccessDir))
+		target, err := move(a.o.FS, j.Path, j.Root, a.o.SuccessDir, held, placeIn(a.o.SuccessDir))
 		if err != nil {
 			return file, root, a.actionError(j, ActionMove, err)
 		}
@@ -280,17 +283,17 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 		if err := place(j.Root, j.Path); err != nil {
 			return file, root, nil // Finish reports the receipt's error
 		}
-		if err := removeFolder(j.Path, j.Root); err != nil {
+		if err := removeFolder(a.o.FS, j.Path, j.Root); err != nil {
 			return file, root, a.actionError(j, ActionDelete, err)
 		}
 	case j.Stage == state.Done && a.o.OnSuccess == "delete":
 		if err := place(j.Root, j.Path); err != nil {
 			return file, root, nil // Finish reports the receipt's error
 		}
-		err := removeSource(j.Root, j.Path, held.ID)
+		err := removeSource(a.o.FS, j.Root, j.Path, held.ID)
 		switch {
 		case err == nil || errors.Is(err, fs.ErrNotExist):
-			_ = trustfs.RemoveIf(j.Root, sidecar.Path(j.Path), trustfs.ID{})
+			_ = a.o.FS.RemoveIf(j.Root, sidecar.Path(j.Path), trustfs.ID{})
 		case errors.As(err, new(*trustfs.ReplacedError)):
 			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("not deleted")
 		default:
@@ -298,7 +301,7 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
 		// moveUnder finds a file it moved before a crash at its target.
-		target, err := move(j.Path, j.Root, a.o.FailureDir, held, placeIn(a.o.FailureDir))
+		target, err := move(a.o.FS, j.Path, j.Root, a.o.FailureDir, held, placeIn(a.o.FailureDir))
 		switch {
 		case errors.Is(err, errFileGone):
 		case err != nil:
@@ -313,11 +316,11 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 // move moves a job's file under dest (moveUnder), or its whole folder for
 // an unbundled SOG folder (moveFolderUnder); place is called before the
 // file leaves (moveUnder).
-func move(file, root, dest string, held heldFile, place func(string) error) (string, error) {
+func move(fsys *trustfs.FS, file, root, dest string, held heldFile, place func(string) error) (string, error) {
 	if splatfile.IsSOGFolder(file) {
-		return moveFolderUnder(file, root, dest, place)
+		return moveFolderUnder(fsys, file, root, dest, place)
 	}
-	return moveUnder(file, root, dest, held, place)
+	return moveUnder(fsys, file, root, dest, held, place)
 }
 
 // actionError is a failed move or delete; a file replaced since the job
@@ -419,14 +422,14 @@ var writeReceipt = writeReceiptIn
 // WriteReceipt writes r to path atomically: a temp file in the same folder,
 // fsynced, then renamed over the target, so a reader never sees half a
 // receipt. A link at path is replaced, never written through.
-func WriteReceipt(path string, r Receipt) error { return writeReceiptIn("", path, r) }
+func WriteReceipt(path string, r Receipt) error { return writeReceiptIn(nil, "", path, r) }
 
 // writeReceiptIn is WriteReceipt through the folder root (path's own
 // folder when root is "").
-func writeReceiptIn(root, path string, r Receipt) error {
+func writeReceiptIn(fsys *trustfs.FS, root, path string, r Receipt) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	return trustfs.WriteAtomic(root, path, append(b, '\n'), 0o644)
+	return fsys.WriteAtomic(root, path, append(b, '\n'), 0o644)
 }

@@ -281,11 +281,11 @@ func TestRunnersChooseTheJobsRoot(t *testing.T) {
 	if want := filepath.Join(doneA, "x", "scan.ply"); err != nil || fileA != want {
 		t.Fatalf("root A: Finish = %q, %v; want moved to %s", fileA, err, want)
 	}
-	if existsIn("", ReceiptPath(fileA)) {
+	if existsIn(nil, "", ReceiptPath(fileA)) {
 		t.Error("root A turned receipts off, but one was written")
 	}
 	fileB, err := rs.Finish(context.Background(), b)
-	if err != nil || fileB != b.Path || !existsIn("", ReceiptPath(b.Path)) {
+	if err != nil || fileB != b.Path || !existsIn(nil, "", ReceiptPath(b.Path)) {
 		t.Fatalf("root B: Finish = %q, %v; want kept with a receipt", fileB, err)
 	}
 	if r := rs.For(rootB).Receipt(b); r.Status != "done" || r.File != b.Path || r.Splat.URL != b.ViewerURL {
@@ -306,7 +306,7 @@ func TestRemoveOwnReceipt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok, err := RemoveOwnReceipt(dir, file, 7, sha); ok || err != nil {
+	if ok, err := RemoveOwnReceipt(nil, dir, file, 7, sha); ok || err != nil {
 		t.Errorf("no receipt: %v, %v; want false, nil", ok, err)
 	}
 	for _, other := range []struct {
@@ -314,12 +314,12 @@ func TestRemoveOwnReceipt(t *testing.T) {
 		sum string
 	}{{8, sha}, {7, strings.Repeat("b", 64)}} {
 		write(other.job, other.sum)
-		if ok, err := RemoveOwnReceipt(dir, file, 7, sha); ok || err != nil {
+		if ok, err := RemoveOwnReceipt(nil, dir, file, 7, sha); ok || err != nil {
 			t.Errorf("receipt of job %d, sha %.8s: removed %v, %v; want it kept", other.job, other.sum, ok, err)
 		}
 	}
 	write(7, sha)
-	if ok, err := RemoveOwnReceipt(dir, file, 7, sha); !ok || err != nil {
+	if ok, err := RemoveOwnReceipt(nil, dir, file, 7, sha); !ok || err != nil {
 		t.Errorf("the job's own receipt: %v, %v; want removed", ok, err)
 	}
 	if _, err := os.Lstat(ReceiptPath(file)); !os.IsNotExist(err) {

@@ -13,20 +13,20 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// step is one durable step as trustfs.SetTrace sees it.
+// step is one durable step as trustfs.FS.Trace sees it.
 type step struct{ op, path string }
 
 func (s step) String() string { return s.op + " " + s.path }
 
-// traceSteps records the durable steps taken on paths under dirs until the
-// test ends. Not for parallel tests: the trace is the process's.
-func traceSteps(t *testing.T, dirs ...string) func() []step {
+// traceSteps returns an FS that records the durable steps taken through it
+// on paths under dirs, and the steps so far.
+func traceSteps(t *testing.T, dirs ...string) (*trustfs.FS, func() []step) {
 	t.Helper()
 	var (
 		mu    sync.Mutex
 		steps []step
 	)
-	restore := trustfs.SetTrace(func(op, path string) {
+	fsys := &trustfs.FS{Trace: func(op, path string) {
 		for _, d := range dirs {
 			if _, in := trustfs.Within(d, path); in {
 				mu.Lock()
@@ -35,9 +35,8 @@ func traceSteps(t *testing.T, dirs ...string) func() []step {
 				return
 			}
 		}
-	})
-	t.Cleanup(restore)
-	return func() []step {
+	}}
+	return fsys, func() []step {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]step(nil), steps...)
@@ -76,8 +75,8 @@ func TestMoveIsDurableBeforeTheSourceGoes(t *testing.T) {
 				crossFS(t)
 			}
 			j, id := heldJob(t, root, "rig/day1/scan.ply")
-			steps := traceSteps(t, root, dest)
-			a := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true})
+			fsys, steps := traceSteps(t, root, dest)
+			a := New(Options{FS: fsys, OnSuccess: "move", SuccessDir: dest, Receipt: true})
 			file, err := a.Finish(context.Background(), j)
 			target := filepath.Join(dest, "rig", "day1", "scan.ply")
 			if err != nil || file != target {
@@ -109,8 +108,8 @@ func TestMoveSyncsFoldersAnEarlierRunMade(t *testing.T) {
 	if err := os.Mkdir(rig, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	steps := traceSteps(t, root, dest)
-	if _, err := New(Options{OnSuccess: "move", SuccessDir: dest}).Finish(context.Background(), j); err != nil {
+	fsys, steps := traceSteps(t, root, dest)
+	if _, err := New(Options{FS: fsys, OnSuccess: "move", SuccessDir: dest}).Finish(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
 	inOrder(t, steps(), step{"fsync-dir", dest}, step{"link", filepath.Join(rig, "scan.ply")},
@@ -122,8 +121,8 @@ func TestMoveSyncsFoldersAnEarlierRunMade(t *testing.T) {
 func TestDeleteIsDurable(t *testing.T) {
 	root := t.TempDir()
 	j := afterTestJob(t, root, "scan.ply", state.Done)
-	steps := traceSteps(t, root)
-	if _, err := New(Options{OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j); err != nil {
+	fsys, steps := traceSteps(t, root)
+	if _, err := New(Options{FS: fsys, OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
 	inOrder(t, steps(), step{"rename", ReceiptPath(j.Path)}, step{"fsync-dir", root},
@@ -135,8 +134,8 @@ func TestDeleteIsDurable(t *testing.T) {
 func TestReceiptIsDurable(t *testing.T) {
 	root := t.TempDir()
 	j := afterTestJob(t, root, "scan.ply", state.Done)
-	steps := traceSteps(t, root)
-	if _, err := New(Options{Receipt: true}).Finish(context.Background(), j); err != nil {
+	fsys, steps := traceSteps(t, root)
+	if _, err := New(Options{FS: fsys, Receipt: true}).Finish(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}
 	got := steps()

@@ -46,13 +46,13 @@ var ErrNoReceipt = errors.New("no receipt")
 const ReceiptMax = trustfs.SmallMax
 
 // ReadReceipt reads and decodes the receipt of file.
-func ReadReceipt(file string) (Receipt, error) { return readReceiptIn("", file) }
+func ReadReceipt(file string) (Receipt, error) { return readReceiptIn(nil, "", file) }
 
 // readReceiptIn reads the receipt of file through the watch folder root
 // (file's own folder when ""): at most ReceiptMax bytes, never through a
 // link, a pipe or a device (those are errors, not receipts).
-func readReceiptIn(root, file string) (Receipt, error) {
-	b, err := trustfs.ReadSmall(root, ReceiptPath(file), ReceiptMax)
+func readReceiptIn(fsys *trustfs.FS, root, file string) (Receipt, error) {
+	b, err := fsys.ReadSmall(root, ReceiptPath(file), ReceiptMax)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Receipt{}, ErrNoReceipt
 	}
@@ -73,7 +73,7 @@ func decodeReceipt(path string, b []byte) (Receipt, error) {
 
 // Check is CheckIn with file's own folder as the root.
 func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
-	return CheckIn(ctx, "", file, svc)
+	return CheckIn(ctx, nil, "", file, svc)
 }
 
 // CheckIn weighs file's receipt, both read through the watch folder root
@@ -82,19 +82,19 @@ func Check(ctx context.Context, file string, svc Service) (Evidence, error) {
 // current sha256 and size, and names this service's protocol and API when
 // it names them at all. Only a file that has such a receipt is hashed. It
 // returns ErrNoReceipt when there is none; other errors are I/O errors.
-func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, error) {
+func CheckIn(ctx context.Context, fsys *trustfs.FS, root, file string, svc Service) (Evidence, error) {
 	ev := Evidence{File: file}
-	r, err := readReceiptIn(root, file)
+	r, err := readReceiptIn(fsys, root, file)
 	if err != nil {
 		return ev, err
 	}
 	ev.Receipt = r
-	fi, err := trustfs.Lstat(root, file)
+	fi, err := fsys.Lstat(root, file)
 	if err != nil {
 		return ev, err
 	}
 	if splatfile.IsSOGFolder(file) && fi.Mode().IsRegular() {
-		return checkFolderIn(ctx, root, file, fi, ev, svc)
+		return checkFolderIn(ctx, fsys, root, file, fi, ev, svc)
 	}
 	switch {
 	case why(r, svc) != "":
@@ -107,7 +107,7 @@ func CheckIn(ctx context.Context, root, file string, svc Service) (Evidence, err
 	if ev.Why != "" {
 		return ev, nil
 	}
-	f, fi1, err := trustfs.OpenRegular(root, file)
+	f, fi1, err := fsys.OpenRegular(root, file)
 	if err != nil {
 		return ev, err
 	}
@@ -158,12 +158,12 @@ func why(r Receipt, svc Service) string {
 // are sparse gigabytes is not read for a receipt that cannot match. The
 // evidence's Size and ModTime are meta.json's, the folder's handle in the
 // watcher's listing.
-func checkFolderIn(ctx context.Context, root, file string, fi fs.FileInfo, ev Evidence, svc Service) (Evidence, error) {
+func checkFolderIn(ctx context.Context, fsys *trustfs.FS, root, file string, fi fs.FileInfo, ev Evidence, svc Service) (Evidence, error) {
 	r := ev.Receipt
 	if ev.Why = why(r, svc); ev.Why != "" {
 		return ev, nil
 	}
-	dir, err := trustfs.OpenDir(root, filepath.Dir(file))
+	dir, err := fsys.OpenDir(root, filepath.Dir(file))
 	if err != nil {
 		return ev, err
 	}
@@ -196,8 +196,8 @@ func checkFolderIn(ctx context.Context, root, file string, fi fs.FileInfo, ev Ev
 // sha256. `splatd forget` uses it, so that the forgotten file is found
 // again as new and published again, not adopted back from the receipt the
 // job left. Any other receipt (a peer's, an older job's, a writer's) stays.
-func RemoveOwnReceipt(root, file string, job uint64, sha256 string) (bool, error) {
-	r, err := readReceiptIn(root, file)
+func RemoveOwnReceipt(fsys *trustfs.FS, root, file string, job uint64, sha256 string) (bool, error) {
+	r, err := readReceiptIn(fsys, root, file)
 	if errors.Is(err, ErrNoReceipt) {
 		return false, nil
 	}
@@ -207,7 +207,7 @@ func RemoveOwnReceipt(root, file string, job uint64, sha256 string) (bool, error
 	if r.Job != job || r.SHA256 != sha256 || job == 0 {
 		return false, nil
 	}
-	if err := trustfs.RemoveIf(root, ReceiptPath(file), trustfs.ID{}); err != nil {
+	if err := fsys.RemoveIf(root, ReceiptPath(file), trustfs.ID{}); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -28,10 +28,10 @@ import (
 // file by file, never overwriting. place is called with where meta.json
 // will be before the first file moves (moveUnder says why; its error stops
 // the move). It returns where meta.json now is.
-func moveFolderUnder(meta, root, dest string, place func(target string) error) (string, error) {
+func moveFolderUnder(fsys *trustfs.FS, meta, root, dest string, place func(target string) error) (string, error) {
 	dir := filepath.Dir(meta)
 	base := moveFolderTarget(meta, root, dest)
-	names, err := folderFiles(root, dir)
+	names, err := folderFiles(fsys, root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		// meta.json is gone: moved before a crash (it goes last), or
 		// removed by its owner.
@@ -47,7 +47,7 @@ func moveFolderUnder(meta, root, dest string, place func(target string) error) (
 	for i := 1; exists(filepath.Join(target, splatfile.SOGMeta)); i++ {
 		target = fmt.Sprintf("%s.%d", base, i)
 	}
-	if err := trustfs.MkdirDurable(dest, target, 0o755); err != nil {
+	if err := fsys.MkdirDurable(dest, target, 0o755); err != nil {
 		return meta, err
 	}
 	if err := place(filepath.Join(target, splatfile.SOGMeta)); err != nil {
@@ -55,7 +55,7 @@ func moveFolderUnder(meta, root, dest string, place func(target string) error) (
 	}
 	for _, name := range names {
 		src := filepath.Join(dir, name)
-		f, fi, err := trustfs.OpenRegular(root, src)
+		f, fi, err := fsys.OpenRegular(root, src)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // moved before a crash, or never there
 		}
@@ -67,7 +67,7 @@ func moveFolderUnder(meta, root, dest string, place func(target string) error) (
 			err = os.Remove(dst) // left by a crash before its source was removed: moved again
 		}
 		if err == nil {
-			err = moveOpen(root, src, f, fi, dst)
+			err = moveOpen(fsys, root, src, f, fi, dst)
 		}
 		f.Close()
 		if err != nil {
@@ -84,12 +84,12 @@ func moveFolderUnder(meta, root, dest string, place func(target string) error) (
 		}
 	}
 	sc := sidecar.Path(splatfile.FolderAsFile(root, meta))
-	if f, fi, err := trustfs.OpenRegular(root, sc); err == nil {
-		_ = moveOpen(root, sc, f, fi, freeName(sidecar.Path(target+".sog")))
+	if f, fi, err := fsys.OpenRegular(root, sc); err == nil {
+		_ = moveOpen(fsys, root, sc, f, fi, freeName(sidecar.Path(target+".sog")))
 		f.Close()
 	}
 	if root == "" || filepath.Clean(dir) != filepath.Clean(root) {
-		_ = trustfs.RemoveEmptyDir(root, dir) // other files may stay in it
+		_ = fsys.RemoveEmptyDir(root, dir) // other files may stay in it
 	}
 	return filepath.Join(target, splatfile.SOGMeta), nil
 }
@@ -111,9 +111,9 @@ func moveFolderTarget(meta, root, dest string) string {
 
 // removeFolder removes the SOG folder of meta's files, meta.json last, and
 // its sidecar; the folder itself stays, with its receipt.
-func removeFolder(meta, root string) error {
+func removeFolder(fsys *trustfs.FS, meta, root string) error {
 	dir := filepath.Dir(meta)
-	names, err := folderFiles(root, dir)
+	names, err := folderFiles(fsys, root, dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // removed before a crash (meta.json goes last)
 	}
@@ -121,18 +121,18 @@ func removeFolder(meta, root string) error {
 		return err
 	}
 	for _, name := range names {
-		if err := removeSource(root, filepath.Join(dir, name), trustfs.ID{}); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeSource(fsys, root, filepath.Join(dir, name), trustfs.ID{}); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
-	_ = trustfs.RemoveIf(root, sidecar.Path(splatfile.FolderAsFile(root, meta)), trustfs.ID{})
+	_ = fsys.RemoveIf(root, sidecar.Path(splatfile.FolderAsFile(root, meta)), trustfs.ID{})
 	return nil
 }
 
 // folderFiles lists the SOG folder dir's files (splatfile.SOGFolderFiles),
 // reading it through the watch folder root.
-func folderFiles(root, dir string) ([]string, error) {
-	d, err := trustfs.OpenDir(root, dir)
+func folderFiles(fsys *trustfs.FS, root, dir string) ([]string, error) {
+	d, err := fsys.OpenDir(root, dir)
 	if err != nil {
 		return nil, err
 	}

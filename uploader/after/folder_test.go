@@ -134,7 +134,7 @@ func TestMoveFolderAfterACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta := filepath.Join(src, splatfile.SOGMeta)
-	got, err := moveFolderUnder(meta, inbox, done, noPlace)
+	got, err := moveFolderUnder(nil, meta, inbox, done, noPlace)
 	if want := filepath.Join(target, splatfile.SOGMeta); err != nil || got != want {
 		t.Fatalf("moveFolderUnder = %q, %v; want %q", got, err, want)
 	}
@@ -142,7 +142,7 @@ func TestMoveFolderAfterACrash(t *testing.T) {
 		t.Errorf("the folder under success_dir holds %q, want %q", moved, files)
 	}
 	// Run again, as after a crash before the job recorded the move.
-	got, err = moveFolderUnder(meta, inbox, done, noPlace)
+	got, err = moveFolderUnder(nil, meta, inbox, done, noPlace)
 	if want := filepath.Join(target, splatfile.SOGMeta); err != nil || got != want {
 		t.Errorf("again: moveFolderUnder = %q, %v; want %q", got, err, want)
 	}
@@ -168,18 +168,18 @@ func TestFolderMoveAfterACrashBetweenCopyAndRemoval(t *testing.T) {
 		job := state.Job{ID: 1, Path: meta, Root: inbox, Stage: state.Done, SHA256: "ab", SplatID: "s1"}
 		crossFS(t)
 		type crash struct{}
-		removeSource = func(r, src string, id trustfs.ID) error {
+		removeSource = func(fsys *trustfs.FS, r, src string, id trustfs.ID) error {
 			if filepath.Base(src) == splatfile.SOGMeta {
-				return trustfs.RemoveIf(r, src, id)
+				return fsys.RemoveIf(r, src, id)
 			}
 			if removed { // the first image's source is gone, its mark not yet
-				if err := trustfs.RemoveIf(r, src, id); err != nil {
+				if err := fsys.RemoveIf(r, src, id); err != nil {
 					return err
 				}
 			}
 			panic(crash{})
 		}
-		t.Cleanup(func() { removeSource = trustfs.RemoveIf })
+		t.Cleanup(func() { removeSource = (*trustfs.FS).RemoveIf })
 		run := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
 		func() {
 			defer func() {
@@ -191,7 +191,7 @@ func TestFolderMoveAfterACrashBetweenCopyAndRemoval(t *testing.T) {
 			t.Fatal("no crash")
 		}()
 
-		removeSource = trustfs.RemoveIf // the restart
+		removeSource = (*trustfs.FS).RemoveIf // the restart
 		moved, err := run.Finish(context.Background(), job)
 		want := filepath.Join(done, "room", splatfile.SOGMeta)
 		if err != nil || moved != want {

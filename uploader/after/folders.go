@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Runners picks the after-actions of a job's watch root: a watch entry
@@ -25,6 +26,14 @@ func (r Runners) For(root string) *Runner {
 // Finish runs the after-actions of j's root (see Runner.Finish).
 func (r Runners) Finish(ctx context.Context, j state.Job) (string, error) {
 	return r.For(j.Root).Finish(ctx, j)
+}
+
+// fs is the trust boundary of the runners (all share one).
+func (r Runners) fs() *trustfs.FS {
+	if r.Default == nil {
+		return nil
+	}
+	return r.Default.o.FS
 }
 
 // Receipt returns the receipt of a final job as Finish writes it, with File

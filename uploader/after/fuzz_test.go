@@ -30,11 +30,11 @@ func FuzzReceipt(f *testing.F) {
 		if err := os.WriteFile(ReceiptPath(file), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		r, err := readReceiptIn(root, file)
+		r, err := readReceiptIn(nil, root, file)
 		if err == nil && len(b) > ReceiptMax {
 			t.Fatalf("decoded a %d-byte receipt: %+v", len(b), r)
 		}
-		ev, err := CheckIn(context.Background(), root, file, Service{})
+		ev, err := CheckIn(context.Background(), nil, root, file, Service{})
 		if err == nil && ev.Done && ev.SHA256 != sum {
 			t.Fatalf("done with sha256 %s, the file's is %s", ev.SHA256, sum)
 		}

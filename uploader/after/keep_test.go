@@ -3,6 +3,7 @@ package after
 import (
 	"context"
 	"errors"
+	"github.com/splatd/splatd/watcher/trustfs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,7 +34,7 @@ func TestUnwritableReceiptKeepsTheFile(t *testing.T) {
 			root, dest := t.TempDir(), t.TempDir()
 			j, _ := heldJob(t, root, tt.file)
 			if tt.refuse {
-				writeReceipt = func(_, path string, _ Receipt) error {
+				writeReceipt = func(_ *trustfs.FS, _, path string, _ Receipt) error {
 					return &os.PathError{Op: "open", Path: path, Err: syscall.EROFS}
 				}
 				t.Cleanup(func() { writeReceipt = writeReceiptIn })

@@ -31,7 +31,7 @@ type Leftover struct {
 // gives the job its "job" names, which must have the receipt's sha256 and
 // move to the receipt's name under dest. A receipt whose file went on to
 // another name (a later move picked one) is not a leftover.
-func Leftovers(ctx context.Context, dest string, lookup func(id uint64) (state.Job, error), found func(Leftover)) error {
+func Leftovers(ctx context.Context, fsys *trustfs.FS, dest string, lookup func(id uint64) (state.Job, error), found func(Leftover)) error {
 	return filepath.WalkDir(dest, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // an unreadable folder is not where a move put anything
@@ -43,10 +43,10 @@ func Leftovers(ctx context.Context, dest string, lookup func(id uint64) (state.J
 			return nil
 		}
 		file := strings.TrimSuffix(p, ".splat.json")
-		if existsIn(dest, file) {
+		if existsIn(fsys, dest, file) {
 			return nil
 		}
-		r, err := readReceiptIn(dest, file)
+		r, err := readReceiptIn(fsys, dest, file)
 		if err != nil || r.Job == 0 || r.SHA256 == "" {
 			return nil
 		}
@@ -58,7 +58,7 @@ func Leftovers(ctx context.Context, dest string, lookup func(id uint64) (state.J
 		if held.ID == (trustfs.ID{}) {
 			return nil // a job from before IDs: its file cannot be known again
 		}
-		fi, err := trustfs.Lstat(j.Root, j.Path)
+		fi, err := fsys.Lstat(j.Root, j.Path)
 		atSource := err == nil && trustfs.IDOf(fi) == held.ID
 		if !atSource && movedElsewhere(j, dest, held) {
 			return nil
@@ -113,7 +113,7 @@ const leftoverLogMax = 20
 func (rs Runners) FinishLeftovers(ctx context.Context, lookup func(uint64) (state.Job, error)) (moved, lost int) {
 	log := rs.Default.o.Logger
 	for _, dest := range rs.dests() {
-		err := Leftovers(ctx, dest, lookup, func(l Leftover) {
+		err := Leftovers(ctx, rs.fs(), dest, lookup, func(l Leftover) {
 			j := l.Job
 			a := rs.For(j.Root)
 			if l.AtSource && a.movesInto(j, dest) {

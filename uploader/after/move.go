@@ -25,18 +25,18 @@ var errFileGone = errors.New("file is gone")
 // place with the chosen name before anything is linked there (its error
 // stops the move), takes a regular sidecar along, and finishes what a crash
 // left of an earlier run (docs/durability.md).
-func moveUnder(file, root, dest string, held heldFile, place func(target string) error) (string, error) {
+func moveUnder(fsys *trustfs.FS, file, root, dest string, held heldFile, place func(target string) error) (string, error) {
 	target := moveTarget(file, root, dest)
-	if err := trustfs.MkdirDurable(dest, filepath.Dir(target), 0o755); err != nil {
+	if err := fsys.MkdirDurable(dest, filepath.Dir(target), 0o755); err != nil {
 		return file, err
 	}
-	f, fi, err := trustfs.OpenRegular(root, file)
+	f, fi, err := fsys.OpenRegular(root, file)
 	if errors.Is(err, fs.ErrNotExist) {
 		if moved := movedTo(target, held); moved != "" {
-			moveSidecar(root, file, moved) // a crash may have come before it went
+			moveSidecar(fsys, root, file, moved) // a crash may have come before it went
 			return moved, nil
 		}
-		if r, rerr := readReceiptIn(dest, target); rerr == nil && held.Job != 0 && r.Job == held.Job {
+		if r, rerr := readReceiptIn(fsys, dest, target); rerr == nil && held.Job != 0 && r.Job == held.Job {
 			return file, fmt.Errorf("%w: neither here nor at %s, where its receipt is (lost at a power cut, or removed by hand): %w",
 				errFileGone, target, err)
 		}
@@ -61,18 +61,18 @@ func moveUnder(file, root, dest string, held heldFile, place func(target string)
 	if err := place(target); err != nil {
 		return file, err
 	}
-	if err := moveOpen(root, file, f, fi, target); err != nil {
+	if err := moveOpen(fsys, root, file, f, fi, target); err != nil {
 		return file, err
 	}
-	moveSidecar(root, file, target)
+	moveSidecar(fsys, root, file, target)
 	return target, nil
 }
 
 // moveSidecar moves file's sidecar, when it is a regular file, beside its
 // file moved to target.
-func moveSidecar(root, file, target string) {
-	if sf, sfi, err := trustfs.OpenRegular(root, sidecar.Path(file)); err == nil {
-		_ = moveOpen(root, sidecar.Path(file), sf, sfi, freeName(sidecar.Path(target)))
+func moveSidecar(fsys *trustfs.FS, root, file, target string) {
+	if sf, sfi, err := fsys.OpenRegular(root, sidecar.Path(file)); err == nil {
+		_ = moveOpen(fsys, root, sidecar.Path(file), sf, sfi, freeName(sidecar.Path(target)))
 		sf.Close()
 	}
 }
@@ -172,8 +172,8 @@ func moveTarget(file, root, dest string) string {
 }
 
 // existsIn reports whether path exists (as any kind of file) under root.
-func existsIn(root, path string) bool {
-	_, err := trustfs.Lstat(root, path)
+func existsIn(fsys *trustfs.FS, root, path string) bool {
+	_, err := fsys.Lstat(root, path)
 	return err == nil
 }
 
@@ -217,7 +217,7 @@ func numbered(p string, i int) string {
 // the next (docs/durability.md). When src cannot be removed (a folder the
 // daemon may not write, an immutable file), dst is removed again: a
 // half-done move would otherwise copy the file once more at every retry.
-func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
+func moveOpen(fsys *trustfs.FS, root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 	err := linkTo(f, dst)
 	if err != nil && !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) &&
 		!errors.Is(err, syscall.ENOTSUP) && !errors.Is(err, fs.ErrNotExist) {
@@ -225,17 +225,17 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 	}
 	mark := ""
 	if err == nil {
-		trustfs.Note("link", dst)
-		if err := trustfs.SyncDir(filepath.Dir(dst)); err != nil {
+		fsys.Note("link", dst)
+		if err := fsys.SyncDir(filepath.Dir(dst)); err != nil {
 			return errors.Join(err, os.Remove(dst))
 		}
 	} else {
 		mark = copyMark(dst, trustfs.IDOf(fi))
-		if err := copyOpen(f, fi, mark, dst); err != nil {
+		if err := copyOpen(fsys, f, fi, mark, dst); err != nil {
 			return err
 		}
 	}
-	if err := removeSource(root, src, trustfs.IDOf(fi)); err != nil {
+	if err := removeSource(fsys, root, src, trustfs.IDOf(fi)); err != nil {
 		if mark != "" {
 			_ = os.Remove(mark)
 		}
@@ -245,7 +245,7 @@ func moveOpen(root, src string, f *os.File, fi fs.FileInfo, dst string) error {
 		return fmt.Errorf("cannot remove the source, so the copy at %s was removed again: %w", dst, err)
 	}
 	if mark != "" && os.Remove(mark) == nil {
-		_ = trustfs.SyncDir(filepath.Dir(dst)) // a mark back after a cut is litter only
+		_ = fsys.SyncDir(filepath.Dir(dst)) // a mark back after a cut is litter only
 	}
 	return nil
 }
@@ -257,13 +257,13 @@ var linkTo = linkOpen
 // removeSource removes a moved or deleted file's name in its folder when
 // it still names that file; tests replace it to make a source unremovable,
 // or to look at the folders as the file leaves.
-var removeSource = trustfs.RemoveIf
+var removeSource = (*trustfs.FS).RemoveIf
 
 // copyOpen copies the open regular file f to mark with f's mode and
 // modification time, fsynced, and links it to dst, fsyncing dst's folder:
 // dst never exists half-written, and is on disk before the source goes. A
 // mark left by a copy a crash stopped is replaced.
-func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
+func copyOpen(fsys *trustfs.FS, f *os.File, fi fs.FileInfo, mark, dst string) error {
 	if err := os.Remove(mark); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -271,7 +271,7 @@ func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
 	if err != nil {
 		return err
 	}
-	trustfs.Note("create", mark)
+	fsys.Note("create", mark)
 	err = func() error {
 		defer tmp.Close()
 		if _, err := io.Copy(tmp, io.NewSectionReader(f, 0, fi.Size())); err != nil {
@@ -283,13 +283,13 @@ func copyOpen(f *os.File, fi fs.FileInfo, mark, dst string) error {
 		if err := os.Chtimes(mark, time.Time{}, fi.ModTime()); err != nil { // as a link keeps it
 			return err
 		}
-		return trustfs.SyncFile(tmp, mark)
+		return fsys.SyncFile(tmp, mark)
 	}()
 	if err == nil {
 		err = os.Link(mark, dst)
 		if err == nil {
-			trustfs.Note("link", dst)
-			if err = trustfs.SyncDir(filepath.Dir(dst)); err != nil {
+			fsys.Note("link", dst)
+			if err = fsys.SyncDir(filepath.Dir(dst)); err != nil {
 				err = errors.Join(err, os.Remove(dst))
 			}
 		}

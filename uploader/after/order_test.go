@@ -23,14 +23,14 @@ import (
 // file. It returns the splat the evidence names, and where it was read.
 func peerLooks(root, file, dest, sha256 string, size int64) (splat, at string) {
 	svc := Service{Protocol: "v1"}
-	r, why, err := PeerEvidence(root, file, sha256, size, svc)
+	r, why, err := PeerEvidence(nil, root, file, sha256, size, svc)
 	if err == nil && why == "" {
 		return r.Splat.ID, ReceiptPath(file)
 	}
-	if _, serr := trustfs.Lstat(root, file); serr == nil || dest == "" {
+	if _, serr := new(trustfs.FS).Lstat(root, file); serr == nil || dest == "" {
 		return "", ""
 	}
-	r, at, why, err = MovedPeerEvidence(root, file, dest, sha256, size, svc)
+	r, at, why, err = MovedPeerEvidence(nil, root, file, dest, sha256, size, svc)
 	if err != nil || why != "" {
 		return "", ""
 	}
@@ -86,8 +86,8 @@ func TestReceiptIsThereWhenTheFileLeaves(t *testing.T) {
 			}
 			a := New(Options{OnSuccess: tt.onSuccess, SuccessDir: dest, Receipt: true, Protocol: "v1"})
 			seen := 0
-			removeSource = func(r, path string, id trustfs.ID) error {
-				err := trustfs.RemoveIf(r, path, id)
+			removeSource = func(fsys *trustfs.FS, r, path string, id trustfs.ID) error {
+				err := fsys.RemoveIf(r, path, id)
 				if path != j.Path || err != nil {
 					return err
 				}
@@ -103,7 +103,7 @@ func TestReceiptIsThereWhenTheFileLeaves(t *testing.T) {
 				}
 				return nil
 			}
-			t.Cleanup(func() { removeSource = trustfs.RemoveIf })
+			t.Cleanup(func() { removeSource = (*trustfs.FS).RemoveIf })
 
 			file, err := a.Finish(context.Background(), j)
 			if err != nil {
@@ -157,22 +157,22 @@ func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 			case "before the link":
 				linkTo = func(*os.File, string) error { panic(crash{}) }
 			case "before the source is removed":
-				removeSource = func(string, string, trustfs.ID) error { panic(crash{}) }
+				removeSource = func(*trustfs.FS, string, string, trustfs.ID) error { panic(crash{}) }
 			case "across filesystems, before the source is removed": // a copy is left, not a second name
 				linkTo = func(*os.File, string) error { return syscall.EXDEV }
-				removeSource = func(string, string, trustfs.ID) error { panic(crash{}) }
+				removeSource = func(*trustfs.FS, string, string, trustfs.ID) error { panic(crash{}) }
 			case "across filesystems, after the source was removed": // the copy's mark is left
 				linkTo = func(*os.File, string) error { return syscall.EXDEV }
 				fallthrough
 			default:
-				removeSource = func(r, p string, id trustfs.ID) error {
-					if err := trustfs.RemoveIf(r, p, id); err != nil {
+				removeSource = func(fsys *trustfs.FS, r, p string, id trustfs.ID) error {
+					if err := fsys.RemoveIf(r, p, id); err != nil {
 						return err
 					}
 					panic(crash{})
 				}
 			}
-			t.Cleanup(func() { linkTo, removeSource = linkOpen, trustfs.RemoveIf })
+			t.Cleanup(func() { linkTo, removeSource = linkOpen, (*trustfs.FS).RemoveIf })
 			a := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"})
 			func() {
 				defer func() {
@@ -188,7 +188,7 @@ func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 				t.Fatalf("receipt at the crash = %+v", r)
 			}
 
-			linkTo, removeSource = linkOpen, trustfs.RemoveIf // the restart
+			linkTo, removeSource = linkOpen, (*trustfs.FS).RemoveIf // the restart
 			if strings.HasPrefix(at, "across") {
 				linkTo = func(*os.File, string) error { return syscall.EXDEV }
 			}

@@ -3,6 +3,7 @@ package after
 import (
 	"errors"
 	"fmt"
+	"github.com/splatd/splatd/watcher/trustfs"
 	"path/filepath"
 
 	"github.com/splatd/splatd/uploader/splatfile"
@@ -13,8 +14,8 @@ import (
 // evidence (adoption's why, and the sha256, size, protocol and service this
 // daemon saw), else why not. A sha256 of "" (a job that never read the file)
 // is not compared. err is ErrNoReceipt when there is none, or a read error.
-func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
-	r, err := readReceiptIn(root, file)
+func PeerEvidence(fsys *trustfs.FS, root, file, sha256 string, size int64, svc Service) (Receipt, string, error) {
+	r, err := readReceiptIn(fsys, root, file)
 	if err != nil {
 		return r, "", err
 	}
@@ -38,7 +39,7 @@ func PeerEvidence(root, file, sha256 string, size int64, svc Service) (Receipt, 
 // its file, and the last that is evidence wins (docs/durability.md, "Where
 // the receipt goes"). It returns the receipt, its path and "", else the
 // first why not, or ErrNoReceipt when there is no receipt at all.
-func MovedPeerEvidence(root, file, dest, sha256 string, size int64, svc Service) (Receipt, string, string, error) {
+func MovedPeerEvidence(fsys *trustfs.FS, root, file, dest, sha256 string, size int64, svc Service) (Receipt, string, string, error) {
 	name := func(i int) (moved, present string) {
 		if splatfile.IsSOGFolder(file) {
 			dir := moveFolderTarget(file, root, dest)
@@ -60,10 +61,10 @@ func MovedPeerEvidence(root, file, dest, sha256 string, size int64, svc Service)
 	)
 	for i := 0; ; i++ {
 		moved, present := name(i)
-		if !existsIn(dest, present) && !existsIn(dest, ReceiptPath(moved)) {
+		if !existsIn(fsys, dest, present) && !existsIn(fsys, dest, ReceiptPath(moved)) {
 			break
 		}
-		r, w, err := PeerEvidence(dest, moved, sha256, size, svc)
+		r, w, err := PeerEvidence(fsys, dest, moved, sha256, size, svc)
 		switch {
 		case err == nil && w == "":
 			found, where = r, ReceiptPath(moved)

@@ -40,7 +40,7 @@ func TestPeerEvidence(t *testing.T) {
 			if err := WriteReceipt(ReceiptPath(file), r); err != nil {
 				t.Fatal(err)
 			}
-			got, why, err := PeerEvidence("", file, "abc", 10, svc)
+			got, why, err := PeerEvidence(nil, "", file, "abc", 10, svc)
 			if err != nil || (tt.why == "") != (why == "") || !strings.Contains(why, tt.why) {
 				t.Fatalf("why %q err %v, want %q", why, err, tt.why)
 			}
@@ -49,7 +49,7 @@ func TestPeerEvidence(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := PeerEvidence("", filepath.Join(t.TempDir(), "none.ply"), "abc", 10, svc); !errors.Is(err, ErrNoReceipt) {
+	if _, _, err := PeerEvidence(nil, "", filepath.Join(t.TempDir(), "none.ply"), "abc", 10, svc); !errors.Is(err, ErrNoReceipt) {
 		t.Errorf("no receipt: %v", err)
 	}
 }
@@ -77,7 +77,7 @@ func TestMovedPeerEvidence(t *testing.T) {
 		return moved
 	}
 	file := filepath.Join(root, "rig", "scan.ply")
-	if _, _, _, err := MovedPeerEvidence(root, file, dest, "abc", 4, svc); !errors.Is(err, ErrNoReceipt) {
+	if _, _, _, err := MovedPeerEvidence(nil, root, file, dest, "abc", 4, svc); !errors.Is(err, ErrNoReceipt) {
 		t.Fatalf("nothing moved yet: %v, want ErrNoReceipt", err)
 	}
 	first := publish("abc", "s1")
@@ -97,7 +97,7 @@ func TestMovedPeerEvidence(t *testing.T) {
 		{"abc", 5, "", ""},
 		{"xyz", 4, "", ""},
 	} {
-		r, at, why, err := MovedPeerEvidence(root, file, dest, tt.sha, tt.size, svc)
+		r, at, why, err := MovedPeerEvidence(nil, root, file, dest, tt.sha, tt.size, svc)
 		switch {
 		case err != nil:
 			t.Errorf("%s/%d: %v", tt.sha, tt.size, err)
@@ -107,7 +107,7 @@ func TestMovedPeerEvidence(t *testing.T) {
 			t.Errorf("%s/%d: %q at %s (%s), want %s at %s", tt.sha, tt.size, r.Splat.ID, at, why, tt.splat, ReceiptPath(tt.at))
 		}
 	}
-	if _, _, why, err := MovedPeerEvidence(root, file, dest, "abc", 4, Service{Protocol: "legacy"}); err != nil || !strings.Contains(why, "protocol") {
+	if _, _, why, err := MovedPeerEvidence(nil, root, file, dest, "abc", 4, Service{Protocol: "legacy"}); err != nil || !strings.Contains(why, "protocol") {
 		t.Errorf("another protocol's daemon: why %q, %v", why, err)
 	}
 
@@ -124,7 +124,7 @@ func TestMovedPeerEvidence(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dest, "rig")); err != nil {
 		t.Fatal(err)
 	}
-	if r, _, why, err := MovedPeerEvidence(root, file, dest, "abc", 4, svc); err == nil && why == "" {
+	if r, _, why, err := MovedPeerEvidence(nil, root, file, dest, "abc", 4, svc); err == nil && why == "" {
 		t.Errorf("a folder linked out of success_dir: took %q", r.Splat.ID)
 	}
 	// A receipt that is itself a link (to one outside): not read either.
@@ -137,7 +137,7 @@ func TestMovedPeerEvidence(t *testing.T) {
 	if err := os.Symlink(ReceiptPath(filepath.Join(outside, "scan.ply")), ReceiptPath(filepath.Join(dest, "rig", "scan.ply"))); err != nil {
 		t.Fatal(err)
 	}
-	if r, _, why, err := MovedPeerEvidence(root, file, dest, "abc", 4, svc); err == nil && why == "" {
+	if r, _, why, err := MovedPeerEvidence(nil, root, file, dest, "abc", 4, svc); err == nil && why == "" {
 		t.Errorf("a receipt linked out of success_dir: took %q", r.Splat.ID)
 	}
 }

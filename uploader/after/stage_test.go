@@ -23,10 +23,10 @@ func TestAfterMoveUnremovableSourceLeavesNoCopy(t *testing.T) {
 	root, done := t.TempDir(), t.TempDir()
 	j := afterTestJob(t, root, "day1/ro1.ply", state.Done)
 	a := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
-	removeSource = func(string, string, trustfs.ID) error {
+	removeSource = func(*trustfs.FS, string, string, trustfs.ID) error {
 		return &os.PathError{Op: "remove", Path: j.Path, Err: syscall.EPERM}
 	}
-	t.Cleanup(func() { removeSource = trustfs.RemoveIf })
+	t.Cleanup(func() { removeSource = (*trustfs.FS).RemoveIf })
 
 	for try := range 3 { // the pool's retries, or restarts
 		file, err := a.Finish(context.Background(), j)
@@ -56,7 +56,7 @@ func TestAfterMoveUnremovableSourceLeavesNoCopy(t *testing.T) {
 		}
 	}
 
-	removeSource = trustfs.RemoveIf // the operator fixed the permissions
+	removeSource = (*trustfs.FS).RemoveIf // the operator fixed the permissions
 	file, err := a.Finish(context.Background(), j)
 	want := filepath.Join(done, "day1", "ro1.ply")
 	if err != nil || file != want {

@@ -69,7 +69,7 @@ func (p *Pacer) save() error {
 	p.mu.Unlock()
 	data, err := json.Marshal(f)
 	if err == nil {
-		err = trustfs.WriteAtomic("", p.o.StateFile, data, 0o600)
+		err = new(trustfs.FS).WriteAtomic("", p.o.StateFile, data, 0o600) // the state dir: no watch folder
 	}
 	if err != nil && !p.failing {
 		p.o.Logger.Warn().Err(err).Str("path", p.o.StateFile).Msg("cannot save the rate-limit state; a restart may probe a spent window")

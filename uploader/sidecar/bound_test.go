@@ -38,7 +38,7 @@ func TestAliasBombRefused(t *testing.T) {
 		writeFile(t, filepath.Join(root, tc.file), bomb)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := Resolve(state.PublishParams{}, file, root, time.Now())
+		_, err := Resolve(nil, state.PublishParams{}, file, root, time.Now())
 		runtime.ReadMemStats(&after)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "decodes to more than") {
 			t.Fatalf("%s: Resolve = %v; want %q", tc.file, err, tc.want)
@@ -57,7 +57,7 @@ func TestAliasesWithinCap(t *testing.T) {
 	file := filepath.Join(root, "d.ply")
 	writeFile(t, file, "ply")
 	writeFile(t, Path(file), "settings:\n  a: &p [1, 2, 3]\n  b: {position: *p, target: *p}\n")
-	p, err := Resolve(state.PublishParams{}, file, root, time.Now())
+	p, err := Resolve(nil, state.PublishParams{}, file, root, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestAliasesWithinCap(t *testing.T) {
 		t.Errorf("settings.b = %s", got)
 	}
 	writeFile(t, Path(file), "settings: &a {b: *a}\n")
-	if _, err := Resolve(state.PublishParams{}, file, root, time.Now()); err == nil {
+	if _, err := Resolve(nil, state.PublishParams{}, file, root, time.Now()); err == nil {
 		t.Error("an alias cycle resolved")
 	}
 }
@@ -81,12 +81,12 @@ func TestMergedSettingsCapped(t *testing.T) {
 	big := strings.Repeat("y", 40000)
 	writeFile(t, filepath.Join(root, FolderName), "settings: {a: "+big+"}\n")
 	writeFile(t, Path(file), "settings: {b: "+big+"}\n")
-	_, err := Resolve(state.PublishParams{}, file, root, time.Now())
+	_, err := Resolve(nil, state.PublishParams{}, file, root, time.Now())
 	if err == nil || !strings.Contains(err.Error(), "settings of d.ply") || !strings.Contains(err.Error(), "more than 65536") {
 		t.Fatalf("Resolve = %v; want the merged settings of d.ply refused", err)
 	}
 	writeFile(t, Path(file), "settings: {b: small}\n")
-	if _, err := Resolve(state.PublishParams{}, file, root, time.Now()); err != nil {
+	if _, err := Resolve(nil, state.PublishParams{}, file, root, time.Now()); err != nil {
 		t.Fatalf("within the cap: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"errors"
+	"github.com/splatd/splatd/watcher/trustfs"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,7 @@ type folderFile struct {
 // first: every FolderName from root down to path's own folder, so that the
 // nearest is laid last and wins. Without a root (a one-shot publish), or
 // for a path outside it, only the file's own folder is looked at.
-func readFolders(path, root string) ([]folderFile, error) {
+func readFolders(fsys *trustfs.FS, path, root string) ([]folderFile, error) {
 	dir := filepath.Dir(path)
 	dirs := []string{dir}
 	within := "" // the folder the settings are read through (os.Root)
@@ -42,7 +43,7 @@ func readFolders(path, root string) ([]folderFile, error) {
 	var out []folderFile
 	for _, d := range dirs {
 		p := filepath.Join(d, FolderName)
-		o, err := read(within, p, "folder settings "+p)
+		o, err := read(fsys, within, p, "folder settings "+p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

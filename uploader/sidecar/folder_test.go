@@ -52,7 +52,7 @@ func TestFolderSettingsPrecedence(t *testing.T) {
 		if tt.sidecar != "" {
 			writeFile(t, Path(tt.path), tt.sidecar)
 		}
-		got, err := Resolve(defaults, tt.path, root, time.Now())
+		got, err := Resolve(nil, defaults, tt.path, root, time.Now())
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
@@ -82,13 +82,13 @@ func TestFolderSettingsErrorsNameTheFile(t *testing.T) {
 		{"titel: x\n", "titel: unknown key"},
 	} {
 		writeFile(t, bad, tt.body)
-		_, err := Resolve(state.PublishParams{Title: "{{.Stem}}"}, p, root, time.Now())
+		_, err := Resolve(nil, state.PublishParams{Title: "{{.Stem}}"}, p, root, time.Now())
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), bad) {
 			t.Errorf("folder file %q: err = %v, want %q naming %s", tt.body, err, tt.want, bad)
 		}
 	}
 	writeFile(t, bad, "description: own folder\n")
-	got, err := Resolve(state.PublishParams{Title: "{{.Stem}}"}, p, "", time.Now())
+	got, err := Resolve(nil, state.PublishParams{Title: "{{.Stem}}"}, p, "", time.Now())
 	if err != nil || got.Description != "own folder" {
 		t.Errorf("one-shot Resolve = %+v, %v; want the file's own folder settings", got, err)
 	}

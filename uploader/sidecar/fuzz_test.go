@@ -35,7 +35,7 @@ func FuzzSidecar(f *testing.F) {
 		if err := os.WriteFile(Path(file), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p, err := Resolve(state.PublishParams{Title: "{{.Stem}}"}, file, root, time.Unix(0, 0))
+		p, err := Resolve(nil, state.PublishParams{Title: "{{.Stem}}"}, file, root, time.Unix(0, 0))
 		if err != nil {
 			return
 		}
@@ -68,7 +68,7 @@ func FuzzFolderSettings(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(root, FolderName), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p, err := Resolve(state.PublishParams{}, file, root, time.Unix(0, 0))
+		p, err := Resolve(nil, state.PublishParams{}, file, root, time.Unix(0, 0))
 		if err != nil {
 			return
 		}

@@ -37,7 +37,7 @@ func TestTrustSettingsDepth(t *testing.T) {
 			file := filepath.Join(root, "d.ply")
 			writeFile(t, file, "ply")
 			writeFile(t, filepath.Join(root, tc.file), tc.body)
-			_, err := Resolve(state.PublishParams{}, file, root, time.Now())
+			_, err := Resolve(nil, state.PublishParams{}, file, root, time.Now())
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Resolve = %v; want %q", err, tc.want)
 			}
@@ -58,7 +58,7 @@ func TestSettingsWithinBound(t *testing.T) {
 		"settings:\n  camera: {fov: 50, position: [1, 2, 3]}\n  animTracks:\n    - name: orbit\n      keyframes: {times: [0, 1], values: {position: [[0, 0, 0], [1, 1, 1]]}}\n",
 	} {
 		writeFile(t, Path(file), body)
-		p, err := Resolve(state.PublishParams{}, file, root, time.Now())
+		p, err := Resolve(nil, state.PublishParams{}, file, root, time.Now())
 		if err != nil {
 			t.Fatalf("%q: %v", body, err)
 		}

@@ -50,7 +50,9 @@ func Path(path string) string {
 // title rendered for the file and its sidecar applied. An unreadable or
 // invalid sidecar is an error naming the sidecar and the key: the job fails
 // with it instead of publishing with parameters the user did not intend.
-func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.PublishParams, error) {
+// Files under root are read through fsys (nil: root lies in no other watch
+// folder).
+func Resolve(fsys *trustfs.FS, t state.PublishParams, path, root string, mod time.Time) (state.PublishParams, error) {
 	name := filepath.Base(path)
 	data := TitleData{
 		Stem:    strings.TrimSuffix(name, filepath.Ext(name)),
@@ -68,7 +70,7 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 	// own sidecar; a folder title is a template like publish.title.
 	t.Settings = deepCopyMap(t.Settings)
 	titleFrom := "publish.title"
-	folders, err := readFolders(path, root)
+	folders, err := readFolders(fsys, path, root)
 	if err != nil {
 		return state.PublishParams{}, err
 	}
@@ -98,7 +100,7 @@ func Resolve(t state.PublishParams, path, root string, mod time.Time) (state.Pub
 		Encode:      t.Encode,
 	}
 
-	sc, err := read(root, Path(path), "sidecar "+filepath.Base(Path(path)))
+	sc, err := read(fsys, root, Path(path), "sidecar "+filepath.Base(Path(path)))
 	if errors.Is(err, fs.ErrNotExist) {
 		sc = Overrides{}
 	} else if err != nil {
@@ -146,15 +148,15 @@ func Apply(p state.PublishParams, o Overrides) state.PublishParams {
 // fs.ErrNotExist; anything else wrong names the file, and every bad key
 // with its line, in one message.
 func Read(path string) (Overrides, error) {
-	return read("", path, "sidecar "+filepath.Base(path))
+	return read(nil, "", path, "sidecar "+filepath.Base(path))
 }
 
 // read is Read of a file under the watch folder root (its own folder when
 // root is "") with the name its messages give the file. It reads at most
 // trustfs.SmallMax bytes, never through a link, a pipe or a device.
-func read(root, path, name string) (Overrides, error) {
+func read(fsys *trustfs.FS, root, path, name string) (Overrides, error) {
 	var sc Overrides
-	b, err := trustfs.ReadSmall(root, path, trustfs.SmallMax)
+	b, err := fsys.ReadSmall(root, path, trustfs.SmallMax)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return sc, err

@@ -21,7 +21,7 @@ func TestResolveTemplateAndSidecar(t *testing.T) {
 		Title: "{{.RelDir}}/{{.Stem}}", Format: "sog",
 		Settings: map[string]any{"camera": map[string]any{"fov": 65, "target": []any{0, 0, 0}}},
 	}
-	r, err := Resolve(tmpl, p, root, time.Now())
+	r, err := Resolve(nil, tmpl, p, root, time.Now())
 	if err != nil || r.Title != "site/hall" || r.Format != "sog" {
 		t.Fatalf("ResolvePublish = %+v, %v", r, err)
 	}
@@ -30,7 +30,7 @@ func TestResolveTemplateAndSidecar(t *testing.T) {
 	if err := os.WriteFile(Path(p), []byte(sidecar), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err = Resolve(tmpl, p, root, time.Now())
+	r, err = Resolve(nil, tmpl, p, root, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestResolveTemplateAndSidecar(t *testing.T) {
 		if err := os.WriteFile(Path(p), []byte(bad.body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Resolve(tmpl, p, root, time.Now())
+		_, err := Resolve(nil, tmpl, p, root, time.Now())
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "hall.splat.yaml") {
 			t.Errorf("sidecar %q: err = %v, want %q naming the sidecar", bad.body, err, bad.want)
 		}
@@ -72,7 +72,7 @@ func TestResolveEncode(t *testing.T) {
 	}
 	resolve := func(def string) string {
 		t.Helper()
-		r, err := Resolve(state.PublishParams{Encode: def}, p, root, time.Now())
+		r, err := Resolve(nil, state.PublishParams{Encode: def}, p, root, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func resolveGuarded(t *testing.T, defaults state.PublishParams, path, root strin
 	}
 	done := make(chan out, 1)
 	go func() {
-		p, err := Resolve(defaults, path, root, time.Now())
+		p, err := Resolve(nil, defaults, path, root, time.Now())
 		done <- out{p, err}
 	}()
 	select {
@@ -94,7 +94,7 @@ func TestTrustSmallFilesCapped(t *testing.T) {
 	file := filepath.Join(root, "big.ply")
 	writeFile(t, file, "ply")
 	writeFile(t, Path(file), "title: x\n#"+strings.Repeat("A", 64<<10)+"\n")
-	if _, err := Resolve(state.PublishParams{}, file, root, time.Now()); err == nil || !strings.Contains(err.Error(), "larger than") {
+	if _, err := Resolve(nil, state.PublishParams{}, file, root, time.Now()); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("oversized sidecar: %v; want refused", err)
 	}
 }
@@ -115,18 +115,18 @@ func TestTrustTitleTemplateBounded(t *testing.T) {
 		`{{$x := printf "%s%s" .Stem .Stem}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x = printf "%s%s" $x $x}}{{$x}}`,
 	} {
 		writeFile(t, filepath.Join(root, FolderName), "title: '"+title+"'\n")
-		p, err := Resolve(state.PublishParams{Title: "{{.Stem}}"}, file, root, time.Now())
+		p, err := Resolve(nil, state.PublishParams{Title: "{{.Stem}}"}, file, root, time.Now())
 		if err == nil && utf8.RuneCountInString(p.Title) > MaxTitle {
 			t.Errorf("title %q: %d characters stored; want at most %d or refused", title, utf8.RuneCountInString(p.Title), MaxTitle)
 		}
 	}
 	writeFile(t, filepath.Join(root, FolderName), "title: '{{range 100000}}A{{end}}'\n")
-	if _, err := Resolve(state.PublishParams{}, file, root, time.Now()); err == nil || !strings.Contains(err.Error(), "range") {
+	if _, err := Resolve(nil, state.PublishParams{}, file, root, time.Now()); err == nil || !strings.Contains(err.Error(), "range") {
 		t.Errorf("range title: %v; want refused naming range", err)
 	}
 	os.Remove(filepath.Join(root, FolderName))
 	writeFile(t, Path(file), "title: "+strings.Repeat("T", 300)+"\ndescription: "+strings.Repeat("é", 6000)+"\n")
-	p, err := Resolve(state.PublishParams{}, file, root, time.Now())
+	p, err := Resolve(nil, state.PublishParams{}, file, root, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestTrustFolderSettingsThroughLinkedSubfolder(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(root, "sub")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := Resolve(state.PublishParams{}, filepath.Join(root, "sub", "x.ply"), root, time.Now())
+	p, err := Resolve(nil, state.PublishParams{}, filepath.Join(root, "sub", "x.ply"), root, time.Now())
 	if err == nil && p.Title == "from outside" {
 		t.Errorf("folder settings read from outside the watch folder: %+v", p)
 	}

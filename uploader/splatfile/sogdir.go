@@ -15,10 +15,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // An unbundled SOG is a folder holding meta.json and the WebP images it
@@ -59,7 +59,7 @@ type SOGFolder struct {
 // from the files' stat: of each image only its 12-byte header is read, so a
 // folder of sparse gigabytes is sized, and can be refused, at no cost.
 func CheckSOGFolder(metaPath string) (SOGFolder, error) {
-	r, err := os.OpenRoot(filepath.Dir(metaPath))
+	r, err := new(trustfs.FS).OpenDir("", filepath.Dir(metaPath)) // the folder's own path
 	if err != nil {
 		return SOGFolder{}, withPath(metaPath, err)
 	}
@@ -77,33 +77,18 @@ func CheckSOGFolderIn(dir *os.Root, metaPath string) (SOGFolder, error) {
 	return f, withPath(metaPath, err)
 }
 
-// openIn opens name in r for reading without blocking on a pipe and
-// requires a regular file (fstat).
+// openIn opens name in r for reading (trustfs.OpenIn): non-blocking, a
+// regular file only, never through a link at its name.
 func openIn(r *os.Root, name string) (*os.File, fs.FileInfo, error) {
-	lfi, err := r.Lstat(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !lfi.Mode().IsRegular() {
-		return nil, nil, invalidf("%s is not a regular file", clip(name))
-	}
-	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
+	f, fi, err := trustfs.OpenIn(r, name)
+	var nr *trustfs.NotRegularError
 	switch {
-	case err != nil:
-	case !fi.Mode().IsRegular():
-		err = invalidf("%s is not a regular file", clip(name))
-	case !os.SameFile(lfi, fi):
-		err = invalidf("%s was replaced while it was opened (a link?)", clip(name))
+	case !errors.As(err, &nr):
+		return f, fi, err
+	case nr.Kind == trustfs.KindReplaced:
+		return nil, nil, invalidf("%s was replaced while it was opened (a link?)", clip(name))
 	}
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	return f, fi, nil
+	return nil, nil, invalidf("%s is not a regular file", clip(name))
 }
 
 // readMeta reads the folder r's meta.json: a regular file, not empty, of

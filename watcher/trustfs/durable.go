@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync/atomic"
 )
 
 // Durability: a step that a later one depends on (a receipt before its
@@ -15,41 +14,29 @@ import (
 // is made; a name made, renamed or removed is fsynced in its folder; a
 // folder made is fsynced in its parent. docs/durability.md lists the orders.
 
-// trace sees each step that changes a name or syncs (SetTrace).
-var trace atomic.Pointer[func(op, path string)]
+// Note reports to Trace a step that a caller took itself (a link it made).
+// The steps are "create", "rename", "link", "unlink", "rmdir", "mkdir",
+// "fsync" (a file's data) and "fsync-dir", each with the name it acts on.
+func (t *FS) Note(op, path string) { t.note(op, path) }
 
-// SetTrace makes fn see every durable step of this package and of its
-// callers (Note), in order: op is "create", "rename", "link", "unlink",
-// "rmdir", "mkdir", "fsync" (a file's data) or "fsync-dir", path the name
-// it acts on. It returns the function that restores the previous one. For
-// tests; fn must be safe for concurrent use.
-func SetTrace(fn func(op, path string)) (restore func()) {
-	old := trace.Swap(&fn)
-	return func() { trace.Store(old) }
-}
-
-// Note reports a step that a caller took itself (a link it made) to the
-// trace.
-func Note(op, path string) { note(op, path) }
-
-func note(op, path string) {
-	if fn := trace.Load(); fn != nil && *fn != nil {
-		(*fn)(op, path)
+func (t *FS) note(op, path string) {
+	if t != nil && t.Trace != nil {
+		t.Trace(op, path)
 	}
 }
 
 // SyncFile fsyncs the data of f, the file at path.
-func SyncFile(f *os.File, path string) error {
+func (t *FS) SyncFile(f *os.File, path string) error {
 	if err := f.Sync(); err != nil {
 		return err
 	}
-	note("fsync", path)
+	t.note("fsync", path)
 	return nil
 }
 
 // SyncDir fsyncs the folder dir (a path the operator configured, such as
 // a success_dir), so that the names made or removed in it last a power cut.
-func SyncDir(dir string) error {
+func (t *FS) SyncDir(dir string) error {
 	if runtime.GOOS == "windows" {
 		return nil // a folder cannot be fsynced there; NTFS journals names
 	}
@@ -61,12 +48,12 @@ func SyncDir(dir string) error {
 	if err := d.Sync(); err != nil {
 		return err
 	}
-	note("fsync-dir", dir)
+	t.note("fsync-dir", dir)
 	return nil
 }
 
 // syncIn is SyncDir of rel, a folder under r, at path abs.
-func syncIn(r *os.Root, rel, abs string) error {
+func (t *FS) syncIn(r *os.Root, rel, abs string) error {
 	if runtime.GOOS == "windows" {
 		return nil
 	}
@@ -78,7 +65,7 @@ func syncIn(r *os.Root, rel, abs string) error {
 	if err := d.Sync(); err != nil {
 		return err
 	}
-	note("fsync-dir", abs)
+	t.note("fsync-dir", abs)
 	return nil
 }
 
@@ -87,7 +74,7 @@ func syncIn(r *os.Root, rel, abs string) error {
 // each folder it made is fsynced in its parent, and so is each folder
 // between base and dir that already existed (made by a run that crashed
 // before it synced them). base is an operator's folder at or above dir.
-func MkdirDurable(base, dir string, perm fs.FileMode) error {
+func (t *FS) MkdirDurable(base, dir string, perm fs.FileMode) error {
 	base, dir = filepath.Clean(base), filepath.Clean(dir)
 	var levels []string // dir up to the first existing folder, or base
 	for p := dir; ; p = filepath.Dir(p) {
@@ -112,7 +99,7 @@ func MkdirDurable(base, dir string, perm fs.FileMode) error {
 		err := os.Mkdir(p, perm)
 		switch {
 		case err == nil:
-			note("mkdir", p)
+			t.note("mkdir", p)
 		case errors.Is(err, fs.ErrExist):
 			if fi, serr := os.Stat(p); serr != nil || !fi.IsDir() {
 				return err
@@ -120,7 +107,7 @@ func MkdirDurable(base, dir string, perm fs.FileMode) error {
 		default:
 			return err
 		}
-		if err := SyncDir(filepath.Dir(p)); err != nil {
+		if err := t.SyncDir(filepath.Dir(p)); err != nil {
 			return err
 		}
 	}

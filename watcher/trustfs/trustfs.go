@@ -1,24 +1,15 @@
 // Package trustfs is the one way splatd touches a file under a watch folder.
 // A watch folder is untrusted input: anyone who may write to it may put a
-// symbolic link, a named pipe or a device where a file was, or replace a
-// subfolder by a link to another folder. Every access here goes through an
-// os.Root opened on the watch folder, so no path, link or ".." leads out of
-// it; the last component of a path is never followed (a link there is
-// refused, as are pipes, devices, sockets and folders), files are opened
-// non-blocking so that a pipe never hangs the daemon, and small files
-// (sidecars, folder settings, receipts) are read with a size cap.
+// link, a named pipe or a device where a file was, or swap a subfolder for
+// a link to elsewhere. Every access goes through an os.Root on the watch
+// folder (opened through the outermost watch folder holding it), so no
+// path, link or ".." leads out of it; the last component of a path is never
+// followed, files are opened non-blocking, and small files are read with a
+// size cap. docs/architecture.md ("Trust boundary") says why.
 //
-// Functions take the watch folder (root) and an absolute path under it. An
-// empty root means the path's own folder: a file named on the command line
-// is still opened without following a link at its last component.
-//
-// A watch folder inside another one (SetWatchFolders) is opened through the
-// outermost folder holding it: the names between the two are in the outer
-// folder, and so are untrusted too. A writer of the outer folder who
-// replaces the inner one by a link to elsewhere (mv a a.old; ln -s /etc a)
-// then gets every access to it refused, where opening the inner folder by
-// its path would follow the link. The outermost folder's own path is the
-// operator's: it may be a link, as configured.
+// Methods of FS take the watch folder (root) and an absolute path under it.
+// An empty root means the path's own folder: a file named on the command
+// line is still opened without following a link at its last component.
 package trustfs
 
 import (
@@ -33,64 +24,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 )
 
 // SmallMax is the size cap of the small files splatd reads from a watch
 // folder: sidecars, folder settings (.splat.yaml) and receipts.
 const SmallMax = 64 << 10
-
-// NotRegularError is a path that is not a regular file: a link, a pipe, a
-// device, a socket or a folder. Its job fails with it; retrying cannot help.
-type NotRegularError struct {
-	Path string
-	Kind string // "a symbolic link", "a named pipe (FIFO)", …
-}
-
-func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s is %s, not a regular file", e.Path, e.Kind)
-}
-
-// Invalid marks the error as a property of the file (the retry rule fails
-// the job instead of retrying).
-func (e *NotRegularError) Invalid() bool { return true }
-
-// EscapeError is a path that leads out of its watch folder (a subfolder
-// replaced by a link to somewhere else, or a path outside the folder).
-type EscapeError struct {
-	Path, Root string
-	Err        error
-}
-
-func (e *EscapeError) Error() string {
-	return fmt.Sprintf("%s leads out of the watch folder %s (a link to elsewhere?): refused", e.Path, e.Root)
-}
-func (e *EscapeError) Unwrap() error { return e.Err }
-
-// Invalid: as NotRegularError.
-func (e *EscapeError) Invalid() bool { return true }
-
-// ReplacedError is a path that now names another file than the one a job
-// holds (the same inode was expected): it is left alone.
-type ReplacedError struct{ Path string }
-
-func (e *ReplacedError) Error() string {
-	return fmt.Sprintf("%s is no longer the file this job read (replaced since): left alone", e.Path)
-}
-
-// TooLargeError is a small file over its cap.
-type TooLargeError struct {
-	Path string
-	Max  int64
-}
-
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("%s is larger than %d bytes: refused", e.Path, e.Max)
-}
-
-// Invalid: as NotRegularError.
-func (e *TooLargeError) Invalid() bool { return true }
 
 // KindOf names what a mode is when it is not a regular file ("" when it is).
 func KindOf(m fs.FileMode) string {
@@ -122,33 +61,12 @@ func Within(root, path string) (string, bool) {
 	return rel, err == nil && filepath.IsLocal(rel)
 }
 
-// folders are the watch folders, for openRoot to find the folder a nested
-// one lies in.
-var folders atomic.Pointer[[]string]
-
-// SetWatchFolders names the watch folders (absolute paths); the watcher
-// calls it with its roots, at start and when they change.
-func SetWatchFolders(paths []string) {
-	clean := make([]string, len(paths))
-	for i, p := range paths {
-		clean[i] = filepath.Clean(p)
-	}
-	folders.Store(&clean)
-}
-
 // OpenRoot opens the watch folder root as an os.Root: through the outermost
 // watch folder that holds it, if any, so that no link between the two leads
 // out of that folder (an *EscapeError).
-func OpenRoot(root string) (*os.Root, error) {
+func (t *FS) OpenRoot(root string) (*os.Root, error) {
 	root = filepath.Clean(root)
-	outer := ""
-	if list := folders.Load(); list != nil {
-		for _, f := range *list {
-			if rel, in := Within(f, root); in && rel != "." && (outer == "" || len(f) < len(outer)) {
-				outer = f
-			}
-		}
-	}
+	outer := t.outerOf(root)
 	if outer == "" {
 		return os.OpenRoot(root)
 	}
@@ -167,7 +85,7 @@ func OpenRoot(root string) (*os.Root, error) {
 
 // open opens root (path's own folder when root is "") as an os.Root and
 // returns path relative to it. A path outside root is an *EscapeError.
-func open(root, path string) (*os.Root, string, error) {
+func (t *FS) open(root, path string) (*os.Root, string, error) {
 	if root == "" {
 		root = filepath.Dir(path)
 	}
@@ -176,28 +94,12 @@ func open(root, path string) (*os.Root, string, error) {
 		_, err := filepath.Rel(root, path)
 		return nil, "", &EscapeError{Path: path, Root: root, Err: err}
 	}
-	r, err := OpenRoot(root)
+	r, err := t.OpenRoot(root)
 	if err != nil {
 		return nil, "", err
 	}
 	return r, rel, nil
 }
-
-// NameTooLongError is a name longer than the file system allows
-// (ENAMETOOLONG): no such file can exist, so a lookup takes it as absent
-// (errors.Is fs.ErrNotExist), and a write of it can never succeed.
-type NameTooLongError struct{ Path string }
-
-func (e *NameTooLongError) Error() string {
-	return fmt.Sprintf("%s: name longer than the file system allows", e.Path)
-}
-
-// Is makes a lookup of such a name find nothing, as it would any other
-// missing file.
-func (e *NameTooLongError) Is(target error) bool { return target == fs.ErrNotExist }
-
-// Invalid: retrying cannot help.
-func (e *NameTooLongError) Invalid() bool { return true }
 
 // classify turns an os.Root error into an *EscapeError when it says the
 // path escapes the root, and into a *NameTooLongError for ENAMETOOLONG.
@@ -216,8 +118,8 @@ func classify(err error, path, root string) error {
 
 // Lstat stats path under root without following a link at its last
 // component (links in between are followed only while they stay inside).
-func Lstat(root, path string) (fs.FileInfo, error) {
-	r, rel, err := open(root, path)
+func (t *FS) Lstat(root, path string) (fs.FileInfo, error) {
+	r, rel, err := t.open(root, path)
 	if err != nil {
 		return nil, err
 	}
@@ -226,9 +128,20 @@ func Lstat(root, path string) (fs.FileInfo, error) {
 	return fi, classify(err, path, root)
 }
 
+// LstatRoot stats the watch folder root itself without following a link
+// at its name: through the outermost watch folder holding it, else by its
+// own path (the operator's).
+func (t *FS) LstatRoot(root string) (fs.FileInfo, error) {
+	root = filepath.Clean(root)
+	if outer := t.outerOf(root); outer != "" {
+		return t.Lstat(outer, root)
+	}
+	return os.Lstat(root)
+}
+
 // StatRegular is Lstat that also requires a regular file.
-func StatRegular(root, path string) (fs.FileInfo, error) {
-	fi, err := Lstat(root, path)
+func (t *FS) StatRegular(root, path string) (fs.FileInfo, error) {
+	fi, err := t.Lstat(root, path)
 	if err != nil {
 		return nil, err
 	}
@@ -242,12 +155,27 @@ func StatRegular(root, path string) (fs.FileInfo, error) {
 // its last component nor out of root, non-blocking (a pipe cannot hang
 // the caller), and only when it is a regular file (checked on the open
 // descriptor). It returns the file and its fstat.
-func OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
-	r, rel, err := open(root, path)
+func (t *FS) OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
+	r, rel, err := t.open(root, path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer r.Close()
+	return openIn(r, rel, root, path)
+}
+
+// OpenIn is OpenRegular of name in the folder r, already open as an
+// os.Root (a folder of files read together, such as an unbundled SOG).
+func OpenIn(r *os.Root, name string) (*os.File, fs.FileInfo, error) {
+	return openIn(r, name, "", name)
+}
+
+// KindReplaced is the Kind of a *NotRegularError for a name swapped for
+// another file (a link inside the folder) while it was opened.
+const KindReplaced = "replaced while it was opened (a symbolic link?)"
+
+// openIn is OpenRegular of rel in r, naming path (under root) in errors.
+func openIn(r *os.Root, rel, root, path string) (*os.File, fs.FileInfo, error) {
 	lfi, err := r.Lstat(rel)
 	if err != nil {
 		return nil, nil, classify(err, path, root)
@@ -260,9 +188,8 @@ func OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	if !os.SameFile(lfi, fi) {
-		// Swapped for a link (inside the folder) between the two calls.
 		f.Close()
-		return nil, nil, &NotRegularError{Path: path, Kind: "replaced while it was opened (a symbolic link?)"}
+		return nil, nil, &NotRegularError{Path: path, Kind: KindReplaced}
 	}
 	return f, fi, nil
 }
@@ -270,8 +197,8 @@ func OpenRegular(root, path string) (*os.File, fs.FileInfo, error) {
 // ReadSmall reads a small regular file under root, at most max bytes: a
 // larger one is a *TooLargeError, a link, pipe or device a
 // *NotRegularError, a missing one fs.ErrNotExist.
-func ReadSmall(root, path string, max int64) ([]byte, error) {
-	f, fi, err := OpenRegular(root, path)
+func (t *FS) ReadSmall(root, path string, max int64) ([]byte, error) {
+	f, fi, err := t.OpenRegular(root, path)
 	if err != nil {
 		return nil, err
 	}
@@ -292,8 +219,8 @@ func ReadSmall(root, path string, max int64) ([]byte, error) {
 // RemoveEmptyDir removes the folder dir under root when it is empty, then
 // fsyncs its parent; a link there is left alone (an error), and so is a
 // folder that is not empty (an error too).
-func RemoveEmptyDir(root, dir string) error {
-	r, rel, err := open(root, dir)
+func (t *FS) RemoveEmptyDir(root, dir string) error {
+	r, rel, err := t.open(root, dir)
 	if err != nil {
 		return err
 	}
@@ -308,8 +235,8 @@ func RemoveEmptyDir(root, dir string) error {
 	if err := r.Remove(rel); err != nil {
 		return classify(err, dir, root)
 	}
-	note("rmdir", dir)
-	return syncIn(r, filepath.Dir(rel), filepath.Dir(dir))
+	t.note("rmdir", dir)
+	return t.syncIn(r, filepath.Dir(rel), filepath.Dir(dir))
 }
 
 // RemoveIf removes path under root (the name, never what a link names)
@@ -317,8 +244,8 @@ func RemoveEmptyDir(root, dir string) error {
 // zero), then fsyncs its folder: the removal is durable when it returns. A
 // path already gone is fs.ErrNotExist; another file there is a
 // *ReplacedError and stays.
-func RemoveIf(root, path string, want ID) error {
-	r, rel, err := open(root, path)
+func (t *FS) RemoveIf(root, path string, want ID) error {
+	r, rel, err := t.open(root, path)
 	if err != nil {
 		return err
 	}
@@ -336,8 +263,8 @@ func RemoveIf(root, path string, want ID) error {
 	if err := r.Remove(rel); err != nil {
 		return classify(err, path, root)
 	}
-	note("unlink", path)
-	return syncIn(r, filepath.Dir(rel), filepath.Dir(path))
+	t.note("unlink", path)
+	return t.syncIn(r, filepath.Dir(rel), filepath.Dir(path))
 }
 
 // WriteAtomic writes data to path under root: a temp file created (never
@@ -345,8 +272,8 @@ func RemoveIf(root, path string, want ID) error {
 // folder fsynced, so that path holds the old data or the new after a power
 // cut, and the new once it returns. A link at path is replaced, never
 // written through.
-func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
-	r, rel, err := open(root, path)
+func (t *FS) WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
+	r, rel, err := t.open(root, path)
 	if err != nil {
 		return err
 	}
@@ -367,7 +294,7 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 		}
 	}
 	tmpPath := filepath.Join(filepath.Dir(path), filepath.Base(tmp))
-	note("create", tmpPath)
+	t.note("create", tmpPath)
 	defer r.Remove(tmp) // harmless after the rename
 	if _, err := f.Write(data); err != nil {
 		f.Close()
@@ -377,7 +304,7 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 		f.Close()
 		return err
 	}
-	if err := SyncFile(f, tmpPath); err != nil {
+	if err := t.SyncFile(f, tmpPath); err != nil {
 		f.Close()
 		return err
 	}
@@ -387,8 +314,8 @@ func WriteAtomic(root, path string, data []byte, perm fs.FileMode) error {
 	if err := r.Rename(tmp, rel); err != nil {
 		return classify(err, path, root)
 	}
-	note("rename", path)
-	return syncIn(r, filepath.Clean(dir+"."), filepath.Dir(path))
+	t.note("rename", path)
+	return t.syncIn(r, filepath.Clean(dir+"."), filepath.Dir(path))
 }
 
 // openChecked opens rel in r for reading, non-blocking, and requires a
@@ -414,8 +341,8 @@ func openChecked(r *os.Root, rel, root, path string) (*os.File, fs.FileInfo, err
 // symbolic links (follow_symlinks): a link at the last component is
 // followed while it stays inside root; what it names must be a regular
 // file.
-func OpenRegularFollow(root, path string) (*os.File, fs.FileInfo, error) {
-	r, rel, err := open(root, path)
+func (t *FS) OpenRegularFollow(root, path string) (*os.File, fs.FileInfo, error) {
+	r, rel, err := t.open(root, path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -436,8 +363,8 @@ func OpenRegularFollow(root, path string) (*os.File, fs.FileInfo, error) {
 
 // StatFollow is Stat of path under root, following links that stay
 // inside it, and requires a regular file.
-func StatFollow(root, path string) (fs.FileInfo, error) {
-	r, rel, err := open(root, path)
+func (t *FS) StatFollow(root, path string) (fs.FileInfo, error) {
+	r, rel, err := t.open(root, path)
 	if err != nil {
 		return nil, err
 	}
@@ -488,14 +415,14 @@ func HashTo(ctx context.Context, f *os.File, also io.Writer) (string, error) {
 // folder of files that belong together, such as an unbundled SOG): no path
 // or link from root to dir leads out of root, and nothing opened through
 // the result leads out of dir.
-func OpenDir(root, dir string) (*os.Root, error) {
+func (t *FS) OpenDir(root, dir string) (*os.Root, error) {
 	if root == "" {
 		return os.OpenRoot(dir)
 	}
 	if filepath.Clean(root) == filepath.Clean(dir) {
-		return OpenRoot(dir)
+		return t.OpenRoot(dir)
 	}
-	r, rel, err := open(root, dir)
+	r, rel, err := t.open(root, dir)
 	if err != nil {
 		return nil, err
 	}

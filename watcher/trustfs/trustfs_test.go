@@ -2,6 +2,9 @@ package trustfs
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,6 +26,7 @@ func write(t *testing.T, p, body string, mode os.FileMode) {
 // TestOpenRegularRefuses: every kind of path a folder writer can put where
 // a file was is refused with its kind, never followed or waited on.
 func TestOpenRegularRefuses(t *testing.T) {
+	var tfs FS
 	root, outside := t.TempDir(), t.TempDir()
 	write(t, filepath.Join(outside, "secret"), "secret", 0o600)
 	write(t, filepath.Join(root, "ok.ply"), "ply", 0o644)
@@ -44,7 +48,7 @@ func TestOpenRegularRefuses(t *testing.T) {
 		"sub/secret":   "leads out of the watch folder",
 		"../x":         "leads out of the watch folder",
 	} {
-		f, _, err := OpenRegular(root, filepath.Join(root, name))
+		f, _, err := tfs.OpenRegular(root, filepath.Join(root, name))
 		if err == nil {
 			f.Close()
 			t.Errorf("%s: opened; want refused (%s)", name, want)
@@ -58,42 +62,44 @@ func TestOpenRegularRefuses(t *testing.T) {
 			t.Errorf("%s: %T is not an invalid-file error", name, err)
 		}
 	}
-	f, fi, err := OpenRegular(root, filepath.Join(root, "ok.ply"))
+	f, fi, err := tfs.OpenRegular(root, filepath.Join(root, "ok.ply"))
 	if err != nil || fi.Size() != 3 {
 		t.Fatalf("ok.ply: %v, %v", fi, err)
 	}
 	f.Close()
 	// Following, as follow_symlinks does: inside yes, outside never.
-	if f, _, err := OpenRegularFollow(root, filepath.Join(root, "in-link.ply")); err != nil {
+	if f, _, err := tfs.OpenRegularFollow(root, filepath.Join(root, "in-link.ply")); err != nil {
 		t.Errorf("follow in-link.ply: %v", err)
 	} else {
 		f.Close()
 	}
 	for _, name := range []string{"out-link.ply", "zero.ply", "sub/secret"} {
-		if f, _, err := OpenRegularFollow(root, filepath.Join(root, name)); err == nil {
+		if f, _, err := tfs.OpenRegularFollow(root, filepath.Join(root, name)); err == nil {
 			f.Close()
 			t.Errorf("follow %s: opened", name)
 		}
 	}
-	if _, err := Lstat(root, filepath.Join(root, "missing")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := tfs.Lstat(root, filepath.Join(root, "missing")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing: %v; want fs.ErrNotExist", err)
 	}
 }
 
 func TestReadSmallCap(t *testing.T) {
+	var tfs FS
 	root := t.TempDir()
 	p := filepath.Join(root, "s.yaml")
 	write(t, p, strings.Repeat("a", 100), 0o644)
-	if b, err := ReadSmall(root, p, 100); err != nil || len(b) != 100 {
+	if b, err := tfs.ReadSmall(root, p, 100); err != nil || len(b) != 100 {
 		t.Errorf("at the cap: %d bytes, %v", len(b), err)
 	}
 	var tl *TooLargeError
-	if _, err := ReadSmall(root, p, 99); !errors.As(err, &tl) {
+	if _, err := tfs.ReadSmall(root, p, 99); !errors.As(err, &tl) {
 		t.Errorf("over the cap: %v; want *TooLargeError", err)
 	}
 }
 
 func TestRemoveIfOnlyTheHeldFile(t *testing.T) {
+	var tfs FS
 	root := t.TempDir()
 	p := filepath.Join(root, "a.ply")
 	write(t, p, "one", 0o644)
@@ -104,25 +110,26 @@ func TestRemoveIfOnlyTheHeldFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var re *ReplacedError
-	if err := RemoveIf(root, p, held); !errors.As(err, &re) {
+	if err := tfs.RemoveIf(root, p, held); !errors.As(err, &re) {
 		t.Fatalf("RemoveIf = %v; want *ReplacedError", err)
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Fatal("the new file was removed")
 	}
 	fi, _ = os.Lstat(p)
-	if err := RemoveIf(root, p, IDOf(fi)); err != nil {
+	if err := tfs.RemoveIf(root, p, IDOf(fi)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestWriteAtomicReplacesLink(t *testing.T) {
+	var tfs FS
 	root, outside := t.TempDir(), t.TempDir()
 	victim := filepath.Join(outside, "v")
 	write(t, victim, "keep", 0o600)
 	p := filepath.Join(root, "r.json")
 	os.Symlink(victim, p)
-	if err := WriteAtomic(root, p, []byte("{}"), 0o644); err != nil {
+	if err := tfs.WriteAtomic(root, p, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(victim); string(b) != "keep" {
@@ -134,7 +141,7 @@ func TestWriteAtomicReplacesLink(t *testing.T) {
 	}
 	// A folder swapped for a link out: refused.
 	os.Symlink(outside, filepath.Join(root, "sub"))
-	if err := WriteAtomic(root, filepath.Join(root, "sub", "r.json"), []byte("{}"), 0o644); err == nil {
+	if err := tfs.WriteAtomic(root, filepath.Join(root, "sub", "r.json"), []byte("{}"), 0o644); err == nil {
 		t.Error("wrote through a linked subfolder")
 	}
 	if _, err := os.Lstat(filepath.Join(outside, "r.json")); err == nil {
@@ -173,7 +180,7 @@ func TestWithin(t *testing.T) {
 // lies in no other one is opened by its path, a link or not (the operator's
 // choice).
 func TestNestedWatchFolderOpenedThroughTheOuter(t *testing.T) {
-	// Not parallel: SetWatchFolders is the process's.
+	t.Parallel()
 	dir := t.TempDir()
 	outer, outside := filepath.Join(dir, "share"), filepath.Join(dir, "outside")
 	inner := filepath.Join(outer, "client-a")
@@ -187,8 +194,8 @@ func TestNestedWatchFolderOpenedThroughTheOuter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	SetWatchFolders([]string{outer, inner})
-	t.Cleanup(func() { SetWatchFolders(nil) })
+	tfs := new(FS)
+	tfs.SetFolders([]string{outer, inner})
 	swap := func(target string) {
 		t.Helper()
 		if err := os.RemoveAll(inner); err != nil {
@@ -201,16 +208,16 @@ func TestNestedWatchFolderOpenedThroughTheOuter(t *testing.T) {
 
 	swap(outside)
 	var esc *EscapeError
-	if _, _, err := OpenRegular(inner, filepath.Join(inner, "secret.ply")); !errors.As(err, &esc) {
+	if _, _, err := tfs.OpenRegular(inner, filepath.Join(inner, "secret.ply")); !errors.As(err, &esc) {
 		t.Errorf("open through a link out of the outer folder: %v, want an EscapeError", err)
 	}
-	if err := WriteAtomic(inner, filepath.Join(inner, "secret.ply.splat.json"), []byte("{}"), 0o644); !errors.As(err, &esc) {
+	if err := tfs.WriteAtomic(inner, filepath.Join(inner, "secret.ply.splat.json"), []byte("{}"), 0o644); !errors.As(err, &esc) {
 		t.Errorf("write through a link out of the outer folder: %v, want an EscapeError", err)
 	}
 	if _, err := os.Lstat(filepath.Join(outside, "secret.ply.splat.json")); err == nil {
 		t.Error("a file was written outside")
 	}
-	if r, err := OpenRoot(inner); !errors.As(err, &esc) {
+	if r, err := tfs.OpenRoot(inner); !errors.As(err, &esc) {
 		if r != nil {
 			r.Close()
 		}
@@ -218,16 +225,16 @@ func TestNestedWatchFolderOpenedThroughTheOuter(t *testing.T) {
 	}
 
 	swap("other") // relative: os.Root takes no absolute link
-	if f, _, err := OpenRegular(inner, filepath.Join(inner, "mine.ply")); err != nil {
+	if f, _, err := tfs.OpenRegular(inner, filepath.Join(inner, "mine.ply")); err != nil {
 		t.Errorf("open through a link inside the outer folder: %v", err)
 	} else {
 		f.Close()
 	}
 
 	// Not a nested folder: its own path may be a link (as configured).
-	SetWatchFolders([]string{inner})
+	tfs.SetFolders([]string{inner}) // a reload that drops the outer folder
 	swap(outside)
-	if f, _, err := OpenRegular(inner, filepath.Join(inner, "secret.ply")); err != nil {
+	if f, _, err := tfs.OpenRegular(inner, filepath.Join(inner, "secret.ply")); err != nil {
 		t.Errorf("a watch folder that is itself a link, in no other: %v", err)
 	} else {
 		f.Close()
@@ -244,10 +251,9 @@ func TestMkdirDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	restore := SetTrace(func(op, path string) { got = append(got, op+" "+path) })
-	defer restore()
+	tfs := &FS{Trace: func(op, path string) { got = append(got, op+" "+path) }}
 	dir := filepath.Join(old, "a", "b")
-	if err := MkdirDurable(base, dir, 0o755); err != nil {
+	if err := tfs.MkdirDurable(base, dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -262,7 +268,7 @@ func TestMkdirDurable(t *testing.T) {
 		t.Errorf("%s: %v", dir, err)
 	}
 	write(t, filepath.Join(base, "file"), "x", 0o644)
-	if err := MkdirDurable(base, filepath.Join(base, "file", "sub"), 0o755); err == nil {
+	if err := tfs.MkdirDurable(base, filepath.Join(base, "file", "sub"), 0o755); err == nil {
 		t.Error("made a folder under a file")
 	}
 }
@@ -273,12 +279,137 @@ func TestRemoveIfIsDurable(t *testing.T) {
 	p := filepath.Join(root, "sub", "scan.ply")
 	write(t, p, "ply", 0o644)
 	var got []string
-	restore := SetTrace(func(op, path string) { got = append(got, op+" "+path) })
-	defer restore()
-	if err := RemoveIf(root, p, ID{}); err != nil {
+	tfs := &FS{Trace: func(op, path string) { got = append(got, op+" "+path) }}
+	if err := tfs.RemoveIf(root, p, ID{}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "unlink " + p + "\nfsync-dir " + filepath.Dir(p); strings.Join(got, "\n") != want {
 		t.Errorf("steps %q, want %q", got, want)
+	}
+}
+
+// TestStatThroughALinkOutIsRefused: a subfolder swapped for a link out of
+// the root gives every stat an *EscapeError, never the outside file's.
+func TestStatThroughALinkOutIsRefused(t *testing.T) {
+	t.Parallel()
+	root, outside := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(outside, "secret.ply"), "ply", 0o644)
+	if err := os.Symlink(outside, filepath.Join(root, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "sub", "secret.ply")
+	var tfs FS
+	stats := map[string]func(root, path string) (fs.FileInfo, error){
+		"Lstat": tfs.Lstat, "StatRegular": tfs.StatRegular, "StatFollow": tfs.StatFollow,
+	}
+	for name, stat := range stats {
+		var esc *EscapeError
+		if fi, err := stat(root, p); !errors.As(err, &esc) {
+			t.Errorf("%s through a link out = %v, %v; want an EscapeError", name, fi, err)
+		}
+	}
+}
+
+// TestOpenInRefuses: OpenIn, in a folder already open, refuses what
+// OpenRegular refuses at a name (a link, a FIFO, a folder).
+func TestOpenInRefuses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "ok.webp"), "RIFF", 0o644)
+	if err := os.Symlink("ok.webp", filepath.Join(dir, "link.webp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.webp"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "dir.webp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, name := range []string{"link.webp", "fifo.webp", "dir.webp"} {
+		var nr *NotRegularError
+		if f, _, err := OpenIn(r, name); !errors.As(err, &nr) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("OpenIn(%s) = %v; want a NotRegularError", name, err)
+		}
+	}
+	f, fi, err := OpenIn(r, "ok.webp")
+	if err != nil || fi.Size() != 4 {
+		t.Fatalf("OpenIn(ok.webp) = %v, %v", fi, err)
+	}
+	f.Close()
+}
+
+// TestNoPackageState: the package keeps no variable of its own; the watch
+// folders and the trace are an FS's.
+func TestNoPackageState(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				t.Errorf("%s: a package-level var", fset.Position(g.Pos()))
+			}
+		}
+	}
+}
+
+// TestLstatRootThroughTheOuter: a nested watch folder's own stat goes
+// through the outer folder, so a folder between the two swapped for a link
+// out is refused; a folder in no other is stat'ed by its path.
+func TestLstatRootThroughTheOuter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	outer, outside := filepath.Join(dir, "share"), filepath.Join(dir, "outside")
+	inner := filepath.Join(outer, "mid", "client-a")
+	if err := os.MkdirAll(filepath.Join(outside, "client-a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(outer, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(outer, "mid")); err != nil {
+		t.Fatal(err)
+	}
+	tfs := new(FS)
+	tfs.SetFolders([]string{inner})
+	if fi, err := tfs.LstatRoot(inner); err != nil || !fi.IsDir() {
+		t.Fatalf("LstatRoot in no other folder = %v, %v; want the folder", fi, err)
+	}
+	tfs.SetFolders([]string{outer, inner})
+	var esc *EscapeError
+	if fi, err := tfs.LstatRoot(inner); !errors.As(err, &esc) {
+		t.Errorf("LstatRoot through a link out of the outer folder = %v, %v; want an EscapeError", fi, err)
+	}
+}
+
+// TestRootOf: the innermost watch folder holding a path, or none.
+func TestRootOf(t *testing.T) {
+	t.Parallel()
+	tfs := new(FS)
+	tfs.SetFolders([]string{"/w", "/w/a", "/x"})
+	for path, want := range map[string]string{
+		"/w/f.ply": "/w", "/w/a/f.ply": "/w/a", "/w/a": "/w/a", "/w/ab/f.ply": "/w", "/y/f.ply": "", "/x/..f": "/x",
+	} {
+		if got := tfs.RootOf(path); got != want {
+			t.Errorf("RootOf(%s) = %q, want %q", path, got, want)
+		}
 	}
 }

@@ -378,6 +378,14 @@ func (c *Config) WatchPaths() []string {
 	return paths
 }
 
+// TrustFS returns a trust boundary naming the watch folders, for a command
+// that reads files under them without a watcher.
+func (c *Config) TrustFS() *trustfs.FS {
+	fsys := new(trustfs.FS)
+	fsys.SetFolders(c.WatchPaths())
+	return fsys
+}
+
 // IncompleteWait maps incomplete_timeout (0: wait for ever) to the
 // pool's option (negative: never).
 func (c *Config) IncompleteWait() time.Duration {
@@ -398,10 +406,10 @@ func (c *Config) ReceiptService() after.Service {
 // .splat.yaml files and the file's sidecar (sidecar.Resolve). A file outside
 // every watch folder gets the global block and its own sidecar. The daemon,
 // the dry run and `splatd publish` all ask it.
-func (c *Config) ParamsFor(path string, mod time.Time) (state.PublishParams, error) {
+func (c *Config) ParamsFor(fsys *trustfs.FS, path string, mod time.Time) (state.PublishParams, error) {
 	defaults, root := c.Publish.Params(), ""
 	if w, ok := c.WatchOf(path); ok {
 		defaults, root = c.PublishFor(w), w.Path
 	}
-	return sidecar.Resolve(defaults, path, root, mod)
+	return sidecar.Resolve(fsys, defaults, path, root, mod)
 }

@@ -52,7 +52,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error
 	if !ok {
 		return actResult{}, fmt.Errorf("no action %q", op)
 	}
-	j, err := Control(d.store, cop, ref)
+	j, err := Control(d.fs, d.store, cop, ref)
 	if err != nil {
 		return actResult{}, err
 	}

@@ -17,5 +17,6 @@ type AdoptReport = after.AdoptReport
 func AdoptDir(ctx context.Context, st *queue.Store, cfg *config.Config, dir string, dryRun bool) (AdoptReport, error) {
 	return after.AdoptDir(ctx, st, dir, after.AdoptOptions{
 		Service: cfg.ReceiptService(), Roots: cfg.WatchPaths(), ViewerURL: cfg.TrustedViewerURL, DryRun: dryRun,
+		FS: cfg.TrustFS(),
 	})
 }

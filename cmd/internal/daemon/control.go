@@ -26,7 +26,7 @@ type ControlOp struct {
 	name string
 	// apply changes the job in the store and returns it as it now is (as
 	// it was, for forget).
-	apply func(st *queue.Store, j state.Job) (state.Job, error)
+	apply func(fsys *trustfs.FS, st *queue.Store, j state.Job) (state.Job, error)
 	// done says what happened, for the command's output.
 	done func(j state.Job) string
 }
@@ -36,15 +36,15 @@ type ControlOp struct {
 var ControlOps = map[string]ControlOp{
 	"cancel": {
 		name:  "cancel",
-		apply: func(st *queue.Store, j state.Job) (state.Job, error) { return st.Cancel(j.ID) },
+		apply: func(fsys *trustfs.FS, st *queue.Store, j state.Job) (state.Job, error) { return st.Cancel(j.ID) },
 		done: func(j state.Job) string {
 			return fmt.Sprintf("job %d canceled (%s): not published, not a failure; splatd retry %d starts it again", j.ID, j.Path, j.ID)
 		},
 	},
 	"republish": {
 		name: "republish",
-		apply: func(st *queue.Store, j state.Job) (state.Job, error) {
-			if _, err := trustfs.Lstat(j.Root, j.Path); errors.Is(err, fs.ErrNotExist) {
+		apply: func(fsys *trustfs.FS, st *queue.Store, j state.Job) (state.Job, error) {
+			if _, err := fsys.Lstat(j.Root, j.Path); errors.Is(err, fs.ErrNotExist) {
 				return j, fmt.Errorf("job %d: %s is gone (moved or deleted by after.on_success?): put it back there, or publish it with splatd publish", j.ID, j.Path)
 			}
 			return st.Republish(j.ID)
@@ -55,14 +55,14 @@ var ControlOps = map[string]ControlOp{
 	},
 	"forget": {
 		name: "forget",
-		apply: func(st *queue.Store, j state.Job) (state.Job, error) {
+		apply: func(fsys *trustfs.FS, st *queue.Store, j state.Job) (state.Job, error) {
 			j, err := st.Forget(j.ID)
 			if err != nil {
 				return j, err
 			}
 			// The receipt the job left beside the file would have it
 			// adopted back at once (published, same content).
-			if _, err := after.RemoveOwnReceipt(j.Root, j.Path, j.ID, j.SHA256); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if _, err := after.RemoveOwnReceipt(fsys, j.Root, j.Path, j.ID, j.SHA256); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return j, fmt.Errorf("job %d forgotten, but its receipt stays (the file will be adopted back from it): %w", j.ID, err)
 			}
 			return j, nil
@@ -107,7 +107,8 @@ func FindJob(st *queue.Store, ref string) (state.Job, error) {
 
 // Control applies op to the job ref names. A job whose stored record
 // cannot be read can only be forgotten: forget is what its error advises.
-func Control(st *queue.Store, op ControlOp, ref string) (state.Job, error) {
+// The job's file and receipt are looked at through fsys.
+func Control(fsys *trustfs.FS, st *queue.Store, op ControlOp, ref string) (state.Job, error) {
 	j, err := FindJob(st, ref)
 	var ue *queue.UnreadableError
 	if op.name == "forget" && errors.As(err, &ue) {
@@ -116,7 +117,7 @@ func Control(st *queue.Store, op ControlOp, ref string) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	return op.apply(st, j)
+	return op.apply(fsys, st, j)
 }
 
 // adminControl is the admin socket's POST /v1/{cancel,republish,forget}

@@ -147,11 +147,11 @@ func TestForgetUnreadableRecord(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 
-	if _, err := Control(st, ControlOps["cancel"], "1"); err == nil || !strings.Contains(err.Error(), "splatd forget 1") {
+	if _, err := Control(nil, st, ControlOps["cancel"], "1"); err == nil || !strings.Contains(err.Error(), "splatd forget 1") {
 		t.Errorf("cancel of an unreadable job = %v; want an error advising splatd forget 1", err)
 	}
 	for ref, want := range map[string]string{"1": "job 1 forgotten: " + a, b: "job 2 forgotten: " + b} {
-		j, err := Control(st, ControlOps["forget"], ref)
+		j, err := Control(nil, st, ControlOps["forget"], ref)
 		if err != nil || !strings.HasPrefix(ControlOps["forget"].Done(j), want) {
 			t.Errorf("forget %s = %q, %v; want %q", ref, ControlOps["forget"].Done(j), err, want)
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/splatd/splatd/uploader/notify"
 	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/watcher"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // pacerStateFile, in state_dir, holds the pacer's last known windows.
@@ -78,6 +79,7 @@ type Daemon struct {
 	damaged chan error        // the store met damage while running (store.go)
 	history *metrics.EventLog // the status page's event history
 	fleet   *fleet            // the fleet's members on the watch folders; nil outside v1 with receipts (fleet.go)
+	fs      *trustfs.FS       // the trust boundary: the watcher names the watch folders to it
 
 	// actions are the after-actions and receipts; a reload replaces them.
 	actions atomic.Pointer[after.Runners]
@@ -98,7 +100,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		o.Getenv = func(string) string { return "" }
 	}
 	log, getenv := o.Logger, o.Getenv
-	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}, apiGrace: apiGrace}
+	d = &Daemon{cfg: cfg, o: o, log: log, systemd: newSDNotifier(getenv), intake: newIntake(), damaged: make(chan error, 1), history: &metrics.EventLog{}, apiGrace: apiGrace, fs: new(trustfs.FS)}
 	d.live.Store(cfg)
 	d.reg, d.m = metrics.NewRegistry(d.o.Version, api.Routes)
 	token, err := api.LoadToken(cfg.API.TokenFile, getenv)
@@ -134,7 +136,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		return nil, err
 	}
 	if cfg.API.Protocol == uploader.ProtocolV1 && cfg.After.Receipt {
-		d.fleet = newFleet(cfg.FleetIdentity(), func() []string { return d.config().WatchPaths() }, time.Now,
+		d.fleet = newFleet(d.fs, cfg.FleetIdentity(), func() []string { return d.config().WatchPaths() }, time.Now,
 			log.With().Str("component", "fleet").Logger())
 	}
 	if d.pool, err = d.newPool(); err != nil {
@@ -182,13 +184,15 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 // PoolOptions are the pool's options the config sets, for `splatd run` and
 // `splatd publish` alike; what the config leaves out is uploader.Defaults.
 func PoolOptions(cfg *config.Config, client *api.Client) uploader.PoolOptions {
+	fsys := cfg.TrustFS()
 	return uploader.PoolOptions{
+		FS:            fsys,
 		Client:        client,
 		Workers:       cfg.Workers,
 		Protocol:      cfg.API.Protocol,
 		ParallelParts: cfg.Upload.ParallelParts,
 		Publish:       cfg.Publish.Params(),
-		Params:        paramsOf(cfg),
+		Params:        paramsOf(fsys, cfg),
 		OnUncertain:   cfg.Publish.OnUncertain,
 		Poll: uploader.PollOptions{
 			Interval:    cfg.Poll.Interval.D(),
@@ -207,6 +211,8 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 	d.actions.Store(d.afterRunners(cfg))
 	o := PoolOptions(cfg, d.client)
 	o.Store = d.store
+	o.FS = d.fs
+	o.Params = paramsOf(d.fs, cfg)
 	o.EncodeDir = filepath.Join(cfg.StateDir, "encoded")
 	o.BundleDir = filepath.Join(cfg.StateDir, "sog-bundles")
 	// The config in force: a reload may add a root, or change whether one
@@ -245,6 +251,7 @@ func (d *Daemon) newWatcher() (*watcher.Watcher, error) {
 		Known:          d.store.Known,
 		Observer:       d.m,
 		OnSettings:     d.settingsChanged,
+		FS:             d.fs,
 	})
 }
 
@@ -534,7 +541,7 @@ func (d *Daemon) maintain(ctx context.Context) {
 			continue
 		}
 		n, err := d.store.TrimPaths(ctx, func(p string) bool {
-			_, err := os.Lstat(p)
+			_, err := d.fs.Lstat(d.fs.RootOf(p), p)
 			return errors.Is(err, fs.ErrNotExist)
 		})
 		if err != nil && ctx.Err() == nil {
@@ -639,7 +646,10 @@ func (d *Daemon) MetricsAddr() string {
 }
 
 // paramsOf is the pool's publish parameters of a file: config.ParamsFor of
-// the config in force when the job became ready (a reload replaces it).
-func paramsOf(cfg *config.Config) uploader.ParamsFunc {
-	return func(path, _ string, mod time.Time) (state.PublishParams, error) { return cfg.ParamsFor(path, mod) }
+// the config in force when the job became ready (a reload replaces it),
+// read through fsys.
+func paramsOf(fsys *trustfs.FS, cfg *config.Config) uploader.ParamsFunc {
+	return func(path, _ string, mod time.Time) (state.PublishParams, error) {
+		return cfg.ParamsFor(fsys, path, mod)
+	}
 }

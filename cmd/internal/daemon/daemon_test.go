@@ -87,7 +87,7 @@ func TestReadyzStoreRefusesWritesWhenIdle(t *testing.T) {
 func TestPeerReceipt(t *testing.T) {
 	t.Parallel()
 	cfg := &config.Config{API: config.API{Protocol: "v1", BaseURL: "https://api.example"}, After: config.After{Receipt: true}}
-	read := peerReceipt(cfg)
+	read := peerReceipt(nil, cfg)
 	file := filepath.Join(t.TempDir(), "scan.ply")
 	if err := os.WriteFile(file, []byte("0123456789"), 0o644); err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestPeerReceipt(t *testing.T) {
 	if _, err := read(j); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
 		t.Errorf("file and receipt gone: %v, want an error that ends the wait", err)
 	}
-	if peerReceipt(&config.Config{After: config.After{Receipt: false}}) != nil {
+	if peerReceipt(nil, &config.Config{After: config.After{Receipt: false}}) != nil {
 		t.Error("a daemon without receipts waits for its peers' receipts")
 	}
 }
@@ -181,7 +181,7 @@ func TestPeerReceiptMoved(t *testing.T) {
 	if err != nil || moved != filepath.Join(dest, "rig", "scan.ply") {
 		t.Fatalf("the peer's move: %s, %v", moved, err)
 	}
-	read := peerReceipt(cfg)
+	read := peerReceipt(nil, cfg)
 	for _, sha := range []string{"abc", ""} {
 		mine := state.Job{ID: 9, Path: file, Root: root, Size: 10, SHA256: sha}
 		out, err := read(mine)

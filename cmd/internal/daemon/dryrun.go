@@ -94,6 +94,7 @@ const (
 type predictor struct {
 	cfg    *config.Config
 	svc    after.Service
+	fs     *trustfs.FS        // names cfg's watch folders
 	byPath map[string]JobView // the newest job of each path
 	bySHA  map[string]JobView // content the state published (or is publishing)
 	seen   map[string]string  // sha256 → the file of this run that would publish it
@@ -103,7 +104,7 @@ type predictor struct {
 
 func newPredictor(cfg *config.Config, known []JobView) *predictor {
 	p := &predictor{
-		cfg: cfg, svc: cfg.ReceiptService(),
+		cfg: cfg, svc: cfg.ReceiptService(), fs: cfg.TrustFS(),
 		byPath: map[string]JobView{}, bySHA: map[string]JobView{}, seen: map[string]string{}, counts: map[string]int{},
 	}
 	for _, j := range known {
@@ -127,7 +128,7 @@ func (p *predictor) judge(ctx context.Context, f watcher.Listed) (action, why st
 		// Its job is the bundle the daemon builds: that is what is
 		// checked, hashed, compared with the state and counted.
 		minSize, maxSize := p.cfg.SizeBounds(f.Root)
-		folder = bundleOf(ctx, f.Root, f.Path, minSize, maxSize)
+		folder = bundleOf(ctx, p.fs, f.Root, f.Path, minSize, maxSize)
 	}
 	action, why = p.decide(ctx, f, folder)
 	size = f.Size
@@ -159,7 +160,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	}
 	// A receipt that is no evidence (another service, older content) is
 	// ignored, as the daemon's intake does.
-	if ev, err := after.CheckIn(ctx, f.Root, f.Path, p.svc); err == nil && ev.Done {
+	if ev, err := after.CheckIn(ctx, p.fs, f.Root, f.Path, p.svc); err == nil && ev.Done {
 		p.seen[ev.SHA256] = f.Path
 		return actAdopt, fmt.Sprintf("its receipt says published (%s): recorded as done, not published again", ev.Receipt.Splat.URL)
 	}
@@ -168,7 +169,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	if folder != nil {
 		info, err = folder.info, folder.err
 	} else {
-		info, err = checkIn(f.Root, f.Path)
+		info, err = checkIn(p.fs, f.Root, f.Path)
 	}
 	if errors.Is(err, splatfile.ErrIncomplete) {
 		return actWait, "incomplete (waits for the rest, up to incomplete_timeout): " + splatfile.Reason(err)
@@ -182,7 +183,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	sum := ""
 	if folder != nil {
 		sum = folder.sha256
-	} else if sum, err = HashFile(ctx, f.Root, f.Path); err != nil {
+	} else if sum, err = HashFile(ctx, p.fs, f.Root, f.Path); err != nil {
 		return actFail, "cannot read: " + err.Error()
 	}
 	if j, ok := p.bySHA[sum]; ok {
@@ -195,7 +196,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 		return actFail, "never uploaded: " + err.Error() // as the daemon's sign step
 	}
 	p.seen[sum] = f.Path
-	params, err := p.cfg.ParamsFor(uploader.PublishedAsIn(f.Root, f.Path), f.ModTime)
+	params, err := p.cfg.ParamsFor(p.fs, uploader.PublishedAsIn(f.Root, f.Path), f.ModTime)
 	if err != nil {
 		return actFail, "publish parameters: " + err.Error()
 	}
@@ -240,8 +241,8 @@ func (p *predictor) summary(w io.Writer) {
 
 // checkIn is splatfile.Check on a file opened through its watch folder
 // (trustfs: no link, pipe or device; nothing out of the folder).
-func checkIn(root, path string) (splatfile.Info, error) {
-	f, _, err := trustfs.OpenRegular(root, path)
+func checkIn(fsys *trustfs.FS, root, path string) (splatfile.Info, error) {
+	f, _, err := fsys.OpenRegular(root, path)
 	if err != nil {
 		return splatfile.Info{}, err
 	}
@@ -264,8 +265,8 @@ type folderBundle struct {
 // when its bundle (sized from the files' stat) is within minSize and
 // maxSize (0: no bound), hashes it as the daemon would build it (nothing
 // is written).
-func bundleOf(ctx context.Context, root, meta string, minSize, maxSize int64) *folderBundle {
-	dir, err := trustfs.OpenDir(root, filepath.Dir(meta))
+func bundleOf(ctx context.Context, fsys *trustfs.FS, root, meta string, minSize, maxSize int64) *folderBundle {
+	dir, err := fsys.OpenDir(root, filepath.Dir(meta))
 	if err != nil {
 		return &folderBundle{err: err}
 	}
@@ -287,12 +288,12 @@ func bundleOf(ctx context.Context, root, meta string, minSize, maxSize int64) *f
 // HashFile is the sha256 of a file opened through its watch folder root
 // ("": its own folder), as the daemon hashes it: for an unbundled SOG
 // folder's meta.json, that of the bundle built from the folder.
-func HashFile(ctx context.Context, root, path string) (string, error) {
+func HashFile(ctx context.Context, fsys *trustfs.FS, root, path string) (string, error) {
 	if splatfile.IsSOGFolder(path) {
-		b := bundleOf(ctx, root, path, 0, 0)
+		b := bundleOf(ctx, fsys, root, path, 0, 0)
 		return b.sha256, b.err
 	}
-	f, _, err := trustfs.OpenRegular(root, path)
+	f, _, err := fsys.OpenRegular(root, path)
 	if err != nil {
 		return "", err
 	}

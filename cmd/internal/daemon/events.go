@@ -28,6 +28,7 @@ func (d *Daemon) afterRunners(cfg *config.Config) *after.Runners {
 			API:        cfg.ReceiptService().API,
 			Lookup:     d.store.Get,
 			Logger:     d.log,
+			FS:         d.fs,
 		})
 	}
 	rs := &after.Runners{Default: runner(cfg.After), Roots: make(map[string]*after.Runner, len(cfg.Watch))}

@@ -37,6 +37,7 @@ const (
 // fleet is uploader.Fleet over the announcement files of the watch folders.
 type fleet struct {
 	self, nonce string
+	fs          *trustfs.FS // the watch folders' trust boundary
 	roots       func() []string
 	now         func() time.Time
 	log         zerolog.Logger
@@ -63,10 +64,10 @@ type member struct {
 var _ uploader.Fleet = (*fleet)(nil)
 
 // newFleet is the fleet of the daemon named identity on the roots.
-func newFleet(identity string, roots func() []string, now func() time.Time, log zerolog.Logger) *fleet {
+func newFleet(fsys *trustfs.FS, identity string, roots func() []string, now func() time.Time, log zerolog.Logger) *fleet {
 	sum := sha256.Sum256([]byte(identity))
 	return &fleet{self: hex.EncodeToString(sum[:8]), nonce: strconv.FormatInt(now().UnixNano(), 36),
-		roots: roots, now: now, log: log, started: now(), read: map[string]*fleetView{}, failing: map[string]bool{}}
+		fs: fsys, roots: roots, now: now, log: log, started: now(), read: map[string]*fleetView{}, failing: map[string]bool{}}
 }
 
 // poolFleet is the pool's Fleet: nil without one.
@@ -132,7 +133,7 @@ func (f *fleet) refresh(root string, v *fleetView, beat bool) {
 			}
 			continue
 		}
-		b, err := trustfs.ReadSmall(root, filepath.Join(root, fleetDir, e.Name()), 64)
+		b, err := f.fs.ReadSmall(root, filepath.Join(root, fleetDir, e.Name()), 64)
 		if err != nil {
 			continue
 		}
@@ -147,7 +148,7 @@ func (f *fleet) refresh(root string, v *fleetView, beat bool) {
 
 // entries lists root's fleetDir, at most fleetMax entries.
 func (f *fleet) entries(root string) []fs.DirEntry {
-	r, err := trustfs.OpenRoot(root)
+	r, err := f.fs.OpenRoot(root)
 	if err != nil {
 		return nil
 	}
@@ -180,13 +181,13 @@ func memberKey(s string) bool {
 // announce writes or touches this daemon's file in every watch folder.
 func (f *fleet) announce() {
 	for _, root := range f.roots() {
-		r, err := trustfs.OpenRoot(root)
+		r, err := f.fs.OpenRoot(root)
 		if err != nil {
 			continue
 		}
 		err = r.Mkdir(fleetDir, 0o755)
 		if err == nil || errors.Is(err, fs.ErrExist) {
-			err = trustfs.WriteAtomic(root, f.file(root), []byte(f.nonce+"\n"), 0o644)
+			err = f.fs.WriteAtomic(root, f.file(root), []byte(f.nonce+"\n"), 0o644)
 		}
 		r.Close()
 		f.mu.Lock()
@@ -208,7 +209,7 @@ func (f *fleet) file(root string) string { return filepath.Join(root, fleetDir, 
 // goes to the others at once.
 func (f *fleet) withdraw() {
 	for _, root := range f.roots() {
-		_ = trustfs.RemoveIf(root, f.file(root), trustfs.ID{})
+		_ = f.fs.RemoveIf(root, f.file(root), trustfs.ID{})
 	}
 }
 

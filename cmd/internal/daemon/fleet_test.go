@@ -21,9 +21,9 @@ func TestFleetMembers(t *testing.T) {
 	start := time.Now()
 	clock := start
 	now := func() time.Time { return clock }
-	a := newFleet("host-a:/state", roots, now, zerolog.Nop())
-	b := newFleet("host-b:/state", roots, now, zerolog.Nop())
-	gone := newFleet("host-c:/state", roots, now, zerolog.Nop())
+	a := newFleet(nil, "host-a:/state", roots, now, zerolog.Nop())
+	b := newFleet(nil, "host-b:/state", roots, now, zerolog.Nop())
+	gone := newFleet(nil, "host-c:/state", roots, now, zerolog.Nop())
 	for _, f := range []*fleet{gone, b, a} {
 		f.announce()
 	}

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -55,7 +55,7 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 	rest := batch[:0]
 	var adopt []queue.Adoption
 	for _, c := range batch {
-		ev, err := after.CheckIn(ctx, c.Root, c.Path, svc)
+		ev, err := after.CheckIn(ctx, d.fs, c.Root, c.Path, svc)
 		switch {
 		case errors.Is(err, after.ErrNoReceipt):
 			rest = append(rest, c)
@@ -107,13 +107,18 @@ func (d *Daemon) logReceiptDirs(byDir map[string]int) {
 			continue
 		}
 		d.intake.loggedDirs[dir] = true
-		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
+		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(d.fs, dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
 			Msg("folder holds receipts this state directory did not know (a new or lost state_dir, or another daemon of a fleet on this folder): files whose receipt says done for their content are adopted as done, not published again (logged once per folder; adopted counts this batch)")
 	}
 }
 
-func countReceipts(dir string) int {
-	ents, err := os.ReadDir(dir)
+func countReceipts(fsys *trustfs.FS, dir string) int {
+	r, err := fsys.OpenDir(fsys.RootOf(dir), dir)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
+	ents, err := fs.ReadDir(r.FS(), ".")
 	if err != nil {
 		return 0
 	}
@@ -272,7 +277,7 @@ var errNoReceipts = errors.New("receipts are off (after.receipt: false): no peer
 // peerReceipt is PoolOptions.PeerReceipt on the config in force (a reload
 // may turn receipts on or off).
 func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
-	if f := peerReceipt(d.config()); f != nil {
+	if f := peerReceipt(d.fs, d.config()); f != nil {
 		return f(j)
 	}
 	return uploader.PeerOutcome{}, errNoReceipts
@@ -285,7 +290,7 @@ func (d *Daemon) peerReceipt(j state.Job) (uploader.PeerOutcome, error) {
 // none that proves it; the stat error when there is none and the file is
 // gone (none will come). Nil when this daemon writes no receipts: its fleet
 // is taken to write none either.
-func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
+func peerReceipt(fsys *trustfs.FS, cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, error) {
 	if !cfg.After.Receipt {
 		return nil
 	}
@@ -294,11 +299,11 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 		// The receipt first: a peer with on_success: delete leaves it where
 		// the file was. Only without one does a file gone end the wait,
 		// unless a peer moved it: its receipt is where it went.
-		r, why, err := after.PeerEvidence(j.Root, j.Path, j.SHA256, j.Size, svc)
+		r, why, err := after.PeerEvidence(fsys, j.Root, j.Path, j.SHA256, j.Size, svc)
 		at := after.ReceiptPath(j.Path)
 		if err != nil || why != "" {
-			if _, serr := trustfs.Lstat(j.Root, j.Path); serr != nil {
-				mr, mat, ok := movedPeerReceipt(cfg, j, svc)
+			if _, serr := fsys.Lstat(j.Root, j.Path); serr != nil {
+				mr, mat, ok := movedPeerReceipt(fsys, cfg, j, svc)
 				if !ok {
 					return uploader.PeerOutcome{}, serr
 				}
@@ -327,11 +332,11 @@ func peerReceipt(cfg *config.Config) func(j state.Job) (uploader.PeerOutcome, er
 // j's root moves what it published (on_success: move): a fleet shares its
 // after settings, so a peer moved the file, and its receipt, where this
 // daemon would have. ok is false when there is none that proves it.
-func movedPeerReceipt(cfg *config.Config, j state.Job, svc after.Service) (after.Receipt, string, bool) {
+func movedPeerReceipt(fsys *trustfs.FS, cfg *config.Config, j state.Job, svc after.Service) (after.Receipt, string, bool) {
 	a := cfg.AfterOfRoot(j.Root)
 	if a.OnSuccess != "move" || a.SuccessDir == "" {
 		return after.Receipt{}, "", false
 	}
-	r, at, why, err := after.MovedPeerEvidence(j.Root, j.Path, a.SuccessDir, j.SHA256, j.Size, svc)
+	r, at, why, err := after.MovedPeerEvidence(fsys, j.Root, j.Path, a.SuccessDir, j.SHA256, j.Size, svc)
 	return r, at, err == nil && why == ""
 }
