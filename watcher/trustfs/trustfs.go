@@ -390,7 +390,7 @@ func Hash(ctx context.Context, f *os.File) (string, error) { return HashTo(ctx, 
 func HashTo(ctx context.Context, f *os.File, also io.Writer) (string, error) {
 	r := io.NewSectionReader(f, 0, 1<<62)
 	h := sha256.New()
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, readBuf(f))
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", err
@@ -409,6 +409,15 @@ func HashTo(ctx context.Context, f *os.File, also io.Writer) (string, error) {
 			return "", err
 		}
 	}
+}
+
+// readBuf is the read buffer's size for f: a MiB, or less for a smaller
+// file (a folder of small files would churn a MiB each).
+func readBuf(f *os.File) int {
+	if fi, err := f.Stat(); err == nil && fi.Size() < 1<<20 {
+		return int(max(fi.Size()+1, 4<<10))
+	}
+	return 1 << 20
 }
 
 // OpenDir opens the folder dir under root as an os.Root of its own (a
