@@ -31,11 +31,8 @@ type Caller struct {
 }
 
 // Caller returns a Caller of key that parks on a delay ending more than park
-// away (0: never); it ends the key's earlier park.
+// away (0: never).
 func (p *Pacer) Caller(key uint64, park time.Duration) *Caller {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.parks, key)
 	return &Caller{p: p, key: key, park: park}
 }
 

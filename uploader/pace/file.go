@@ -43,8 +43,9 @@ func (p *Pacer) spent(now time.Time, in []*class) bool {
 	})
 }
 
-// save writes the whole state, fsynced, over the old file.
-func (p *Pacer) save() error {
+// Flush writes the whole state, fsynced, over the old file; nil without a
+// state file.
+func (p *Pacer) Flush() error {
 	if p.o.StateFile == "" {
 		return nil
 	}
@@ -79,9 +80,6 @@ func (p *Pacer) save() error {
 	p.failing = err != nil
 	return err
 }
-
-// Flush writes the state now; nil without a state file.
-func (p *Pacer) Flush() error { return p.save() }
 
 // load starts from the state file; an unreadable one is logged and ignored.
 func (p *Pacer) load() {

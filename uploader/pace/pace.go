@@ -85,7 +85,6 @@ type Pacer struct {
 	reads    map[string]bool          // routes Wait was told only read
 	changed  chan struct{}            // closed and replaced at every answer
 	sleepers map[*func() bool]sleeper // each delayed request, by its timer's stop
-	parks    map[uint64]Delay         // each Caller parked since its key's last Caller
 	lag      time.Duration            // the least local now − Date seen
 }
 
@@ -107,7 +106,7 @@ func New(o Options) *Pacer {
 	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
 		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{},
-		parks: map[uint64]Delay{}, lag: math.MaxInt64}
+		lag: math.MaxInt64}
 	if o.StateFile != "" {
 		p.load()
 	}

@@ -56,13 +56,12 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 			spent := p.spent(now, t.in)
 			p.mu.Unlock()
 			if spent {
-				_ = p.save() // a failure is logged
+				_ = p.Flush() // a failure is logged
 			}
 			var once sync.Once
 			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
 		}
 		if c != nil && c.park > 0 && d.Until.Sub(now) > c.park {
-			p.parks[c.key] = d
 			p.mu.Unlock()
 			return nil, &Parked{d}
 		}
@@ -172,12 +171,7 @@ func (p *Pacer) classOf(limit int) *class {
 	return c
 }
 
-func (p *Pacer) jitter() time.Duration {
-	if r := p.o.Rand(); r > 0 && r < 1 {
-		return time.Duration(r * float64(p.o.Jitter))
-	}
-	return 0
-}
+func (p *Pacer) jitter() time.Duration { return time.Duration(p.o.Rand() * float64(p.o.Jitter)) }
 
 // release folds an answer into the state and wakes the waiting requests.
 func (p *Pacer) release(t *ticket, a *Answer) {
@@ -192,7 +186,7 @@ func (p *Pacer) release(t *ticket, a *Answer) {
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
 	if write {
-		_ = p.save() // a failure is logged
+		_ = p.Flush() // a failure is logged
 	}
 }
 
@@ -218,7 +212,7 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	}
 	p.routes[t.route] = c
 	if c.limit > 0 && a.Remaining >= 0 {
-		learned = p.observe(c, a, a.Status != 429, now) || learned
+		learned = p.observe(c, a, now) || learned
 	}
 	if a.Status == 429 {
 		p.limited(t.route, c, a.RetryAfter, now)
@@ -226,9 +220,9 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 	return learned
 }
 
-// observe folds a's count into c (counted: not a 429); true: a new window.
-func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
-	in, raw, remaining := assumedWindow, int64(0), a.Remaining
+// observe folds a's count into c; true: a new window.
+func (p *Pacer) observe(c *class, a *Answer, now time.Time) bool {
+	in, raw, counted := assumedWindow, int64(0), a.Status != 429
 	if !a.Reset.IsZero() {
 		raw, in = a.Reset.Unix(), a.Reset.Sub(now)
 		if lag := now.Sub(a.Date); !a.Date.IsZero() {
@@ -249,7 +243,7 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 		if counted {
 			c.own++
 		}
-		f := c.limit - remaining - c.own - c.inFlight // the others' use this count shows
+		f := c.limit - a.Remaining - c.own - c.inFlight // the others' use this count shows
 		c.sawPeers(f, looked)
 		if counted && same && c.resetAt.IsZero() && f > c.others {
 			c.own += f - c.others // a loaded window's first count: the rest is the last process's
@@ -260,19 +254,24 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 			c.quiet = 0 // we looked as late as they showed
 		}
 		if same && c.current(now) {
-			c.remaining = min(c.remaining, remaining)
+			c.remaining = min(c.remaining, a.Remaining)
 			return false
 		}
 	}
-	if in > p.o.MaxWait {
-		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Msg("rate-limit reset beyond max wait; capping the wait")
-		in = p.o.MaxWait
-	}
-	c.remaining, c.reset, c.resetAt = remaining, raw, time.Time{}
+	c.remaining, c.reset, c.resetAt = a.Remaining, raw, time.Time{}
 	if in > 0 { // else the window has renewed by the server's clock
-		c.resetAt = now.Add(in + p.jitter())
+		c.resetAt = p.renewal(c, in, now)
 	}
 	return raw != 0
+}
+
+// renewal returns when c's window, ending in from now, renews here: capped, plus jitter.
+func (p *Pacer) renewal(c *class, in time.Duration, now time.Time) time.Time {
+	if in > p.o.MaxWait {
+		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("wanted_s", in.Seconds()).Msg("rate-limit wait beyond max wait; capping the wait")
+		in = p.o.MaxWait
+	}
+	return now.Add(in + p.jitter())
 }
 
 // limited spends c's window, until a 429's Retry-After if it ends later.
@@ -281,13 +280,8 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 		c.remaining = 0
 		c.sawOthers(c.limit-c.own-c.inFlight, c.resetAt.Sub(now))
 	}
-	if until := now.Add(retryAfter); retryAfter > 0 && (!c.current(now) || until.After(c.resetAt.Add(time.Second))) {
-		until = until.Add(p.jitter())
-		if limit := now.Add(p.o.MaxWait + p.jitter()); until.After(limit) {
-			p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit wait capped")
-			until = limit
-		}
-		c.remaining, c.resetAt = 0, until
+	if retryAfter > 0 && (!c.current(now) || now.Add(retryAfter).After(c.resetAt.Add(time.Second))) {
+		c.remaining, c.resetAt = 0, p.renewal(c, retryAfter, now)
 	}
 	p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit)).Float64("spent_s", c.blocked(now).Seconds()).
 		Msg("rate limited (HTTP 429); the retry rule decides when to try again")
@@ -301,7 +295,6 @@ type ClassState struct {
 	Reset     time.Time // zero when no current window is known
 	Waiting   int       // requests of this class delayed now
 	InFlight  int       // requests of this class sent and not yet answered
-	Parked    int       // Callers parked on this class until a time after now
 }
 
 // Classes returns the known limit classes, in name order.
@@ -309,21 +302,13 @@ func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.o.Now()
-	waiting, parked := map[*class]int{}, map[string]int{}
+	waiting := map[*class]int{}
 	for _, s := range p.sleepers {
 		waiting[s.in]++
 	}
-	for key, d := range p.parks {
-		if d.Until.After(now) {
-			parked[d.Class]++
-		} else {
-			delete(p.parks, key) // over: a key's next Caller would end it too
-		}
-	}
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		name := ClassName(c.limit)
-		cs := ClassState{Class: name, Limit: c.limit, Remaining: c.limit, Waiting: waiting[c], InFlight: c.inFlight, Parked: parked[name]}
+		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: waiting[c], InFlight: c.inFlight}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}
