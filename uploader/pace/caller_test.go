@@ -56,12 +56,12 @@ func TestCallerReservation(t *testing.T) {
 	if err := c.Reserve(context.Background(), routePublish, false); err != nil {
 		t.Fatal(err)
 	}
-	if cs := p.Classes(); cs[0].InFlight != 1 {
-		t.Fatalf("in flight %d with a slot reserved, want 1", cs[0].InFlight)
+	if n := inFlight(p, 10); n != 1 {
+		t.Fatalf("in flight %d with a slot reserved, want 1", n)
 	}
 	c.Unreserve()
 	c.Unreserve()
-	if cs := p.Classes(); cs[0].InFlight != 0 || cs[0].Remaining != 9 {
+	if cs := p.Classes(); inFlight(p, 10) != 0 || cs[0].Remaining != 9 {
 		t.Errorf("after Unreserve: %+v, want nothing in flight and the 9 left", cs[0])
 	}
 
@@ -72,12 +72,19 @@ func TestCallerReservation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the reserved slot's request: %v", err)
 	}
-	if cs := p.Classes(); cs[0].InFlight != 1 || clk.askedCount() != 0 {
+	if cs := p.Classes(); inFlight(p, 10) != 1 || clk.askedCount() != 0 {
 		t.Errorf("%+v, %d timers: want the reserved slot alone in flight, no wait", cs[0], clk.askedCount())
 	}
 	rel(windowResp(200, 10, 8, t0.Add(30*time.Second), t0, 0))
 	c.Unreserve() // used: a no-op
-	if cs := p.Classes(); cs[0].InFlight != 0 || cs[0].Remaining != 8 {
+	if cs := p.Classes(); inFlight(p, 10) != 0 || cs[0].Remaining != 8 {
 		t.Errorf("after the answer: %+v, want nothing in flight and 8 left", cs[0])
 	}
+}
+
+// inFlight is the number of requests of the class of limit sent and not yet answered.
+func inFlight(p *Pacer, limit int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.classes[limit].inFlight
 }

@@ -105,8 +105,7 @@ func New(o Options) *Pacer {
 	o.Jitter = max(cmp.Or(o.Jitter, DefaultJitter), 0)
 	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
-		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{},
-		lag: math.MaxInt64}
+		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{}, lag: math.MaxInt64}
 	if o.StateFile != "" {
 		p.load()
 	}

@@ -25,12 +25,6 @@ type sleeper struct {
 	d  Delay
 }
 
-// ticket is one admitted request and the classes it takes a slot in.
-type ticket struct {
-	route string
-	in    []*class
-}
-
 // Wait blocks until route (read: it only reads) may send one request and
 // returns the release to call once with its answer, or ctx's error.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
@@ -51,15 +45,15 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 		if read {
 			p.reads[route] = true
 		}
-		t, d := p.admit(route, read, now)
-		if t != nil {
-			spent := p.spent(now, t.in)
+		in, d := p.admit(route, read, now)
+		if d.Reason == "" {
+			spent := p.spent(now, in)
 			p.mu.Unlock()
 			if spent {
 				_ = p.Flush() // a failure is logged
 			}
 			var once sync.Once
-			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
+			return func(a *Answer) { once.Do(func() { p.release(route, in, a) }) }, nil
 		}
 		if c != nil && c.park > 0 && d.Until.Sub(now) > c.park {
 			p.mu.Unlock()
@@ -90,9 +84,10 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 	return nil, ctx.Err()
 }
 
-// admit takes a slot for route, or returns the delay before it asks again.
-func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
-	c, d, in := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
+// admit takes a slot for route in the classes it returns, or returns the
+// delay (with its Reason) before it asks again.
+func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) {
+	c, d, wait := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
 	if c != nil && c.limit > 0 {
 		d.Class = ClassName(c.limit)
 	}
@@ -100,55 +95,54 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
 	case c == nil && p.probes[route]:
 		d.Reason = "waiting for the answer of the route's first request, which names its class"
 	case c == nil:
-		t, wait := p.admitProbe(route, read, now)
-		if t != nil {
-			return t, d
+		probe, spent := p.admitProbe(route, read, now)
+		if spent == 0 {
+			return probe, d
 		}
-		in, d.Reason = wait, "a class the route may be in has nothing left"
+		wait, d.Reason = spent, "a class the route may be in has nothing left"
 	case c.blocked(now) > 0:
-		in, d.Reason = c.blocked(now), "no request left in the window"
+		wait, d.Reason = c.blocked(now), "no request left in the window"
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
 		d.Reason = "a new window: waiting for the answer of its first request"
 	case c.remaining-c.inFlight-c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight) <= 0:
-		in, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
+		wait, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
 		d.Reason = "the window's last requests go one at a time; waiting for the one in flight"
 	}
 	if d.Reason != "" {
-		if in > 0 {
-			d.Until = now.Add(in)
+		if wait > 0 {
+			d.Until = now.Add(wait)
 		}
 		return nil, d
 	}
 	c.inFlight++
-	return &ticket{route: route, in: []*class{c}}, d
+	return []*class{c}, d
 }
 
 // admitProbe admits the first request of a route of unknown class into a
 // slot of each class it may be in, or returns how long one of them is spent.
-func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration) {
+func (p *Pacer) admitProbe(route string, read bool, now time.Time) (in []*class, wait time.Duration) {
 	readIn := map[*class]bool{}
 	for name, c := range p.routes {
 		readIn[c] = readIn[c] || p.reads[name]
 	}
-	t, wait := &ticket{route: route}, time.Duration(0)
 	for _, c := range p.classes {
 		if d := c.blocked(now); (!read || readIn[c]) && d > 0 && (wait == 0 || d < wait) {
 			wait = d
 		}
 		if (!read || readIn[c]) && c.current(now) {
-			t.in = append(t.in, c)
+			in = append(in, c)
 		}
 	}
 	if wait > 0 {
 		return nil, wait
 	}
-	for _, c := range t.in {
+	for _, c := range in {
 		c.inFlight++
 	}
 	p.probes[route] = true
-	return t, 0
+	return in, 0
 }
 
 // current says c's window is known and not over.
@@ -174,11 +168,11 @@ func (p *Pacer) classOf(limit int) *class {
 func (p *Pacer) jitter() time.Duration { return time.Duration(p.o.Rand() * float64(p.o.Jitter)) }
 
 // release folds an answer into the state and wakes the waiting requests.
-func (p *Pacer) release(t *ticket, a *Answer) {
+func (p *Pacer) release(route string, in []*class, a *Answer) {
 	now := p.o.Now()
 	p.mu.Lock()
-	learned := p.settle(t, a, now)
-	write := learned || p.spent(now, append(t.in, p.routes[t.route]))
+	learned := p.settle(route, in, a, now)
+	write := learned || p.spent(now, append(in, p.routes[route]))
 	for stop := range p.sleepers {
 		(*stop)() // a pending timer is always a waiting request
 	}
@@ -191,12 +185,12 @@ func (p *Pacer) release(t *ticket, a *Answer) {
 }
 
 // settle folds a into the state; learned: a restart must know what it said.
-func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
-	for _, c := range t.in {
+func (p *Pacer) settle(route string, in []*class, a *Answer, now time.Time) (learned bool) {
+	for _, c := range in {
 		c.inFlight--
 	}
-	delete(p.probes, t.route)
-	c := p.routes[t.route]                                         // nil: t is a probe
+	delete(p.probes, route)
+	c := p.routes[route]                                           // nil: a probe
 	if a == nil && c != nil && c.current(now) && c.remaining > 0 { // no answer: assume it was counted
 		c.remaining--
 		c.own++
@@ -205,17 +199,17 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 		return false
 	}
 	if a.Limit > 0 && (c == nil || c.limit != a.Limit) {
-		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
+		p.o.Logger.Debug().Str("route", route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
 		c, learned = p.classOf(a.Limit), true
 	} else if c == nil {
 		c = &class{} // no headers: delayed only by a Retry-After
 	}
-	p.routes[t.route] = c
+	p.routes[route] = c
 	if c.limit > 0 && a.Remaining >= 0 {
 		learned = p.observe(c, a, now) || learned
 	}
 	if a.Status == 429 {
-		p.limited(t.route, c, a.RetryAfter, now)
+		p.limited(route, c, a.RetryAfter, now)
 	}
 	return learned
 }
@@ -294,7 +288,6 @@ type ClassState struct {
 	Remaining int       // as last reported, less the requests in flight
 	Reset     time.Time // zero when no current window is known
 	Waiting   int       // requests of this class delayed now
-	InFlight  int       // requests of this class sent and not yet answered
 }
 
 // Classes returns the known limit classes, in name order.
@@ -308,7 +301,7 @@ func (p *Pacer) Classes() []ClassState {
 	}
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: waiting[c], InFlight: c.inFlight}
+		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: waiting[c]}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}
