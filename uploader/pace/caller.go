@@ -60,16 +60,3 @@ func (c *Caller) Unreserve() {
 		c.reserved = nil
 	}
 }
-
-// Delays returns why each Caller's request is delayed now, by key.
-func (p *Pacer) Delays() map[uint64]Delay {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := map[uint64]Delay{}
-	for _, s := range p.sleepers {
-		if s.by != nil {
-			out[s.by.key] = s.d
-		}
-	}
-	return out
-}

@@ -110,11 +110,8 @@ func (p *Pacer) load() {
 			continue
 		}
 		c.reset, c.others = s.Reset, s.Others // with budget: known by its Reset only, until an answer confirms it
-		if s.Remaining == 0 {                 // spent: waited out
-			c.resetAt = s.ResetAt
-			if limit := now.Add(p.o.MaxWait + p.o.Jitter); limit.Before(c.resetAt) {
-				c.resetAt = limit
-			}
+		if s.Remaining == 0 {                 // spent: waited out, at most MaxWait and the jitter
+			c.resetAt = now.Add(min(s.ResetAt.Sub(now), p.o.MaxWait+p.o.Jitter))
 		}
 	}
 	for name, limit := range f.Routes {

@@ -310,3 +310,16 @@ func (p *Pacer) Classes() []ClassState {
 	slices.SortFunc(out, func(a, b ClassState) int { return cmp.Compare(a.Class, b.Class) })
 	return out
 }
+
+// Delays returns why each Caller's request is delayed now, by key.
+func (p *Pacer) Delays() map[uint64]Delay {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[uint64]Delay{}
+	for _, s := range p.sleepers {
+		if s.by != nil {
+			out[s.by.key] = s.d
+		}
+	}
+	return out
+}
