@@ -1,7 +1,6 @@
 package pace
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -283,14 +282,13 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 
 // ClassState is the pacer's view of one limit class, for status pages.
 type ClassState struct {
-	Class     string
-	Limit     int
+	Limit     int       // X-RateLimit-Limit; ClassName labels it
 	Remaining int       // as last reported, less the requests in flight
 	Reset     time.Time // zero when no current window is known
 	Waiting   int       // requests of this class delayed now
 }
 
-// Classes returns the known limit classes, in name order.
+// Classes returns the known limit classes, by limit.
 func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -301,13 +299,13 @@ func (p *Pacer) Classes() []ClassState {
 	}
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		cs := ClassState{Class: ClassName(c.limit), Limit: c.limit, Remaining: c.limit, Waiting: waiting[c]}
+		cs := ClassState{Limit: c.limit, Remaining: c.limit, Waiting: waiting[c]}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}
 		out = append(out, cs)
 	}
-	slices.SortFunc(out, func(a, b ClassState) int { return cmp.Compare(a.Class, b.Class) })
+	slices.SortFunc(out, func(a, b ClassState) int { return a.Limit - b.Limit })
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -64,8 +65,9 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 	out.Bandwidth = metrics.Bandwidth{Limit: lim.Rate(), Rate: float64(lim.ObservedRate()), InFlight: d.uploadsInFlight()}
 	parked := parkedOn(jobs, out.Time)
 	for _, c := range d.pacer.Classes() {
-		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset,
-			Waiting: c.Waiting, Parked: parked[c.Class]})
+		name := pace.ClassName(c.Limit)
+		out.Pacing = append(out.Pacing, metrics.Pacing{Class: name, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset,
+			Waiting: c.Waiting, Parked: parked[name]})
 	}
 	return out, nil
 }
