@@ -31,11 +31,8 @@ type Caller struct {
 }
 
 // Caller returns a Caller of key that parks on a delay ending more than park
-// away (0: never); it ends the key's earlier park.
+// away (0: never).
 func (p *Pacer) Caller(key uint64, park time.Duration) *Caller {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.parks, key)
 	return &Caller{p: p, key: key, park: park}
 }
 
@@ -62,17 +59,4 @@ func (c *Caller) Unreserve() {
 		c.reserved(NotSent)
 		c.reserved = nil
 	}
-}
-
-// Delays returns why each Caller's request is delayed now, by key.
-func (p *Pacer) Delays() map[uint64]Delay {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := map[uint64]Delay{}
-	for _, s := range p.sleepers {
-		if s.by != nil {
-			out[s.by.key] = s.d
-		}
-	}
-	return out
 }

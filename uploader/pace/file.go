@@ -43,8 +43,9 @@ func (p *Pacer) spent(now time.Time, in []*class) bool {
 	})
 }
 
-// save writes the whole state, fsynced, over the old file.
-func (p *Pacer) save() error {
+// Flush writes the whole state, fsynced, over the old file; nil without a
+// state file.
+func (p *Pacer) Flush() error {
 	if p.o.StateFile == "" {
 		return nil
 	}
@@ -80,9 +81,6 @@ func (p *Pacer) save() error {
 	return err
 }
 
-// Flush writes the state now; nil without a state file.
-func (p *Pacer) Flush() error { return p.save() }
-
 // load starts from the state file; an unreadable one is logged and ignored.
 func (p *Pacer) load() {
 	data, err := os.ReadFile(p.o.StateFile)
@@ -112,11 +110,8 @@ func (p *Pacer) load() {
 			continue
 		}
 		c.reset, c.others = s.Reset, s.Others // with budget: known by its Reset only, until an answer confirms it
-		if s.Remaining == 0 {                 // spent: waited out
-			c.resetAt = s.ResetAt
-			if limit := now.Add(p.o.MaxWait + p.o.Jitter); limit.Before(c.resetAt) {
-				c.resetAt = limit
-			}
+		if s.Remaining == 0 {                 // spent: waited out, at most MaxWait and the jitter
+			c.resetAt = now.Add(min(s.ResetAt.Sub(now), p.o.MaxWait+p.o.Jitter))
 		}
 	}
 	for name, limit := range f.Routes {

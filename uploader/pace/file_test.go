@@ -254,7 +254,7 @@ func BenchmarkPacerStateWrite(b *testing.B) {
 	mustWaitB(routeGet, windowResp(200, 240, 239, t0.Add(time.Minute), t0, 0))
 	_ = p.Flush()
 	for b.Loop() {
-		if err := p.save(); err != nil {
+		if err := p.Flush(); err != nil {
 			b.Fatal(err)
 		}
 	}

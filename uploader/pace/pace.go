@@ -43,7 +43,6 @@ const (
 	DefaultMaxWait = 2 * time.Minute
 	assumedWindow  = time.Minute // the window of an answer with Remaining but no Reset
 	carefulSlots   = 10          // a window's last slots, at least, go one at a time
-	quietWindows   = 10          // after this many windows without others, expect halves
 )
 
 // Options configures a Pacer; every field is optional.
@@ -85,7 +84,6 @@ type Pacer struct {
 	reads    map[string]bool          // routes Wait was told only read
 	changed  chan struct{}            // closed and replaced at every answer
 	sleepers map[*func() bool]sleeper // each delayed request, by its timer's stop
-	parks    map[uint64]Delay         // each Caller parked since its key's last Caller
 	lag      time.Duration            // the least local now − Date seen
 }
 
@@ -106,8 +104,7 @@ func New(o Options) *Pacer {
 	o.Jitter = max(cmp.Or(o.Jitter, DefaultJitter), 0)
 	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
-		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{},
-		parks: map[uint64]Delay{}, lag: math.MaxInt64}
+		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{}, lag: math.MaxInt64}
 	if o.StateFile != "" {
 		p.load()
 	}

@@ -1200,8 +1200,8 @@ func TestPacerClassesCountDelayedRequests(t *testing.T) {
 	b := waitAsync(ctx, p, routePublish)
 	clk.awaitParked(t, 2)
 	cs := p.Classes()
-	if len(cs) != 1 || cs[0].Waiting != 2 || cs[0].InFlight != 1 {
-		t.Errorf("classes %+v, want 2 waiting and 1 in flight", cs)
+	if len(cs) != 1 || cs[0].Waiting != 2 || inFlight(p, 10) != 1 {
+		t.Errorf("classes %+v, %d in flight; want 2 waiting and 1 in flight", cs, inFlight(p, 10))
 	}
 	cancel()
 	for _, ch := range []<-chan waitResult{a, b} {
@@ -1210,8 +1210,8 @@ func TestPacerClassesCountDelayedRequests(t *testing.T) {
 		}
 	}
 	out(windowResp(200, 10, 8, reset, t0, 0))
-	if cs := p.Classes(); cs[0].Waiting != 0 || cs[0].InFlight != 0 {
-		t.Errorf("after the callers gave up: %+v, want none waiting or in flight", cs[0])
+	if cs := p.Classes(); cs[0].Waiting != 0 || inFlight(p, 10) != 0 {
+		t.Errorf("after the callers gave up: %+v, %d in flight; want none waiting or in flight", cs[0], inFlight(p, 10))
 	}
 }
 

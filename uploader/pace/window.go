@@ -1,7 +1,6 @@
 package pace
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -25,12 +24,6 @@ type sleeper struct {
 	d  Delay
 }
 
-// ticket is one admitted request and the classes it takes a slot in.
-type ticket struct {
-	route string
-	in    []*class
-}
-
 // Wait blocks until route (read: it only reads) may send one request and
 // returns the release to call once with its answer, or ctx's error.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
@@ -51,18 +44,17 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 		if read {
 			p.reads[route] = true
 		}
-		t, d := p.admit(route, read, now)
-		if t != nil {
-			spent := p.spent(now, t.in)
+		in, d := p.admit(route, read, now)
+		if d.Reason == "" {
+			spent := p.spent(now, in)
 			p.mu.Unlock()
 			if spent {
-				_ = p.save() // a failure is logged
+				_ = p.Flush() // a failure is logged
 			}
 			var once sync.Once
-			return func(a *Answer) { once.Do(func() { p.release(t, a) }) }, nil
+			return func(a *Answer) { once.Do(func() { p.release(route, in, a) }) }, nil
 		}
 		if c != nil && c.park > 0 && d.Until.Sub(now) > c.park {
-			p.parks[c.key] = d
 			p.mu.Unlock()
 			return nil, &Parked{d}
 		}
@@ -91,9 +83,10 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 	return nil, ctx.Err()
 }
 
-// admit takes a slot for route, or returns the delay before it asks again.
-func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
-	c, d, in := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
+// admit takes a slot for route in the classes it returns, or returns the
+// delay (with its Reason) before it asks again.
+func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) {
+	c, d, wait := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
 	if c != nil && c.limit > 0 {
 		d.Class = ClassName(c.limit)
 	}
@@ -101,55 +94,54 @@ func (p *Pacer) admit(route string, read bool, now time.Time) (*ticket, Delay) {
 	case c == nil && p.probes[route]:
 		d.Reason = "waiting for the answer of the route's first request, which names its class"
 	case c == nil:
-		t, wait := p.admitProbe(route, read, now)
-		if t != nil {
-			return t, d
+		probe, spent := p.admitProbe(route, read, now)
+		if spent == 0 {
+			return probe, d
 		}
-		in, d.Reason = wait, "a class the route may be in has nothing left"
+		wait, d.Reason = spent, "a class the route may be in has nothing left"
 	case c.blocked(now) > 0:
-		in, d.Reason = c.blocked(now), "no request left in the window"
+		wait, d.Reason = c.blocked(now), "no request left in the window"
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
 		d.Reason = "a new window: waiting for the answer of its first request"
 	case c.remaining-c.inFlight-c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight) <= 0:
-		in, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
+		wait, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
 		d.Reason = "the window's last requests go one at a time; waiting for the one in flight"
 	}
 	if d.Reason != "" {
-		if in > 0 {
-			d.Until = now.Add(in)
+		if wait > 0 {
+			d.Until = now.Add(wait)
 		}
 		return nil, d
 	}
 	c.inFlight++
-	return &ticket{route: route, in: []*class{c}}, d
+	return []*class{c}, d
 }
 
 // admitProbe admits the first request of a route of unknown class into a
 // slot of each class it may be in, or returns how long one of them is spent.
-func (p *Pacer) admitProbe(route string, read bool, now time.Time) (*ticket, time.Duration) {
+func (p *Pacer) admitProbe(route string, read bool, now time.Time) (in []*class, wait time.Duration) {
 	readIn := map[*class]bool{}
 	for name, c := range p.routes {
 		readIn[c] = readIn[c] || p.reads[name]
 	}
-	t, wait := &ticket{route: route}, time.Duration(0)
 	for _, c := range p.classes {
 		if d := c.blocked(now); (!read || readIn[c]) && d > 0 && (wait == 0 || d < wait) {
 			wait = d
 		}
 		if (!read || readIn[c]) && c.current(now) {
-			t.in = append(t.in, c)
+			in = append(in, c)
 		}
 	}
 	if wait > 0 {
 		return nil, wait
 	}
-	for _, c := range t.in {
+	for _, c := range in {
 		c.inFlight++
 	}
 	p.probes[route] = true
-	return t, 0
+	return in, 0
 }
 
 // current says c's window is known and not over.
@@ -172,19 +164,14 @@ func (p *Pacer) classOf(limit int) *class {
 	return c
 }
 
-func (p *Pacer) jitter() time.Duration {
-	if r := p.o.Rand(); r > 0 && r < 1 {
-		return time.Duration(r * float64(p.o.Jitter))
-	}
-	return 0
-}
+func (p *Pacer) jitter() time.Duration { return time.Duration(p.o.Rand() * float64(p.o.Jitter)) }
 
 // release folds an answer into the state and wakes the waiting requests.
-func (p *Pacer) release(t *ticket, a *Answer) {
+func (p *Pacer) release(route string, in []*class, a *Answer) {
 	now := p.o.Now()
 	p.mu.Lock()
-	learned := p.settle(t, a, now)
-	write := learned || p.spent(now, append(t.in, p.routes[t.route]))
+	learned := p.settle(route, in, a, now)
+	write := learned || p.spent(now, append(in, p.routes[route]))
 	for stop := range p.sleepers {
 		(*stop)() // a pending timer is always a waiting request
 	}
@@ -192,17 +179,17 @@ func (p *Pacer) release(t *ticket, a *Answer) {
 	p.changed = make(chan struct{})
 	p.mu.Unlock()
 	if write {
-		_ = p.save() // a failure is logged
+		_ = p.Flush() // a failure is logged
 	}
 }
 
 // settle folds a into the state; learned: a restart must know what it said.
-func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
-	for _, c := range t.in {
+func (p *Pacer) settle(route string, in []*class, a *Answer, now time.Time) (learned bool) {
+	for _, c := range in {
 		c.inFlight--
 	}
-	delete(p.probes, t.route)
-	c := p.routes[t.route]                                         // nil: t is a probe
+	delete(p.probes, route)
+	c := p.routes[route]                                           // nil: a probe
 	if a == nil && c != nil && c.current(now) && c.remaining > 0 { // no answer: assume it was counted
 		c.remaining--
 		c.own++
@@ -211,24 +198,24 @@ func (p *Pacer) settle(t *ticket, a *Answer, now time.Time) (learned bool) {
 		return false
 	}
 	if a.Limit > 0 && (c == nil || c.limit != a.Limit) {
-		p.o.Logger.Debug().Str("route", t.route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
+		p.o.Logger.Debug().Str("route", route).Str("class", ClassName(a.Limit)).Int("limit", a.Limit).Msg("pacer learned rate-limit class")
 		c, learned = p.classOf(a.Limit), true
 	} else if c == nil {
 		c = &class{} // no headers: delayed only by a Retry-After
 	}
-	p.routes[t.route] = c
+	p.routes[route] = c
 	if c.limit > 0 && a.Remaining >= 0 {
-		learned = p.observe(c, a, a.Status != 429, now) || learned
+		learned = p.observe(c, a, now) || learned
 	}
 	if a.Status == 429 {
-		p.limited(t.route, c, a.RetryAfter, now)
+		p.limited(route, c, a.RetryAfter, now)
 	}
 	return learned
 }
 
-// observe folds a's count into c (counted: not a 429); true: a new window.
-func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
-	in, raw, remaining := assumedWindow, int64(0), a.Remaining
+// observe folds a's count into c; true: a new window.
+func (p *Pacer) observe(c *class, a *Answer, now time.Time) bool {
+	in, raw, counted := assumedWindow, int64(0), a.Status != 429
 	if !a.Reset.IsZero() {
 		raw, in = a.Reset.Unix(), a.Reset.Sub(now)
 		if lag := now.Sub(a.Date); !a.Date.IsZero() {
@@ -249,7 +236,7 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 		if counted {
 			c.own++
 		}
-		f := c.limit - remaining - c.own - c.inFlight // the others' use this count shows
+		f := c.limit - a.Remaining - c.own - c.inFlight // the others' use this count shows
 		c.sawPeers(f, looked)
 		if counted && same && c.resetAt.IsZero() && f > c.others {
 			c.own += f - c.others // a loaded window's first count: the rest is the last process's
@@ -260,19 +247,24 @@ func (p *Pacer) observe(c *class, a *Answer, counted bool, now time.Time) bool {
 			c.quiet = 0 // we looked as late as they showed
 		}
 		if same && c.current(now) {
-			c.remaining = min(c.remaining, remaining)
+			c.remaining = min(c.remaining, a.Remaining)
 			return false
 		}
 	}
-	if in > p.o.MaxWait {
-		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("reset_in_s", in.Seconds()).Msg("rate-limit reset beyond max wait; capping the wait")
-		in = p.o.MaxWait
-	}
-	c.remaining, c.reset, c.resetAt = remaining, raw, time.Time{}
+	c.remaining, c.reset, c.resetAt = a.Remaining, raw, time.Time{}
 	if in > 0 { // else the window has renewed by the server's clock
-		c.resetAt = now.Add(in + p.jitter())
+		c.resetAt = p.renewal(c, in, now)
 	}
 	return raw != 0
+}
+
+// renewal returns when c's window, ending in from now, renews here: capped, plus jitter.
+func (p *Pacer) renewal(c *class, in time.Duration, now time.Time) time.Time {
+	if in > p.o.MaxWait {
+		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("wanted_s", in.Seconds()).Msg("rate-limit wait beyond max wait; capping the wait")
+		in = p.o.MaxWait
+	}
+	return now.Add(in + p.jitter())
 }
 
 // limited spends c's window, until a 429's Retry-After if it ends later.
@@ -281,13 +273,8 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 		c.remaining = 0
 		c.sawOthers(c.limit-c.own-c.inFlight, c.resetAt.Sub(now))
 	}
-	if until := now.Add(retryAfter); retryAfter > 0 && (!c.current(now) || until.After(c.resetAt.Add(time.Second))) {
-		until = until.Add(p.jitter())
-		if limit := now.Add(p.o.MaxWait + p.jitter()); until.After(limit) {
-			p.o.Logger.Warn().Float64("wanted_s", until.Sub(now).Seconds()).Msg("rate-limit wait capped")
-			until = limit
-		}
-		c.remaining, c.resetAt = 0, until
+	if retryAfter > 0 && (!c.current(now) || now.Add(retryAfter).After(c.resetAt.Add(time.Second))) {
+		c.remaining, c.resetAt = 0, p.renewal(c, retryAfter, now)
 	}
 	p.o.Logger.Warn().Str("route", route).Str("class", ClassName(c.limit)).Float64("spent_s", c.blocked(now).Seconds()).
 		Msg("rate limited (HTTP 429); the retry rule decides when to try again")
@@ -295,40 +282,42 @@ func (p *Pacer) limited(route string, c *class, retryAfter time.Duration, now ti
 
 // ClassState is the pacer's view of one limit class, for status pages.
 type ClassState struct {
-	Class     string
-	Limit     int
+	Limit     int       // X-RateLimit-Limit; ClassName labels it
 	Remaining int       // as last reported, less the requests in flight
 	Reset     time.Time // zero when no current window is known
 	Waiting   int       // requests of this class delayed now
-	InFlight  int       // requests of this class sent and not yet answered
-	Parked    int       // Callers parked on this class until a time after now
 }
 
-// Classes returns the known limit classes, in name order.
+// Classes returns the known limit classes, by limit.
 func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.o.Now()
-	waiting, parked := map[*class]int{}, map[string]int{}
+	waiting := map[*class]int{}
 	for _, s := range p.sleepers {
 		waiting[s.in]++
 	}
-	for key, d := range p.parks {
-		if d.Until.After(now) {
-			parked[d.Class]++
-		} else {
-			delete(p.parks, key) // over: a key's next Caller would end it too
-		}
-	}
 	out := make([]ClassState, 0, len(p.classes))
 	for _, c := range p.classes {
-		name := ClassName(c.limit)
-		cs := ClassState{Class: name, Limit: c.limit, Remaining: c.limit, Waiting: waiting[c], InFlight: c.inFlight, Parked: parked[name]}
+		cs := ClassState{Limit: c.limit, Remaining: c.limit, Waiting: waiting[c]}
 		if c.current(now) {
 			cs.Remaining, cs.Reset = max(c.remaining-c.inFlight, 0), c.resetAt
 		}
 		out = append(out, cs)
 	}
-	slices.SortFunc(out, func(a, b ClassState) int { return cmp.Compare(a.Class, b.Class) })
+	slices.SortFunc(out, func(a, b ClassState) int { return a.Limit - b.Limit })
+	return out
+}
+
+// Delays returns why each Caller's request is delayed now, by key.
+func (p *Pacer) Delays() map[uint64]Delay {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[uint64]Delay{}
+	for _, s := range p.sleepers {
+		if s.by != nil {
+			out[s.by.key] = s.d
+		}
+	}
 	return out
 }

@@ -54,6 +54,30 @@ func TestListViewsParkedOnTheRateLimit(t *testing.T) {
 	}
 }
 
+// TestParkedOnCountsParkedJobs: the status page's parked count of a class
+// is its jobs parked on the rate limit until a time after now; a park whose
+// time has passed, a job claimed again (no park) or a final job counts none.
+func TestParkedOnCountsParkedJobs(t *testing.T) {
+	now := time.Now()
+	wait := func(class string, until time.Time) *state.RateWait {
+		return &state.RateWait{Class: class, Reason: "no request left in the window", Until: until}
+	}
+	jobs := []state.Job{
+		{ID: 1, Stage: state.Uploaded, NextAttempt: now.Add(time.Minute), RateLimited: wait("strict", now.Add(time.Minute))},
+		{ID: 2, Stage: state.Signed, NextAttempt: now.Add(time.Second), RateLimited: wait("strict", now.Add(time.Second))},
+		{ID: 3, Stage: state.Signed, NextAttempt: now.Add(time.Second), RateLimited: wait("normal", now.Add(time.Second))},
+		{ID: 4, Stage: state.Uploaded, NextAttempt: now.Add(-time.Second), RateLimited: wait("strict", now.Add(-time.Second))},
+		{ID: 5, Stage: state.Signed, NextAttempt: now.Add(time.Minute)},
+		{ID: 6, Stage: state.Done, NextAttempt: now.Add(time.Minute), RateLimited: wait("strict", now.Add(time.Minute))},
+	}
+	if got := parkedOn(jobs, now); len(got) != 2 || got["strict"] != 2 || got["normal"] != 1 {
+		t.Errorf("parked now = %v, want strict 2, normal 1", got)
+	}
+	if got := parkedOn(jobs, now.Add(2*time.Second)); len(got) != 1 || got["strict"] != 1 {
+		t.Errorf("parked 2 s later = %v, want strict 1 (the other parks are over)", got)
+	}
+}
+
 // TestListViewsCheckProgress: a queued job whose file a worker is hashing
 // shows it (checking, checked, check_size, the rate and ETA, in -json as
 // the upload's sent, rate_bytes_per_second and eta_s), its stage still

@@ -11,6 +11,7 @@ import (
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/watcher"
 )
 
@@ -62,11 +63,24 @@ func (v statusView) Status(context.Context) (metrics.Status, error) {
 	// The limiter, not the config: it holds what reloads set.
 	lim := d.client.Limiter()
 	out.Bandwidth = metrics.Bandwidth{Limit: lim.Rate(), Rate: float64(lim.ObservedRate()), InFlight: d.uploadsInFlight()}
+	parked := parkedOn(jobs, out.Time)
 	for _, c := range d.pacer.Classes() {
-		out.Pacing = append(out.Pacing, metrics.Pacing{Class: c.Class, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset,
-			Waiting: c.Waiting, Parked: c.Parked})
+		name := pace.ClassName(c.Limit)
+		out.Pacing = append(out.Pacing, metrics.Pacing{Class: name, Limit: c.Limit, Remaining: c.Remaining, Reset: c.Reset,
+			Waiting: c.Waiting, Parked: parked[name]})
 	}
 	return out, nil
+}
+
+// parkedOn counts the jobs parked on each limit class's window at now.
+func parkedOn(jobs []state.Job, now time.Time) map[string]int {
+	n := map[string]int{}
+	for _, j := range jobs {
+		if d, ok := (Live{}).RateDelay(j, now); ok {
+			n[d.Class]++
+		}
+	}
+	return n
 }
 
 // Jobs implements metrics.StatusSource: the most recently updated first,
