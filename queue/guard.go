@@ -67,11 +67,17 @@ func (g *guardedDB) View(fn func(*bolt.Tx) error) error { return g.guard("a read
 func (g *guardedDB) Update(fn func(*bolt.Tx) error) error { return g.guard("a write", g.DB.Update, fn) }
 
 func (g *guardedDB) guard(op string, run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) (err error) {
-	if e := g.damaged.Load(); e != nil {
-		return e
-	}
 	if g.release != nil {
 		defer g.release.touched()
+	}
+	return g.guarded(op, run, fn)
+}
+
+// guarded runs fn in a transaction of run, a panic in it recovered as the
+// store's damage.
+func (g *guardedDB) guarded(op string, run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) (err error) {
+	if e := g.damaged.Load(); e != nil {
+		return e
 	}
 	// A wild pointer read from a damaged page faults: with this set it
 	// panics instead, and the panic is recovered below.
@@ -101,7 +107,7 @@ func (s *Store) Damaged() error {
 // closed under it, which releases the file's lock for the next process.
 func (g *guardedDB) Close() error {
 	if g.release != nil {
-		g.release.close()
+		g.release.close(closeWait)
 	}
 	if g.damaged.Load() == nil {
 		return g.DB.Close()

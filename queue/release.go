@@ -20,9 +20,11 @@ type releaser struct {
 	once sync.Once
 }
 
-func newReleaser(db *bolt.DB) *releaser {
+// newReleaser releases db's mapped pages through view, a guarded read
+// (guardedDB.guarded): it stops at the store's first damage.
+func newReleaser(db *bolt.DB, view func(func(*bolt.Tx) error) error) *releaser {
 	r := &releaser{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go r.run(db)
+	go r.run(db, view)
 	return r
 }
 
@@ -34,7 +36,7 @@ func (r *releaser) touched() {
 	}
 }
 
-func (r *releaser) run(db *bolt.DB) {
+func (r *releaser) run(db *bolt.DB, view func(func(*bolt.Tx) error) error) {
 	defer close(r.done)
 	for {
 		select {
@@ -43,10 +45,13 @@ func (r *releaser) run(db *bolt.DB) {
 		case <-r.kick:
 		}
 		// Held in a read transaction, the mapping cannot be replaced.
-		_ = db.View(func(tx *bolt.Tx) error {
+		err := view(func(tx *bolt.Tx) error {
 			dropMapped(db.Info().Data, tx.Size())
 			return nil
 		})
+		if err != nil {
+			return
+		}
 		select {
 		case <-r.stop:
 			return
@@ -55,9 +60,13 @@ func (r *releaser) run(db *bolt.DB) {
 	}
 }
 
-// close stops the releaser before the file is closed; a second close
-// does nothing.
-func (r *releaser) close() {
+// close stops the releaser before the file is closed, waiting at most
+// wait for it (a damaged file may hold bbolt's locks for good); a second
+// close does nothing more.
+func (r *releaser) close(wait time.Duration) {
 	r.once.Do(func() { close(r.stop) })
-	<-r.done
+	select {
+	case <-r.done:
+	case <-time.After(wait):
+	}
 }

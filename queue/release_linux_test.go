@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // mappedRSS is the resident size of the mapping of path in this process.
@@ -51,7 +53,7 @@ func TestReleaseMappedPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Hold the releaser back while every page is read, then let it go.
-	s.db.release.close()
+	s.db.release.close(time.Minute)
 	jobs, err := s.List(Filter{})
 	if err != nil || len(jobs) != len(cs) {
 		t.Fatalf("list: %d jobs, %v", len(jobs), err)
@@ -60,7 +62,7 @@ func TestReleaseMappedPages(t *testing.T) {
 	if touched < 4<<20 {
 		t.Fatalf("reading every job left %d of %d bytes mapped: the test reads too little", touched, fi.Size())
 	}
-	s.db.release = newReleaser(s.db.DB)
+	s.db.release = newReleaser(s.db.DB, func(fn func(*bolt.Tx) error) error { return s.db.guarded("a read", s.db.DB.View, fn) })
 	if !s.Known(cs[0].Path, cs[0].Size, cs[0].ModTime) {
 		t.Fatal("the first file is not known")
 	}
@@ -73,5 +75,36 @@ func TestReleaseMappedPages(t *testing.T) {
 	}
 	if jobs, err := s.List(Filter{}); err != nil || len(jobs) != len(cs) {
 		t.Fatalf("list after the release: %d jobs, %v", len(jobs), err)
+	}
+}
+
+// TestReleaseOnACutFile: a state file cut short under the open store makes
+// the releaser's read fault; that is the store's damage, not a crash, and
+// Close still returns.
+func TestReleaseOnACutFile(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, s, cand("/inbox/a.ply", 10, 1), true)
+	if err := os.Truncate(filepath.Join(dir, FileName), 0); err != nil {
+		t.Fatal(err)
+	}
+	s.db.release.touched()
+	deadline := time.Now().Add(time.Minute)
+	for s.Damaged() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the cut file was never found damaged")
+		}
+		s.db.release.touched()
+		time.Sleep(10 * time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close did not return on a damaged store")
 	}
 }

@@ -224,7 +224,8 @@ func Open(dir string, o Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	db := &guardedDB{DB: bdb, file: file, path: path, command: o.RecoverCommand, release: newReleaser(bdb)}
+	db := &guardedDB{DB: bdb, file: file, path: path, command: o.RecoverCommand}
+	db.release = newReleaser(bdb, func(fn func(*bolt.Tx) error) error { return db.guarded("a read", bdb.View, fn) })
 	s := &Store{db: db, dir: dir, o: o, log: o.Logger, fresh: fresh,
 		claimed: make(map[uint64]struct{}), unreadable: make(map[uint64]struct{})}
 	if err := s.init(); err != nil {
