@@ -251,16 +251,28 @@ func (p *Pool) v1Back(j state.Job, why string) (state.Job, error) {
 
 // v1Lost replaces a session that is gone (404) or canceled: the next
 // attempt's key is committed with the move back, before its create.
+// From the second lost session on, the new one waits the retry rule's
+// backoff, and a bounded patience fails the job once its tries are spent.
 func (p *Pool) v1Lost(j state.Job, why string) (state.Job, error) {
 	attempt := j.V1.Attempt + 1
+	now := p.o.Now()
+	var delay time.Duration
+	if lost := attempt - 1; lost > 1 {
+		d := p.policy.Decide(nil, errors.New(why), lost, now)
+		if d.Action == state.Fail {
+			return p.fail(j, now, fmt.Errorf("the server lost %d upload sessions of this file: %s", lost, why)), nil
+		}
+		delay = d.Delay
+	}
 	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Int("attempt", attempt).
-		Msg(why + ": creating a new session under a new key")
+		Float64("retry_in_s", delay.Seconds()).Msg(why + ": creating a new session under a new key")
 	next, err := p.v1Back(j, why)
 	if err != nil {
 		return j, err
 	}
 	next.V1 = &state.Session{Attempt: attempt, Key: v1Key(uploadContent(j), j.Generation, attempt)}
 	next.SplatID = ""
+	next.NextAttempt = now.Add(delay)
 	return next, nil
 }
 

@@ -357,6 +357,35 @@ func TestV1LostSessionRecreated(t *testing.T) {
 	}
 }
 
+// TestV1SessionsLostForGoodBounded: a server that loses every session at
+// its first part is met with a new session at once the first time, then
+// after the retry rule's backoff, and a bounded patience fails the job
+// naming the cause instead of creating sessions without end.
+func TestV1SessionsLostForGoodBounded(t *testing.T) {
+	t.Parallel()
+	e := newV1Env(t, apisim.Options{})
+	path := e.writeParts("lost.ply", 3)
+	e.enqueue(path)
+	o := e.v1Options(1)
+	o.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.NoJitter}, Tries: 3}
+	o.workerHook = func(point string, j state.Job) error {
+		if point == "v1:part" {
+			e.sim.ExpireUpload(j.V1.ID)
+		}
+		return nil
+	}
+	if err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job(path)
+	if j.Stage != state.Failed || !strings.Contains(j.FailReason, "the server lost 3 upload sessions of this file") {
+		t.Fatalf("job %s (%q), want failed: the server lost 3 upload sessions", j.Stage, j.FailReason)
+	}
+	if n := len(e.sim.Sessions()); n != 3 {
+		t.Errorf("%d sessions created, want 3 (the first and two after backoffs)", n)
+	}
+}
+
 func TestV1StorageFaultsRetried(t *testing.T) {
 	t.Parallel()
 	tests := map[string]apisim.Faults{
