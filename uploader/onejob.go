@@ -174,6 +174,8 @@ func (run *oneRun) committed(old, j state.Job, now time.Time) {
 			run.stage("retry", fmt.Sprintf("attempt %d of %d in %.1fs: %s", j.Attempts+1, run.tries, wait.Seconds(), j.LastError))
 		case j.Stage == state.Processing && j.LastError != "" && j.LastError != old.LastError:
 			run.stage("processing", j.LastError)
+		case j.RateLimited != nil && (old.RateLimited == nil || !old.RateLimited.Until.Equal(j.RateLimited.Until)):
+			run.stage("wait", fmt.Sprintf("%s rate limit (%s): the next request goes in %.1fs", j.RateLimited.Class, j.RateLimited.Reason, j.RateLimited.Until.Sub(now).Seconds()))
 		}
 		return
 	}
