@@ -8,7 +8,7 @@ import (
 )
 
 // releaseEvery is the least time between two releases of the mapped pages.
-const releaseEvery = 250 * time.Millisecond
+const releaseEvery = 50 * time.Millisecond
 
 // releaser drops the process's mapping of the state file's pages shortly
 // after transactions read them: they stay in the page cache, and the
