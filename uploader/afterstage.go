@@ -23,12 +23,6 @@ type afterRecorder interface {
 	RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error)
 }
 
-// afterObserver is the metrics hook of a failing after-action
-// (metrics.Metrics implements it).
-type afterObserver interface {
-	AfterActionError(action string)
-}
-
 // afterActioner is what an after-action error says about itself
 // (after.ActionError); others are counted as "other".
 type afterActioner interface{ AfterAction() string }
@@ -51,7 +45,7 @@ func newAfterState() afterState {
 	return afterState{pending: make(map[uint64]afterPending), running: make(map[uint64]bool), wake: make(chan struct{}, 1)}
 }
 
-// runFinish runs the Finish hook of final job j and marks it finalized; a
+// runFinish runs After.Finish for final job j and marks it finalized; a
 // failure is recorded on the job, counted and retried by afterLoop.
 func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 	a := &p.after
@@ -68,8 +62,8 @@ func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 		a.mu.Unlock()
 	}()
 	// A job done from a peer's receipt: the peer ran the after-action.
-	if p.o.Finish != nil && !fromPeer(j) {
-		if err := p.o.Finish(ctx, j); err != nil {
+	if p.o.After != nil && !fromPeer(j) {
+		if err := p.o.After.Finish(ctx, j); err != nil {
 			p.afterFailed(ctx, j, err)
 			return
 		}
@@ -106,9 +100,7 @@ func (p *Pool) afterFailed(ctx context.Context, j state.Job, err error) {
 		return
 	}
 	next := p.o.Now().Add(d.Delay)
-	if obs, ok := p.o.Observer.(afterObserver); ok {
-		obs.AfterActionError(action)
-	}
+	p.o.Observer.AfterActionError(action)
 	a.mu.Lock()
 	a.pending[j.ID] = afterPending{path: j.Path, action: action, err: err.Error(), n: n, next: next}
 	a.mu.Unlock()

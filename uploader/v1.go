@@ -71,9 +71,6 @@ func (o *PoolOptions) fillV1() error {
 	case o.ParallelParts < 1 || o.ParallelParts > maxParallelParts:
 		return fmt.Errorf("uploader: upload.parallel_parts must be 1..%d, not %d", maxParallelParts, o.ParallelParts)
 	}
-	if o.PeerWait <= 0 {
-		o.PeerWait = Defaults().PeerWait
-	}
 	return nil
 }
 

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,161 +12,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/pace"
-	"github.com/splatd/splatd/uploader/sidecar"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
-
-// Store is what the worker pool needs from the job store. queue.Store
-// implements it; the interface lives here, with its consumer, so that
-// uploader does not depend on bbolt.
-type Store interface {
-	// Claim hands out the earliest due job nobody else holds.
-	Claim(now time.Time) (job state.Job, ok bool, err error)
-	// NextDue says when the earliest unclaimed job becomes runnable.
-	NextDue() (at time.Time, ok bool)
-	// Release gives a claimed job back.
-	Release(id uint64)
-	// Commit stores j moved on from stage from, atomically, and returns
-	// the job as stored (which may differ: content dedupe).
-	Commit(j state.Job, from state.Stage) (state.Job, error)
-	// Unfinalized lists final jobs whose Finish hook has not completed.
-	Unfinalized() ([]state.Job, error)
-	// MarkFinalized records that the Finish hook completed.
-	MarkFinalized(id uint64) error
-}
-
-// What to do with a job found in Publishing after a restart (or after a
-// publish call whose answer was lost): its splat may or may not exist.
-const (
-	// UncertainRepublish publishes again: at worst the splat exists twice.
-	UncertainRepublish = "republish"
-	// UncertainHold parks the job in stage held for an operator.
-	UncertainHold = "hold"
-)
-
-// PollOptions paces the polling of a published splat until processing ends.
-type PollOptions struct {
-	Interval    time.Duration // first pause; doubles each poll. Zero: Defaults
-	MaxInterval time.Duration // cap of the pause. Zero: Defaults
-	Timeout     time.Duration // since publish; then the job fails. Zero: Defaults
-}
-
-// PoolOptions configures NewPool.
-type PoolOptions struct {
-	Store  Store
-	Client *api.Client
-	// Workers is the number of jobs advanced at the same time. Zero: Defaults.
-	Workers int
-	// Publish holds the configured publish parameters (Title is a
-	// template); sidecar.Resolve applies them to each file when it becomes
-	// ready.
-	Publish state.PublishParams
-	// EncodeDir holds the encodings that publish.encode makes before
-	// upload (encode.go); "" refuses a job that asks for one.
-	EncodeDir string
-	// Params, when set, answers a file's publish parameters (the daemon's
-	// config.ParamsFor: the global block, the watch entry's own, the
-	// folder's .splat.yaml files and the file's sidecar), as the dry run
-	// and `splatd publish` ask them. nil: Publish with the file's folder
-	// files and sidecar (sidecar.Resolve).
-	Params ParamsFunc
-	// FollowSymlinks, when set, says whether a watch root follows symbolic
-	// links (follow_symlinks): its files may be links that stay inside it.
-	// Elsewhere a link where a file was fails its job.
-	FollowSymlinks func(root string) bool
-	// SizeBounds, when set, returns a watch root's min_size and max_size
-	// (0: no bound). The watcher holds a file to them; the pool holds an
-	// unbundled SOG folder's bundle to them, sized before it is built (the
-	// watcher sees only the folder's meta.json). nil: no bounds.
-	SizeBounds func(root string) (minSize, maxSize int64)
-	// OnUncertain is UncertainRepublish (default) or UncertainHold.
-	OnUncertain string
-	Poll        PollOptions
-	// Patience overrides the retry rule's patience profiles
-	// (state.DefaultPatience): a job's steps, v1 parts, after-actions, the
-	// store and the token prober. Nil: the defaults. Tests use short ones.
-	Patience map[state.Profile]state.Patience
-	// ProbeAPI, when set, makes the pool probe the token as it starts (a
-	// refused token pauses it at once, idle or not) and, every ProbeAPI,
-	// while the API's last calls got no answer (api.Client.Unreachable),
-	// so that an idle daemon sees it answer again. Zero: no probes but
-	// the token pause's.
-	ProbeAPI time.Duration
-	// TokenRecheck is how often a paused pool re-reads the token source
-	// (api.Token.Reload). Zero: Defaults.
-	TokenRecheck time.Duration
-	// Grace is how long steps in flight may run once Run's context ends
-	// (see Run). Zero: Defaults.
-	Grace time.Duration
-	// Settle is how long a file that changed since it was last seen must
-	// stay unchanged before it is hashed (and the first pause for one that
-	// is still incomplete). Zero: Defaults.
-	Settle time.Duration
-	// BundleDir is where an unbundled SOG folder's bundle is built (the
-	// daemon: state_dir/sog-bundles; never a watch folder). Empty: a
-	// folder under the system's temporary directory.
-	BundleDir string
-	// URLMaxAge is the age after which a stored signed URL is not used for
-	// a PUT but signed again. Zero: Defaults.
-	URLMaxAge time.Duration
-	// Protocol is the API new jobs are published through: ProtocolLegacy
-	// (default) or ProtocolV1. A job that has started keeps its own.
-	Protocol string
-	// ParallelParts is the number of v1 part PUTs in flight per job,
-	// 1..16. Zero: Defaults.
-	ParallelParts int
-	// PeerWait is how long a v1 job whose session another daemon created
-	// watches that session's parts without progress before it sends the
-	// missing ones itself. Zero: Defaults.
-	PeerWait time.Duration
-	// PeerReceipt reads the receipt another daemon of a fleet wrote for
-	// j's file: its outcome when the receipt proves j's content published
-	// through this protocol and service, ErrNoPeerReceipt while there is
-	// none, another error when none can come. Nil: no receipts in this
-	// fleet, and a peer's completed session is learned by replaying
-	// complete. A job waits PeerWait at most for a receipt (peer.go).
-	PeerReceipt func(j state.Job) (PeerOutcome, error)
-	// Fleet names the fleet's live members, whose shares of a shared
-	// folder this daemon leaves to them (share.go). Nil: no shares.
-	Fleet Fleet
-	// IncompleteTimeout fails a file still incomplete this long after it
-	// last changed (incomplete_timeout). Zero: Defaults; negative: never.
-	IncompleteTimeout time.Duration
-	// RefusedGrace is how long a host may refuse connections before that
-	// pauses the pool as a configuration error. Zero: 2 min.
-	RefusedGrace time.Duration
-	// MaxServerWait caps a delay a server asks for (Retry-After, a 429's
-	// reset). Zero: Defaults.
-	MaxServerWait time.Duration
-	// OnStoreRecovered, when set, is called when the job store works again
-	// after failing (the daemon rescans the watch folders at once). It must
-	// not block.
-	OnStoreRecovered func()
-	// Finish is called once for every job that reaches done, failed or
-	// held (also after a crash, at the next Run, if it had not completed).
-	// An error is logged and Finish runs again at the next start.
-	Finish func(ctx context.Context, j state.Job) error
-	// OnTransition, when set, sees every committed stage change (after its
-	// log line). `splatd demo` prints the files' journeys from it. It must
-	// not block.
-	OnTransition func(j state.Job, from state.Stage)
-	// Observer receives JobFinished (and the client's own hooks).
-	Observer Observer
-	Logger   zerolog.Logger
-	// FS is the trust boundary every access under a watch folder goes
-	// through. Nil: one that knows no watch folders.
-	FS *trustfs.FS
-	// Now and Rand are the clock and the jitter source (tests inject them).
-	Now  func() time.Time
-	Rand func() float64
-
-	// workerHook, set only by tests, is called at named points between a
-	// side effect and a commit; a non-nil error stops the pool at once as if
-	// the process had died there.
-	workerHook func(point string, j state.Job) error
-}
 
 // Pool runs the workers that advance jobs. Each worker claims a job and
 // moves it one stage per step, committing each stage before the side effect
@@ -201,28 +46,19 @@ type Pool struct {
 
 	cfg     configState                     // a configuration error pauses the pool (configpause.go)
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
-	publish atomic.Pointer[publishDefaults] // o.Publish and o.OnUncertain, replaced by SetPublish
+	publish atomic.Pointer[publishDefaults] // o.Files and o.OnUncertain, replaced by SetPublish
 	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 	shares  *shares                         // the fleet's progress (share.go)
-}
+	fleet   Fleet                           // o.Peers' fleet; nil: no shares
+	fs      *trustfs.FS                     // o.Files' trust boundary
 
-// ParamsFunc answers the publish parameters of the file at path (under
-// the watch root root), last changed at mod.
-type ParamsFunc func(path, root string, mod time.Time) (state.PublishParams, error)
+	encodeDir, bundleDir string // under o.WorkDir (PoolOptions.dirs)
+}
 
 // publishDefaults are the publish settings a reload may change.
 type publishDefaults struct {
-	params      state.PublishParams
-	paramsFor   ParamsFunc // nil: params and the file's own folder files and sidecar
+	files       Files
 	onUncertain string
-}
-
-// resolve is a file's publish parameters.
-func (d *publishDefaults) resolve(fsys *trustfs.FS, path, root string, mod time.Time) (state.PublishParams, error) {
-	if d.paramsFor != nil {
-		return d.paramsFor(path, root, mod)
-	}
-	return sidecar.Resolve(fsys, d.params, path, root, mod)
 }
 
 // NewPool checks o and builds a pool; Run starts it.
@@ -232,7 +68,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{
 		o:           o,
-		policy:      policyOf(o),
+		policy:      policyOf(o.Timing),
 		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
@@ -245,89 +81,24 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		kick:        make(chan struct{}, 1),
 		shares:      newShares(o.Now()),
 	}
-	p.publish.Store(&publishDefaults{params: o.Publish, paramsFor: o.Params, onUncertain: o.OnUncertain})
+	if o.Peers != nil {
+		p.fleet = o.Peers.Fleet()
+	}
+	p.encodeDir, p.bundleDir = o.dirs()
+	p.fs = o.Files.FS()
+	p.publish.Store(&publishDefaults{files: o.Files, onUncertain: o.OnUncertain})
 	return p, nil
 }
 
-// fill checks o and sets every zero option to its default.
-func (o *PoolOptions) fill() error {
-	if o.Store == nil || o.Client == nil {
-		return errors.New("uploader: pool needs a Store and a Client")
-	}
-	switch o.OnUncertain {
-	case "":
-		o.OnUncertain = UncertainRepublish
-	case UncertainRepublish, UncertainHold:
-	default:
-		return fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, o.OnUncertain)
-	}
-	if err := o.fillV1(); err != nil {
+// SetPublish replaces the configuration's Files and the uncertain outcome
+// rule, for a config reload. Jobs that become ready from now on use them;
+// a job already ready keeps the parameters it resolved then.
+func (p *Pool) SetPublish(files Files, onUncertain string) error {
+	onUncertain, err := checkUncertain(onUncertain)
+	if err != nil {
 		return err
 	}
-	o.fillDefaults()
-	return nil
-}
-
-// fillDefaults sets the zero options that need no check to their defaults
-// (Defaults). Rand comes first: the backoffs share it.
-func (o *PoolOptions) fillDefaults() {
-	def := Defaults()
-	if o.BundleDir == "" {
-		o.BundleDir = filepath.Join(os.TempDir(), "splatd-sog-bundles")
-	}
-	if o.Workers <= 0 {
-		o.Workers = def.Workers
-	}
-	if o.Poll.Interval <= 0 {
-		o.Poll.Interval = def.Poll.Interval
-	}
-	if o.Poll.MaxInterval < o.Poll.Interval {
-		o.Poll.MaxInterval = max(def.Poll.MaxInterval, o.Poll.Interval)
-	}
-	if o.Poll.Timeout <= 0 {
-		o.Poll.Timeout = def.Poll.Timeout
-	}
-	if o.Rand == nil {
-		o.Rand = rand.Float64
-	}
-	if o.Settle <= 0 {
-		o.Settle = def.Settle
-	}
-	if o.TokenRecheck <= 0 {
-		o.TokenRecheck = def.TokenRecheck
-	}
-	if o.Grace <= 0 {
-		o.Grace = def.Grace
-	}
-	if o.URLMaxAge <= 0 {
-		o.URLMaxAge = def.URLMaxAge
-	}
-	if o.IncompleteTimeout == 0 {
-		o.IncompleteTimeout = def.IncompleteTimeout
-	}
-	if o.MaxServerWait <= 0 {
-		o.MaxServerWait = def.MaxServerWait
-	}
-	if o.Observer == nil {
-		o.Observer = NopObserver{}
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-}
-
-// SetPublish replaces the configured publish parameters and the uncertain
-// outcome rule, for a config reload. Jobs that become ready from now on use
-// them; a job already ready keeps the parameters it resolved then.
-func (p *Pool) SetPublish(params state.PublishParams, paramsFor ParamsFunc, onUncertain string) error {
-	switch onUncertain {
-	case "":
-		onUncertain = UncertainRepublish
-	case UncertainRepublish, UncertainHold:
-	default:
-		return fmt.Errorf("uploader: publish.on_uncertain must be %q or %q, not %q", UncertainRepublish, UncertainHold, onUncertain)
-	}
-	p.publish.Store(&publishDefaults{params: params, paramsFor: paramsFor, onUncertain: onUncertain})
+	p.publish.Store(&publishDefaults{files: files, onUncertain: onUncertain})
 	return nil
 }
 
@@ -363,12 +134,12 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.draining.Store(true)
 		close(p.drainCh)
 		p.Wake()
-		grace := time.NewTimer(p.o.Grace)
+		grace := time.NewTimer(p.o.Timing.Grace)
 		defer grace.Stop()
 		select {
 		case <-workersDone:
 		case <-grace.C:
-			p.log.Warn().Float64("grace_s", p.o.Grace.Seconds()).Msg("abandoning in-flight calls; they resume from the last committed stage at the next start")
+			p.log.Warn().Float64("grace_s", p.o.Timing.Grace.Seconds()).Msg("abandoning in-flight calls; they resume from the last committed stage at the next start")
 			abort()
 		}
 	}()
@@ -742,12 +513,10 @@ func (p *Pool) logTransition(j state.Job, from state.Stage, since time.Time) {
 		ev = ev.Str("reason", j.TaskMessage)
 	}
 	ev.Msg("job " + string(j.Stage))
-	if p.o.OnTransition != nil {
-		p.o.OnTransition(j, from)
-	}
+	p.o.Observer.Transition(j, from)
 }
 
-// finished reports a job that just became final and runs the Finish hook.
+// finished reports a job that just became final and runs its after-action stage.
 func (p *Pool) finished(ctx context.Context, j state.Job) {
 	result := string(j.Stage)
 	if j.DuplicateOf != 0 {
@@ -768,7 +537,7 @@ func (p *Pool) finalize(ctx context.Context, j state.Job) {
 	p.runFinish(ctx, j)
 }
 
-// finishPending runs the Finish hook of jobs that became final before a
+// finishPending runs the after-action stage of jobs that became final before a
 // crash interrupted it.
 func (p *Pool) finishPending(ctx context.Context) error {
 	jobs, err := p.o.Store.Unfinalized()

@@ -110,7 +110,7 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 	}
 	dropEncoded(old)
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
-	j.NextAttempt = now.Add(p.o.Settle)
+	j.NextAttempt = now.Add(p.o.Timing.Settle)
 	j.LastError, j.LastStatus = why, 0
 	return j, nil
 }
@@ -191,7 +191,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 		return next, err
 	}
 	id := trustfs.IDOf(jf.fi)
-	params, err := p.publish.Load().resolve(p.o.FS, j.Path, j.Root, j.ModTime)
+	params, err := p.publish.Load().files.Params(j.Path, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
@@ -246,8 +246,8 @@ func (p *Pool) stepSign(ctx context.Context, t *pace.Caller, j state.Job) (state
 // signed again (back to ready).
 func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
-	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
-		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
+	if now.Sub(j.Upload.IssuedAt) > p.o.Timing.URLMaxAge {
+		return p.resign(j, now, "signed URL is older than "+p.o.Timing.URLMaxAge.String())
 	}
 	jf, changed, err := p.uploadFile(j)
 	if err != nil {
@@ -376,7 +376,7 @@ func (p *Pool) published(j state.Job, now time.Time, splatID string) (state.Job,
 	j.SplatID = splatID
 	pub := now
 	j.PublishedAt = &pub
-	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Poll.Interval), "", 0
+	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Timing.Poll.Interval), "", 0
 	return j, nil
 }
 
@@ -406,10 +406,10 @@ func (p *Pool) stepPoll(ctx context.Context, t *pace.Caller, j state.Job) (state
 
 // pollTimedOut fails j when processing has run past Poll.Timeout.
 func (p *Pool) pollTimedOut(j state.Job, now time.Time) (state.Job, bool) {
-	if j.PublishedAt == nil || now.Sub(*j.PublishedAt) <= p.o.Poll.Timeout {
+	if j.PublishedAt == nil || now.Sub(*j.PublishedAt) <= p.o.Timing.Poll.Timeout {
 		return j, false
 	}
-	return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), true
+	return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Timing.Poll.Timeout, j.TaskStatus)), true
 }
 
 // polled acts on a poll's answer, for either protocol: done (at
@@ -438,7 +438,7 @@ func (p *Pool) polled(j state.Job, now time.Time, outcome api.Outcome, status st
 	// every stage): the next one waits as long as processing has lasted,
 	// from Interval to MaxInterval, which doubles the pause at each poll.
 	j.Attempts = 0
-	j.NextAttempt = now.Add(min(max(now.Sub(j.StageSince), p.o.Poll.Interval), p.o.Poll.MaxInterval))
+	j.NextAttempt = now.Add(min(max(now.Sub(j.StageSince), p.o.Timing.Poll.Interval), p.o.Timing.Poll.MaxInterval))
 	return j, nil
 }
 
