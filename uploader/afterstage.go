@@ -201,3 +201,40 @@ func (p *Pool) AfterErrors() error {
 	}
 	return fmt.Errorf("after-actions failing for %d job(s), retried with backoff: %s%s", len(ids), strings.Join(parts, "; "), more)
 }
+
+// finished reports a job that just became final and runs its after-action stage.
+func (p *Pool) finished(ctx context.Context, j state.Job) {
+	result := string(j.Stage)
+	if j.DuplicateOf != 0 {
+		result = "duplicate"
+	}
+	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
+	p.shares.forget(j.ID)
+	if j.Stage == state.Done && j.DuplicateOf == 0 && j.Protocol == state.ProtocolV1 && !fromPeer(j) {
+		p.shares.published(p.o.Now())
+	}
+	p.finalize(ctx, j)
+}
+
+// finalize runs the after-action stage of a final job (afterstage.go),
+// after removing its encoding (made again if the job is ever sent again).
+func (p *Pool) finalize(ctx context.Context, j state.Job) {
+	dropEncoded(j)
+	p.runFinish(ctx, j)
+}
+
+// finishPending runs the after-action stage of jobs that became final before a
+// crash interrupted it.
+func (p *Pool) finishPending(ctx context.Context) error {
+	jobs, err := p.o.Store.Unfinalized()
+	if err != nil {
+		return fmt.Errorf("list unfinished after-actions: %w", err)
+	}
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.finalize(ctx, j)
+	}
+	return nil
+}
