@@ -156,65 +156,89 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	// A job back here with a hash (waiting for a twin in flight, or retried)
-	// keeps it while the file is the one hashed: a multi-GB file is not
-	// read again every DedupeWait. workerChanged clears the hash.
 	// The hash and the encoding are the long part of the check (minutes
 	// for a multi-GB file on a slow share) and have no side effect to
 	// finish: they stop as soon as the pool drains, and the job stays
 	// queued.
 	hctx, stop := p.untilDrain(ctx)
 	defer stop()
-	drained := func(err error) error {
-		if errors.Is(context.Cause(hctx), errDrained) && ctx.Err() == nil {
-			return errDrained
-		}
-		return err
+	sum, changed, err := p.hashOf(ctx, hctx, j, jf)
+	if err != nil {
+		return j, err
 	}
-	sum := j.SHA256
-	if sum == "" || !fileSame(jf.fi, j) {
-		m := p.startCheck(j, CheckHashing, jf.fi.Size())
-		sum, err = jf.hash(hctx, m)
-		m.stop()
-		if err != nil {
-			return j, drained(err)
-		}
-		fi2, err := jf.restat()
-		if err != nil {
-			return j, err
-		}
-		if !workerSame(fi2, j) {
-			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
-		}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed while it was hashed; waiting until it settles")
 	}
 	if next, parked, err := p.shareWait(j, sum); parked || err != nil {
 		return next, err
 	}
+	next, keep, err := p.readyChecked(ctx, hctx, j, jf, sum, info.Kind)
+	return next, err
+}
+
+// hashOf is the SHA-256 of jf, j's file. A job back here with a hash
+// (waiting for a twin in flight, or retried) keeps it while the file is
+// the one hashed: a multi-GB file is not read again every DedupeWait
+// (workerChanged clears the hash). changed is the file's new state when
+// it changed while it was hashed.
+func (p *Pool) hashOf(ctx, hctx context.Context, j state.Job, jf *jobFile) (sum string, changed fs.FileInfo, err error) {
+	if j.SHA256 != "" && fileSame(jf.fi, j) {
+		return j.SHA256, nil, nil
+	}
+	m := p.startCheck(j, CheckHashing, jf.fi.Size())
+	sum, err = jf.hash(hctx, m)
+	m.stop()
+	if err != nil {
+		return "", nil, drained(ctx, hctx, err)
+	}
+	fi2, err := jf.restat()
+	if err != nil {
+		return "", nil, err
+	}
+	if !workerSame(fi2, j) {
+		return "", fi2, nil
+	}
+	return sum, nil, nil
+}
+
+// readyChecked moves j, its file jf checked as kind and hashed as sum, to
+// ready with its publish parameters and its encoding, and keeps jf for
+// the upload (kept); one that changed while it was encoded waits instead.
+func (p *Pool) readyChecked(ctx, hctx context.Context, j state.Job, jf *jobFile, sum string, kind splatfile.Kind) (next state.Job, kept bool, err error) {
 	id := trustfs.IDOf(jf.fi)
 	params, err := p.publish.Load().files.Params(j.Path, j.Root, j.ModTime)
 	if err != nil {
-		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
+		return j, false, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
 	checked := j
-	checked.SHA256, checked.Kind, checked.Params = sum, string(info.Kind), params
+	checked.SHA256, checked.Kind, checked.Params = sum, string(kind), params
 	enc, skipped, changed, err := p.encodeForUpload(hctx, checked, jf)
 	if err != nil {
-		return j, drained(err)
+		return j, false, drained(ctx, hctx, err)
 	}
 	if changed != nil {
-		return p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
+		next, err := p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
+		return next, false, err
 	}
 	j.Encoded, j.EncodeSkipped = enc, skipped
 	now := p.o.Now()
 	if err := j.Move(state.Ready, now); err != nil {
-		return j, err
+		return j, false, err
 	}
-	j.SHA256, j.Kind, j.Params = sum, string(info.Kind), params
+	j.SHA256, j.Kind, j.Params = sum, string(kind), params
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
 	p.held.put(j.ID, jf) // uploadFile sets what the upload must read from the job
-	keep = true
-	return j, nil
+	return j, true, nil
+}
+
+// drained is err, or errDrained when hctx, a check's context (untilDrain),
+// ended because the pool drains while ctx runs on.
+func drained(ctx, hctx context.Context, err error) error {
+	if errors.Is(context.Cause(hctx), errDrained) && ctx.Err() == nil {
+		return errDrained
+	}
+	return err
 }
 
 // emptySHA256 is the sha256 of no bytes.
