@@ -23,12 +23,6 @@ type afterRecorder interface {
 	RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error)
 }
 
-// afterObserver is the metrics hook of a failing after-action
-// (metrics.Metrics implements it).
-type afterObserver interface {
-	AfterActionError(action string)
-}
-
 // afterActioner is what an after-action error says about itself
 // (after.ActionError); others are counted as "other".
 type afterActioner interface{ AfterAction() string }
@@ -51,7 +45,7 @@ func newAfterState() afterState {
 	return afterState{pending: make(map[uint64]afterPending), running: make(map[uint64]bool), wake: make(chan struct{}, 1)}
 }
 
-// runFinish runs the Finish hook of final job j and marks it finalized; a
+// runFinish runs After.Finish for final job j and marks it finalized; a
 // failure is recorded on the job, counted and retried by afterLoop.
 func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 	a := &p.after
@@ -68,8 +62,8 @@ func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 		a.mu.Unlock()
 	}()
 	// A job done from a peer's receipt: the peer ran the after-action.
-	if p.o.Finish != nil && !fromPeer(j) {
-		if err := p.o.Finish(ctx, j); err != nil {
+	if p.o.After != nil && !fromPeer(j) {
+		if err := p.o.After.Finish(ctx, j); err != nil {
 			p.afterFailed(ctx, j, err)
 			return
 		}
@@ -106,9 +100,7 @@ func (p *Pool) afterFailed(ctx context.Context, j state.Job, err error) {
 		return
 	}
 	next := p.o.Now().Add(d.Delay)
-	if obs, ok := p.o.Observer.(afterObserver); ok {
-		obs.AfterActionError(action)
-	}
+	p.o.Observer.AfterActionError(action)
 	a.mu.Lock()
 	a.pending[j.ID] = afterPending{path: j.Path, action: action, err: err.Error(), n: n, next: next}
 	a.mu.Unlock()
@@ -208,4 +200,41 @@ func (p *Pool) AfterErrors() error {
 		more = fmt.Sprintf("; and %d more (splatd jobs)", len(ids)-3)
 	}
 	return fmt.Errorf("after-actions failing for %d job(s), retried with backoff: %s%s", len(ids), strings.Join(parts, "; "), more)
+}
+
+// finished reports a job that just became final and runs its after-action stage.
+func (p *Pool) finished(ctx context.Context, j state.Job) {
+	result := string(j.Stage)
+	if j.DuplicateOf != 0 {
+		result = "duplicate"
+	}
+	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
+	p.shares.forget(j.ID)
+	if j.Stage == state.Done && j.DuplicateOf == 0 && j.Protocol == state.ProtocolV1 && !fromPeer(j) {
+		p.shares.published(p.o.Now())
+	}
+	p.finalize(ctx, j)
+}
+
+// finalize runs the after-action stage of a final job (afterstage.go),
+// after removing its encoding (made again if the job is ever sent again).
+func (p *Pool) finalize(ctx context.Context, j state.Job) {
+	dropEncoded(j)
+	p.runFinish(ctx, j)
+}
+
+// finishPending runs the after-action stage of jobs that became final before a
+// crash interrupted it.
+func (p *Pool) finishPending(ctx context.Context) error {
+	jobs, err := p.o.Store.Unfinalized()
+	if err != nil {
+		return fmt.Errorf("list unfinished after-actions: %w", err)
+	}
+	for _, j := range jobs {
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.finalize(ctx, j)
+	}
+	return nil
 }

@@ -13,15 +13,9 @@ import (
 // retried on the config-pause patience until it clears by itself.
 
 // policyOf is the one retry rule with the pool's patience.
-func policyOf(o PoolOptions) state.Policy {
-	return state.Policy{Patience: o.Patience, Rand: o.Rand, Settle: o.Settle, IncompleteTimeout: o.IncompleteTimeout,
-		RefusedGrace: o.RefusedGrace, MaxServerWait: o.MaxServerWait}
-}
-
-// configObserver is the metrics hook of a configuration error
-// (metrics.Metrics implements it).
-type configObserver interface {
-	ConfigError(kind string, active bool)
+func policyOf(t Timing) state.Policy {
+	return state.Policy{Patience: t.Patience, Rand: t.Rand, Settle: t.Settle, IncompleteTimeout: t.IncompleteTimeout,
+		RefusedGrace: t.RefusedGrace, MaxServerWait: t.MaxServerWait}
 }
 
 // configState is the configuration error pause.
@@ -42,16 +36,13 @@ func (p *Pool) pauseConfig(d state.Decision, err error) {
 	c := &p.cfg
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	obs, _ := p.o.Observer.(configObserver)
 	if c.err == nil || c.kind != d.Kind {
 		if c.err == nil {
 			c.since = p.o.Now()
-		} else if obs != nil {
-			obs.ConfigError(c.kind, false)
+		} else {
+			p.o.Observer.ConfigError(c.kind, false)
 		}
-		if obs != nil {
-			obs.ConfigError(d.Kind, true)
-		}
+		p.o.Observer.ConfigError(d.Kind, true)
 		p.log.Error().Str("kind", d.Kind).Err(err).Msg("configuration error no retry can fix: all work is paused and tried again with backoff; " + configAdvice(d.Kind))
 	}
 	c.err, c.kind = err, d.Kind
@@ -118,9 +109,7 @@ func (p *Pool) configCleared(from state.Stage) {
 	if c.err == nil {
 		return
 	}
-	if obs, ok := p.o.Observer.(configObserver); ok {
-		obs.ConfigError(c.kind, false)
-	}
+	p.o.Observer.ConfigError(c.kind, false)
 	p.log.Info().Str("kind", c.kind).Float64("after_s", p.o.Now().Sub(c.since).Seconds()).Msg("the configuration error cleared: work resumed")
 	c.err, c.kind, c.n = nil, "", 0
 }

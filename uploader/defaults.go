@@ -14,17 +14,19 @@ func Defaults() PoolOptions {
 	return PoolOptions{
 		Workers:       2,
 		ParallelParts: 4,
-		Settle:        5 * time.Second,
-		Poll: PollOptions{
-			Interval:    5 * time.Second,
-			MaxInterval: 60 * time.Second,
-			Timeout:     2 * time.Hour,
+		Timing: Timing{
+			Settle: 5 * time.Second,
+			Poll: PollOptions{
+				Interval:    5 * time.Second,
+				MaxInterval: 60 * time.Second,
+				Timeout:     2 * time.Hour,
+			},
+			Grace:             20 * time.Second,
+			URLMaxAge:         10 * time.Minute,
+			TokenRecheck:      2 * time.Second,
+			PeerWait:          2 * time.Minute,
+			IncompleteTimeout: state.DefaultIncompleteTimeout,
+			MaxServerWait:     state.DefaultMaxServerWait,
 		},
-		Grace:             20 * time.Second,
-		URLMaxAge:         10 * time.Minute,
-		TokenRecheck:      2 * time.Second,
-		PeerWait:          2 * time.Minute,
-		IncompleteTimeout: state.DefaultIncompleteTimeout,
-		MaxServerWait:     state.DefaultMaxServerWait,
 	}
 }

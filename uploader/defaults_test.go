@@ -8,7 +8,7 @@ import (
 )
 
 // TestPoolFillsDefaults: a pool whose options are left zero runs on the one
-// table, Defaults, field by field.
+// table, Defaults, field by field (Timing's too).
 func TestPoolFillsDefaults(t *testing.T) {
 	t.Parallel()
 	e := newWorkerEnv(t, apisim.Options{})
@@ -16,16 +16,29 @@ func TestPoolFillsDefaults(t *testing.T) {
 	if err := o.fill(); err != nil {
 		t.Fatal(err)
 	}
-	def := Defaults()
-	got := reflect.ValueOf(o)
-	want := reflect.ValueOf(def)
+	if compareTable(t, "", reflect.ValueOf(o), reflect.ValueOf(Defaults())) == 0 {
+		t.Error("no field of the table compared")
+	}
+}
+
+// compareTable reports each non-zero field of want that got does not
+// equal, descending into structs, and returns how many it compared.
+func compareTable(t *testing.T, prefix string, got, want reflect.Value) int {
+	t.Helper()
+	n := 0
 	for i := range want.NumField() {
-		f := want.Field(i)
-		if f.IsZero() {
+		f, name := want.Field(i), prefix+want.Type().Field(i).Name
+		switch {
+		case f.IsZero():
 			continue // not in the table
+		case f.Kind() == reflect.Struct:
+			n += compareTable(t, name+".", got.Field(i), f)
+			continue
 		}
-		if name := want.Type().Field(i).Name; !reflect.DeepEqual(got.Field(i).Interface(), f.Interface()) {
-			t.Errorf("zero %s filled as %v, want the table's %v", name, got.Field(i).Interface(), f.Interface())
+		n++
+		if g := got.Field(i); !reflect.DeepEqual(g.Interface(), f.Interface()) {
+			t.Errorf("zero %s filled as %v, want the table's %v", name, g.Interface(), f.Interface())
 		}
 	}
+	return n
 }

@@ -21,8 +21,9 @@
 //   - splatfile: the local content check of PLY and SOG files.
 //   - apisim: the simulator of the whole API and its storage (tests, demo).
 //
-// uploader declares the store it needs (Store); queue.Store implements it,
-// and cmd/splatd asserts that where the two meet.
+// uploader declares what it needs of the outside (options.go: Store, Files,
+// Peers, Finisher, Observer); queue.Store and cmd/internal/daemon implement
+// them, each asserted where they meet.
 //
 // Two conditions never wait silently. A configuration error (configpause.go)
 // that no retry can fix (state.WaitConfig: a certificate that does not

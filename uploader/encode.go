@@ -21,7 +21,7 @@ import (
 // The file a job uploads: its own, or, when its publish parameters say
 // encode: sog, a SOG encoded locally from its PLY (on a slow uplink a
 // fraction of the bytes). The encoding is made once the job's file is
-// checked and hashed, kept under PoolOptions.EncodeDir (named by the
+// checked and hashed, kept under PoolOptions.WorkDir (named by the
 // source's sha256 and the job) until the job is final, and recorded in state.Job.Encoded; every
 // other record of the job (its sha256, size, dedupe) stays the source's.
 // Everything of it lives here; the pipeline calls encodeForUpload after the
@@ -53,18 +53,18 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 	if j.Params.Encode != "sog" {
 		return nil, nil, &workerFileError{fmt.Errorf("publish.encode %q: the only encoding is sog", j.Params.Encode)}
 	}
-	if p.o.EncodeDir == "" {
+	if p.encodeDir == "" {
 		return nil, nil, &workerFileError{errors.New("publish.encode: sog needs a state directory to encode into")}
 	}
 	// Named by job as well as content: a twin job of the same content,
 	// found a duplicate and finished, removes its own encoding only.
-	path := filepath.Join(p.o.EncodeDir, fmt.Sprintf("%s-%d.sog", j.SHA256, j.ID))
+	path := filepath.Join(p.encodeDir, fmt.Sprintf("%s-%d.sog", j.SHA256, j.ID))
 	if e := j.Encoded; e != nil && e.Path == path {
 		if fi, err := os.Stat(path); err == nil && fi.Size() == e.Size {
 			return e, nil, nil // made before a retry or restart
 		}
 	}
-	if err := os.MkdirAll(p.o.EncodeDir, 0o700); err != nil {
+	if err := os.MkdirAll(p.encodeDir, 0o700); err != nil {
 		return nil, nil, err
 	}
 	// One encoding at a time: each may take the memory limit's share
@@ -84,7 +84,7 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 		return nil, nil, nil
 	}
 	// Holding the only slot, any partial encoding here is a crash's.
-	if stale, _ := filepath.Glob(filepath.Join(p.o.EncodeDir, ".*.tmp")); len(stale) > 0 {
+	if stale, _ := filepath.Glob(filepath.Join(p.encodeDir, ".*.tmp")); len(stale) > 0 {
 		for _, s := range stale {
 			os.Remove(s)
 		}

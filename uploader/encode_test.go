@@ -39,13 +39,13 @@ func TestPublishEncodeSOG(t *testing.T) {
 		e.enqueue(src)
 		o := e.v1Options(1)
 		o.Protocol = protocol
-		o.Publish.Encode = "sog"
-		o.EncodeDir = filepath.Join(e.stateDir, "encoded")
+		editPublish(&o, func(pp *state.PublishParams) { pp.Encode = "sog" })
+		o.WorkDir = e.stateDir
 		// A partial encoding left by a crash is removed by the next one.
-		if err := os.MkdirAll(o.EncodeDir, 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Join(o.WorkDir, "encoded"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(o.EncodeDir, ".x.sog.1.tmp"), []byte("PK"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(filepath.Join(o.WorkDir, "encoded"), ".x.sog.1.tmp"), []byte("PK"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.run(o); err != nil {
@@ -71,7 +71,7 @@ func TestPublishEncodeSOG(t *testing.T) {
 		if protocol == ProtocolV1 && (sp[0].Format != "sog" || j.V1.Key != "splatd-"+j.SHA256+"-sog-g0-s1") {
 			t.Errorf("v1 sourceFormat %q, key %s: want sog and the source's sha256 with the encoding", sp[0].Format, j.V1.Key)
 		}
-		if left, _ := os.ReadDir(o.EncodeDir); len(left) != 0 {
+		if left, _ := os.ReadDir(filepath.Join(o.WorkDir, "encoded")); len(left) != 0 {
 			t.Errorf("%q: %d files left in the encode dir", protocol, len(left))
 		}
 	}
@@ -85,7 +85,7 @@ func TestPublishEncodeOffUploadsOriginal(t *testing.T) {
 	src := e.writeScene("hall.ply", 500)
 	e.enqueue(src)
 	o := e.v1Options(1)
-	o.EncodeDir = filepath.Join(e.stateDir, "encoded")
+	o.WorkDir = e.stateDir
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestPublishEncodeOffUploadsOriginal(t *testing.T) {
 	if j.Stage != state.Done || j.Encoded != nil || len(sp) != 1 || sp[0].ObjectSHA256 != j.SHA256 || sp[0].Format != "ply" {
 		t.Fatalf("job %s encoded %+v; server %+v", j.Stage, j.Encoded, sp)
 	}
-	if _, err := os.Stat(o.EncodeDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(o.WorkDir, "encoded")); !os.IsNotExist(err) {
 		t.Errorf("encode dir made without an encoding: %v", err)
 	}
 }
@@ -121,8 +121,8 @@ func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 		src := e.writeScene("hall.ply", splats)
 		e.enqueue(src)
 		o := e.v1Options(1)
-		o.Publish.Encode = "sog"
-		o.EncodeDir = filepath.Join(e.stateDir, "encoded")
+		editPublish(&o, func(pp *state.PublishParams) { pp.Encode = "sog" })
+		o.WorkDir = e.stateDir
 		if err := e.run(o); err != nil {
 			t.Fatal(err)
 		}

@@ -68,9 +68,9 @@ func (p *Pool) openJob(j state.Job) (*jobFile, error) {
 		}
 		return &jobFile{f: f, fi: fi, want: j.SHA256, size: j.Size}, nil
 	}
-	open := p.o.FS.OpenRegular
+	open := p.fs.OpenRegular
 	if p.follows(j.Root) {
-		open = p.o.FS.OpenRegularFollow
+		open = p.fs.OpenRegularFollow
 	}
 	f, fi, err := open(j.Root, j.Path)
 	if err != nil {
@@ -298,9 +298,9 @@ func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
 		}
 		return fi, nil
 	}
-	stat := p.o.FS.StatRegular
+	stat := p.fs.StatRegular
 	if p.follows(j.Root) {
-		stat = p.o.FS.StatFollow
+		stat = p.fs.StatFollow
 	}
 	fi, err := stat(j.Root, j.Path)
 	if err != nil {
@@ -312,7 +312,7 @@ func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
 // follows reports whether the watch folder root follows symbolic links
 // (follow_symlinks).
 func (p *Pool) follows(root string) bool {
-	return p.o.FollowSymlinks != nil && p.o.FollowSymlinks(root)
+	return p.publish.Load().files.FollowSymlinks(root)
 }
 
 // v1Send sends the missing parts from the file, which must still be the

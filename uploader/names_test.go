@@ -29,10 +29,10 @@ func TestWorkerNamesAsBytes(t *testing.T) {
 	e.enqueue(names...)
 	run := after.New(after.Options{Receipt: true})
 	o := e.options(2)
-	o.Finish = func(ctx context.Context, j state.Job) error {
+	o.After = finishFunc(func(ctx context.Context, j state.Job) error {
 		_, err := run.Finish(ctx, j)
 		return err
-	}
+	})
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -71,10 +70,9 @@ func PublishOne(ctx context.Context, o PoolOptions, path string, r OneShot) (sta
 	}
 	run := &oneRun{r: r, protocol: o.Protocol, tries: oneShotPatience()[state.ProfileJob].Tries, stopped: make(chan error, 1)}
 	run.store = newOneStore(path, fi, o.Now, r.instant, run.committed)
-	o.Store, o.Workers, o.Patience = run.store, 1, oneShotPatience()
-	o.OnUncertain, o.Grace, o.ProbeAPI = UncertainRepublish, oneShotGrace, 0
-	o.EncodeDir, o.BundleDir = filepath.Join(tmp, "encoded"), filepath.Join(tmp, "bundles")
-	o.Finish, o.OnTransition, o.Fleet, o.PeerReceipt = nil, nil, nil, nil
+	o.Store, o.Workers, o.Timing.Patience = run.store, 1, oneShotPatience()
+	o.OnUncertain, o.Timing.Grace, o.Timing.ProbeAPI = UncertainRepublish, oneShotGrace, 0
+	o.WorkDir, o.After, o.Peers, o.Observer = tmp, nil, nil, nil
 	p, err := NewPool(o)
 	if err != nil {
 		return state.Job{}, err

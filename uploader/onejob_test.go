@@ -69,8 +69,8 @@ type instantRun struct {
 
 func (ir *instantRun) publish(c *api.Client, path string, o PoolOptions, r OneShot) (state.Job, error) {
 	o.Client = c
-	if o.Publish.Title == "" {
-		o.Publish.Title = "a"
+	if sf, _ := o.Files.(SidecarFiles); sf.Publish.Title == "" {
+		editPublish(&o, func(pp *state.PublishParams) { pp.Title = "a" })
 	}
 	stage := r.Stage
 	r.instant = true

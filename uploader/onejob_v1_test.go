@@ -25,7 +25,7 @@ func v1OneShot(t *testing.T, e *workerEnv, parts int, progress func(sent, size i
 
 // v1OneShotOptions are the pool options of a v1 one-shot under test.
 func v1OneShotOptions() PoolOptions {
-	return PoolOptions{Protocol: ProtocolV1, ParallelParts: 3, Poll: PollOptions{Interval: time.Millisecond, Timeout: time.Minute}}
+	return PoolOptions{Protocol: ProtocolV1, ParallelParts: 3, Timing: Timing{Poll: PollOptions{Interval: time.Millisecond, Timeout: time.Minute}}}
 }
 
 // TestPublishOneV1Once: a v1 one-shot sends every part once through one
@@ -124,7 +124,7 @@ func TestPublishOneFolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			j, err := new(instantRun).publish(e.client, src.Path, PoolOptions{Protocol: protocol, Publish: state.PublishParams{Title: "lobby"}}, OneShot{})
+			j, err := new(instantRun).publish(e.client, src.Path, PoolOptions{Protocol: protocol, Files: SidecarFiles{Publish: state.PublishParams{Title: "lobby"}}}, OneShot{})
 			src.Close()
 			splats := e.sim.Splats()
 			if err != nil || j.ViewerURL == "" || len(splats) != 1 || splats[0].Format != "sog" {

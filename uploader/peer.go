@@ -41,7 +41,7 @@ type PeerOutcome struct {
 	Receipt string
 }
 
-// ErrNoPeerReceipt is PoolOptions.PeerReceipt's answer while the job's file
+// ErrNoPeerReceipt is Peers.Receipt's answer while the job's file
 // has no receipt that proves its content published (yet): the job waits
 // on. Any other error means none will come (the file is gone).
 var ErrNoPeerReceipt = errors.New("no receipt from another daemon for this content")
@@ -112,7 +112,7 @@ func (p *Pool) v1Waiting(j state.Job) (state.Job, bool, error) {
 // this fleet, or no receipt within the bound.
 func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, parked bool, err error) {
 	v := j.V1
-	if p.o.PeerReceipt == nil || v.NoReceipt {
+	if p.o.Peers == nil || v.NoReceipt {
 		return j, false, nil
 	}
 	if v.Owned {
@@ -123,7 +123,7 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 		// a republish or a session made again: a receipt of the content's
 		// earlier splat would be taken for this one.
 		if j.Generation == 0 && v.Attempt <= 1 {
-			if out, err := p.o.PeerReceipt(j); err == nil {
+			if out, err := p.o.Peers.Receipt(j); err == nil {
 				return p.fromReceipt(j, to, out)
 			}
 		}
@@ -133,20 +133,20 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 	if v.ReceiptSince.IsZero() {
 		v.ReceiptSince, v.PeerPolls = now, 0
 	}
-	out, err := p.o.PeerReceipt(j)
-	left := v.ReceiptSince.Add(p.o.PeerWait).Sub(now)
+	out, err := p.o.Peers.Receipt(j)
+	left := v.ReceiptSince.Add(p.o.Timing.PeerWait).Sub(now)
 	switch {
 	case err == nil:
 		return p.fromReceipt(j, to, out)
 	case errors.Is(err, ErrNoPeerReceipt) && left > 0:
 		v.PeerPolls++
-		d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
+		d := state.Backoff{Base: p.o.Timing.Poll.Interval, Cap: p.o.Timing.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
 		j.NextAttempt = now.Add(min(d, left))
 		j.LastError, j.LastStatus = "", 0
 		j.Parked = fmt.Sprintf("another daemon completed this content's upload session; waiting for its receipt (at most %s more, then complete is replayed once to learn the splat)", left.Round(time.Second))
 		return j, true, nil
 	}
-	why := "none came within " + p.o.PeerWait.String()
+	why := "none came within " + p.o.Timing.PeerWait.String()
 	if !errors.Is(err, ErrNoPeerReceipt) {
 		why = err.Error()
 	}
@@ -179,10 +179,10 @@ func (p *Pool) v1PeerDone(j state.Job, splatID string) (state.Job, error) {
 // where the file was or took along, instead of failing it: ok is false
 // when there is no such receipt (v1 fleets only).
 func (p *Pool) goneToPeer(j state.Job, openErr error) (state.Job, bool, error) {
-	if p.o.PeerReceipt == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(openErr, fs.ErrNotExist) {
+	if p.o.Peers == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(openErr, fs.ErrNotExist) {
 		return j, false, nil
 	}
-	out, err := p.o.PeerReceipt(j)
+	out, err := p.o.Peers.Receipt(j)
 	if err != nil {
 		return j, false, nil
 	}
@@ -208,10 +208,10 @@ func (p *Pool) goneToPeer(j state.Job, openErr error) (state.Job, bool, error) {
 // stage table has no edge from ready to done. ok is false, and the job
 // fails as gone, when there is no such receipt.
 func (p *Pool) readyGoneToPeer(j state.Job, statErr error) (state.Job, bool, error) {
-	if p.o.PeerReceipt == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(statErr, fs.ErrNotExist) {
+	if p.o.Peers == nil || p.o.Protocol != state.ProtocolV1 || !errors.Is(statErr, fs.ErrNotExist) {
 		return j, false, nil
 	}
-	if _, err := p.o.PeerReceipt(j); err != nil {
+	if _, err := p.o.Peers.Receipt(j); err != nil {
 		return j, false, nil
 	}
 	next, err := p.v1Move(j, state.Queued, "file gone: another daemon of the fleet published it, its receipt says")
@@ -232,7 +232,7 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 	if v.PeerSince.IsZero() || have > v.PeerParts {
 		v.PeerSince, v.PeerParts, v.PeerPolls = now, have, 0
 	}
-	left := v.PeerSince.Add(p.o.PeerWait).Sub(now)
+	left := v.PeerSince.Add(p.o.Timing.PeerWait).Sub(now)
 	if left <= 0 {
 		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
 			Float64("idle_s", now.Sub(v.PeerSince).Seconds()).Msg("another daemon's upload session made no progress: sending the missing parts")
@@ -240,7 +240,7 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 		return j, false
 	}
 	v.PeerPolls++
-	d := state.Backoff{Base: p.o.Poll.Interval, Cap: p.o.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
+	d := state.Backoff{Base: p.o.Timing.Poll.Interval, Cap: p.o.Timing.Poll.MaxInterval, Jitter: state.NoJitter}.Delay(v.PeerPolls)
 	j.NextAttempt = now.Add(min(d, left))
 	j.LastError, j.LastStatus = "", 0
 	j.Parked = fmt.Sprintf("another daemon is uploading this content's session (%d of %d parts stored)", have, v.Parts)

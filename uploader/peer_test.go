@@ -31,13 +31,13 @@ func TestV1ReadFileGoneToAPeer(t *testing.T) {
 		read := e.job(path)
 		o := e.v1Options(1)
 		var finishes atomic.Int32
-		o.Finish = func(context.Context, state.Job) error { finishes.Add(1); return nil }
-		o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+		o.After = finishFunc(func(context.Context, state.Job) error { finishes.Add(1); return nil })
+		o.Peers = receiptFunc(func(j state.Job) (PeerOutcome, error) {
 			if !receipt || j.SHA256 != read.SHA256 {
 				return PeerOutcome{}, fs.ErrNotExist
 			}
 			return PeerOutcome{SplatID: "peer-splat", Receipt: "/published/gone.ply.splat.json"}, nil
-		}
+		})
 		if err := e.run(o); err != nil {
 			t.Fatal(err)
 		}

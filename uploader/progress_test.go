@@ -3,7 +3,6 @@ package uploader
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -144,7 +143,7 @@ func TestCheckProgressWhileHashing(t *testing.T) {
 				}
 				size = fi.Size()
 			} else {
-				o.BundleDir = filepath.Join(e.stateDir, "sog-bundles")
+				o.WorkDir = e.stateDir
 				path = e.enqueueFolder("folder", e.files, 1<<20) // five images of 1 MiB
 			}
 			reached, release := make(chan state.Job), make(chan struct{})

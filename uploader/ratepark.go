@@ -22,23 +22,16 @@ func (p *Pool) park(j state.Job, d pace.Delay) state.Job {
 	return j
 }
 
-// waitObserver is the metrics hook of the time spent waiting on the rate
-// limit (metrics.Metrics implements it).
-type waitObserver interface {
-	RateLimitWait(d time.Duration)
-}
-
 // countParkedWait counts, as j is claimed again, the time it waited parked:
 // from the park's commit (UpdatedAt) to now, at most to the delay's end.
 func (p *Pool) countParkedWait(j state.Job) {
-	obs, ok := p.o.Observer.(waitObserver)
-	if w := j.RateLimited; ok && w != nil {
+	if w := j.RateLimited; w != nil {
 		end := p.o.Now()
 		if end.After(w.Until) {
 			end = w.Until
 		}
 		if d := end.Sub(j.UpdatedAt); d > 0 {
-			obs.RateLimitWait(d)
+			p.o.Observer.RateLimitWait(d)
 		}
 	}
 }

@@ -64,7 +64,7 @@ func (r *parkClockEnv) now() time.Time { return time.Now().Add(time.Duration(r.s
 // timed out by it.
 func (r *parkClockEnv) pool(o PoolOptions) PoolOptions {
 	o.Store, o.Now, o.Client = r.store, r.now, r.client
-	o.Poll.Timeout = time.Hour
+	o.Timing.Poll.Timeout = time.Hour
 	return o
 }
 

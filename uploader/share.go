@@ -134,8 +134,8 @@ func (s *shares) owner(j state.Job, members map[string]string) string {
 // false when the job is this daemon's to publish: its own share, a lost
 // peer's, or no fleet.
 func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, err error) {
-	f := p.o.Fleet
-	if f == nil || p.o.PeerReceipt == nil || p.o.Protocol != ProtocolV1 || j.Generation != 0 || j.Root == "" {
+	f := p.fleet
+	if f == nil || p.o.Peers == nil || p.o.Protocol != ProtocolV1 || j.Generation != 0 || j.Root == "" {
 		return j, false, nil
 	}
 	s, self, now := p.shares, f.Self(), p.o.Now()
@@ -155,7 +155,7 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 		}
 		checked := j
 		checked.SHA256 = sum
-		out, rerr := p.o.PeerReceipt(checked)
+		out, rerr := p.o.Peers.Receipt(checked)
 		if rerr == nil {
 			delete(s.since, j.ID)
 			s.progress[peer] = now
@@ -181,7 +181,7 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 		left := from.Add(b).Sub(now)
 		if left > 0 {
 			j.SHA256 = sum
-			j.NextAttempt = now.Add(min(max(p.o.Poll.Interval, b/shareLooks), left))
+			j.NextAttempt = now.Add(min(max(p.o.Timing.Poll.Interval, b/shareLooks), left))
 			j.LastError, j.LastStatus = "", 0
 			j.Parked = fmt.Sprintf("in fleet peer %s's share: waiting for its receipt (taken over if that peer sends none for %s more)", peer, left.Round(time.Second))
 			return j, true, nil
@@ -195,7 +195,7 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 // alone reports whether the fleet knows no other daemon live on root
 // (false without a fleet: then any daemon may share the folder).
 func (p *Pool) alone(root string) bool {
-	f := p.o.Fleet
+	f := p.fleet
 	if f == nil {
 		return false
 	}
@@ -214,13 +214,13 @@ func (p *Pool) alone(root string) bool {
 // shareStarting parks a queued job, before it is read, while the fleet's
 // members cannot be known yet (this daemon just started).
 func (p *Pool) shareStarting(j state.Job) (state.Job, bool) {
-	if p.o.Fleet == nil || p.o.PeerReceipt == nil || p.o.Protocol != ProtocolV1 || j.Root == "" {
+	if p.fleet == nil || p.o.Peers == nil || p.o.Protocol != ProtocolV1 || j.Root == "" {
 		return j, false
 	}
-	if _, known := p.o.Fleet.Members(j.Root); known {
+	if _, known := p.fleet.Members(j.Root); known {
 		return j, false
 	}
-	j.NextAttempt = p.o.Now().Add(max(p.o.Poll.Interval, time.Second))
+	j.NextAttempt = p.o.Now().Add(max(p.o.Timing.Poll.Interval, time.Second))
 	j.LastError, j.LastStatus = "", 0
 	j.Parked = "waiting for the fleet's members to announce themselves (this daemon just started)"
 	return j, true

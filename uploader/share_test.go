@@ -58,13 +58,13 @@ func TestShareWaitTakesAPeersOutcomeFromItsReceipt(t *testing.T) {
 	var published atomic.Bool
 	o := e.v1Options(1)
 	o.Now = clock.Now
-	o.Fleet = testFleet{peer: peerOwning(t, e.job(path))}
-	o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+	fleet := testFleet{peer: peerOwning(t, e.job(path))}
+	o.Peers = fleetPeers{fleet: fleet, receiptFunc: func(j state.Job) (PeerOutcome, error) {
 		if !published.Load() || j.SHA256 == "" {
 			return PeerOutcome{}, ErrNoPeerReceipt
 		}
 		return PeerOutcome{SplatID: "peer-splat", Receipt: j.Path + ".splat.json"}, nil
-	}
+	}}
 	pool := runPool(t, o)
 	e.waitFor("the job parked in the peer's share", func() bool {
 		clock.add(time.Millisecond)
@@ -102,8 +102,8 @@ func TestShareOfASilentPeerTakenOver(t *testing.T) {
 	clock := &testClock{now: time.Unix(1_800_000_000, 0)}
 	o := e.v1Options(1)
 	o.Now = clock.Now
-	o.Fleet = testFleet{peer: peerOwning(t, e.job(path))}
-	o.PeerReceipt = func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }
+	fleet := testFleet{peer: peerOwning(t, e.job(path))}
+	o.Peers = fleetPeers{fleet: fleet, receiptFunc: func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }}
 	pool := runPool(t, o)
 	e.waitFor("the job parked in the peer's share", func() bool {
 		clock.add(time.Millisecond)

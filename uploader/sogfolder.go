@@ -17,7 +17,7 @@ import (
 
 // An unbundled SOG folder's job is its meta.json (the watcher's handle on
 // it); what is hashed and uploaded is the bundled .sog built from the folder
-// into BundleDir. Its size and modification time are the job's Size and
+// into the bundles folder of WorkDir. Its size and modification time are the job's Size and
 // ModTime, so every later step's "is it still the file that was hashed"
 // check holds the bundle to what was hashed. The bundle is built again only
 // by the check step, from a folder that passed the check and settled.
@@ -26,7 +26,7 @@ import (
 // an unchanged folder replaces the same file with the same bytes.
 func (p *Pool) bundlePath(metaPath string) string {
 	sum := sha256.Sum256([]byte(filepath.Clean(metaPath)))
-	return filepath.Join(p.o.BundleDir, hex.EncodeToString(sum[:12])+".sog")
+	return filepath.Join(p.bundleDir, hex.EncodeToString(sum[:12])+".sog")
 }
 
 // folderName is the base name of the file a job stands for: FOLDER.sog for
@@ -56,7 +56,7 @@ func PublishedAsIn(root, path string) string { return splatfile.FolderAsFile(roo
 func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
 	// The folder is opened through the watch folder (trustfs): no link
 	// leads out of it, and its images are read through that root only.
-	dir, err := p.o.FS.OpenDir(j.Root, filepath.Dir(j.Path))
+	dir, err := p.fs.OpenDir(j.Root, filepath.Dir(j.Path))
 	if err != nil {
 		return j, fileError(err)
 	}
@@ -68,7 +68,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if err != nil {
 		return j, err
 	}
-	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Settle {
+	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Timing.Settle {
 		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
 	}
 	lo, hi := p.bounds(j.Root)
@@ -94,7 +94,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar
 	// (inside it when the folder is the watch folder itself).
 	asFile := PublishedAsIn(j.Root, j.Path)
-	params, err := p.publish.Load().resolve(p.o.FS, asFile, j.Root, j.ModTime)
+	params, err := p.publish.Load().files.Params(asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
@@ -111,10 +111,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 // bounds are the min_size and max_size of the watch folder root (0, 0:
 // none, when the pool has no bounds).
 func (p *Pool) bounds(root string) (minSize, maxSize int64) {
-	if p.o.SizeBounds == nil {
-		return 0, 0
-	}
-	return p.o.SizeBounds(root)
+	return p.publish.Load().files.SizeBounds(root)
 }
 
 // BundleOutsideBounds says why an unbundled SOG folder whose bundle is size

@@ -53,13 +53,13 @@ func TestFolderOutsideSizeBoundsIsNotBuilt(t *testing.T) {
 	big := e.enqueueFolder("big", e.files, 16<<20)
 	small := e.enqueueFolder("floor/small", floor, 1<<10)
 	o := e.options(2)
-	o.BundleDir = filepath.Join(e.stateDir, "sog-bundles")
-	o.SizeBounds = func(root string) (int64, int64) {
+	o.WorkDir = e.stateDir
+	o.Files = boundsFiles{SidecarFiles: o.Files.(SidecarFiles), bounds: func(root string) (int64, int64) {
 		if root == floor {
 			return 1 << 20, 0
 		}
 		return 0, 1 << 20
-	}
+	}}
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestFolderOutsideSizeBoundsIsNotBuilt(t *testing.T) {
 			t.Errorf("%s: %s (%q), want failed: ~%q", j.Path, j.Stage, j.FailReason, want[j.Path])
 		}
 	}
-	if _, err := os.Stat(o.BundleDir); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(o.WorkDir, "sog-bundles")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the bundle folder was made (%v): a bundle was built", err)
 	}
 	if st := e.sim.Stats(); st.SignedURLs != 0 {
@@ -161,7 +161,7 @@ func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 	e := newWorkerEnv(t, apisim.Options{})
 	meta := e.enqueueFolder("room", e.files, 16<<20)
 	o := e.options(1)
-	o.BundleDir = filepath.Join(e.stateDir, "sog-bundles")
+	o.WorkDir = e.stateDir
 	o.Now = func() time.Time { return time.Now().Add(time.Hour) } // the folder has settled
 	p, err := NewPool(o)
 	if err != nil {
@@ -177,7 +177,7 @@ func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 	if !errors.Is(err, errDrained) || next.Stage != state.Queued {
 		t.Fatalf("stepCheckFolder while draining = %s, %v; want queued, errDrained", next.Stage, err)
 	}
-	if entries, _ := os.ReadDir(o.BundleDir); len(entries) != 0 {
+	if entries, _ := os.ReadDir(filepath.Join(o.WorkDir, "sog-bundles")); len(entries) != 0 {
 		t.Errorf("left %v in the bundle folder", entries)
 	}
 }
@@ -220,7 +220,7 @@ func TestFileOutsideSizeBoundsIsNotHashed(t *testing.T) {
 	}
 	e.enqueue(grown)
 	o := e.options(1)
-	o.SizeBounds = func(string) (int64, int64) { return 0, 1 << 20 }
+	o.Files = boundsFiles{SidecarFiles: o.Files.(SidecarFiles), bounds: func(string) (int64, int64) { return 0, 1 << 20 }}
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}

@@ -79,9 +79,7 @@ func (p *Pool) storeWorks(wrote bool) {
 	h.err, h.wrote, h.recovered = nil, false, p.o.Now()
 	h.mu.Unlock()
 	p.log.Info().Msg("job store works again")
-	if p.o.OnStoreRecovered != nil {
-		p.o.OnStoreRecovered()
-	}
+	p.o.Observer.StoreRecovered()
 }
 
 // StoreError returns the last store failure while the store keeps failing

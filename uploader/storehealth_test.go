@@ -70,7 +70,7 @@ func TestWorkerStoreRecoversOnlyWhenAJobAdvances(t *testing.T) {
 	var logs lockedBuffer
 	o.Logger = zerolog.New(&logs)
 	var recoveries atomic.Int32
-	o.OnStoreRecovered = func() { recoveries.Add(1) }
+	o.Observer = onRecovered{f: func() { recoveries.Add(1) }}
 	p, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)
@@ -126,12 +126,12 @@ func TestWorkerStorePatienceGrowsOnAFullDisk(t *testing.T) {
 	fs.full.Store(true)
 	o := e.options(1)
 	// A cap far above the test's run: no recovery is old enough to start over.
-	o.Patience[state.ProfileStore] = state.Patience{Backoff: state.Backoff{Base: time.Millisecond, Cap: time.Minute, Jitter: state.NoJitter}}
+	o.Timing.Patience[state.ProfileStore] = state.Patience{Backoff: state.Backoff{Base: time.Millisecond, Cap: time.Minute, Jitter: state.NoJitter}}
 	o.Store = fs
 	var logs lockedBuffer
 	o.Logger = zerolog.New(&logs)
 	var recoveries atomic.Int32
-	o.OnStoreRecovered = func() { recoveries.Add(1) }
+	o.Observer = onRecovered{f: func() { recoveries.Add(1) }}
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}
@@ -169,13 +169,13 @@ func TestWorkerStorePatience(t *testing.T) {
 	t.Parallel()
 	e := newWorkerEnv(t, apisim.Options{})
 	o := e.options(1)
-	o.Patience[state.ProfileStore] = state.Patience{Backoff: state.Backoff{Base: time.Millisecond, Cap: 8 * time.Millisecond, Jitter: state.NoJitter}}
+	o.Timing.Patience[state.ProfileStore] = state.Patience{Backoff: state.Backoff{Base: time.Millisecond, Cap: 8 * time.Millisecond, Jitter: state.NoJitter}}
 	var logs lockedBuffer
 	o.Logger = zerolog.New(&logs)
 	var skew atomic.Int64 // the test's clock runs ahead by skew
 	o.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	var recoveries atomic.Int32
-	o.OnStoreRecovered = func() { recoveries.Add(1) }
+	o.Observer = onRecovered{f: func() { recoveries.Add(1) }}
 	p, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)

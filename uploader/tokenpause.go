@@ -41,9 +41,9 @@ func (p *Pool) pausedChan() <-chan struct{} {
 func (p *Pool) authProber(ctx context.Context) error {
 	tokens := p.o.Client.Token()
 	var recheck <-chan time.Time
-	if p.o.ProbeAPI > 0 {
+	if p.o.Timing.ProbeAPI > 0 {
 		p.probeAtStart(ctx)
-		t := time.NewTicker(p.o.ProbeAPI)
+		t := time.NewTicker(p.o.Timing.ProbeAPI)
 		defer t.Stop()
 		recheck = t.C
 	}
@@ -123,7 +123,7 @@ func (p *Pool) probe(ctx context.Context) error {
 func (p *Pool) awaitProbe(ctx context.Context, tokens *api.Token, attempt int) error {
 	t := time.NewTimer(p.policy.Wait(state.ProfileToken, attempt))
 	defer t.Stop()
-	recheck := time.NewTicker(p.o.TokenRecheck)
+	recheck := time.NewTicker(p.o.Timing.TokenRecheck)
 	defer recheck.Stop()
 	for {
 		select {

@@ -72,14 +72,15 @@ func v1CrashChild() error {
 		return err
 	}
 	p, err := NewPool(PoolOptions{
-		Store: store, Client: client, Workers: 3, Protocol: ProtocolV1, ParallelParts: 4, PeerWait: time.Hour,
-		Publish: state.PublishParams{Title: "{{.Stem}}"},
-		Poll:    PollOptions{Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
-		Patience: map[state.Profile]state.Patience{
-			state.ProfileJob:  {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
-			state.ProfilePart: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+		Store: store, Client: client, Workers: 3, Protocol: ProtocolV1, ParallelParts: 4,
+		Files: SidecarFiles{Publish: state.PublishParams{Title: "{{.Stem}}"}},
+		Timing: Timing{
+			Poll: PollOptions{Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute}, Settle: 5 * time.Millisecond, PeerWait: time.Hour,
+			Patience: map[state.Profile]state.Patience{
+				state.ProfileJob:  {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+				state.ProfilePart: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+			},
 		},
-		Settle:   5 * time.Millisecond,
 		Logger:   zerolog.New(os.Stderr).Level(zerolog.ErrorLevel),
 		Observer: NopObserver{},
 	})

@@ -57,7 +57,7 @@ func (e *workerEnv) v1Options(workers int) PoolOptions {
 	o := e.options(workers)
 	o.Protocol = ProtocolV1
 	o.ParallelParts = 4
-	o.PeerWait = time.Hour
+	o.Timing.PeerWait = time.Hour
 	return o
 }
 
@@ -485,21 +485,21 @@ func TestV1SessionFoundCompleted(t *testing.T) {
 			e.reopen()
 			e.enqueue(path)
 			o := e.v1Options(1)
-			o.PeerWait = 50 * time.Millisecond
+			o.Timing.PeerWait = 50 * time.Millisecond
 			var finishes, parks atomic.Int32
-			o.Finish = func(context.Context, state.Job) error { finishes.Add(1); return nil }
+			o.After = finishFunc(func(context.Context, state.Job) error { finishes.Add(1); return nil })
 			o.workerHook = func(point string, j state.Job) error {
 				if strings.HasPrefix(point, "commit:") && j.Parked != "" {
 					parks.Add(1)
 				}
 				return nil
 			}
-			o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+			o.Peers = receiptFunc(func(j state.Job) (PeerOutcome, error) {
 				if !tc.receipt || j.SHA256 != first.SHA256 {
 					return PeerOutcome{}, ErrNoPeerReceipt
 				}
 				return PeerOutcome{SplatID: first.SplatID, ViewerURL: first.ViewerURL, CompletedAt: first.CompletedAt, Receipt: "r"}, nil
-			}
+			})
 			if err := e.run(o); err != nil {
 				t.Fatal(err)
 			}
@@ -582,7 +582,7 @@ func TestV1ForgetPublishesAgain(t *testing.T) {
 	o := e.v1Options(1)
 	// Receipts on, none there (forget removed it): a job that took the old
 	// session for a peer's would wait PeerWait (an hour) for one.
-	o.PeerReceipt = func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }
+	o.Peers = receiptFunc(func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt })
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +624,7 @@ func TestV1PeerStalledSessionTakenOver(t *testing.T) {
 	}
 	e.enqueue(path)
 	o := e.v1Options(1)
-	o.PeerWait = 30 * time.Millisecond
+	o.Timing.PeerWait = 30 * time.Millisecond
 	var watched atomic.Int32
 	o.workerHook = func(point string, j state.Job) error {
 		if point == "effect:signed" && j.Stage == state.Signed && !j.V1.Owned {
@@ -718,7 +718,7 @@ func TestV1TwoDaemonsOneFolder(t *testing.T) {
 
 	o1, o2 := e.v1Options(2), e.v1Options(2)
 	o2.Store = other
-	o1.PeerWait, o2.PeerWait = time.Minute, time.Minute
+	o1.Timing.PeerWait, o2.Timing.PeerWait = time.Minute, time.Minute
 	final := func(s *queue.Store) bool {
 		st, err := s.Stats()
 		return err == nil && st.Stages[state.Done]+st.Stages[state.Failed] == len(paths)
@@ -792,12 +792,12 @@ func TestV1CrashBeforeCreateAnswerTakesAPeersReceipt(t *testing.T) {
 	e.reopen()
 	before := e.sim.Stats()
 	o := e.v1Options(1)
-	o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+	o.Peers = receiptFunc(func(j state.Job) (PeerOutcome, error) {
 		if j.SHA256 != first.SHA256 {
 			return PeerOutcome{}, ErrNoPeerReceipt
 		}
 		return PeerOutcome{SplatID: first.SplatID, ViewerURL: first.ViewerURL, CompletedAt: first.CompletedAt, Receipt: "r"}, nil
-	}
+	})
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}
@@ -827,13 +827,13 @@ func TestV1FileGoneToAPeer(t *testing.T) {
 		}
 		o := e.v1Options(1)
 		var finishes atomic.Int32
-		o.Finish = func(context.Context, state.Job) error { finishes.Add(1); return nil }
-		o.PeerReceipt = func(j state.Job) (PeerOutcome, error) {
+		o.After = finishFunc(func(context.Context, state.Job) error { finishes.Add(1); return nil })
+		o.Peers = receiptFunc(func(j state.Job) (PeerOutcome, error) {
 			if !receipt {
 				return PeerOutcome{}, fs.ErrNotExist
 			}
 			return PeerOutcome{SplatID: "peer-splat", ViewerURL: "https://v/peer-splat", Receipt: j.Path + ".splat.json"}, nil
-		}
+		})
 		if err := e.run(o); err != nil {
 			t.Fatal(err)
 		}

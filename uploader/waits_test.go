@@ -24,12 +24,12 @@ import (
 // stageObserver records the pool's hooks of the after-action stage and of
 // configuration errors.
 type stageObserver struct {
+	NopObserver
 	mu     sync.Mutex
 	after  map[string]int
 	config map[string]bool
 }
 
-func (o *stageObserver) JobFinished(string, time.Duration) {}
 func (o *stageObserver) AfterActionError(action string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -79,14 +79,14 @@ func TestPoolAfterActionStage(t *testing.T) {
 	obs := &stageObserver{}
 	o := e.options(1)
 	o.Observer = obs
-	o.Patience[state.ProfileAfter] = state.Patience{Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 10 * time.Millisecond, Jitter: state.NoJitter}}
-	o.Finish = func(context.Context, state.Job) error {
+	o.Timing.Patience[state.ProfileAfter] = state.Patience{Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 10 * time.Millisecond, Jitter: state.NoJitter}}
+	o.After = finishFunc(func(context.Context, state.Job) error {
 		calls.Add(1)
 		if broken.Load() {
 			return moveError{}
 		}
 		return nil
-	}
+	})
 	pool := runPool(t, o)
 
 	e.waitFor("the after-action to fail three times without a restart", func() bool {
@@ -188,7 +188,7 @@ func TestPoolConfigErrorPausesAndResumes(t *testing.T) {
 	obs := &stageObserver{}
 	o := e.options(2)
 	o.Client, o.Observer = c, obs
-	o.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}}
+	o.Timing.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}}
 	pool := runPool(t, o)
 
 	e.waitFor("the job to show the configuration error", func() bool {
@@ -260,7 +260,7 @@ func TestPoolConfigChangedRetriesAtOnce(t *testing.T) {
 	e.enqueue(e.writePLY("scan.ply", 40))
 	o := e.options(1)
 	o.Client = c
-	o.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}}
+	o.Timing.Patience[state.ProfileConfig] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}}
 	pool := runPool(t, o)
 	e.waitFor("the job to show the configuration error", func() bool {
 		j, _ := e.store.Get(1)
@@ -284,7 +284,7 @@ func TestPoolProbesTokenAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := e.options(1)
-	o.Client, o.ProbeAPI = c, time.Hour
+	o.Client, o.Timing.ProbeAPI = c, time.Hour
 	pool := runPool(t, o)
 	e.waitFor("the pool to pause on the token", func() bool { return pool.Paused() != nil })
 }

@@ -98,14 +98,15 @@ func crashChild() error {
 	}
 	p, err := NewPool(PoolOptions{
 		Store: store, Client: client, Workers: 3,
-		Publish:     state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
+		Files:       SidecarFiles{Publish: state.PublishParams{Title: "{{.Stem}}", Format: "sog"}},
 		OnUncertain: UncertainHold,
-		Poll:        PollOptions{Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
-		Patience: map[state.Profile]state.Patience{
-			state.ProfileJob:  {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
-			state.ProfilePart: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+		Timing: Timing{
+			Poll: PollOptions{Interval: 10 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute}, Settle: 5 * time.Millisecond,
+			Patience: map[state.Profile]state.Patience{
+				state.ProfileJob:  {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+				state.ProfilePart: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.EqualJitter}},
+			},
 		},
-		Settle: 5 * time.Millisecond,
 		Logger: zerolog.New(os.Stderr).Level(zerolog.ErrorLevel),
 	})
 	if err != nil {

@@ -32,15 +32,16 @@ func TestPoolUsesTheDefaultsOfTheJobsRoot(t *testing.T) {
 		}
 	}
 	o := e.options(1) // one worker: asked is appended without a lock
+	defaults := o.Files.(SidecarFiles).Publish
 	var asked []string
-	o.Params = func(path, root string, mod time.Time) (state.PublishParams, error) {
+	o.Files = paramsFunc(func(path, root string, mod time.Time) (state.PublishParams, error) {
 		asked = append(asked, root)
-		defaults := o.Publish
+		defaults := defaults
 		if root == clientA {
 			defaults = state.PublishParams{Title: "Client A: {{.Stem}}", Format: "compressed.ply", Listed: true}
 		}
 		return sidecar.Resolve(nil, defaults, path, root, mod)
-	}
+	})
 	if err := e.run(o); err != nil {
 		t.Fatal(err)
 	}

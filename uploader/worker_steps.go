@@ -110,7 +110,7 @@ func (p *Pool) workerChanged(j state.Job, fi fs.FileInfo, why string) (state.Job
 	}
 	dropEncoded(old)
 	j.Size, j.ModTime = fi.Size(), fi.ModTime()
-	j.NextAttempt = now.Add(p.o.Settle)
+	j.NextAttempt = now.Add(p.o.Timing.Settle)
 	j.LastError, j.LastStatus = why, 0
 	return j, nil
 }
@@ -156,65 +156,89 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	// A job back here with a hash (waiting for a twin in flight, or retried)
-	// keeps it while the file is the one hashed: a multi-GB file is not
-	// read again every DedupeWait. workerChanged clears the hash.
 	// The hash and the encoding are the long part of the check (minutes
 	// for a multi-GB file on a slow share) and have no side effect to
 	// finish: they stop as soon as the pool drains, and the job stays
 	// queued.
 	hctx, stop := p.untilDrain(ctx)
 	defer stop()
-	drained := func(err error) error {
-		if errors.Is(context.Cause(hctx), errDrained) && ctx.Err() == nil {
-			return errDrained
-		}
-		return err
+	sum, changed, err := p.hashOf(ctx, hctx, j, jf)
+	if err != nil {
+		return j, err
 	}
-	sum := j.SHA256
-	if sum == "" || !fileSame(jf.fi, j) {
-		m := p.startCheck(j, CheckHashing, jf.fi.Size())
-		sum, err = jf.hash(hctx, m)
-		m.stop()
-		if err != nil {
-			return j, drained(err)
-		}
-		fi2, err := jf.restat()
-		if err != nil {
-			return j, err
-		}
-		if !workerSame(fi2, j) {
-			return p.workerChanged(j, fi2, "file changed while it was hashed; waiting until it settles")
-		}
+	if changed != nil {
+		return p.workerChanged(j, changed, "file changed while it was hashed; waiting until it settles")
 	}
 	if next, parked, err := p.shareWait(j, sum); parked || err != nil {
 		return next, err
 	}
-	id := trustfs.IDOf(jf.fi)
-	params, err := p.publish.Load().resolve(p.o.FS, j.Path, j.Root, j.ModTime)
+	next, keep, err := p.readyChecked(ctx, hctx, j, jf, sum, info.Kind)
+	return next, err
+}
+
+// hashOf is the SHA-256 of jf, j's file. A job back here with a hash
+// (waiting for a twin in flight, or retried) keeps it while the file is
+// the one hashed: a multi-GB file is not read again every DedupeWait
+// (workerChanged clears the hash). changed is the file's new state when
+// it changed while it was hashed.
+func (p *Pool) hashOf(ctx, hctx context.Context, j state.Job, jf *jobFile) (sum string, changed fs.FileInfo, err error) {
+	if j.SHA256 != "" && fileSame(jf.fi, j) {
+		return j.SHA256, nil, nil
+	}
+	m := p.startCheck(j, CheckHashing, jf.fi.Size())
+	sum, err = jf.hash(hctx, m)
+	m.stop()
 	if err != nil {
-		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
+		return "", nil, drained(ctx, hctx, err)
+	}
+	fi2, err := jf.restat()
+	if err != nil {
+		return "", nil, err
+	}
+	if !workerSame(fi2, j) {
+		return "", fi2, nil
+	}
+	return sum, nil, nil
+}
+
+// readyChecked moves j, its file jf checked as kind and hashed as sum, to
+// ready with its publish parameters and its encoding, and keeps jf for
+// the upload (kept); one that changed while it was encoded waits instead.
+func (p *Pool) readyChecked(ctx, hctx context.Context, j state.Job, jf *jobFile, sum string, kind splatfile.Kind) (next state.Job, kept bool, err error) {
+	id := trustfs.IDOf(jf.fi)
+	params, err := p.publish.Load().files.Params(j.Path, j.Root, j.ModTime)
+	if err != nil {
+		return j, false, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
 	}
 	checked := j
-	checked.SHA256, checked.Kind, checked.Params = sum, string(info.Kind), params
+	checked.SHA256, checked.Kind, checked.Params = sum, string(kind), params
 	enc, skipped, changed, err := p.encodeForUpload(hctx, checked, jf)
 	if err != nil {
-		return j, drained(err)
+		return j, false, drained(ctx, hctx, err)
 	}
 	if changed != nil {
-		return p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
+		next, err := p.workerChanged(j, changed, "file changed while it was encoded; waiting until it settles")
+		return next, false, err
 	}
 	j.Encoded, j.EncodeSkipped = enc, skipped
 	now := p.o.Now()
 	if err := j.Move(state.Ready, now); err != nil {
-		return j, err
+		return j, false, err
 	}
-	j.SHA256, j.Kind, j.Params = sum, string(info.Kind), params
+	j.SHA256, j.Kind, j.Params = sum, string(kind), params
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
 	p.held.put(j.ID, jf) // uploadFile sets what the upload must read from the job
-	keep = true
-	return j, nil
+	return j, true, nil
+}
+
+// drained is err, or errDrained when hctx, a check's context (untilDrain),
+// ended because the pool drains while ctx runs on.
+func drained(ctx, hctx context.Context, err error) error {
+	if errors.Is(context.Cause(hctx), errDrained) && ctx.Err() == nil {
+		return errDrained
+	}
+	return err
 }
 
 // emptySHA256 is the sha256 of no bytes.
@@ -246,8 +270,8 @@ func (p *Pool) stepSign(ctx context.Context, t *pace.Caller, j state.Job) (state
 // signed again (back to ready).
 func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	now := p.o.Now()
-	if now.Sub(j.Upload.IssuedAt) > p.o.URLMaxAge {
-		return p.resign(j, now, "signed URL is older than "+p.o.URLMaxAge.String())
+	if now.Sub(j.Upload.IssuedAt) > p.o.Timing.URLMaxAge {
+		return p.resign(j, now, "signed URL is older than "+p.o.Timing.URLMaxAge.String())
 	}
 	jf, changed, err := p.uploadFile(j)
 	if err != nil {
@@ -376,7 +400,7 @@ func (p *Pool) published(j state.Job, now time.Time, splatID string) (state.Job,
 	j.SplatID = splatID
 	pub := now
 	j.PublishedAt = &pub
-	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Poll.Interval), "", 0
+	j.NextAttempt, j.LastError, j.LastStatus = now.Add(p.o.Timing.Poll.Interval), "", 0
 	return j, nil
 }
 
@@ -406,10 +430,10 @@ func (p *Pool) stepPoll(ctx context.Context, t *pace.Caller, j state.Job) (state
 
 // pollTimedOut fails j when processing has run past Poll.Timeout.
 func (p *Pool) pollTimedOut(j state.Job, now time.Time) (state.Job, bool) {
-	if j.PublishedAt == nil || now.Sub(*j.PublishedAt) <= p.o.Poll.Timeout {
+	if j.PublishedAt == nil || now.Sub(*j.PublishedAt) <= p.o.Timing.Poll.Timeout {
 		return j, false
 	}
-	return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Poll.Timeout, j.TaskStatus)), true
+	return p.fail(j, now, fmt.Errorf("processing did not finish within %s; last status %q", p.o.Timing.Poll.Timeout, j.TaskStatus)), true
 }
 
 // polled acts on a poll's answer, for either protocol: done (at
@@ -438,7 +462,7 @@ func (p *Pool) polled(j state.Job, now time.Time, outcome api.Outcome, status st
 	// every stage): the next one waits as long as processing has lasted,
 	// from Interval to MaxInterval, which doubles the pause at each poll.
 	j.Attempts = 0
-	j.NextAttempt = now.Add(min(max(now.Sub(j.StageSince), p.o.Poll.Interval), p.o.Poll.MaxInterval))
+	j.NextAttempt = now.Add(min(max(now.Sub(j.StageSince), p.o.Timing.Poll.Interval), p.o.Timing.Poll.MaxInterval))
 	return j, nil
 }
 

@@ -110,20 +110,21 @@ func (e *workerEnv) enqueue(paths ...string) {
 func (e *workerEnv) options(workers int) PoolOptions {
 	return PoolOptions{
 		Store: e.store, Client: e.client, Workers: workers,
-		Publish: state.PublishParams{Title: "{{.Stem}}", Format: "sog"},
-		Poll:    PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute},
-		Patience: map[state.Profile]state.Patience{
-			state.ProfileJob:   {Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter}},
-			state.ProfilePart:  {Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter}},
-			state.ProfileToken: {Backoff: state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter}},
-			state.ProfileStore: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}},
+		Files: SidecarFiles{Publish: state.PublishParams{Title: "{{.Stem}}", Format: "sog"}},
+		Timing: Timing{
+			Poll: PollOptions{Interval: 5 * time.Millisecond, MaxInterval: 40 * time.Millisecond, Timeout: time.Minute}, Settle: 5 * time.Millisecond,
+			Patience: map[state.Profile]state.Patience{
+				state.ProfileJob:   {Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter}},
+				state.ProfilePart:  {Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.EqualJitter}},
+				state.ProfileToken: {Backoff: state.Backoff{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: state.NoJitter}},
+				state.ProfileStore: {Backoff: state.Backoff{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, Jitter: state.NoJitter}},
+			},
 		},
-		Settle: 5 * time.Millisecond,
-		Finish: func(_ context.Context, j state.Job) error {
+		After: finishFunc(func(_ context.Context, j state.Job) error {
 			n, _ := e.finished.LoadOrStore(j.ID, new(atomic.Int32))
 			n.(*atomic.Int32).Add(1)
 			return nil
-		},
+		}),
 		Logger: zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel),
 	}
 }
@@ -400,7 +401,7 @@ func TestWorkerOldSignedURLIsSignedAgain(t *testing.T) {
 	p := e.writePLY("scan.ply", 30)
 	e.enqueue(p)
 	o := e.options(1)
-	o.URLMaxAge = time.Minute
+	o.Timing.URLMaxAge = time.Minute
 	// The clock jumps two minutes between sign and PUT.
 	var skew atomic.Int64
 	o.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
@@ -506,7 +507,7 @@ func TestWorkerProcessingOutcomes(t *testing.T) {
 		e := newWorkerEnv(t, apisim.Options{SuccessStatus: "mystery"})
 		e.enqueue(e.writePLY("a.ply", 30))
 		o := e.options(1)
-		o.Poll.Timeout = 300 * time.Millisecond
+		o.Timing.Poll.Timeout = 300 * time.Millisecond
 		if err := e.run(o); err != nil {
 			t.Fatal(err)
 		}
@@ -763,7 +764,7 @@ func TestWorkerPublish429IsNotUncertain(t *testing.T) {
 	e.enqueue(p)
 	o := e.options(1)
 	o.OnUncertain = UncertainHold
-	o.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}} // the retry waits past the restart
+	o.Timing.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}} // the retry waits past the restart
 	pool, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)
@@ -854,7 +855,7 @@ func TestWorkerStorageRefusalsBackOff(t *testing.T) {
 	e := newWorkerEnv(t, apisim.Options{Faults: apisim.Faults{StorageForbiddenRate: 1}})
 	e.enqueue(e.writePLY("refused.ply", 40))
 	o := e.options(1)
-	o.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}}
+	o.Timing.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: time.Hour, Cap: time.Hour, Jitter: state.NoJitter}}
 	p, err := NewPool(o)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // apiEnv is what the API commands share: the loaded config, the client and
@@ -377,7 +378,7 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *upload
 		return err
 	}
 	o := daemon.PoolOptions(a.cfg, a.client)
-	o.Params = func(string, string, time.Time) (state.PublishParams, error) { return req, nil }
+	o.Files = resolvedParams{params: req, fs: o.Files.FS()}
 	o.Logger = zerolog.Nop() // the progress lines tell what the pool's log would
 	bar := newProgress(c.stderr, filepath.Base(as))
 	j, err := uploader.PublishOne(ctx, o, src.Path, uploader.OneShot{Stage: bar.stage, Progress: bar.update})
@@ -391,6 +392,21 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *upload
 	fmt.Fprintf(c.stdout, "%s\t%s\n", state.Shown(path), j.ViewerURL)
 	return nil
 }
+
+// resolvedParams is `splatd publish`'s uploader.Files: the file's
+// parameters, resolved before the run, and the config's trust boundary; no
+// links followed, no size bounds.
+type resolvedParams struct {
+	params state.PublishParams
+	fs     *trustfs.FS
+}
+
+func (r resolvedParams) FS() *trustfs.FS { return r.fs }
+func (r resolvedParams) Params(string, string, time.Time) (state.PublishParams, error) {
+	return r.params, nil
+}
+func (resolvedParams) FollowSymlinks(string) bool       { return false }
+func (resolvedParams) SizeBounds(string) (int64, int64) { return 0, 0 }
 
 // progress draws a bar on a terminal and plain lines elsewhere (journald,
 // CI logs), so that neither gets a screen of carriage returns.

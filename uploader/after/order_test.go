@@ -17,7 +17,7 @@ import (
 )
 
 // peerLooks is a fleet peer's lookup for j's content, as the daemon's
-// PoolOptions.PeerReceipt makes it (cmd/internal/daemon peerReceipt): the
+// Peers.Receipt makes it (cmd/internal/daemon peerReceipt): the
 // receipt beside the file, else, the file gone and the fleet moving what
 // it publishes, the one under dest. sha256 "" is a job that never read the
 // file. It returns the splat the evidence names, and where it was read.

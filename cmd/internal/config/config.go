@@ -242,10 +242,10 @@ func Default() Config {
 			BaseURL:       "https://playcanvas.com",
 			Timeout:       Duration(60 * time.Second),
 			Protocol:      ProtocolLegacy,
-			MaxServerWait: Duration(pool.MaxServerWait),
+			MaxServerWait: Duration(pool.Timing.MaxServerWait),
 		},
 		Upload:         Upload{ParallelParts: pool.ParallelParts, Bandwidth: "0"},
-		Settle:         Duration(pool.Settle),
+		Settle:         Duration(pool.Timing.Settle),
 		RescanInterval: Duration(5 * time.Minute),
 		StateDir:       "/var/lib/splatd",
 		Workers:        pool.Workers,
@@ -257,15 +257,15 @@ func Default() Config {
 			Settings:    defaultSettings(),
 		},
 		Poll: Poll{
-			Interval:    Duration(pool.Poll.Interval),
-			MaxInterval: Duration(pool.Poll.MaxInterval),
-			Timeout:     Duration(pool.Poll.Timeout),
+			Interval:    Duration(pool.Timing.Poll.Interval),
+			MaxInterval: Duration(pool.Timing.Poll.MaxInterval),
+			Timeout:     Duration(pool.Timing.Poll.Timeout),
 		},
 		After:   After{OnSuccess: "keep", OnFailure: "keep", Receipt: true, Exec: []string{}, ExecTimeout: Duration(30 * time.Second)},
 		Metrics: Metrics{Listen: "127.0.0.1:9464"},
 		Log:     Log{Level: "info", Format: "auto"},
 
-		IncompleteTimeout: Duration(pool.IncompleteTimeout),
+		IncompleteTimeout: Duration(pool.Timing.IncompleteTimeout),
 	}
 }
 

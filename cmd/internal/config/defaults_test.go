@@ -33,12 +33,12 @@ func TestExampleStatesPoolDefaults(t *testing.T) {
 	}{
 		{"workers", pool.Workers, def.Workers},
 		{"upload.parallel_parts", pool.ParallelParts, def.Upload.ParallelParts},
-		{"settle", pool.Settle, def.Settle.D()},
-		{"poll.interval", pool.Poll.Interval, def.Poll.Interval.D()},
-		{"poll.max_interval", pool.Poll.MaxInterval, def.Poll.MaxInterval.D()},
-		{"poll.timeout", pool.Poll.Timeout, def.Poll.Timeout.D()},
-		{"incomplete_timeout", pool.IncompleteTimeout, def.IncompleteTimeout.D()},
-		{"api.max_server_wait", pool.MaxServerWait, def.API.MaxServerWait.D()},
+		{"settle", pool.Timing.Settle, def.Settle.D()},
+		{"poll.interval", pool.Timing.Poll.Interval, def.Poll.Interval.D()},
+		{"poll.max_interval", pool.Timing.Poll.MaxInterval, def.Poll.MaxInterval.D()},
+		{"poll.timeout", pool.Timing.Poll.Timeout, def.Poll.Timeout.D()},
+		{"incomplete_timeout", pool.Timing.IncompleteTimeout, def.IncompleteTimeout.D()},
+		{"api.max_server_wait", pool.Timing.MaxServerWait, def.API.MaxServerWait.D()},
 	} {
 		stated, err := exampleValue(doc, c.key, c.table)
 		if err != nil {

@@ -181,60 +181,6 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	return d, nil
 }
 
-// PoolOptions are the pool's options the config sets, for `splatd run` and
-// `splatd publish` alike; what the config leaves out is uploader.Defaults.
-func PoolOptions(cfg *config.Config, client *api.Client) uploader.PoolOptions {
-	fsys := cfg.TrustFS()
-	return uploader.PoolOptions{
-		FS:            fsys,
-		Client:        client,
-		Workers:       cfg.Workers,
-		Protocol:      cfg.API.Protocol,
-		ParallelParts: cfg.Upload.ParallelParts,
-		Publish:       cfg.Publish.Params(),
-		Params:        paramsOf(fsys, cfg),
-		OnUncertain:   cfg.Publish.OnUncertain,
-		Poll: uploader.PollOptions{
-			Interval:    cfg.Poll.Interval.D(),
-			MaxInterval: cfg.Poll.MaxInterval.D(),
-			Timeout:     cfg.Poll.Timeout.D(),
-		},
-		Settle:            max(cfg.Settle.D(), 100*time.Millisecond),
-		IncompleteTimeout: cfg.IncompleteWait(),
-		MaxServerWait:     cfg.API.MaxServerWait.D(),
-	}
-}
-
-// newPool builds the worker pool with its after-actions.
-func (d *Daemon) newPool() (*uploader.Pool, error) {
-	cfg := d.cfg
-	d.actions.Store(d.afterRunners(cfg))
-	o := PoolOptions(cfg, d.client)
-	o.Store = d.store
-	o.FS = d.fs
-	o.Params = paramsOf(d.fs, cfg)
-	o.EncodeDir = filepath.Join(cfg.StateDir, "encoded")
-	o.BundleDir = filepath.Join(cfg.StateDir, "sog-bundles")
-	// The config in force: a reload may add a root, or change whether one
-	// follows links or its size bounds.
-	o.FollowSymlinks = func(root string) bool { return d.config().FollowsSymlinks(root) }
-	o.SizeBounds = func(root string) (int64, int64) { return d.config().SizeBounds(root) }
-	o.OnStoreRecovered = d.storeRecovered
-	o.PeerReceipt = d.peerReceipt
-	o.ProbeAPI = apiProbe
-	o.Fleet = d.poolFleet()
-	o.Finish = finishAndNotify(d.actions.Load, d.events)
-	o.OnTransition = func(j state.Job, from state.Stage) {
-		d.record(j, transitionText(j, from))
-		if d.o.OnTransition != nil {
-			d.o.OnTransition(j, from)
-		}
-	}
-	o.Observer = d.m
-	o.Logger = d.log
-	return uploader.NewPool(o)
-}
-
 // newWatcher builds the watcher over the configured roots.
 func (d *Daemon) newWatcher() (*watcher.Watcher, error) {
 	cfg := d.cfg
@@ -643,13 +589,4 @@ func (d *Daemon) MetricsAddr() string {
 		return ""
 	}
 	return d.metrics.Addr()
-}
-
-// paramsOf is the pool's publish parameters of a file: config.ParamsFor of
-// the config in force when the job became ready (a reload replaces it),
-// read through fsys.
-func paramsOf(fsys *trustfs.FS, cfg *config.Config) uploader.ParamsFunc {
-	return func(path, _ string, mod time.Time) (state.PublishParams, error) {
-		return cfg.ParamsFor(fsys, path, mod)
-	}
 }

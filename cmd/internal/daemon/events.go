@@ -1,11 +1,9 @@
 package daemon
 
 import (
-	"context"
 	"time"
 
 	"github.com/splatd/splatd/cmd/internal/config"
-	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/after"
 	"github.com/splatd/splatd/uploader/notify"
 )
@@ -54,25 +52,4 @@ func (d *Daemon) newEvents(token string) (*notify.Notifier, error) {
 		Observer: d.m,
 		Logger:   d.log,
 	})
-}
-
-// finishAndNotify is the pool's Finish hook: the after-actions of the job's
-// root, then its notifications (queued, never waited for). A Finish that
-// fails runs again at the next start, so its events go out once it has
-// succeeded; a crash between the two can repeat them (at least once: the
-// event's job id tells them apart).
-func finishAndNotify(current func() *after.Runners, events *notify.Notifier) func(ctx context.Context, j state.Job) error {
-	return func(ctx context.Context, j state.Job) error {
-		actions := current() // a reload may replace them
-		file, err := actions.Finish(ctx, j)
-		if err != nil {
-			return err
-		}
-		rec := actions.For(j.Root).Receipt(j)
-		if file != "" {
-			rec.File = file
-		}
-		events.Finished(j.Root, rec)
-		return nil
-	}
 }

@@ -13,11 +13,12 @@ import (
 func TestPoolOptionsOfDefaults(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default()
-	got, def := PoolOptions(&cfg, nil), uploader.Defaults()
-	if got.Workers != def.Workers || got.ParallelParts != def.ParallelParts || got.Settle != def.Settle ||
+	o, d := PoolOptions(&cfg, nil), uploader.Defaults()
+	got, def := o.Timing, d.Timing
+	if o.Workers != d.Workers || o.ParallelParts != d.ParallelParts || got.Settle != def.Settle ||
 		got.Poll != def.Poll || got.IncompleteTimeout != def.IncompleteTimeout || got.MaxServerWait != def.MaxServerWait {
 		t.Errorf("PoolOptions(Default()) = workers %d, parts %d, settle %v, poll %+v, incomplete %v, max wait %v; want the table's %d, %d, %v, %+v, %v, %v",
-			got.Workers, got.ParallelParts, got.Settle, got.Poll, got.IncompleteTimeout, got.MaxServerWait,
-			def.Workers, def.ParallelParts, def.Settle, def.Poll, def.IncompleteTimeout, def.MaxServerWait)
+			o.Workers, o.ParallelParts, got.Settle, got.Poll, got.IncompleteTimeout, got.MaxServerWait,
+			d.Workers, d.ParallelParts, def.Settle, def.Poll, def.IncompleteTimeout, def.MaxServerWait)
 	}
 }

@@ -113,7 +113,7 @@ func (d *Daemon) applyReload(res *ReloadResult, old, nw *config.Config) *config.
 		}
 	}
 	if res.changed("publish") || res.changed("watch") { // watch entries carry their own publish blocks
-		if err := d.pool.SetPublish(nw.Publish.Params(), paramsOf(d.fs, nw), nw.Publish.OnUncertain); err != nil {
+		if err := d.pool.SetPublish(d.poolFiles(nw), nw.Publish.OnUncertain); err != nil {
 			res.notApplied("publish", err)
 		} else {
 			eff.Publish = nw.Publish

@@ -15,18 +15,13 @@ import (
 // needs (docs/conventions.md: interfaces live with their consumer); these assertions
 // keep the providers honest at compile time.
 var (
-	_ uploader.Store    = (*queue.Store)(nil)
-	_ uploader.Observer = (*metrics.Metrics)(nil)
-	_ api.Observer      = (*metrics.Metrics)(nil)
-	_ notify.Observer   = (*metrics.Metrics)(nil)
+	_ uploader.Store  = (*queue.Store)(nil)
+	_ api.Observer    = (*metrics.Metrics)(nil)
+	_ notify.Observer = (*metrics.Metrics)(nil)
 
-	// The pool's optional hooks (uploader/configpause.go, afterstage.go), found by type
-	// assertion so that test fakes need not implement them.
+	// The store's optional hook (uploader/afterstage.go), found by type
+	// assertion so that test fakes need not implement it.
 	_ interface {
 		RecordAfterError(id uint64, action, msg string, retry time.Time) (state.Job, error)
 	} = (*queue.Store)(nil)
-	_ interface {
-		AfterActionError(action string)
-		ConfigError(kind string, active bool)
-	} = (*metrics.Metrics)(nil)
 )

@@ -1,0 +1,207 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/trustfs"
+)
+
+// Pool runs the workers that advance jobs. Each worker claims a job and
+// moves it one stage per step, committing each stage before the side effect
+// of the next, so a crash at any point resumes from the last commit.
+type Pool struct {
+	o      PoolOptions
+	policy state.Policy // the one retry rule, with o.Patience and o.Settle
+	log    zerolog.Logger
+	wake   chan struct{}
+
+	progMu   sync.Mutex
+	progress map[uint64]*progressEntry // running uploads (progress.go)
+	checks   map[uint64]*progressEntry // running hashes, bundles, encodings (progress.go)
+
+	runMu   sync.Mutex
+	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
+
+	encodeSlot chan struct{} // one publish.encode at a time (encode.go)
+
+	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
+	drainCh  chan struct{} // closed when draining starts
+
+	store storeHealth // the job store while it fails (storehealth.go)
+
+	authMu      sync.Mutex
+	authErr     error         // non-nil while the token is refused
+	authChanged chan struct{} // closed and replaced when authErr changes
+	kick        chan struct{} // ConfigChanged: the prober probes now
+
+	cfg     configState                     // a configuration error pauses the pool (configpause.go)
+	after   afterState                      // failed after-actions and their retries (afterstage.go)
+	publish atomic.Pointer[publishDefaults] // o.Files and o.OnUncertain, replaced by SetPublish
+	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
+	shares  *shares                         // the fleet's progress (share.go)
+	fleet   Fleet                           // o.Peers' fleet; nil: no shares
+	fs      *trustfs.FS                     // o.Files' trust boundary
+
+	encodeDir, bundleDir string // under o.WorkDir (PoolOptions.dirs)
+}
+
+// publishDefaults are the publish settings a reload may change.
+type publishDefaults struct {
+	files       Files
+	onUncertain string
+}
+
+// NewPool checks o and builds a pool; Run starts it.
+func NewPool(o PoolOptions) (*Pool, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		o:           o,
+		policy:      policyOf(o.Timing),
+		after:       newAfterState(),
+		log:         o.Logger.With().Str("component", "worker").Logger(),
+		wake:        make(chan struct{}, o.Workers),
+		encodeSlot:  make(chan struct{}, 1),
+		progress:    make(map[uint64]*progressEntry),
+		checks:      make(map[uint64]*progressEntry),
+		running:     make(map[uint64]context.CancelCauseFunc),
+		drainCh:     make(chan struct{}),
+		authChanged: make(chan struct{}),
+		kick:        make(chan struct{}, 1),
+		shares:      newShares(o.Now()),
+	}
+	if o.Peers != nil {
+		p.fleet = o.Peers.Fleet()
+	}
+	p.encodeDir, p.bundleDir = o.dirs()
+	p.fs = o.Files.FS()
+	p.publish.Store(&publishDefaults{files: o.Files, onUncertain: o.OnUncertain})
+	return p, nil
+}
+
+// SetPublish replaces the configuration's Files and the uncertain outcome
+// rule, for a config reload. Jobs that become ready from now on use them;
+// a job already ready keeps the parameters it resolved then.
+func (p *Pool) SetPublish(files Files, onUncertain string) error {
+	onUncertain, err := checkUncertain(onUncertain)
+	if err != nil {
+		return err
+	}
+	p.publish.Store(&publishDefaults{files: files, onUncertain: onUncertain})
+	return nil
+}
+
+// errWorkerCrash stops the pool from a test hook, like a process death.
+var errWorkerCrash = errors.New("worker: simulated crash")
+
+// Run finishes the after-actions a crash interrupted, then runs the workers
+// and the token prober until ctx ends, and drains:
+//
+//  1. When ctx ends, no worker claims a new job, and a publish still
+//     waiting for its rate-limit slot gives up (nothing was sent).
+//  2. Steps in flight finish their call and commit it, for up to Grace:
+//     a publish call in flight returns its answer instead of leaving an
+//     uncertain outcome for the next start.
+//  3. After Grace, the calls still running are cancelled. Every stage was
+//     committed before its side effect, so they resume from the last
+//     commit at the next start.
+//
+// Run returns nil after a drain and an error only when the store fails.
+func (p *Pool) Run(ctx context.Context) error {
+	work, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	if err := p.finishPending(ctx); err != nil {
+		return err
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-workersDone:
+			return
+		}
+		p.draining.Store(true)
+		close(p.drainCh)
+		p.Wake()
+		grace := time.NewTimer(p.o.Timing.Grace)
+		defer grace.Stop()
+		select {
+		case <-workersDone:
+		case <-grace.C:
+			p.log.Warn().Float64("grace_s", p.o.Timing.Grace.Seconds()).Msg("abandoning in-flight calls; they resume from the last committed stage at the next start")
+			abort()
+		}
+	}()
+
+	// The token prober and the after-action retries run beside the
+	// workers and stop with them.
+	helpers, stopHelpers := context.WithCancel(work)
+	helpersDone := make(chan struct{}, 2)
+	go func() { _ = p.authProber(helpers); helpersDone <- struct{}{} }()
+	go func() { _ = p.afterLoop(helpers); helpersDone <- struct{}{} }()
+
+	g, gctx := errgroup.WithContext(work)
+	for i := range p.o.Workers {
+		g.Go(func() error { return p.worker(gctx, i) })
+	}
+	err := g.Wait()
+	p.held.closeAll()
+	close(workersDone)
+	stopHelpers()
+	<-helpersDone
+	<-helpersDone
+	if errors.Is(err, context.Canceled) || errors.Is(err, errDrained) {
+		return nil
+	}
+	return err
+}
+
+// errDrained ends a worker, or a step that had not started its side effect
+// (a publish still waiting for its rate-limit slot), once the pool drains.
+// Nothing is committed: the job stays where it was.
+var errDrained = errors.New("worker: draining for shutdown")
+
+// untilDrain returns a context that also ends when the pool starts draining.
+func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if p.draining.Load() { // ended already, not some time after the step began
+		cancel(errDrained)
+		return ctx, func() { cancel(nil) }
+	}
+	go func() {
+		select {
+		case <-p.drainCh:
+			cancel(errDrained)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// Wake tells idle workers that a job was enqueued.
+func (p *Pool) Wake() {
+	for range p.o.Workers {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// Paused returns the 401 error while the API refuses the token (all work
+// is paused and the token is probed with backoff), nil otherwise.
+func (p *Pool) Paused() error {
+	p.authMu.Lock()
+	defer p.authMu.Unlock()
+	return p.authErr
+}

@@ -1,0 +1,81 @@
+package uploader
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/splatd/splatd/state"
+)
+
+// onError turns a step's error into the job to commit (same stage later,
+// back to sign, or failed), or returns an error when nothing must be
+// committed (shutdown, 401). What to do is the one retry rule's decision
+// (state.Policy.Decide), shared with the one-shot commands and the prober.
+func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, error) {
+	now := p.o.Now()
+	d := p.policy.Decide(ctx, err, j.Attempts+1, now)
+	switch d.Action {
+	case state.Stop:
+		return j, err
+	case state.PauseToken:
+		p.pause(err)
+		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
+		return j, errWorkerPaused
+	case state.Fail:
+		j = p.fail(j, now, err)
+		if d.Reason != "" {
+			j.FailReason = d.Reason
+		}
+		return j, nil
+	case state.WaitConfig:
+		// Not the job's fault and not its attempt: the job shows why it
+		// waits (splatd jobs) and the whole pool pauses.
+		// The pause holds every worker back: the job is due when it ends,
+		// by itself or by ConfigChanged.
+		p.pauseConfig(d, err)
+		j.NextAttempt = now
+		j.LastError, j.LastStatus = fmt.Sprintf("waiting: configuration error (%s): %v", d.Kind, err), 0
+		return j, nil
+	case state.Resign:
+		// Signing again moves the job back a stage, which resets Attempts:
+		// the refusals of fresh URLs in a row are counted apart, so that a
+		// storage that keeps refusing them is backed off, not hammered.
+		d = p.policy.Decide(ctx, err, j.Resigns+1, now)
+		if d.Action == state.Fail { // a bounded patience's tries are spent
+			j = p.fail(j, now, err)
+			j.FailReason = d.Reason
+			return j, nil
+		}
+		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Int("refusals", j.Resigns+1).
+			Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("storage refused the signed URL; signing a new one")
+		next, rerr := p.resign(j, now.Add(d.Delay), err.Error())
+		next.Resigns = j.Resigns + 1
+		return next, rerr
+	case state.WaitFile:
+		j.Attempts++
+		j.NextAttempt = now.Add(d.Delay)
+		j.LastError, j.LastStatus = err.Error(), 0
+		return j, nil
+	}
+	j.Attempts++
+	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
+	j.NextAttempt = now.Add(d.Delay)
+	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Int("attempt", j.Attempts).
+		Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("transient error; will retry")
+	return j, nil
+}
+
+// fail moves j to failed for err, with the reason of the stage it failed in.
+func (p *Pool) fail(j state.Job, now time.Time, err error) state.Job {
+	from := j.Stage
+	if merr := j.Move(state.Failed, now); merr != nil {
+		// Every non-final stage may fail; this is a table bug.
+		p.log.Error().Err(merr).Msg("cannot fail job")
+		return j
+	}
+	j.FailReason = failReason(from, err)
+	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
+	j.NextAttempt = now
+	return j
+}
