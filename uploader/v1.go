@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"

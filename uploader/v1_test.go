@@ -367,7 +367,7 @@ func TestV1SessionsLostForGoodBounded(t *testing.T) {
 	path := e.writeParts("lost.ply", 3)
 	e.enqueue(path)
 	o := e.v1Options(1)
-	o.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.NoJitter}, Tries: 3}
+	o.Timing.Patience[state.ProfileJob] = state.Patience{Backoff: state.Backoff{Base: 2 * time.Millisecond, Cap: 30 * time.Millisecond, Jitter: state.NoJitter}, Tries: 3}
 	o.workerHook = func(point string, j state.Job) error {
 		if point == "v1:part" {
 			e.sim.ExpireUpload(j.V1.ID)
