@@ -22,7 +22,7 @@ import (
 // folder's os.Root (trustfs: no link followed out of it, nor at the file's
 // own name; a pipe, device or folder fails the job), checked regular with
 // fstat, and hashed; the pool then keeps that descriptor open until the
-// upload reads it (heldFiles). A job without a held descriptor (after a
+// upload reads it (openFiles). A job without a kept descriptor (after a
 // restart, or past the cap) opens the file again and must find the same
 // inode, size and mtime. Whatever descriptor the bytes leave from, their
 // sha256 is computed again as they stream (legacy), or over the whole file
@@ -165,10 +165,10 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// heldFiles keeps each job's descriptor from its hash to its upload, at
+// openFiles keeps each job's descriptor from its hash to its upload, at
 // most maxHeld at a time (the oldest is closed beyond that: its job opens
 // the file again, and finds it the same or hashes again).
-type heldFiles struct {
+type openFiles struct {
 	mu    sync.Mutex
 	files map[uint64]*jobFile
 	order []uint64
@@ -176,7 +176,7 @@ type heldFiles struct {
 
 const maxHeld = 64
 
-func (h *heldFiles) put(id uint64, jf *jobFile) {
+func (h *openFiles) put(id uint64, jf *jobFile) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.files == nil {
@@ -198,8 +198,8 @@ func (h *heldFiles) put(id uint64, jf *jobFile) {
 	}
 }
 
-// take hands j's held descriptor to the caller (nil when none).
-func (h *heldFiles) take(id uint64) *jobFile {
+// take hands j's kept descriptor to the caller (nil when none).
+func (h *openFiles) take(id uint64) *jobFile {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	jf := h.files[id]
@@ -215,15 +215,15 @@ func (h *heldFiles) take(id uint64) *jobFile {
 	return jf
 }
 
-// drop closes j's held descriptor, if any.
-func (h *heldFiles) drop(id uint64) {
+// drop closes j's kept descriptor, if any.
+func (h *openFiles) drop(id uint64) {
 	if jf := h.take(id); jf != nil {
 		jf.Close()
 	}
 }
 
-// closeAll closes every held descriptor (the pool stops).
-func (h *heldFiles) closeAll() {
+// closeAll closes every kept descriptor (the pool stops).
+func (h *openFiles) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, jf := range h.files {
@@ -232,12 +232,12 @@ func (h *heldFiles) closeAll() {
 	h.files, h.order = nil, nil
 }
 
-// uploadFile returns j's descriptor for its upload: the one held since its
+// uploadFile returns j's descriptor for its upload: the one kept since its
 // hash, or the file opened again. changed is the file's new stat when it
 // is no longer the one hashed (the caller sends the job back); then no
 // file is returned.
 func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err error) {
-	jf = p.held.take(j.ID)
+	jf = p.open.take(j.ID)
 	if jf == nil {
 		if jf, err = p.openJob(j); err != nil {
 			return nil, nil, err
@@ -252,7 +252,7 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 		jf.Close()
 		return nil, fi, nil
 	}
-	// The name may since point at another file: the held descriptor is
+	// The name may since point at another file: the kept descriptor is
 	// still what was hashed, but the job follows the name (a file renamed
 	// over it is a new version, hashed again).
 	cur, err := p.checkName(j)

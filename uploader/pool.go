@@ -45,7 +45,7 @@ type Pool struct {
 	cfg     configState                     // a configuration error pauses the pool (configpause.go)
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Files and o.OnUncertain, replaced by SetPublish
-	held    heldFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
+	open    openFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
 	shares  *shares                         // the fleet's progress (share.go)
 	fleet   Fleet                           // o.Peers' fleet; nil: no shares
 	fs      *trustfs.FS                     // o.Files' trust boundary
@@ -154,7 +154,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		g.Go(func() error { return p.worker(gctx, i) })
 	}
 	err := g.Wait()
-	p.held.closeAll()
+	p.open.closeAll()
 	close(workersDone)
 	stopHelpers()
 	<-helpersDone

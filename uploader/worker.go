@@ -188,7 +188,7 @@ func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.
 	}
 	p.logTransition(stored, from, since)
 	if stored.Stage != state.Ready && stored.Stage != state.Signed {
-		p.held.drop(stored.ID) // only a job still to upload keeps its descriptor
+		p.open.drop(stored.ID) // only a job still to upload keeps its descriptor
 	}
 	if herr := p.hook("commit:"+string(stored.Stage), stored); herr != nil {
 		return stored, herr

@@ -126,7 +126,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 	if next, parked := p.shareStarting(j); parked {
 		return next, nil
 	}
-	p.held.drop(j.ID)
+	p.open.drop(j.ID)
 	jf, err := p.openJob(j)
 	if err != nil {
 		if next, ok, perr := p.goneToPeer(j, err); ok || perr != nil {
@@ -228,7 +228,7 @@ func (p *Pool) readyChecked(ctx, hctx context.Context, j state.Job, jf *jobFile,
 	j.SHA256, j.Kind, j.Params = sum, string(kind), params
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
-	p.held.put(j.ID, jf) // uploadFile sets what the upload must read from the job
+	p.open.put(j.ID, jf) // uploadFile sets what the upload must read from the job
 	return j, true, nil
 }
 

@@ -268,13 +268,13 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 // file itself for a delete); its error stops the action.
 func (a *Runner) act(j state.Job, place func(root, file string) error) (file, root string, actErr error) {
 	file, root = j.Path, j.Root
-	held := heldFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime, j.ID, j.SHA256}
+	seen := seenFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime, j.ID, j.SHA256}
 	placeIn := func(root string) func(string) error {
 		return func(target string) error { return place(root, target) }
 	}
 	switch {
 	case j.Stage == state.Done && a.o.OnSuccess == "move":
-		target, err := move(a.o.FS, j.Path, j.Root, a.o.SuccessDir, held, placeIn(a.o.SuccessDir))
+		target, err := move(a.o.FS, j.Path, j.Root, a.o.SuccessDir, seen, placeIn(a.o.SuccessDir))
 		if err != nil {
 			return file, root, a.actionError(j, ActionMove, err)
 		}
@@ -290,7 +290,7 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 		if err := place(j.Root, j.Path); err != nil {
 			return file, root, nil // Finish reports the receipt's error
 		}
-		err := removeSource(a.o.FS, j.Root, j.Path, held.ID)
+		err := removeSource(a.o.FS, j.Root, j.Path, seen.ID)
 		switch {
 		case err == nil || errors.Is(err, fs.ErrNotExist):
 			_ = a.o.FS.RemoveIf(j.Root, sidecar.Path(j.Path), trustfs.ID{})
@@ -301,7 +301,7 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 		}
 	case j.Stage == state.Failed && a.o.OnFailure == "move":
 		// moveUnder finds a file it moved before a crash at its target.
-		target, err := move(a.o.FS, j.Path, j.Root, a.o.FailureDir, held, placeIn(a.o.FailureDir))
+		target, err := move(a.o.FS, j.Path, j.Root, a.o.FailureDir, seen, placeIn(a.o.FailureDir))
 		switch {
 		case errors.Is(err, errFileGone):
 		case err != nil:
@@ -316,11 +316,11 @@ func (a *Runner) act(j state.Job, place func(root, file string) error) (file, ro
 // move moves a job's file under dest (moveUnder), or its whole folder for
 // an unbundled SOG folder (moveFolderUnder); place is called before the
 // file leaves (moveUnder).
-func move(fsys *trustfs.FS, file, root, dest string, held heldFile, place func(string) error) (string, error) {
+func move(fsys *trustfs.FS, file, root, dest string, seen seenFile, place func(string) error) (string, error) {
 	if splatfile.IsSOGFolder(file) {
 		return moveFolderUnder(fsys, file, root, dest, place)
 	}
-	return moveUnder(fsys, file, root, dest, held, place)
+	return moveUnder(fsys, file, root, dest, seen, place)
 }
 
 // actionError is a failed move or delete; a file replaced since the job

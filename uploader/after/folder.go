@@ -63,7 +63,7 @@ func moveFolderUnder(fsys *trustfs.FS, meta, root, dest string, place func(targe
 			return meta, err
 		}
 		dst := filepath.Join(target, name)
-		if lfi, lerr := os.Lstat(dst); lerr == nil && leftOf(dst, lfi, fi, heldFile{}) {
+		if lfi, lerr := os.Lstat(dst); lerr == nil && leftOf(dst, lfi, fi, seenFile{}) {
 			err = os.Remove(dst) // left by a crash before its source was removed: moved again
 		}
 		if err == nil {

@@ -54,13 +54,13 @@ func Leftovers(ctx context.Context, fsys *trustfs.FS, dest string, lookup func(i
 		if err != nil || !j.Stage.Final() || !j.Finalized || j.SHA256 != r.SHA256 || !movesTo(j, dest, file) {
 			return nil
 		}
-		held := heldFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime, j.ID, j.SHA256}
-		if held.ID == (trustfs.ID{}) {
+		seen := seenFile{trustfs.ID{Dev: j.Dev, Ino: j.Ino}, j.Size, j.ModTime, j.ID, j.SHA256}
+		if seen.ID == (trustfs.ID{}) {
 			return nil // a job from before IDs: its file cannot be known again
 		}
 		fi, err := fsys.Lstat(j.Root, j.Path)
-		atSource := err == nil && trustfs.IDOf(fi) == held.ID
-		if !atSource && movedElsewhere(j, dest, held) {
+		atSource := err == nil && trustfs.IDOf(fi) == seen.ID
+		if !atSource && movedElsewhere(j, dest, seen) {
 			return nil
 		}
 		found(Leftover{Receipt: p, Job: j, AtSource: atSource})
@@ -95,11 +95,11 @@ func isNumbered(p, base, ext string) bool {
 // movedElsewhere says j's file is at one of the names a move under dest
 // picks (the receipt looked at is one a later move left behind). A SOG
 // folder's is not looked for.
-func movedElsewhere(j state.Job, dest string, held heldFile) bool {
+func movedElsewhere(j state.Job, dest string, seen seenFile) bool {
 	if splatfile.IsSOGFolder(j.Path) {
 		return false
 	}
-	return movedTo(moveTarget(j.Path, j.Root, dest), held) != ""
+	return movedTo(moveTarget(j.Path, j.Root, dest), seen) != ""
 }
 
 // leftoverLogMax is how many leftovers of one kind a start logs one by

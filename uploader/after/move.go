@@ -21,22 +21,22 @@ var errFileGone = errors.New("file is gone")
 
 // moveUnder moves file to the same relative place under dest (relative to
 // root), never overwriting: a taken name gets ".1", ".2", … before its
-// extension. It moves the open file the job read (held, when known), calls
+// extension. It moves the open file the job read (seen, when known), calls
 // place with the chosen name before anything is linked there (its error
 // stops the move), takes a regular sidecar along, and finishes what a crash
 // left of an earlier run (docs/durability.md).
-func moveUnder(fsys *trustfs.FS, file, root, dest string, held heldFile, place func(target string) error) (string, error) {
+func moveUnder(fsys *trustfs.FS, file, root, dest string, seen seenFile, place func(target string) error) (string, error) {
 	target := moveTarget(file, root, dest)
 	if err := fsys.MkdirDurable(dest, filepath.Dir(target), 0o755); err != nil {
 		return file, err
 	}
 	f, fi, err := fsys.OpenRegular(root, file)
 	if errors.Is(err, fs.ErrNotExist) {
-		if moved := movedTo(target, held); moved != "" {
+		if moved := movedTo(target, seen); moved != "" {
 			moveSidecar(fsys, root, file, moved) // a crash may have come before it went
 			return moved, nil
 		}
-		if r, rerr := readReceiptIn(fsys, dest, target); rerr == nil && held.Job != 0 && r.Job == held.Job {
+		if r, rerr := readReceiptIn(fsys, dest, target); rerr == nil && seen.Job != 0 && r.Job == seen.Job {
 			return file, fmt.Errorf("%w: neither here nor at %s, where its receipt is (lost at a power cut, or removed by hand): %w",
 				errFileGone, target, err)
 		}
@@ -46,11 +46,11 @@ func moveUnder(fsys *trustfs.FS, file, root, dest string, held heldFile, place f
 		return file, err
 	}
 	defer f.Close()
-	if held.ID != (trustfs.ID{}) && trustfs.IDOf(fi) != held.ID {
+	if seen.ID != (trustfs.ID{}) && trustfs.IDOf(fi) != seen.ID {
 		return file, &trustfs.ReplacedError{Path: file}
 	}
 	for p, lfi := range taken(target) {
-		if leftOf(p, lfi, fi, held) {
+		if leftOf(p, lfi, fi, seen) {
 			if err := os.Remove(p); err != nil {
 				return file, err
 			}
@@ -77,11 +77,11 @@ func moveSidecar(fsys *trustfs.FS, root, file, target string) {
 	}
 }
 
-// heldFile is the file a job read, by which a move knows it again: its ID,
+// seenFile is the file a job read, by which a move knows it again: its ID,
 // and for a copy across filesystems, which has another, the receipt written
 // at its name for the job (Job, SHA256), or without one its size and
 // modification time (a copy keeps both).
-type heldFile struct {
+type seenFile struct {
 	trustfs.ID
 	Size    int64
 	ModTime time.Time
@@ -91,27 +91,27 @@ type heldFile struct {
 
 // movedTo is where a move before a crash put the file whose name is gone:
 // the one of target, target.1, … (the names freeName tries, as long as they
-// exist) that is the held file, or its copy (the copy's mark still linked to
+// exist) that is the seen file, or its copy (the copy's mark still linked to
 // it, or copyOf), else "". A copy's mark left unlinked (a copy a crash
 // stopped, whose source went another way) is removed. A job that knows no
 // ID (recorded before IDs were) takes target when it exists.
-func movedTo(target string, held heldFile) string {
-	if held.ID == (trustfs.ID{}) {
+func movedTo(target string, seen seenFile) string {
+	if seen.ID == (trustfs.ID{}) {
 		if exists(target) {
 			return target
 		}
 		return ""
 	}
-	mark := copyMark(target, held.ID)
+	mark := copyMark(target, seen.ID)
 	mfi, markErr := os.Lstat(mark)
 	for p, fi := range taken(target) {
 		switch {
-		case trustfs.IDOf(fi) == held.ID:
+		case trustfs.IDOf(fi) == seen.ID:
 			return p
 		case markErr == nil && os.SameFile(mfi, fi): // copied, the source removed, the mark not yet
 			_ = os.Remove(mark)
 			return p
-		case copyOf(p, fi, held.Size, held.ModTime, held):
+		case copyOf(p, fi, seen.Size, seen.ModTime, seen):
 			return p
 		}
 	}
@@ -121,23 +121,23 @@ func movedTo(target string, held heldFile) string {
 	return ""
 }
 
-// leftOf says p (lfi) is what a move of src (the open source, held) that a
+// leftOf says p (lfi) is what a move of src (the open source, seen) that a
 // crash stopped left there before it removed src: src itself, linked, or
 // its copy, with the copy's mark still linked to it and copyOf it. The
 // mark alone is not enough: src's inode number is free again once a move
 // removed it, and a new file may have it.
-func leftOf(p string, lfi, src fs.FileInfo, held heldFile) bool {
+func leftOf(p string, lfi, src fs.FileInfo, seen seenFile) bool {
 	if os.SameFile(src, lfi) {
 		return true
 	}
 	mfi, err := os.Lstat(copyMark(p, trustfs.IDOf(src)))
-	return err == nil && os.SameFile(mfi, lfi) && copyOf(p, lfi, src.Size(), src.ModTime(), held)
+	return err == nil && os.SameFile(mfi, lfi) && copyOf(p, lfi, src.Size(), src.ModTime(), seen)
 }
 
 // copyOf says the regular file p (fi) is the copy of a file of size and
 // modification time mod that held's job moved: the receipt at p is the
 // job's, or, with none there (receipts off), p has that size and time.
-func copyOf(p string, fi fs.FileInfo, size int64, mod time.Time, held heldFile) bool {
+func copyOf(p string, fi fs.FileInfo, size int64, mod time.Time, seen seenFile) bool {
 	if !fi.Mode().IsRegular() {
 		return false
 	}
@@ -145,7 +145,7 @@ func copyOf(p string, fi fs.FileInfo, size int64, mod time.Time, held heldFile) 
 	if errors.Is(err, ErrNoReceipt) {
 		return fi.Size() == size && fi.ModTime().Equal(mod)
 	}
-	return err == nil && held.Job != 0 && r.Job == held.Job && r.SHA256 == held.SHA256
+	return err == nil && seen.Job != 0 && r.Job == seen.Job && r.SHA256 == seen.SHA256
 }
 
 // copyMark is the hidden second name a copy of the file src (its ID) into
