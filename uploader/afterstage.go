@@ -77,7 +77,7 @@ func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 	delete(a.pending, j.ID)
 	a.mu.Unlock()
 	if was {
-		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Msg("after-action done after earlier failures")
+		p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Msg("after-action done after earlier failures")
 	}
 }
 
@@ -113,7 +113,7 @@ func (p *Pool) afterFailed(ctx context.Context, j state.Job, err error) {
 	case a.wake <- struct{}{}:
 	default:
 	}
-	p.log.Error().Uint64("job", j.ID).Str("path", j.Path).Str("action", action).Int("attempt", n).
+	p.log.Error().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("action", action).Int("attempt", n).
 		Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("after-action failed; retried on its own backoff")
 }
 

@@ -78,7 +78,7 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 	memory, why := encodeMemory(jf.f, j)
 	if why != "" {
 		<-p.encodeSlot
-		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("reason", why).
+		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("reason", why).
 			Msg("publish.encode: sog skipped: uploading the PLY itself")
 		*skipped = why
 		return nil, nil, nil

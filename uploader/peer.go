@@ -64,7 +64,7 @@ func (p *Pool) v1Exists(j state.Job, s api.UploadSession, to state.Stage) (state
 		return j, err
 	}
 	next.SplatID = s.SplatID
-	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Str("status", string(s.Status)).
+	p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Str("status", string(s.Status)).
 		Str("splat", s.SplatID).Msg("upload session already completed: not uploading again")
 	return next, nil
 }
@@ -80,7 +80,7 @@ func (p *Pool) fromReceipt(j state.Job, to state.Stage, out PeerOutcome) (state.
 	next.PublishedAt, next.CompletedAt = out.PublishedAt, out.CompletedAt
 	next.TaskMessage = "published by another daemon of the fleet: taken from its receipt " + out.Receipt
 	next.V1.EditURL, next.V1.FromPeer, next.V1.ReceiptSince = out.EditURL, true, time.Time{}
-	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Str("splat", out.SplatID).
+	p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", j.V1.ID).Str("splat", out.SplatID).
 		Msg("another daemon completed this content's session: its receipt names the splat")
 	return next, true, nil
 }
@@ -150,7 +150,7 @@ func (p *Pool) v1AwaitReceipt(j state.Job, to state.Stage) (next state.Job, park
 	if !errors.Is(err, ErrNoPeerReceipt) {
 		why = err.Error()
 	}
-	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", v.ID).Str("why", why).
+	p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", v.ID).Str("why", why).
 		Msg("no receipt from the daemon that completed this content's session: replaying complete for the splat's id")
 	v.NoReceipt, v.ReceiptSince = true, time.Time{}
 	return j, false, nil
@@ -196,7 +196,7 @@ func (p *Pool) goneToPeer(j state.Job, openErr error) (state.Job, bool, error) {
 	j.TaskMessage = "published by another daemon of the fleet, which then deleted or moved the file: taken from its receipt " + out.Receipt
 	j.Protocol, j.V1 = state.ProtocolV1, &state.Session{FromPeer: true, EditURL: out.EditURL}
 	j.LastError, j.LastStatus = "", 0
-	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("splat", out.SplatID).
+	p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("splat", out.SplatID).
 		Msg("file gone before it was read; another daemon published it (its receipt names the splat)")
 	return j, true, nil
 }
@@ -234,7 +234,7 @@ func (p *Pool) v1WatchPeer(j state.Job, s api.UploadSession) (next state.Job, wa
 	}
 	left := v.PeerSince.Add(p.o.Timing.PeerWait).Sub(now)
 	if left <= 0 {
-		p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
+		p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Int("parts", have).Int("of", v.Parts).
 			Float64("idle_s", now.Sub(v.PeerSince).Seconds()).Msg("another daemon's upload session made no progress: sending the missing parts")
 		v.Owned = true
 		return j, false

@@ -17,7 +17,7 @@ func (p *Pool) park(j state.Job, d pace.Delay) state.Job {
 	j.NextAttempt = d.Until
 	j.RateLimited = &state.RateWait{Class: d.Class, Reason: d.Reason, Until: d.Until}
 	j.LastError, j.LastStatus = "", 0
-	p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("class", d.Class).
+	p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("stage", string(j.Stage)).Str("class", d.Class).
 		Str("reason", d.Reason).Time("until", d.Until).Msg("the rate limit delays the job's next request: parked until then, the worker takes other work")
 	return j
 }

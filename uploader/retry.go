@@ -47,7 +47,7 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 			j.FailReason = d.Reason
 			return j, nil
 		}
-		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Int("refusals", j.Resigns+1).
+		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Int("refusals", j.Resigns+1).
 			Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("storage refused the signed URL; signing a new one")
 		next, rerr := p.resign(j, now.Add(d.Delay), err.Error())
 		next.Resigns = j.Resigns + 1
@@ -61,7 +61,7 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 	j.Attempts++
 	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
 	j.NextAttempt = now.Add(d.Delay)
-	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Int("attempt", j.Attempts).
+	p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("stage", string(j.Stage)).Int("attempt", j.Attempts).
 		Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("transient error; will retry")
 	return j, nil
 }

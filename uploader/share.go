@@ -187,7 +187,7 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 			return j, true, nil
 		}
 		s.lost[peer] = members[peer]
-		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("peer", peer).Float64("bound_s", b.Seconds()).
+		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("peer", peer).Float64("bound_s", b.Seconds()).
 			Msg("fleet peer sent no receipt within the bound: its share is taken over")
 	}
 }

@@ -210,7 +210,7 @@ func (p *Pool) v1Created(j state.Job, s api.UploadSession, created bool) (state.
 		ev = p.log.Info()
 		v.PeerSince = p.o.Now()
 	}
-	ev.Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Bool("created", created).Bool("owned", v.Owned).
+	ev.Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Bool("created", created).Bool("owned", v.Owned).
 		Int("parts", v.Parts).Int64("part_size", v.PartSize).Msg("v1 upload session")
 	return next, nil
 }
@@ -252,7 +252,7 @@ func (p *Pool) v1Lost(j state.Job, why string) (state.Job, error) {
 		}
 		delay = d.Delay
 	}
-	p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Int("attempt", attempt).
+	p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", j.V1.ID).Int("attempt", attempt).
 		Float64("retry_in_s", delay.Seconds()).Msg(why + ": creating a new session under a new key")
 	next, err := p.v1Back(j, why)
 	if err != nil {
@@ -284,7 +284,7 @@ func (p *Pool) v1Intent(ctx context.Context, t *pace.Caller, j state.Job) (state
 		}
 		j.V1.Verify = false
 		if missing := v1Sync(&j, s); len(missing) > 0 {
-			p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Ints("missing", missing).
+			p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Ints("missing", missing).
 				Msg("the server lacks parts: sending them again")
 			return p.v1Back(j, fmt.Sprintf("the server lacks %d of %d parts", len(missing), j.V1.Parts))
 		}
@@ -346,7 +346,7 @@ func (p *Pool) v1Complete(ctx context.Context, t *pace.Caller, j state.Job) (sta
 		case http.StatusBadRequest, http.StatusConflict, http.StatusNotFound:
 			j.V1.Resyncs++
 			j.V1.Verify = true
-			p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("upload", j.V1.ID).Err(err).Msg("complete refused: reading the session")
+			p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", j.V1.ID).Err(err).Msg("complete refused: reading the session")
 			next, merr := p.v1Move(j, state.Uploaded, err.Error())
 			next.LastStatus = ae.Status
 			return next, merr

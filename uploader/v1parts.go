@@ -91,7 +91,7 @@ func (p *Pool) v1Parts(ctx context.Context, t *pace.Caller, j state.Job) (state.
 		}
 		missing := v1Sync(&j, s)
 		if sent > 0 && rereads == 0 {
-			p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("upload", s.ID).Int("parts", j.V1.Parts).
+			p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Int("parts", j.V1.Parts).
 				Int("server_holds", j.V1.Parts-len(missing)).Int("sent_before", sent).
 				Msg(fmt.Sprintf("job %d's upload session holds %d of %d parts on the server: sending the %d missing", j.ID, j.V1.Parts-len(missing), j.V1.Parts, len(missing)))
 		}

@@ -120,7 +120,7 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 			// An operator changed the job meanwhile (splatd cancel): the
 			// step's outcome is dropped at this boundary and the job stays
 			// as the operator left it.
-			p.log.Info().Uint64("job", j.ID).Str("path", j.Path).Msg("job changed by an operator; its step's outcome is dropped")
+			p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Msg("job changed by an operator; its step's outcome is dropped")
 			return nil
 		}
 		if err != nil {
@@ -229,7 +229,7 @@ func (p *Pool) logTransition(j state.Job, from state.Stage, since time.Time) {
 	if j.Stage == state.Failed || j.Stage == state.Held {
 		ev = p.log.Warn()
 	}
-	ev = ev.Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage)).Str("from", string(from)).
+	ev = ev.Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("stage", string(j.Stage)).Str("from", string(from)).
 		Float64("took_s", p.o.Now().Sub(since).Seconds())
 	switch j.Stage {
 	case state.Processing, state.Done:

@@ -345,7 +345,7 @@ func (p *Pool) stepPublish(ctx context.Context, t *pace.Caller, j state.Job) (st
 			j.FailReason = j.TaskMessage
 			return j, nil
 		}
-		p.log.Warn().Uint64("job", j.ID).Str("path", j.Path).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
+		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Msg("publish outcome unknown; publishing again (publish.on_uncertain: republish)")
 	}
 	sp, err := p.o.Client.Paced(t).Publish(ctx, api.PublishRequest{Key: j.Upload.Key, KeyField: j.Upload.KeyField, PublishParams: j.Params})
 	if _, parked := errors.AsType[*pace.Parked](err); parked {

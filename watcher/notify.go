@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/splatd/splatd/state"
 )
 
 // sysctl advice for each inotify limit, in the log line an operator reads.
@@ -174,7 +175,7 @@ func (w *Watcher) unwatch(dir string) {
 	delete(w.dirs, dir)
 	w.dirMu.Unlock()
 	if err := w.fsw.Remove(dir); err != nil && !errors.Is(err, fsnotify.ErrNonExistentWatch) {
-		w.log.Debug().Err(err).Str("path", dir).Msg("removing watch")
+		w.log.Debug().Err(err).Str("path", state.Shown(dir)).Msg("removing watch")
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/splatd/splatd/state"
 )
 
 // maxRetry bounds how long a missing or unreadable root waits between tries.
@@ -191,7 +193,7 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			return err
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			w.log.Warn().Err(err).Str("path", dir).Msg("cannot read folder; skipping it")
+			w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot read folder; skipping it")
 		}
 	}
 	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
@@ -213,7 +215,7 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			sub, err := d.OpenRoot(e.name)
 			if err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
-					w.log.Warn().Err(err).Str("path", p).Msg("cannot read folder; skipping it")
+					w.log.Warn().Err(err).Str("path", state.Shown(p)).Msg("cannot read folder; skipping it")
 				}
 				continue
 			}
@@ -262,7 +264,7 @@ func (w *Watcher) watchDir(r *root, dir string, st *scanState) {
 		// Removed or replaced since the listing: nothing to watch.
 	default:
 		w.obs.WatchError("add")
-		w.log.Warn().Err(err).Str("path", dir).Msg("cannot watch folder; the periodic rescan still covers it")
+		w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot watch folder; the periodic rescan still covers it")
 	}
 }
 

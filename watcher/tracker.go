@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/splatd/splatd/state"
 )
 
 // stamp is one look at a file: what "unchanged" compares.
@@ -322,7 +323,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	if size := e.st.size; e.r.outside(e.path, size) != "" {
 		// Remembered as done, so that rescans do not log it again; a change
 		// of the file makes it a new version, judged afresh.
-		t.log.Info().Str("path", e.path).Int64("size", size).Int64("min_size", e.r.MinSize).
+		t.log.Info().Str("path", state.Shown(e.path)).Int64("size", size).Int64("min_size", e.r.MinSize).
 			Int64("max_size", e.r.MaxSize).Msg("file outside the folder's size bounds; skipped")
 		return true
 	}

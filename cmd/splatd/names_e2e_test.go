@@ -46,6 +46,9 @@ func TestNamesAsBytesPublished(t *testing.T) {
 			t.Errorf("a display printed a name's raw bytes:\n%s", out)
 		}
 	}
+	if log := d.log(); !strings.Contains(log, `caf\\xe9.ply`) || !strings.Contains(log, `\\xff\\xfe.ply`) || !strings.Contains(log, `scan\\u202egnp.ply`) {
+		t.Errorf("the log does not show the names' bytes as escapes:\n%s", log)
+	}
 	if out := jobsTable(t, e.cfgPath); !strings.Contains(out, `\xff\xfe.ply`) || !strings.Contains(out, `caf\xe9.ply`) || !strings.Contains(out, `scan\u202egnp.ply`) {
 		t.Errorf("splatd jobs does not show the escaped names:\n%s", out)
 	}

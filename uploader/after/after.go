@@ -215,7 +215,7 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		// The file went away before it was published (renamed under a name
 		// that matched include, deleted by its owner): a receipt would be
 		// litter beside nothing. The job keeps the reason (splatd jobs).
-		a.o.Logger.Info().Uint64("job", j.ID).Str("path", j.Path).Str("reason", rec.Message).Msg("file gone; no receipt")
+		a.o.Logger.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("reason", rec.Message).Msg("file gone; no receipt")
 		if placed != "" && (placed != file || placedRoot != fileRoot) {
 			// Written at the target of a move the file never reached.
 			_ = a.o.FS.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})

@@ -118,12 +118,12 @@ func (rs Runners) FinishLeftovers(ctx context.Context, lookup func(uint64) (stat
 			a := rs.For(j.Root)
 			if l.AtSource && a.movesInto(j, dest) {
 				moved++
-				log.Warn().Uint64("job", j.ID).Str("path", j.Path).Str("receipt", l.Receipt).
+				log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("receipt", state.Shown(l.Receipt)).
 					Msg("a file whose move was recorded done is back at its source, its receipt in the move's folder: a power cut undid the move; moving it again")
 				if file, err := a.Finish(ctx, j); err != nil {
-					log.Error().Uint64("job", j.ID).Str("path", j.Path).Err(err).Msg("moving it again failed; tried again at the next start")
+					log.Error().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Err(err).Msg("moving it again failed; tried again at the next start")
 				} else {
-					log.Info().Uint64("job", j.ID).Str("path", file).Msg("moved again")
+					log.Info().Uint64("job", j.ID).Str("path", state.Shown(file)).Msg("moved again")
 				}
 				return
 			}
@@ -132,12 +132,12 @@ func (rs Runners) FinishLeftovers(ctx context.Context, lookup func(uint64) (stat
 			}
 			lost++
 			if lost <= leftoverLogMax {
-				log.Warn().Uint64("job", j.ID).Str("receipt", l.Receipt).Str("source", j.Path).
+				log.Warn().Uint64("job", j.ID).Str("receipt", state.Shown(l.Receipt)).Str("source", j.Path).
 					Msg("a receipt without its file: the job's file is neither beside it nor at its source (a power cut lost the move, or the file was removed by hand)")
 			}
 		})
 		if err != nil && ctx.Err() == nil {
-			log.Warn().Str("folder", dest).Err(err).Msg("looking for what an interrupted move left")
+			log.Warn().Str("folder", state.Shown(dest)).Err(err).Msg("looking for what an interrupted move left")
 		}
 	}
 	if lost > leftoverLogMax {

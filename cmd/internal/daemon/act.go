@@ -44,7 +44,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error
 		id, _ := strconv.ParseUint(ref, 10, 64) // Retry parsed it
 		j, _ := d.store.Get(id)                 // as the retry left it (queued; a held job uploaded)
 		j.ID = id
-		d.log.Info().Uint64("job", id).Str("path", j.Path).Str("via", via).Msg("job queued again by an operator")
+		d.log.Info().Uint64("job", id).Str("path", state.Shown(j.Path)).Str("via", via).Msg("job queued again by an operator")
 		d.record(j, "retry by an operator, via "+via)
 		return actResult{N: n, Text: RetryDone(ref, n), Hints: hints}, nil
 	}
@@ -56,7 +56,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error
 	if err != nil {
 		return actResult{}, err
 	}
-	log := d.log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("via", via)
+	log := d.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("via", via)
 	switch op {
 	case "cancel":
 		// The store says canceled; a worker still running the job's step

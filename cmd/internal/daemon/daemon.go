@@ -455,7 +455,7 @@ func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 		for i, ok := range created {
 			if ok {
 				n++
-				d.log.Info().Str("path", batch[i].Path).Int64("size", batch[i].Size).Msg("file found")
+				d.log.Info().Str("path", state.Shown(batch[i].Path)).Int64("size", batch[i].Size).Msg("file found")
 				d.history.Add(metrics.Event{Time: time.Now(), Folder: batch[i].Root, Path: batch[i].Path, Stage: state.Queued,
 					Text: "file found, " + state.HumanSize(batch[i].Size)})
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -194,7 +195,7 @@ func (f *fleet) announce() {
 		if failed := err != nil; failed != f.failing[root] {
 			f.failing[root] = failed
 			if failed {
-				f.log.Warn().Err(err).Str("folder", root).Msg("cannot announce this daemon to its fleet; its peers do not leave it a share")
+				f.log.Warn().Err(err).Str("folder", state.Shown(root)).Msg("cannot announce this daemon to its fleet; its peers do not leave it a share")
 			}
 		}
 		f.refresh(root, f.view(root), true)

@@ -60,10 +60,10 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 		case errors.Is(err, after.ErrNoReceipt):
 			rest = append(rest, c)
 		case err != nil:
-			d.log.Warn().Str("path", c.Path).Err(err).Msg("cannot weigh the file's receipt; it is queued as usual")
+			d.log.Warn().Str("path", state.Shown(c.Path)).Err(err).Msg("cannot weigh the file's receipt; it is queued as usual")
 			rest = append(rest, c)
 		case !ev.Done:
-			d.log.Info().Str("path", c.Path).Str("receipt_status", ev.Receipt.Status).Str("why", ev.Why).
+			d.log.Info().Str("path", state.Shown(c.Path)).Str("receipt_status", ev.Receipt.Status).Str("why", ev.Why).
 				Msg("the receipt beside the file is not evidence that it is published; it is queued as usual")
 			rest = append(rest, c)
 		default:
@@ -90,7 +90,7 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 	for _, j := range jobs {
 		if j.ID != 0 {
 			byDir[filepath.Dir(j.Path)]++
-			d.log.Debug().Uint64("job", j.ID).Str("path", j.Path).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
+			d.log.Debug().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
 		}
 	}
 	d.logReceiptDirs(byDir)
@@ -107,7 +107,7 @@ func (d *Daemon) logReceiptDirs(byDir map[string]int) {
 			continue
 		}
 		d.intake.loggedDirs[dir] = true
-		d.log.Warn().Str("folder", dir).Int("receipts", countReceipts(d.fs, dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
+		d.log.Warn().Str("folder", state.Shown(dir)).Int("receipts", countReceipts(d.fs, dir)).Int("adopted", n).Str("state_dir", d.cfg.StateDir).
 			Msg("folder holds receipts this state directory did not know (a new or lost state_dir, or another daemon of a fleet on this folder): files whose receipt says done for their content are adopted as done, not published again (logged once per folder; adopted counts this batch)")
 	}
 }

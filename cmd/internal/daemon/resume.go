@@ -48,7 +48,7 @@ func logResume(st *queue.Store, log zerolog.Logger) {
 		if shown++; shown > resumeLines {
 			break
 		}
-		ev := log.Info().Uint64("job", j.ID).Str("path", j.Path).Str("stage", string(j.Stage))
+		ev := log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("stage", string(j.Stage))
 		if j.Stage != state.Signed {
 			ev.Msg(fmt.Sprintf("resuming job %d at stage %s", j.ID, j.Stage))
 			continue
