@@ -18,21 +18,10 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// A job's content is read from one descriptor, opened through its watch
-// folder's os.Root (trustfs: no link followed out of it, nor at the file's
-// own name; a pipe, device or folder fails the job), checked regular with
-// fstat, and hashed; the pool then keeps that descriptor open until the
-// upload reads it (openFiles). A job without a kept descriptor (after a
-// restart, or past the cap) opens the file again and must find the same
-// inode, size and mtime. Whatever descriptor the bytes leave from, their
-// sha256 is computed again as they stream (legacy), or over the whole file
-// from that descriptor beside the parts (v1), and a difference from the
-// recorded sha256 aborts the upload before publish: what was hashed is
-// what is published.
-//
-// This is the one open → hash → upload path: a source that is not the
-// watched file itself (an encoded temp file, a bundled folder) plugs in at
-// openJob and must give a *jobFile the same way.
+// A job's content is read from one descriptor, from its hash to its upload,
+// and what is sent is hashed again against the recorded sha256
+// (docs/architecture.md, "One open, one hash"). Another source (an
+// encoding, a bundled folder) plugs in at openJob as a *jobFile.
 
 // jobFile is the content a job uploads, open: its own file, or the
 // encoding made of it (publish.encode) in the state directory.

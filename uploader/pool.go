@@ -104,18 +104,9 @@ func (p *Pool) SetPublish(files Files, onUncertain string) error {
 var errWorkerCrash = errors.New("worker: simulated crash")
 
 // Run finishes the after-actions a crash interrupted, then runs the workers
-// and the token prober until ctx ends, and drains:
-//
-//  1. When ctx ends, no worker claims a new job, and a publish still
-//     waiting for its rate-limit slot gives up (nothing was sent).
-//  2. Steps in flight finish their call and commit it, for up to Grace:
-//     a publish call in flight returns its answer instead of leaving an
-//     uncertain outcome for the next start.
-//  3. After Grace, the calls still running are cancelled. Every stage was
-//     committed before its side effect, so they resume from the last
-//     commit at the next start.
-//
-// Run returns nil after a drain and an error only when the store fails.
+// and the token prober until ctx ends; it then drains (steps in flight
+// finish and commit for up to Grace, then are cancelled: docs/architecture.md,
+// "The uploader core"). It returns an error only when the store fails.
 func (p *Pool) Run(ctx context.Context) error {
 	work, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()

@@ -207,14 +207,10 @@ func (s *OneShotSource) Close() {
 }
 
 // PrepareOneShot holds path to minSize and maxSize (0: no bound) as the
-// daemon's check step holds a job, before anything of it is read: a file
-// by its size, an unbundled SOG folder (path is its meta.json) by its
-// bundle's, sized from the files' stat (of the images only their headers
-// are read). Outside them the error is the check step's reason. A folder
-// within them is then bundled, once: the bundle is written to a temporary
-// folder and hashed as it is written, so that what is looked up is what is
-// uploaded, and the images are not read a second time. The build stops
-// within a MiB when ctx ends.
+// check step holds a job, before it is read (an unbundled SOG folder, path
+// its meta.json, by its bundle's size from the files' stat); a folder within
+// them is bundled once, hashed as it is written. The build stops within a
+// MiB when ctx ends.
 func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
 	if !splatfile.IsSOGFolder(path) {
 		f, fi, err := new(trustfs.FS).OpenRegular("", path) // no link, pipe or device

@@ -8,19 +8,10 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// storeHealth is the pool's view of its job store while it fails (a full
-// disk, an I/O error). It is one for all workers: one failure count paces
-// them all with the retry rule's store patience, and one line says that
-// the store works again.
-//
-// On a full disk bbolt still commits what fits in its free pages, so a
-// commit can succeed and the next one fail. Such a recovery cannot be told
-// from a real one when it happens; what tells them apart is the next
-// failure. The count therefore survives a recovery and starts over only
-// when the store has not failed for the store patience's cap since: a
-// store that recovers falsely is tried ever less often, as the daemon's
-// intake probe does, and the recoveries it announces (each rescans the
-// watch folders) are spaced as widely.
+// storeHealth is the pool's one view of its job store while it fails (a
+// full disk, an I/O error): one failure count paces every worker with the
+// store patience, and it starts over only once the store has not failed
+// for that patience's cap (docs/architecture.md, "The uploader core").
 type storeHealth struct {
 	mu        sync.Mutex
 	err       error     // the open episode's last failure; nil while the store works

@@ -1,25 +1,16 @@
-// Package splatfile checks that a Gaussian splat file (.ply, compressed .ply,
-// .sog, .spz, or the meta.json of an unbundled SOG folder) is complete and
-// well formed before it is uploaded. PLY and SOG cost only their header or
-// ZIP directory, so multi-gigabyte files cost a few kilobytes; an SPZ is
-// decoded whole in a stream (its arrays are only known decompressed); a SOG
-// folder's images are checked by their RIFF headers.
-//
-// Check sorts every file into one of three outcomes, because the caller acts
-// differently on each:
-//
+// Package splatfile checks that a Gaussian splat file (.ply, compressed
+// .ply, .sog, .spz, or the meta.json of an unbundled SOG folder) is complete
+// and well formed before it is uploaded, reading only what it must (a
+// header, a ZIP directory; an SPZ in a stream). Check gives one of three
+// outcomes, each acted on differently:
 //   - valid: (Info, nil);
-//   - still being written (short body, header not finished yet, ZIP whose
-//     central directory is not written yet, empty file): an error for which
-//     errors.Is(err, ErrIncomplete) is true. The caller waits and checks again
-//     when the file changes; it decides (through its settle time and its own
-//     patience) when a file that stays short is finally broken;
-//   - malformed: an *InvalidError. The file must never be uploaded.
+//   - still being written: errors.Is(err, ErrIncomplete); the caller waits
+//     for the file to change, and its own patience decides when it is broken;
+//   - malformed: an *InvalidError; the file is never uploaded.
 //
-// Every error from Check starts with the path and fits on one line:
-// "PATH: invalid: REASON", "PATH: incomplete: REASON", or an *os.PathError
-// ("open PATH: permission denied") when the file cannot be read at all.
-// Reason(err) gives the bare REASON.
+// Every error starts with the path and fits on one line ("PATH: invalid:
+// REASON", "PATH: incomplete: REASON", or an *os.PathError); Reason(err)
+// gives the bare REASON. The formats are in docs/formats.md.
 package splatfile
 
 import (
