@@ -12,12 +12,6 @@ import (
 // every worker, shows on the waiting job and through ConfigError, and is
 // retried on the config-pause patience until it clears by itself.
 
-// policyOf is the one retry rule with the pool's patience.
-func policyOf(t Timing) state.Policy {
-	return state.Policy{Patience: t.Patience, Rand: t.Rand, Settle: t.Settle, IncompleteTimeout: t.IncompleteTimeout,
-		RefusedGrace: t.RefusedGrace, MaxServerWait: t.MaxServerWait}
-}
-
 // configState is the configuration error pause.
 type configState struct {
 	mu    sync.Mutex

@@ -102,7 +102,7 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 		return nil, nil, err // canceled, or the state dir's trouble: retried
 	}
 	// The source must still be the content hashed, else the SOG is not.
-	if fi, err := jf.restat(); err != nil || !fileSame(fi, j) {
+	if fi, err := jf.restat(); err != nil || !isRecordedFile(fi, j) {
 		os.Remove(path)
 		return nil, fi, err
 	}

@@ -68,13 +68,13 @@ func (p *Pool) openJob(j state.Job) (*jobFile, error) {
 	return &jobFile{f: f, fi: fi, want: j.SHA256, size: j.Size}, nil
 }
 
-// same reports whether fi (a restat of jf) is still what jf was opened
+// unchanged reports whether fi (a restat of jf) is still what jf was opened
 // for: the job's file as hashed, or its encoding at its recorded size.
-func (jf *jobFile) same(fi fs.FileInfo, j state.Job) bool {
+func (jf *jobFile) unchanged(fi fs.FileInfo, j state.Job) bool {
 	if jf.encoded {
 		return fi.Size() == jf.size
 	}
-	return fileSame(fi, j)
+	return isRecordedFile(fi, j)
 }
 
 // fileError wraps what retrying cannot fix (gone, not regular, out of the
@@ -109,9 +109,9 @@ func (jf *jobFile) hash(ctx context.Context, also io.Writer) (string, error) {
 	return trustfs.HashTo(ctx, jf.f, also)
 }
 
-// fileSame reports whether fi is the file j recorded: same size and mtime,
+// isRecordedFile reports whether fi is the file j recorded: same size and mtime,
 // and the same inode when j recorded one.
-func fileSame(fi fs.FileInfo, j state.Job) bool {
+func isRecordedFile(fi fs.FileInfo, j state.Job) bool {
 	if fi.Size() != j.Size || !fi.ModTime().Equal(j.ModTime) {
 		return false
 	}
@@ -237,7 +237,7 @@ func (p *Pool) uploadFile(j state.Job) (jf *jobFile, changed fs.FileInfo, err er
 		jf.Close()
 		return nil, nil, err
 	}
-	if !fileSame(fi, j) {
+	if !isRecordedFile(fi, j) {
 		jf.Close()
 		return nil, fi, nil
 	}
@@ -348,7 +348,7 @@ func (p *Pool) v1Send(ctx context.Context, t *pace.Caller, j state.Job, missing 
 	if err != nil {
 		return j, err
 	}
-	if !jf.same(fi, j) {
+	if !jf.unchanged(fi, j) {
 		return p.workerChanged(j, fi, "file changed while its parts were sent; uploading again")
 	}
 	return p.v1Move(j, state.Uploaded, "")

@@ -79,3 +79,9 @@ func (p *Pool) fail(j state.Job, now time.Time, err error) state.Job {
 	j.NextAttempt = now
 	return j
 }
+
+// policyOf is the one retry rule with the pool's patience.
+func policyOf(t Timing) state.Policy {
+	return state.Policy{Patience: t.Patience, Rand: t.Rand, Settle: t.Settle, IncompleteTimeout: t.IncompleteTimeout,
+		RefusedGrace: t.RefusedGrace, MaxServerWait: t.MaxServerWait}
+}

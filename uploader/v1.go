@@ -156,7 +156,7 @@ func (p *Pool) v1Create(ctx context.Context, t *pace.Caller, j state.Job) (state
 		}
 		return j, err
 	}
-	if !fileSame(fi, j) {
+	if !isRecordedFile(fi, j) {
 		return p.workerChanged(j, fi, "file changed since it was hashed; hashing again")
 	}
 	if j.V1 == nil || j.V1.Key != key {
@@ -296,7 +296,7 @@ func (p *Pool) v1Intent(ctx context.Context, t *pace.Caller, j state.Job) (state
 		fi, err := p.checkName(j)
 		var fe *workerFileError
 		switch {
-		case err == nil && !fileSame(fi, j):
+		case err == nil && !isRecordedFile(fi, j):
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		case errors.As(err, &fe):
 			s, serr := p.o.Client.Paced(t).GetUpload(ctx, j.V1.ID)

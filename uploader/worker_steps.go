@@ -50,7 +50,7 @@ func (p *Pool) step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job
 		// file's is never published. Enqueue refused the new version
 		// because this job was still in flight, so it is this job's to redo.
 		fi, err := p.checkName(j)
-		if err == nil && !fileSame(fi, j) {
+		if err == nil && !isRecordedFile(fi, j) {
 			t.Unreserve()
 			return p.workerChanged(j, fi, "file changed after its upload; hashing it again")
 		}
@@ -95,7 +95,9 @@ func (e *workerIncomplete) Unwrap() error        { return e.err }
 func (e *workerIncomplete) Incomplete() bool     { return true }
 func (e *workerIncomplete) ChangedAt() time.Time { return e.changed }
 
-func workerSame(fi fs.FileInfo, j state.Job) bool {
+// statMatches reports whether fi has the size and mtime j recorded (its
+// inode is not compared: isRecordedFile does).
+func statMatches(fi fs.FileInfo, j state.Job) bool {
 	return fi.Size() == j.Size && fi.ModTime().Equal(j.ModTime)
 }
 
@@ -140,7 +142,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 			jf.Close()
 		}
 	}()
-	if !workerSame(jf.fi, j) {
+	if !statMatches(jf.fi, j) {
 		return p.workerChanged(j, jf.fi, "file changed since it was seen; waiting until it settles")
 	}
 	// The watcher judged the size when it found the file; one that grew
@@ -182,7 +184,7 @@ func (p *Pool) stepCheck(ctx context.Context, j state.Job) (state.Job, error) {
 // (workerChanged clears the hash). changed is the file's new state when
 // it changed while it was hashed.
 func (p *Pool) hashOf(ctx, hctx context.Context, j state.Job, jf *jobFile) (sum string, changed fs.FileInfo, err error) {
-	if j.SHA256 != "" && fileSame(jf.fi, j) {
+	if j.SHA256 != "" && isRecordedFile(jf.fi, j) {
 		return j.SHA256, nil, nil
 	}
 	m := p.startCheck(j, CheckHashing, jf.fi.Size())
@@ -195,7 +197,7 @@ func (p *Pool) hashOf(ctx, hctx context.Context, j state.Job, jf *jobFile) (sum 
 	if err != nil {
 		return "", nil, err
 	}
-	if !workerSame(fi2, j) {
+	if !statMatches(fi2, j) {
 		return "", fi2, nil
 	}
 	return sum, nil, nil
@@ -308,7 +310,7 @@ func (p *Pool) stepPut(ctx context.Context, j state.Job) (state.Job, error) {
 	if err != nil {
 		return j, err
 	}
-	if !jf.same(fi, j) {
+	if !jf.unchanged(fi, j) {
 		return p.workerChanged(j, fi, "file changed during upload; uploading again")
 	}
 	now = p.o.Now()
