@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // Generator is what meta.json's asset.generator says of this encoder.
@@ -512,6 +513,9 @@ func quatPixel(rec []float32) uint32 {
 	return px
 }
 
+// fillAhead is how many splats ahead fill fetches the pixels it writes.
+const fillAhead = 16
+
 // fill makes the images of ps in one pass over the source (none for the
 // palette's), the records of a run shared among the cores.
 func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) {
@@ -528,6 +532,10 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) 
 	if !need {
 		return imgs, nil
 	}
+	var all []*argbImage
+	for _, is := range imgs {
+		all = append(all, is...)
+	}
 	rl := recordLen(e.bands)
 	workers := runtime.GOMAXPROCS(0)
 	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
@@ -535,12 +543,18 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) 
 		var wg sync.WaitGroup
 		chunk := (n + workers - 1) / workers
 		for w := 0; w < workers; w++ {
-			lo, hi := w*chunk, min(n, (w+1)*chunk)
+			lo, hi := min(n, w*chunk), min(n, (w+1)*chunk)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				var px [2]uint32
 				for r := lo; r < hi; r++ {
+					if r+fillAhead < hi { // the pixels a later splat writes
+						t := e.place[first+r+fillAhead]
+						for _, img := range all {
+							prefetchSpan(unsafe.Pointer(&img.pix[t]), 4)
+						}
+					}
 					rec := recs[r*rl : (r+1)*rl]
 					t := e.place[first+r]
 					for i, p := range ps {
