@@ -213,7 +213,7 @@ func makePlan(n int64, bands int, memory int64) plan {
 	// optional overlaps keep to half the memory.
 	p.keepPos = sample+20*n <= memory/2
 	p.parallel = sample+sortBytes*n+12*n <= memory/2
-	p.fuse = (sortBytes+placeBytes)*n <= memory
+	p.fuse = (sortBytes+placeBytes)*n <= memory/2
 	return p
 }
 
