@@ -412,3 +412,33 @@ func TestDecodeRecordsPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanKeepsBytes: past the sample, an encoding in the least memory
+// (the Morton keys taken on the palette's pass) and one with room to keep
+// the positions (a pass each) write the same bytes.
+func TestPlanKeepsBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("encodes a scene past the sample twice")
+	}
+	n := maxSample + 50000
+	var ply bytes.Buffer
+	if err := WriteScene(&ply, n, 1, 6); err != nil {
+		t.Fatal(err)
+	}
+	low, high := MinMemory(int64(n), 1), int64(4<<30)
+	if p := makePlan(int64(n), 1, low); p.keepPos || !p.fuse {
+		t.Fatalf("plan in %d bytes: %+v; want the fused pass", low, p)
+	}
+	if p := makePlan(int64(n), 1, high); !p.keepPos {
+		t.Fatalf("plan in %d bytes: %+v; want the positions kept", high, p)
+	}
+	var out [2]bytes.Buffer
+	for i, m := range []int64{low, high} {
+		if _, err := Transcode(context.Background(), bytes.NewReader(ply.Bytes()), int64(ply.Len()), &out[i], Options{Memory: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Fatalf("%d bytes in the least memory, %d with room: not the same", out[0].Len(), out[1].Len())
+	}
+}
