@@ -65,13 +65,16 @@ func (f *descent) step(row []float32, v int32) int32 {
 	return ks[best]
 }
 
-// fetch asks for the memory the next step from v reads.
-func (f *descent) fetch(v int32) {
+// fetch asks for the memory the next step from v reads: an inner node's
+// cells, or a leaf's entries.
+func (p *palette) fetch(v int32) {
+	f := p.flat
 	if v >= 0 {
 		prefetchSpan(unsafe.Pointer(&f.coarse[int(v)*maxBranch*f.d]), int(f.branch[v])*f.d*4)
 		return
 	}
-	prefetchSpan(unsafe.Pointer(&f.leafBase[^v]), 4)
+	base, count := int(f.leafBase[^v]), int(f.leafCount[^v])
+	prefetchSpan(unsafe.Pointer(&p.entries[base*p.d]), count*p.d*4)
 }
 
 // label is the entry of row: the leaf it descends to, the nearest cell at
@@ -105,15 +108,10 @@ func (p *palette) labelBatch(rows [][]float32, out []uint32) {
 		for i, row := range rows {
 			if cur[i] >= 0 {
 				cur[i] = f.step(row, cur[i])
-				f.fetch(cur[i])
+				p.fetch(cur[i])
 				more = more || cur[i] >= 0
 			}
 		}
-	}
-	for i := range rows {
-		leaf := ^cur[i]
-		base, count := int(f.leafBase[leaf]), int(f.leafCount[leaf])
-		prefetchSpan(unsafe.Pointer(&p.entries[base*p.d]), count*p.d*4)
 	}
 	for i, row := range rows {
 		out[i] = p.leafLabel(row, ^cur[i])
