@@ -1,6 +1,10 @@
 package sog
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // haveAVX2 chooses the assembly kernel (dist.go says why its floats are
 // the Go code's).
@@ -17,3 +21,9 @@ func sqDistsAVX2(p, rows *float32, d, k int, mask *[8]int32, out *float32)
 //
 //go:noescape
 func prefetch(p *float32)
+
+// prefetchSpan asks for the cache lines of the n ≥ 1 bytes at p ahead of
+// their use.
+//
+//go:noescape
+func prefetchSpan(p unsafe.Pointer, n int)

@@ -2,6 +2,8 @@
 
 package sog
 
+import "unsafe"
+
 const haveAVX2 = false
 
 func sqDistsAVX2(p, rows *float32, d, k int, mask *[8]int32, out *float32) {
@@ -9,3 +11,5 @@ func sqDistsAVX2(p, rows *float32, d, k int, mask *[8]int32, out *float32) {
 }
 
 func prefetch(p *float32) {}
+
+func prefetchSpan(p unsafe.Pointer, n int) {}

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // Generator is what meta.json's asset.generator says of this encoder.
@@ -198,6 +199,7 @@ type plan struct {
 	perPass  int  // images filled a pass
 	keepPos  bool // the first pass keeps the positions (no pass for the sort)
 	parallel bool // the palette is fitted while the positions are sorted
+	fuse     bool // the palette's labels are kept through the sort (one pass for both)
 }
 
 func makePlan(n int64, bands int, memory int64) plan {
@@ -211,6 +213,7 @@ func makePlan(n int64, bands int, memory int64) plan {
 	// optional overlaps keep to half the memory.
 	p.keepPos = sample+20*n <= memory/2
 	p.parallel = sample+sortBytes*n+12*n <= memory/2
+	p.fuse = (sortBytes+placeBytes)*n <= memory/2
 	return p
 }
 
@@ -265,11 +268,17 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	e.plan = makePlan(int64(n), e.bands, o.Memory)
 	e.tw, e.th = textureSize(n)
 	e.passes = 1 + len(e.passPlanes())
-	if e.bands > 0 && n > maxSample {
+	refine := e.bands > 0 && n > maxSample
+	if refine {
 		e.passes++ // the palette's refinement
 	}
 	if !e.plan.keepPos {
 		e.passes++
+	}
+	// Without the positions, the sort's pass also refines the palette.
+	fused := refine && !e.plan.keepPos && e.plan.fuse
+	if fused {
+		e.passes--
 	}
 	if err := e.firstPass(ctx); err != nil {
 		return err
@@ -283,14 +292,14 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 			e.pal = fitPalette(ctx, e.restS, e.sampleN, e.rest, paletteSize(n))
 			e.restS = nil
 		}()
-		if !e.plan.parallel {
+		if !e.plan.parallel || fused {
 			palDone.Wait()
 		}
 	}
 	meta.Scales.Codebook, e.scaleCB = codebook1D(e.scaleS)
 	meta.SH0.Codebook, e.dcCB = codebook1D(e.dcS)
 	e.scaleS, e.dcS = nil, nil
-	err := e.order(ctx)
+	err := e.order(ctx, fused)
 	palDone.Wait()
 	if err != nil {
 		return err
@@ -298,7 +307,7 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if e.bands > 0 && e.step > 1 {
+	if refine && !fused {
 		if err := e.refinePalette(ctx); err != nil {
 			return err
 		}
@@ -332,53 +341,6 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 		}
 	}
 	return bw.close()
-}
-
-// refinePalette finds every splat's palette entry, by the descent of the
-// fit on the sample, and moves each entry to the mean of its splats: the
-// palette's error comes near a fit on the whole scene (docs/formats.md)
-// for one more pass. Each splat's entry is kept (4 bytes a splat) for the
-// labels' image.
-func (e *encoder) refinePalette(ctx context.Context) error {
-	workers := runtime.GOMAXPROCS(0)
-	rs := make([]*refiner, workers)
-	for w := range rs {
-		rs[w] = e.pal.newRefiner()
-	}
-	sampled := e.pal.labels
-	e.pal.labels = make([]uint32, e.n)
-	rl := recordLen(e.bands)
-	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
-		n := len(recs) / rl
-		var wg sync.WaitGroup
-		chunk := (n + workers - 1) / workers
-		for w := 0; w < workers; w++ {
-			lo, hi := w*chunk, min(n, (w+1)*chunk)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for r := lo; r < hi; r++ {
-					i, row := first+r, recs[r*rl+14:(r+1)*rl]
-					var l uint32
-					if i%e.step == 0 {
-						l = sampled[i/e.step] // what the descent finds for it
-					} else {
-						l = e.pal.label(row)
-					}
-					e.pal.labels[i] = l
-					rs[w].add(row, l, e.rest)
-				}
-			}()
-		}
-		wg.Wait()
-		e.progress(n)
-		return ctx.Err()
-	})
-	if err != nil {
-		return err
-	}
-	e.pal.refine(rs)
-	return nil
 }
 
 // passPlanes groups the planes into passes of at most plan.perPass images
@@ -450,41 +412,6 @@ func (e *encoder) firstPass(ctx context.Context) error {
 		e.progress(len(recs) / rl)
 		return nil
 	})
-}
-
-// order sorts the splats along a Z-order curve of their positions
-// (mortonKeys) and sets each splat's place in it.
-func (e *encoder) order(ctx context.Context) error {
-	for a := 0; a < 3; a++ {
-		e.logLo[a], e.logHi[a] = logTransform(e.lo[a]), logTransform(e.hi[a])
-	}
-	m := newMorton(e.n, e.lo, e.hi)
-	keys := make([]uint64, e.n)
-	if e.pos != nil {
-		for i := range keys {
-			keys[i] = m.key(e.pos[3*i:3*i+3], i)
-		}
-		e.pos = nil
-	} else {
-		err := e.src.pass(ctx, 3, func(first int, recs []float32) error {
-			rl := recordLen(e.bands)
-			for r := 0; r*rl < len(recs); r++ {
-				keys[first+r] = m.key(recs[r*rl:r*rl+3], first+r)
-			}
-			e.progress(len(recs) / rl)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	m.sort(keys)
-	e.place = make([]uint32, e.n)
-	mask := uint64(1)<<m.idxBits - 1
-	for t, k := range keys {
-		e.place[k&mask] = uint32(t)
-	}
-	return nil
 }
 
 // plane is one image or two (the means' bytes): their names and each
@@ -586,6 +513,9 @@ func quatPixel(rec []float32) uint32 {
 	return px
 }
 
+// fillAhead is how many splats ahead fill fetches the pixels it writes.
+const fillAhead = 16
+
 // fill makes the images of ps in one pass over the source (none for the
 // palette's), the records of a run shared among the cores.
 func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) {
@@ -602,6 +532,10 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) 
 	if !need {
 		return imgs, nil
 	}
+	var all []*argbImage
+	for _, is := range imgs {
+		all = append(all, is...)
+	}
 	rl := recordLen(e.bands)
 	workers := runtime.GOMAXPROCS(0)
 	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
@@ -609,12 +543,18 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) 
 		var wg sync.WaitGroup
 		chunk := (n + workers - 1) / workers
 		for w := 0; w < workers; w++ {
-			lo, hi := w*chunk, min(n, (w+1)*chunk)
+			lo, hi := min(n, w*chunk), min(n, (w+1)*chunk)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				var px [2]uint32
 				for r := lo; r < hi; r++ {
+					if r+fillAhead < hi { // the pixels a later splat writes
+						t := e.place[first+r+fillAhead]
+						for _, img := range all {
+							prefetchSpan(unsafe.Pointer(&img.pix[t]), 4)
+						}
+					}
 					rec := recs[r*rl : (r+1)*rl]
 					t := e.place[first+r]
 					for i, p := range ps {

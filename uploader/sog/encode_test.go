@@ -377,3 +377,68 @@ func TestPaletteSampleError(t *testing.T) {
 		t.Errorf("the sampled and refined palette's error %.6f is more than 1.10x the full fit's %.6f", refined, full)
 	}
 }
+
+// TestDecodeRecordsPaths: a PLY's records decode to the same floats
+// through the runs copied as they are, the runs decoded value by value
+// (a big-endian machine's) and the columns one by one.
+func TestDecodeRecordsPaths(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteScene(&b, 50, 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	src, err := openPLY(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stride, rl := src.lay.stride, recordLen(src.bands())
+	buf := b.Bytes()[src.data : src.data+int64(src.count()*stride)]
+	runs := floatRuns(src.cols)
+	if len(runs) != 4 {
+		t.Fatalf("runs %+v: want x..z, f_dc, f_rest and opacity..rot_3", runs)
+	}
+	decode := func(le bool, runs []floatRun) []float32 {
+		defer func(was bool) { littleEndian = was }(littleEndian)
+		littleEndian = le
+		recs := make([]float32, src.count()*rl)
+		decodeRecords(buf, stride, recs, rl, src.cols, runs)
+		return recs
+	}
+	want := decode(false, nil)
+	for _, got := range [][]float32{decode(true, runs), decode(false, runs)} {
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("value %d: %g, column by column %g", i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestPlanKeepsBytes: past the sample, an encoding in the least memory
+// (the Morton keys taken on the palette's pass) and one with room to keep
+// the positions (a pass each) write the same bytes.
+func TestPlanKeepsBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("encodes a scene past the sample twice")
+	}
+	n := maxSample + 50000
+	var ply bytes.Buffer
+	if err := WriteScene(&ply, n, 1, 6); err != nil {
+		t.Fatal(err)
+	}
+	low, high := MinMemory(int64(n), 1), int64(4<<30)
+	if p := makePlan(int64(n), 1, low); p.keepPos || !p.fuse {
+		t.Fatalf("plan in %d bytes: %+v; want the fused pass", low, p)
+	}
+	if p := makePlan(int64(n), 1, high); !p.keepPos {
+		t.Fatalf("plan in %d bytes: %+v; want the positions kept", high, p)
+	}
+	var out [2]bytes.Buffer
+	for i, m := range []int64{low, high} {
+		if _, err := Transcode(context.Background(), bytes.NewReader(ply.Bytes()), int64(ply.Len()), &out[i], Options{Memory: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Fatalf("%d bytes in the least memory, %d with room: not the same", out[0].Len(), out[1].Len())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // The SH palette: every splat's f_rest vector is replaced by the nearest of
@@ -44,6 +45,7 @@ type palette struct {
 	entries []float32 // row-major, d floats an entry
 	d       int
 	root    *pnode
+	flat    *descent
 	labels  []uint32 // each fitted row's entry (what label finds for it)
 }
 
@@ -86,27 +88,8 @@ func fitPalette(ctx context.Context, pts []float32, n, d, k int) *palette {
 		}
 	}
 	number(p.root)
+	p.flat = flatten(p.root, d)
 	return p
-}
-
-// label is the entry of row: the leaf it descends to, the nearest cell at
-// each level, then the leaf's nearest entry.
-func (p *palette) label(row []float32) uint32 {
-	t := p.root
-	var buf [maxBranch]float32
-	for t.coarse != nil {
-		out := buf[:len(t.kids)]
-		sqDists(row, t.coarse, out)
-		best := -1
-		for c, dd := range out {
-			if t.kids[c] != nil && (best < 0 || dd < out[best]) {
-				best = c
-			}
-		}
-		t = t.kids[best]
-	}
-	c, _ := nearestDist(row, p.entries[t.base*p.d:(t.base+t.count)*p.d], p.d)
-	return uint32(t.base + c)
 }
 
 type kmeans struct {
@@ -350,15 +333,21 @@ func (p *palette) newRefiner() *refiner {
 }
 
 // add counts row, whose entry is l; non-finite values are left out.
+// Each value is rounded half away from zero: v·refineScale ± 0.5 is exact
+// in a float64 (24 significant bits below 2⁵⁰), so truncating it rounds.
 func (r *refiner) add(row []float32, l uint32, d int) {
 	s := r.sums[int(l)*d : int(l+1)*d]
+	s = s[:len(row)]
 	for j, v := range row {
 		if f := float64(v) * refineScale; f > -1e15 && f < 1e15 {
-			s[j] += int64(math.Round(f))
+			s[j] += int64(f + math.Copysign(0.5, f))
 		}
 	}
 	r.counts[l]++
 }
+
+// fetch asks for the sums add(_, l, d) will change.
+func (r *refiner) fetch(l uint32, d int) { prefetchSpan(unsafe.Pointer(&r.sums[int(l)*d]), d*8) }
 
 // refine moves each entry to the mean of the rows the refiners counted for
 // it (one Lloyd update over the whole scene, the descent kept); an entry

@@ -35,8 +35,10 @@ func (m *morton) key(p []float32, i int) uint64 {
 	var code uint64
 	top := float64(uint64(1)<<m.axBits - 1)
 	for a := 0; a < 3; a++ {
-		c := uint64(math.Max(0, math.Min(top, (float64(p[a])-m.lo[a])*m.mul[a])))
-		code |= spread21(c) << a
+		// The first pass found every position finite, so x is not NaN.
+		x := (float64(p[a]) - m.lo[a]) * m.mul[a]
+		x = min(top, max(0, x))
+		code |= spread21(uint64(x)) << a
 	}
 	return code<<m.idxBits | uint64(i)
 }

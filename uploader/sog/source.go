@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 )
 
 // passRecords is the most records a pass hands over at once.
@@ -114,6 +115,10 @@ func (p *plySource) pass(ctx context.Context, cols int, fn func(int, []float32) 
 		buf := make([]byte, per*stride)
 		sr := io.NewSectionReader(p.r, p.data, p.bytes)
 		use := p.cols[:min(cols, len(p.cols))]
+		var fr []floatRun
+		if p.f32 {
+			fr = floatRuns(use)
+		}
 		for first := 0; first < p.lay.count; first += per {
 			var recs []float32
 			select {
@@ -132,7 +137,7 @@ func (p *plySource) pass(ctx context.Context, cols int, fn func(int, []float32) 
 				}
 			}
 			if err == nil {
-				decodeRecords(buf[:n*stride], stride, recs[:n*rl], rl, use, p.f32)
+				decodeRecords(buf[:n*stride], stride, recs[:n*rl], rl, use, fr)
 			}
 			select {
 			case runs <- run{first, recs[:n*rl], err}:
@@ -157,18 +162,50 @@ func (p *plySource) pass(ctx context.Context, cols int, fn func(int, []float32) 
 }
 
 // decodeRecords decodes the records in buf (stride bytes each) into recs
-// (rl floats each), the columns of use.
-func decodeRecords(buf []byte, stride int, recs []float32, rl int, use []plyColumn, f32 bool) {
+// (rl floats each), the columns of use: through runs when every column is
+// a float32 (floatRuns), else one by one.
+func decodeRecords(buf []byte, stride int, recs []float32, rl int, use []plyColumn, runs []floatRun) {
+	le := littleEndian && runs != nil
 	for r := 0; r*stride < len(buf); r++ {
 		b, rec := buf[r*stride:(r+1)*stride], recs[r*rl:(r+1)*rl]
-		if f32 {
-			for c, col := range use {
-				rec[c] = math.Float32frombits(binary.LittleEndian.Uint32(b[col.offset:]))
+		switch {
+		case le:
+			for _, run := range runs {
+				dst := rec[run.dst : run.dst+run.n]
+				copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*run.n), b[run.off:run.off+4*run.n])
 			}
-		} else {
+		case runs != nil:
+			for _, run := range runs {
+				src, dst := b[run.off:run.off+4*run.n], rec[run.dst:run.dst+run.n]
+				for j := range dst {
+					dst[j] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*j:]))
+				}
+			}
+		default:
 			for c, col := range use {
 				rec[c] = col.typ.get(b[col.offset:])
 			}
 		}
 	}
 }
+
+// floatRun is columns of float32s that lie side by side in a record, in
+// the same order as in recs: n of them from byte off to float dst.
+type floatRun struct{ dst, off, n int }
+
+// floatRuns are the runs of float32 columns use.
+func floatRuns(use []plyColumn) []floatRun {
+	var runs []floatRun
+	for c, col := range use {
+		if k := len(runs) - 1; k >= 0 && runs[k].off+4*runs[k].n == col.offset {
+			runs[k].n++
+			continue
+		}
+		runs = append(runs, floatRun{dst: c, off: col.offset, n: 1})
+	}
+	return runs
+}
+
+// littleEndian is whether this machine's float32s are the PLY's bytes as
+// they are (a run is then copied).
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

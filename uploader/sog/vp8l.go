@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"math"
 	"math/bits"
 	"slices"
 )
@@ -196,6 +195,16 @@ func predictor(m uint32, p []uint32, i, w int) uint32 {
 	}
 }
 
+// predictions is every mode's prediction for pixel i (not in the first row
+// or column) of an image w wide: predictor's, from one read of the
+// neighbours.
+func predictions(p []uint32, i, w int) [14]uint32 {
+	l, t, tr, tl := p[i-1], p[i-w], p[i-w+1], p[i-w-1]
+	return [14]uint32{0xff000000, l, t, tr, tl,
+		avg2(avg2(l, tr), t), avg2(l, tl), avg2(l, t), avg2(tl, t), avg2(t, tr),
+		avg2(avg2(l, tl), avg2(t, tr)), sel(l, t, tl), clampFull(l, t, tl), clampHalf(avg2(l, t), tl)}
+}
+
 // sub is a − b in each channel.
 func sub(a, b uint32) uint32 {
 	ag := 0x00ff00ff + a&0xff00ff00 - b&0xff00ff00
@@ -229,8 +238,8 @@ func choosePredictors(img *argbImage) *argbImage {
 				for x := max(1, bx*bs); x < min(img.w, (bx+1)*bs); x += 2 {
 					i := y*img.w + x
 					p := img.pix[i]
-					for m := range cost {
-						r := sub(p, predictor(uint32(m), img.pix, i, img.w))
+					for m, pr := range predictions(img.pix, i, img.w) {
+						r := sub(p, pr)
 						cost[m] += int(resCost[r&0xff]) + int(resCost[r>>8&0xff]) + int(resCost[r>>16&0xff]) + int(resCost[r>>24])
 					}
 				}
@@ -265,228 +274,6 @@ func predict(img *argbImage, modes *argbImage) {
 		p[i] = sub(p[i], pr)
 	}
 	p[0] = sub(p[0], 0xff000000)
-}
-
-// copyRef is a backward reference: length pixels from dist pixels back.
-type copyRef struct{ pos, length, dist uint32 }
-
-// findCopies finds greedy backward references among the previous pixel,
-// the pixel above and the last place the next two pixels occurred.
-func findCopies(p []uint32, w int) []copyRef {
-	var refs []copyRef
-	table := make([]int32, 1<<hashBits)
-	for i := range table {
-		table[i] = -1
-	}
-	hash := func(i int) uint32 { return (p[i]*0x9e3779b1 ^ p[i+1]*0x85ebca77) >> (32 - hashBits) }
-	matchLen := func(i, j int) int {
-		n := min(maxCopy, len(p)-i)
-		l := 0
-		for l < n && p[i+l] == p[j+l] {
-			l++
-		}
-		return l
-	}
-	for i := 0; i+minCopy <= len(p); {
-		h := hash(i)
-		cand := int(table[h])
-		table[h] = int32(i)
-		bestL, bestD := 0, 0
-		for _, j := range [3]int{i - 1, i - w, cand} {
-			if j >= 0 && j < i && i-j <= maxDist && p[j] == p[i] {
-				if l := matchLen(i, j); l > bestL {
-					bestL, bestD = l, i-j
-				}
-			}
-		}
-		if bestL < minCopy {
-			i++
-			continue
-		}
-		refs = append(refs, copyRef{uint32(i), uint32(bestL), uint32(bestD)})
-		for k := i + 1; k < i+bestL && k+1 < len(p); k++ {
-			table[hash(k)] = int32(k)
-		}
-		i += bestL
-	}
-	return refs
-}
-
-// prefixCode is the VP8L prefix code of v ≥ 1 and its extra bits.
-func prefixCode(v uint32) (code, nExtra, extra uint32) {
-	d := v - 1
-	if d < 4 {
-		return d, 0, 0
-	}
-	h := uint32(bits.Len32(d)) - 1
-	second := d >> (h - 1) & 1
-	nExtra = h - 1
-	return 2*h + second, nExtra, d & (1<<nExtra - 1)
-}
-
-// distanceMapTable is RFC 9649's table of the 120 short distance codes:
-// code c+1 is (y << 4) | (8 - x) for the pixel x to the left (negative:
-// right) and y rows up.
-var distanceMapTable = [120]uint8{
-	0x18, 0x07, 0x17, 0x19, 0x28, 0x06, 0x27, 0x29, 0x16, 0x1a,
-	0x26, 0x2a, 0x38, 0x05, 0x37, 0x39, 0x15, 0x1b, 0x36, 0x3a,
-	0x25, 0x2b, 0x48, 0x04, 0x47, 0x49, 0x14, 0x1c, 0x35, 0x3b,
-	0x46, 0x4a, 0x24, 0x2c, 0x58, 0x45, 0x4b, 0x34, 0x3c, 0x03,
-	0x57, 0x59, 0x13, 0x1d, 0x56, 0x5a, 0x23, 0x2d, 0x44, 0x4c,
-	0x55, 0x5b, 0x33, 0x3d, 0x68, 0x02, 0x67, 0x69, 0x12, 0x1e,
-	0x66, 0x6a, 0x22, 0x2e, 0x54, 0x5c, 0x43, 0x4d, 0x65, 0x6b,
-	0x32, 0x3e, 0x78, 0x01, 0x77, 0x79, 0x53, 0x5d, 0x11, 0x1f,
-	0x64, 0x6c, 0x42, 0x4e, 0x76, 0x7a, 0x21, 0x2f, 0x75, 0x7b,
-	0x31, 0x3f, 0x63, 0x6d, 0x52, 0x5e, 0x00, 0x74, 0x7c, 0x41,
-	0x4f, 0x10, 0x20, 0x62, 0x6e, 0x30, 0x73, 0x7d, 0x51, 0x5f,
-	0x40, 0x72, 0x7e, 0x61, 0x6f, 0x50, 0x71, 0x7f, 0x60, 0x70,
-}
-
-// distCodes maps a distance to the smallest short code that means it in an
-// image w wide; other distances d are coded as d + 120.
-func distCodes(w int) map[uint32]uint32 {
-	m := map[uint32]uint32{}
-	for c := len(distanceMapTable); c >= 1; c-- {
-		dc := int(distanceMapTable[c-1])
-		d := (dc>>4)*w + 8 - dc&0xf
-		if d >= 1 {
-			m[uint32(d)] = uint32(c)
-		}
-	}
-	return m
-}
-
-// symbols codes an image's pixels and references: the five alphabets'
-// histograms, then, given the codes, the bits.
-type symbols struct {
-	img    []uint32
-	refs   []copyRef
-	dist   map[uint32]uint32
-	cache  []uint32
-	cbits  uint
-	counts [5][]uint32
-}
-
-func (s *symbols) run(emit func(alphabet int, sym uint32, nExtra, extra uint32)) {
-	if s.cbits > 0 {
-		clear(s.cache)
-	}
-	put := func(p uint32) {
-		if s.cbits > 0 {
-			s.cache[(p*0x1e35a7bd)>>(32-s.cbits)] = p
-		}
-	}
-	r := 0
-	for i := 0; i < len(s.img); {
-		if r < len(s.refs) && int(s.refs[r].pos) == i {
-			ref := s.refs[r]
-			r++
-			c, ne, e := prefixCode(ref.length)
-			emit(0, 256+c, ne, e)
-			dc, ok := s.dist[ref.dist]
-			if !ok {
-				dc = ref.dist + 120
-			}
-			c, ne, e = prefixCode(dc)
-			emit(4, c, ne, e)
-			for k := i; k < i+int(ref.length); k++ {
-				put(s.img[k])
-			}
-			i += int(ref.length)
-			continue
-		}
-		p := s.img[i]
-		if s.cbits > 0 {
-			k := (p * 0x1e35a7bd) >> (32 - s.cbits)
-			if s.cache[k] == p {
-				emit(0, 256+numLenCodes+k, 0, 0)
-				i++
-				continue
-			}
-			s.cache[k] = p
-		}
-		emit(0, p>>8&0xff, 0, 0)
-		emit(1, p>>16&0xff, 0, 0)
-		emit(2, p&0xff, 0, 0)
-		emit(3, p>>24, 0, 0)
-		i++
-	}
-}
-
-// histogram counts the symbols at cache bits cb and returns their
-// estimated size in bits.
-func (s *symbols) histogram(cb uint) float64 {
-	s.cbits = cb
-	s.cache = make([]uint32, 1<<cb)
-	sizes := [5]int{256 + numLenCodes, 256, 256, 256, numDistCodes}
-	if cb > 0 {
-		sizes[0] += 1 << cb
-	}
-	for a := range s.counts {
-		s.counts[a] = make([]uint32, sizes[a])
-	}
-	extraBits := 0.0
-	s.run(func(a int, sym, ne, _ uint32) {
-		s.counts[a][sym]++
-		extraBits += float64(ne)
-	})
-	total := extraBits
-	for _, c := range s.counts {
-		total += entropyBits(c)
-	}
-	return total
-}
-
-// entropyBits is the Shannon size of a histogram's symbols.
-func entropyBits(c []uint32) float64 {
-	n := 0.0
-	for _, v := range c {
-		n += float64(v)
-	}
-	bitsSum := 0.0
-	for _, v := range c {
-		if v > 0 {
-			bitsSum -= float64(v) * math.Log2(float64(v)/n)
-		}
-	}
-	return bitsSum
-}
-
-// writeImage writes img's pixels as an entropy-coded image (top: the main
-// image, with its meta prefix bit).
-func writeImage(bw *bitWriter, img *argbImage, top bool) {
-	s := &symbols{img: img.pix, refs: findCopies(img.pix, img.w), dist: distCodes(img.w)}
-	best, bestBits := uint(0), s.histogram(0)
-	if top {
-		for _, cb := range []uint{6, 10} {
-			if b := s.histogram(cb); b < bestBits {
-				best, bestBits = cb, b
-			}
-		}
-	}
-	if s.cbits != best {
-		s.histogram(best)
-	}
-	if best > 0 {
-		bw.write(1, 1)
-		bw.write(uint64(best), 4)
-	} else {
-		bw.write(0, 1)
-	}
-	if top {
-		bw.write(0, 1) // one group of prefix codes
-	}
-	var codes [5]prefix
-	for a := range codes {
-		codes[a] = writePrefix(bw, s.counts[a])
-	}
-	s.run(func(a int, sym, ne, extra uint32) {
-		c := &codes[a]
-		bw.write(uint64(c.code[sym]), uint(c.length[sym]))
-		if ne > 0 {
-			bw.write(uint64(extra), uint(ne))
-		}
-	})
 }
 
 // prefix is a canonical prefix code: each symbol's length and its code,

@@ -58,3 +58,26 @@ func TestVP8LRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictionsArePredictors: choosePredictors' all-modes predictions
+// are predictor's, mode by mode.
+func TestPredictionsArePredictors(t *testing.T) {
+	t.Parallel()
+	r := rng(5)
+	const w = 9
+	p := make([]uint32, 4*w)
+	for k := 0; k < 2000; k++ {
+		for j := range p {
+			p[j] = uint32(r.next())
+		}
+		i := w + 1 + int(r.next()%uint64(len(p)-w-1))
+		if i%w == 0 {
+			i++
+		}
+		for m, got := range predictions(p, i, w) {
+			if want := predictor(uint32(m), p, i, w); got != want {
+				t.Fatalf("mode %d at %d: %08x, predictor %08x", m, i, got, want)
+			}
+		}
+	}
+}
