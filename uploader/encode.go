@@ -18,15 +18,10 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// The file a job uploads: its own, or, when its publish parameters say
-// encode: sog, a SOG encoded locally from its PLY (on a slow uplink a
-// fraction of the bytes). The encoding is made once the job's file is
-// checked and hashed, kept under PoolOptions.WorkDir (named by the
-// source's sha256 and the job) until the job is final, and recorded in state.Job.Encoded; every
-// other record of the job (its sha256, size, dedupe) stays the source's.
-// Everything of it lives here; the pipeline calls encodeForUpload after the
-// hash (from the descriptor it hashed), uploadFile (jobfile.go) for the bytes
-// to send and uploadName for their name.
+// publish.encode: sog uploads a SOG encoded from the job's PLY, made after
+// the hash from the descriptor hashed, kept under WorkDir until the job is
+// final and recorded in state.Job.Encoded; the job's sha256, size and
+// dedupe stay the source's (docs/formats.md).
 
 // Encodes reports whether a file of kind is encoded before upload under the
 // publish parameter encode: a plain PLY, when an encoding is asked for (the
@@ -95,6 +90,12 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 	})
 	m.stop()
 	<-p.encodeSlot
+	return encoded(ctx, j, jf, path, err)
+}
+
+// encoded is the outcome of the encoding of j at path, which ended with err:
+// the encoding, or the source's new stat when it changed meanwhile.
+func encoded(ctx context.Context, j state.Job, jf *jobFile, path string, err error) (*state.Encoded, fs.FileInfo, error) {
 	if err != nil {
 		if errors.As(err, new(*sog.FormatError)) {
 			return nil, nil, &workerFileError{fmt.Errorf("encode as sog: %w", err)}
