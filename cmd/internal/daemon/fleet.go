@@ -283,14 +283,15 @@ func (f *fleet) announcement() []byte {
 // daemon and every live member of its folders not announced idle; 0 (not
 // known) in the first beat after the start.
 func (f *fleet) clients() int {
+	roots := f.roots()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.now().Sub(f.started) < fleetBeat {
 		return 0
 	}
 	busy := map[string]bool{}
-	for _, v := range f.read {
-		for k, m := range v.members {
+	for _, root := range roots {
+		for k, m := range f.view(root).members {
 			if k != f.self && !m.idle && m.missed < fleetMissed {
 				busy[k] = true
 			}
