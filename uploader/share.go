@@ -192,6 +192,13 @@ func (p *Pool) shareWait(j state.Job, sum string) (next state.Job, parked bool, 
 	}
 }
 
+// PeerWaiting counts the queued jobs parked on a fleet peer's share.
+func (p *Pool) PeerWaiting() int {
+	p.shares.mu.Lock()
+	defer p.shares.mu.Unlock()
+	return len(p.shares.since)
+}
+
 // alone reports whether the fleet knows no other daemon live on root
 // (false without a fleet: then any daemon may share the folder).
 func (p *Pool) alone(root string) bool {

@@ -55,6 +55,7 @@ type Options struct {
 	StateFile string                                                       // keeps windows and routes across restarts (file.go)
 	Logger    zerolog.Logger
 	Waited    func(d time.Duration) // how long a request was delayed
+	Clients   func() int            // the token's clients with work left, this one among them; 0: unknown
 }
 
 // Answer is what one response's headers said of the rate limit.
@@ -100,6 +101,9 @@ func New(o Options) *Pacer {
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Float64
+	}
+	if o.Clients == nil {
+		o.Clients = func() int { return 0 }
 	}
 	o.Jitter = max(cmp.Or(o.Jitter, DefaultJitter), 0)
 	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)

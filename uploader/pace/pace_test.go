@@ -1177,9 +1177,31 @@ func TestPacerReserveInALargeClass(t *testing.T) {
 		{"a strict class of 5: below the share", class{limit: 5, remaining: 4, own: 1, share: share{expect: 3, peers: 1}}, 3},
 	}
 	for _, tc := range cases {
-		if got := tc.c.keep(tc.c.limit, tc.c.remaining-tc.c.inFlight, tc.c.own+tc.c.inFlight); got != tc.want {
+		if got := tc.c.keep(tc.c.limit, tc.c.remaining-tc.c.inFlight, tc.c.own+tc.c.inFlight, 0); got != tc.want {
 			t.Errorf("%s: reserve %d, want %d", tc.name, got, tc.want)
 		}
+	}
+	// The fair share over the clients a fleet says have work left, not over
+	// peers + 1: peers counts their requests between two answers of ours.
+	burst := share{expect: 8, peers: 8}
+	for _, tc := range []struct {
+		name    string
+		clients int
+		want    int
+	}{
+		{"9 clients from peers: past the fair share of 12/9", 0, 6},
+		{"3 clients with work: below the fair share of 12/3", 3, 5},
+		{"only this one has work left: every slot but one", 1, 5},
+	} {
+		if got := burst.keep(12, 6, 2, tc.clients); got != tc.want {
+			t.Errorf("%s: reserve %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// Alone in the fleet while others spend this window: a client the fleet
+	// does not know keeps the fair share of two (past 12/2: 6 of 6 left).
+	neighbour := share{expect: 8, peers: 8, others: 2}
+	if got := neighbour.keep(12, 6, 6, 1); got != 6 {
+		t.Errorf("alone in the fleet beside another client: reserve %d, want 6", got)
 	}
 }
 

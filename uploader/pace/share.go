@@ -15,13 +15,20 @@ type share struct {
 }
 
 // keep returns how many of a window's left requests to keep for the others,
-// used of its limit being ours; a large class keeps at most their fair share.
-func (s *share) keep(limit, left, used int) int {
+// used of its limit being ours; a large class keeps at most their fair share
+// over n clients (Options.Clients; 0: peers + 1).
+func (s *share) keep(limit, left, used, n int) int {
 	e := cmp.Or(s.expect, 2*s.others)
 	r := max(e-s.others, min(1, e), s.peers)
 	switch {
+	case n <= 0:
+		n = s.peers + 1
+	case n == 1 && s.others > 0:
+		n = 2 // others spent this window: a client the fleet does not know
+	}
+	switch {
 	case limit <= carefulSlots || s.peers == 0:
-	case used < limit/(s.peers+1): // below our fair share: all but one free slot
+	case used < limit/n: // below our fair share: all but one free slot
 		r = min(r, max(1, left-1))
 	default: // past it: the others' share of what is left
 		r = min(r, left-left/(s.peers+1))

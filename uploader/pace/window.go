@@ -104,7 +104,7 @@ func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) 
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
 		d.Reason = "a new window: waiting for the answer of its first request"
-	case c.remaining-c.inFlight-c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight) <= 0:
+	case c.remaining-c.inFlight-c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight, p.o.Clients()) <= 0:
 		wait, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
 		d.Reason = "the window's last requests go one at a time; waiting for the one in flight"

@@ -127,6 +127,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		MaxWait:   cfg.API.MaxServerWait.D(), // a Reset or Retry-After beyond it is capped, as the retry rule caps it
 		Waited:    d.m.RateLimitWait,
 		Logger:    log.With().Str("component", "pacer").Logger(),
+		Clients:   d.fleetClients,
 	})
 	if d.client, err = NewClient(cfg, o.Version, token, d.pacer, d.m, log); err != nil { // the client names its own component
 		return nil, err
@@ -141,6 +142,9 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 	}
 	if d.pool, err = d.newPool(); err != nil {
 		return nil, err
+	}
+	if d.fleet != nil {
+		d.fleet.busy = d.fleetBusy
 	}
 	d.m.SetUploadSource(metrics.UploadSource{Limit: d.client.Limiter().Rate, InFlight: d.uploadsInFlight})
 	if d.watch, err = d.newWatcher(); err != nil {

@@ -22,7 +22,8 @@ import (
 
 // A fleet's daemons announce themselves in fleetDir at the top of each
 // watch folder, one file each, named by member key, holding the nonce of
-// the member's start and written every fleetBeat. A member whose file did
+// the member's start (and fleetIdle on a second line while it has no work
+// of its own) and written every fleetBeat. A member whose file did
 // not change while this daemon wrote its own fleetMissed times is gone:
 // counted in this daemon's own beats, so a reader that stalls (a loaded
 // host) does not take everyone else for gone as it wakes.
@@ -33,6 +34,7 @@ const (
 	fleetMissed = 3
 	fleetReread = time.Second
 	fleetMax    = 64 // members read from one folder at most
+	fleetIdle   = "idle"
 )
 
 // fleet is uploader.Fleet over the announcement files of the watch folders.
@@ -43,8 +45,12 @@ type fleet struct {
 	now         func() time.Time
 	log         zerolog.Logger
 	started     time.Time
+	// busy reports whether this daemon has work of its own left (nil: it
+	// has); set before the first announce.
+	busy func() bool
 
 	mu      sync.Mutex
+	wrote   bool // idle, as last written
 	read    map[string]*fleetView
 	failing map[string]bool // folders whose announcement last failed (logged once)
 }
@@ -58,8 +64,10 @@ type fleetView struct {
 // member is one announcement file as last read.
 type member struct {
 	nonce  string
+	idle   bool // announced no work of its own left
 	stamp  time.Time
-	missed int // this daemon's beats since the file last changed
+	size   int64 // with stamp, tells a changed file (idle changes the size)
+	missed int   // this daemon's beats since the file last changed
 }
 
 var _ uploader.Fleet = (*fleet)(nil)
@@ -77,6 +85,30 @@ func (d *Daemon) poolFleet() uploader.Fleet {
 		return nil
 	}
 	return d.fleet
+}
+
+// fleetClients is the pacer's Options.Clients: 0 without a fleet.
+func (d *Daemon) fleetClients() int {
+	if d.fleet == nil {
+		return 0
+	}
+	return d.fleet.clients()
+}
+
+// fleetBusy reports whether this daemon has work of its own: a job not
+// final that is not parked on a peer's share (true when unknown).
+func (d *Daemon) fleetBusy() bool {
+	st, err := d.store.Stats()
+	if err != nil {
+		return true
+	}
+	open := 0
+	for stage, n := range st.Stages {
+		if !stage.Final() {
+			open += n
+		}
+	}
+	return open > d.pool.PeerWaiting()
 }
 
 // Self is this daemon's member key.
@@ -128,7 +160,7 @@ func (f *fleet) refresh(root string, v *fleetView, beat bool) {
 		}
 		seen[key] = true
 		m, ok := v.members[key]
-		if ok && fi.ModTime().Equal(m.stamp) {
+		if ok && fi.ModTime().Equal(m.stamp) && fi.Size() == m.size {
 			if beat {
 				m.missed++
 			}
@@ -138,7 +170,8 @@ func (f *fleet) refresh(root string, v *fleetView, beat bool) {
 		if err != nil {
 			continue
 		}
-		v.members[key] = &member{nonce: strings.TrimSpace(string(b)), stamp: fi.ModTime()}
+		nonce, rest, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		v.members[key] = &member{nonce: strings.TrimSpace(nonce), idle: strings.TrimSpace(rest) == fleetIdle, stamp: fi.ModTime(), size: fi.Size()}
 	}
 	for key := range v.members {
 		if !seen[key] {
@@ -179,8 +212,18 @@ func memberKey(s string) bool {
 	return true
 }
 
-// announce writes or touches this daemon's file in every watch folder.
-func (f *fleet) announce() {
+// announce writes or touches this daemon's file in every watch folder (a
+// beat).
+func (f *fleet) announce() { f.write(true) }
+
+// write writes this daemon's file in every watch folder and reads the
+// folders again; beat counts the write against the files that did not
+// change (a write between beats, for a change of idle, does not).
+func (f *fleet) write(beat bool) {
+	idle := f.idle()
+	f.mu.Lock()
+	f.wrote = idle
+	f.mu.Unlock()
 	for _, root := range f.roots() {
 		r, err := f.fs.OpenRoot(root)
 		if err != nil {
@@ -188,7 +231,7 @@ func (f *fleet) announce() {
 		}
 		err = r.Mkdir(fleetDir, 0o755)
 		if err == nil || errors.Is(err, fs.ErrExist) {
-			err = f.fs.WriteAtomic(root, f.file(root), []byte(f.nonce+"\n"), 0o644)
+			err = f.fs.WriteAtomic(root, f.file(root), f.announcement(), 0o644)
 		}
 		r.Close()
 		f.mu.Lock()
@@ -198,9 +241,63 @@ func (f *fleet) announce() {
 				f.log.Warn().Err(err).Str("folder", state.Shown(root)).Msg("cannot announce this daemon to its fleet; its peers do not leave it a share")
 			}
 		}
-		f.refresh(root, f.view(root), true)
+		f.refresh(root, f.view(root), beat)
 		f.mu.Unlock()
 	}
+}
+
+// between is the work of a second between beats: the file is written
+// again when this daemon's idle changed since it was, and every folder is
+// read again, so the pacer's clients are at most a second or two old.
+func (f *fleet) between() {
+	idle := f.idle()
+	f.mu.Lock()
+	changed := idle != f.wrote
+	f.mu.Unlock()
+	if changed {
+		f.write(false)
+		return
+	}
+	for _, root := range f.roots() {
+		f.mu.Lock()
+		f.refresh(root, f.view(root), false)
+		f.mu.Unlock()
+	}
+}
+
+// idle reports whether this daemon has no work of its own left.
+func (f *fleet) idle() bool { return f.busy != nil && !f.busy() }
+
+// announcement is the content of this daemon's announcement file.
+func (f *fleet) announcement() []byte {
+	f.mu.Lock()
+	idle := f.wrote
+	f.mu.Unlock()
+	if idle {
+		return []byte(f.nonce + "\n" + fleetIdle + "\n")
+	}
+	return []byte(f.nonce + "\n")
+}
+
+// clients is the pacer's count of the token's clients with work left: this
+// daemon and every live member of its folders not announced idle; 0 (not
+// known) in the first beat after the start.
+func (f *fleet) clients() int {
+	roots := f.roots()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now().Sub(f.started) < fleetBeat {
+		return 0
+	}
+	busy := map[string]bool{}
+	for _, root := range roots {
+		for k, m := range f.view(root).members {
+			if k != f.self && !m.idle && m.missed < fleetMissed {
+				busy[k] = true
+			}
+		}
+	}
+	return 1 + len(busy)
 }
 
 // file is this daemon's announcement file in root.
@@ -216,21 +313,31 @@ func (f *fleet) withdraw() {
 
 // run announces this daemon every fleetBeat while its work is not paused
 // (a refused token): a paused daemon withdraws, and its share goes to the
-// others. It withdraws when ctx ends.
+// others. Between beats it reads the folders every fleetReread. It
+// withdraws when ctx ends.
 func (f *fleet) run(ctx context.Context, paused func() bool) error {
-	t := time.NewTicker(fleetBeat)
+	t := time.NewTicker(fleetReread)
 	defer t.Stop()
+	beat := f.now().Add(fleetBeat)
 	for {
 		select {
 		case <-ctx.Done():
 			f.withdraw()
 			return nil
 		case <-t.C:
+		}
+		switch now := f.now(); {
+		case now.Before(beat):
 			if paused() {
-				f.withdraw()
-			} else {
-				f.announce()
+				continue
 			}
+			f.between()
+		case paused():
+			beat = now.Add(fleetBeat)
+			f.withdraw()
+		default:
+			beat = now.Add(fleetBeat)
+			f.announce()
 		}
 	}
 }

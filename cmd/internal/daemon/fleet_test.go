@@ -63,3 +63,47 @@ func TestFleetMembers(t *testing.T) {
 		t.Errorf("after b withdrew: members %v, want a alone", got)
 	}
 }
+
+// TestFleetClients: the pacer's clients are this daemon and the live
+// members not announced idle; a member that turns idle is written at once
+// between beats (no beat counted), and none are known in the first beat.
+func TestFleetClients(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	roots := func() []string { return []string{root} }
+	start := time.Now()
+	clock := start
+	now := func() time.Time { return clock }
+	idle := map[string]bool{}
+	fleets := make([]*fleet, 3)
+	for i, id := range []string{"host-a:/state", "host-b:/state", "host-c:/state"} {
+		fleets[i] = newFleet(nil, id, roots, now, zerolog.Nop())
+		fleets[i].busy = func() bool { return !idle[id] }
+		fleets[i].announce()
+	}
+	a, b := fleets[0], fleets[1]
+	if n := a.clients(); n != 0 {
+		t.Errorf("clients in the first beat: %d, want 0 (not known)", n)
+	}
+	clock = start.Add(fleetBeat)
+	a.announce()
+	if n := a.clients(); n != 3 {
+		t.Errorf("three busy members: clients %d, want 3", n)
+	}
+	idle["host-b:/state"] = true
+	b.between()
+	a.between()
+	if n := a.clients(); n != 2 {
+		t.Errorf("b announced idle: clients %d, want 2", n)
+	}
+	if got, _ := a.Members(root); len(got) != 3 {
+		t.Errorf("an idle member is still a member: %v", got)
+	}
+	for _, v := range a.read {
+		for _, m := range v.members {
+			if m.missed != 0 {
+				t.Errorf("a write between beats counted a missed beat: %+v", m)
+			}
+		}
+	}
+}
