@@ -10,27 +10,10 @@ import (
 	"github.com/splatd/splatd/uploader/api"
 )
 
-// A fleet is several daemons, each with its own state, on one shared
-// folder and one token. Their Idempotency-Keys are derived from the
-// content, so the daemons that reach one file reach one upload session; the
-// queue's claim order (a rendezvous hash per daemon) makes that rare until
-// the end of a backlog. A job that meets a peer's session is parked: it
-// holds no worker while it waits, says why in Job.Parked, and is looked at
-// again at its NextAttempt:
-//
-//   - while the peer's session is uploading (v1WatchPeer), until its parts
-//     stop growing for PeerWait, when the job takes the session over;
-//   - once the session is completed by the peer, which the official schema
-//     does not name the splat of (v1AwaitReceipt): the peer's receipt in the
-//     shared folder names it, checked like an adoption (done, the same
-//     sha256 and size, the same protocol and service), at no API cost.
-//     Only when no receipt comes within PeerWait of the first sighting, or
-//     none can (the file is gone), is complete replayed to learn the id,
-//     once. PeerWait is the patience already given to a peer whose upload
-//     makes no progress: the owner writes its receipt as soon as its poll
-//     sees the processing end, so a receipt later than that means a peer
-//     that died between its complete and its receipt, or a processing
-//     slower than the wait, and the replay then costs what it cost before.
+// A job that meets a fleet peer's upload session is parked (Job.Parked),
+// holding no worker: while the session uploads (v1WatchPeer) and, once the
+// peer completed it, until the peer's receipt names the splat
+// (v1AwaitReceipt); docs/architecture.md, "Peers' sessions".
 
 // PeerOutcome is the outcome of a job's content that another daemon of the
 // fleet reached, as its receipt says.

@@ -13,7 +13,7 @@ import (
 )
 
 // Fleet names the daemons of a fleet on a job's watch folder, so that
-// the backlog is cut into shares (docs/architecture.md, "Shares").
+// the backlog is cut into shares (docs/architecture.md, "Shares of a shared folder").
 type Fleet interface {
 	// Self is this daemon's member key.
 	Self() string
