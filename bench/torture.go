@@ -529,9 +529,10 @@ func runURLExpiry(ctx context.Context, e *tenv) error {
 		return err
 	}
 	// A bound on a stall, not a speed target (a passing run takes 5 to 15 s):
-	// URLs that expire in a second back the retry rule off from 2 s, so six
-	// refusals in a row wait about two minutes, the quick run included.
-	timeout := 150 * time.Second
+	// URLs that expire in a second back the retry rule off from 2 s, so on a
+	// loaded machine, where most PUTs arrive late, seven refusals in a row
+	// wait about four minutes, the quick run included.
+	timeout := 300 * time.Second
 	if err := e.basic(ctx, e.count(5, 16), 200, timeout); err != nil {
 		return err
 	}
