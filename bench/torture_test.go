@@ -27,7 +27,7 @@ func TestTortureQuick(t *testing.T) {
 	if err := build.Run(); err != nil {
 		t.Fatalf("building splatd: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a bound against hangs, not a target
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // a bound against hangs, not a target (url-expiry may take 5 min)
 	defer cancel()
 	// hostile-folder runs in `make torture` only: its daemon runs under
 	// ulimit -v, which a -race binary's shadow memory cannot live with.
