@@ -71,7 +71,7 @@ type Metrics struct {
 	apiRequestDuration *prometheus.HistogramVec
 	// rateLimitRemaining is the latest X-RateLimit-Remaining per limit class.
 	rateLimitRemaining *prometheus.GaugeVec
-	// rateLimitWait counts seconds requests spent held back by the pacer.
+	// rateLimitWait counts seconds requests spent delayed by the pacer.
 	rateLimitWait prometheus.Counter
 	// jobDuration observes the time from enqueue to a terminal stage.
 	jobDuration prometheus.Histogram

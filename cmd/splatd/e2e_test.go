@@ -906,7 +906,7 @@ func TestE2EShutdownStartsNoNewCalls(t *testing.T) {
 
 // pacedIngest runs a daemon (publish.on_uncertain: hold) against a
 // simulator whose publish route is in a class of 4 per window, drops five
-// files and returns once the fifth one's publish is held back by the pacer:
+// files and returns once the fifth one's publish is delayed by the pacer:
 // the first four are published at once (the window has budget) and the
 // fifth waits for the window's reset, with no 429 drawn.
 func pacedIngest(t *testing.T, window time.Duration) (sim *apisim.Server, e *e2eEnv, d *e2eDaemon, files []string, waiting string) {
