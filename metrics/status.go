@@ -434,6 +434,7 @@ func cleanJob(j Job) Job {
 	j.Activity = state.ScrubText(j.Activity)
 	j.LastError = state.ScrubText(j.LastError)
 	j.FailReason = state.ScrubText(j.FailReason)
+	j.EncodeSkipped = state.ScrubText(j.EncodeSkipped)
 	j.ViewerURL = viewerLink(j.ViewerURL)
 	return j
 }
