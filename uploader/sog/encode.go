@@ -540,35 +540,27 @@ func (e *encoder) fill(ctx context.Context, ps []plane) ([][]*argbImage, error) 
 	workers := runtime.GOMAXPROCS(0)
 	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
 		n := len(recs) / rl
-		var wg sync.WaitGroup
-		chunk := (n + workers - 1) / workers
-		for w := 0; w < workers; w++ {
-			lo, hi := min(n, w*chunk), min(n, (w+1)*chunk)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var px [2]uint32
-				for r := lo; r < hi; r++ {
-					if r+fillAhead < hi { // the pixels a later splat writes
-						t := e.place[first+r+fillAhead]
-						for _, img := range all {
-							prefetchSpan(unsafe.Pointer(&img.pix[t]), 4)
-						}
+		inParallel(n, workers, func(_, lo, hi int) {
+			var px [2]uint32
+			for r := lo; r < hi; r++ {
+				if r+fillAhead < hi { // the pixels a later splat writes
+					t := e.place[first+r+fillAhead]
+					for _, img := range all {
+						prefetchSpan(unsafe.Pointer(&img.pix[t]), 4)
 					}
-					rec := recs[r*rl : (r+1)*rl]
-					t := e.place[first+r]
-					for i, p := range ps {
-						if p.pixels != nil {
-							p.pixels(first+r, rec, px[:])
-							for k, img := range imgs[i] {
-								img.pix[t] = px[k]
-							}
+				}
+				rec := recs[r*rl : (r+1)*rl]
+				t := e.place[first+r]
+				for i, p := range ps {
+					if p.pixels != nil {
+						p.pixels(first+r, rec, px[:])
+						for k, img := range imgs[i] {
+							img.pix[t] = px[k]
 						}
 					}
 				}
-			}()
-		}
-		wg.Wait()
+			}
+		})
 		e.progress(n)
 		return ctx.Err()
 	})
@@ -640,4 +632,20 @@ func (e *encoder) paletteImage() ([]float32, *argbImage) {
 		}
 	}
 	return cb, img
+}
+
+// inParallel splits rows [0, n) into workers runs and calls fn on each, w
+// naming the run, all at once; it returns when every call has.
+func inParallel(n, workers int, fn func(w, lo, hi int)) {
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for w := 0; w < workers; w++ {
+		lo, hi := min(n, w*chunk), min(n, (w+1)*chunk)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(w, lo, hi)
+		}()
+	}
+	wg.Wait()
 }

@@ -3,7 +3,6 @@ package sog
 import (
 	"context"
 	"runtime"
-	"sync"
 )
 
 // The Morton order and, past the sample, the palette's refinement: each
@@ -75,17 +74,9 @@ func (e *encoder) refinePass(ctx context.Context, each func(i int, rec []float32
 	rl := recordLen(e.bands)
 	err := e.src.pass(ctx, rl, func(first int, recs []float32) error {
 		n := len(recs) / rl
-		var wg sync.WaitGroup
-		chunk := (n + workers - 1) / workers
-		for w := 0; w < workers; w++ {
-			lo, hi := min(n, w*chunk), min(n, (w+1)*chunk)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				e.refineRows(first+lo, recs[lo*rl:hi*rl], rs[w], sampled, each)
-			}()
-		}
-		wg.Wait()
+		inParallel(n, workers, func(w, lo, hi int) {
+			e.refineRows(first+lo, recs[lo*rl:hi*rl], rs[w], sampled, each)
+		})
 		e.progress(n)
 		return ctx.Err()
 	})
