@@ -14,22 +14,10 @@ import (
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
-// The steps of the SuperSplat API v1 (docs/api-v1.md). The stages are the
-// legacy ones with the meanings docs/architecture.md gives them under v1, and every
-// side effect is preceded by the commit it depends on:
-//
-//	queued     → ready       content check and hash (the legacy step)
-//	ready      → ready       Idempotency-Key and one more create counted, committed; then the create call
-//	ready      → signed      session id and partSize stored
-//	signed     → signed      each part's ETag, committed as that part completes
-//	signed     → uploaded    every part's ETag stored
-//	uploaded   → publishing  complete intent
-//	publishing → processing  splat id stored (a lost answer: complete again, 200)
-//	processing → done        SplatV1 polled until completed or failed
-//
-// The server is the truth on resume: a job found in signed reads the
-// session and sends only the parts its uploadedParts lack. There is no
-// uncertain outcome: create and complete are idempotent.
+// The steps of the SuperSplat API v1 (docs/api-v1.md), on the stages as
+// docs/architecture.md ("Job stages") gives them under v1: every side
+// effect follows the commit it depends on, and on resume the server's
+// record of the session is the truth.
 
 // Protocols of PoolOptions.Protocol.
 const (
