@@ -37,20 +37,14 @@ func zeroPages(t *testing.T, stateDir string) {
 	}
 }
 
-// TestStateDamagedAndRecovered: with every page but the meta pages zeroed,
-// the state makes `splatd run` exit 1 with one message naming the file and
-// the command that recovers, and `jobs` fail the same way, without a
-// panic; `state check` says damaged; `state recover` keeps the file aside
-// and adopts the receipts; the daemon then starts and publishes nothing
-// again.
-func TestStateDamagedAndRecovered(t *testing.T) {
-	t.Parallel()
-	sim := newE2ESim(t, apisim.Options{})
-	e := newE2EEnv(t, sim, e2eConfig{})
+// publishScans writes n PLYs (scan-a.ply, …, of growing size) into e's
+// inbox, runs a daemon until each has its done receipt, and stops it.
+func publishScans(t *testing.T, e *e2eEnv, n int) []string {
+	t.Helper()
 	var files []string
-	for i, n := range []int{900, 1000, 1100, 1200, 1300, 1400, 1500, 1600} {
+	for i := range n {
 		f := filepath.Join(e.inbox, "scan-"+string(rune('a'+i))+".ply")
-		writePLY(t, f, n)
+		writePLY(t, f, 900+100*i)
 		files = append(files, f)
 	}
 	d := startDaemon(t, e.cfgPath)
@@ -61,6 +55,21 @@ func TestStateDamagedAndRecovered(t *testing.T) {
 	if code := d.stop(); code != 0 {
 		t.Fatalf("daemon exit %d", code)
 	}
+	return files
+}
+
+// TestStateDamagedAndRecovered: with every page but the meta pages zeroed,
+// the state makes `splatd run` exit 1 with one message naming the file and
+// the command that recovers, and `jobs` fail the same way, without a
+// panic; `state check` says damaged; `state recover` keeps the file aside
+// and adopts the receipts; the daemon then starts and publishes nothing
+// again.
+func TestStateDamagedAndRecovered(t *testing.T) {
+	t.Parallel()
+	sim := newE2ESim(t, apisim.Options{})
+	e := newE2EEnv(t, sim, e2eConfig{})
+	files := publishScans(t, e, 8)
+	var d *e2eDaemon
 	published := sim.Stats().Publishes
 	zeroPages(t, e.stateDir)
 
@@ -121,20 +130,8 @@ func TestEmptyStateBesideReceipts(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{})
 	e := newE2EEnv(t, sim, e2eConfig{})
-	var files []string
-	for i, n := range []int{900, 1000, 1100} {
-		f := filepath.Join(e.inbox, "scan-"+string(rune('a'+i))+".ply")
-		writePLY(t, f, n)
-		files = append(files, f)
-	}
-	d := startDaemon(t, e.cfgPath)
-	d.waitStarted()
-	for _, f := range files {
-		waitReceipt(t, f, "done")
-	}
-	if code := d.stop(); code != 0 {
-		t.Fatalf("daemon exit %d", code)
-	}
+	files := publishScans(t, e, 3)
+	var d *e2eDaemon
 	published := sim.Stats().Publishes
 	if err := os.Truncate(filepath.Join(e.stateDir, queue.FileName), 0); err != nil {
 		t.Fatal(err)
@@ -172,21 +169,12 @@ func TestStateRecoveredV1WithoutReceipts(t *testing.T) {
 	t.Parallel()
 	sim := newE2ESim(t, apisim.Options{})
 	e := newE2EEnv(t, sim, e2eConfig{protocol: "v1"})
+	files := publishScans(t, e, 4)
 	urls := map[string]string{}
-	var files []string
-	for i, n := range []int{900, 1000, 1100, 1200} {
-		f := filepath.Join(e.inbox, "scan-"+string(rune('a'+i))+".ply")
-		writePLY(t, f, n)
-		files = append(files, f)
-	}
-	d := startDaemon(t, e.cfgPath)
-	d.waitStarted()
 	for _, f := range files {
-		urls[f] = waitReceipt(t, f, "done").Splat.URL
+		urls[f] = mustReceipt(t, f).Splat.URL
 	}
-	if code := d.stop(); code != 0 {
-		t.Fatalf("daemon exit %d", code)
-	}
+	var d *e2eDaemon
 	before := sim.Stats()
 	zeroPages(t, e.stateDir)
 	for _, f := range files {
