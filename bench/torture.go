@@ -474,7 +474,7 @@ func (e *tenv) basic(ctx context.Context, files, splats int, timeout time.Durati
 
 func (e *tenv) timeout() time.Duration {
 	if e.o.Quick {
-		return 45 * time.Second
+		return 90 * time.Second // make test runs it beside every -race package
 	}
 	return 150 * time.Second
 }
