@@ -2,9 +2,7 @@ package pace
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"slices"
@@ -13,8 +11,7 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-// fileVersion is pacer.json's layout; version 1 loads without 429 waits.
-const fileVersion = 2
+const fileVersion = 2 // pacer.json's layout; version 1 loads without 429 waits
 
 // stateFile is pacer.json: each class's window and share, each route's class.
 type stateFile struct {
@@ -35,16 +32,14 @@ type savedClass struct {
 	Late      time.Duration `json:"late,omitempty"`
 }
 
-// spent says a class in admits nothing more, which the file must show before
-// the request goes on; with p.mu held.
+// spent says a class in admits nothing more, which the file must show first; p.mu held.
 func (p *Pacer) spent(now time.Time, in []*class) bool {
 	return slices.ContainsFunc(in, func(c *class) bool {
 		return c != nil && c.limit > 0 && c.blocked(now) > 0
 	})
 }
 
-// Flush writes the whole state, fsynced, over the old file; nil without a
-// state file.
+// Flush writes the whole state, fsynced, over the old file; nil without a state file.
 func (p *Pacer) Flush() error {
 	if p.o.StateFile == "" {
 		return nil
@@ -81,10 +76,10 @@ func (p *Pacer) Flush() error {
 	return err
 }
 
-// load starts from the state file; an unreadable one is logged and ignored.
+// load starts from the state file (none: "" or absent); an unreadable one is logged and ignored.
 func (p *Pacer) load() {
 	data, err := os.ReadFile(p.o.StateFile)
-	if errors.Is(err, fs.ErrNotExist) {
+	if os.IsNotExist(err) {
 		return
 	}
 	var f stateFile

@@ -17,6 +17,7 @@ package pace
 
 import (
 	"cmp"
+	"context"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -26,8 +27,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// ClassName returns the metric label of a limit class: "strict" for at most
-// 10 per window, "normal" for 120 or 240, else "limit_<limit>".
+// ClassName labels a limit class: "strict" (≤ 10), "normal" (120, 240), else "limit_<limit>".
 func ClassName(limit int) string {
 	switch {
 	case limit <= 10:
@@ -68,12 +68,10 @@ type Answer struct {
 	RetryAfter time.Duration // Retry-After; 0: absent
 }
 
-// NotSent releases a slot given back unused: unlike nil (no answer) it
-// costs no budget.
+// NotSent releases a slot given back unused: unlike nil (no answer) it costs no budget.
 var NotSent = &Answer{}
 
-// Pacer paces the API requests of one token; safe for concurrent use. Every
-// client of the token shares one Pacer.
+// Pacer paces the API requests of one token, for all its clients; safe for concurrent use.
 type Pacer struct {
 	o        Options    // with the defaults filled in
 	saveMu   sync.Mutex // one write of the state file at a time; taken before mu
@@ -94,10 +92,7 @@ func New(o Options) *Pacer {
 		o.Now = time.Now
 	}
 	if o.Timer == nil {
-		o.Timer = func(d time.Duration) (<-chan time.Time, func() bool) {
-			t := time.NewTimer(d)
-			return t.C, t.Stop
-		}
+		o.Timer = func(d time.Duration) (<-chan time.Time, func() bool) { t := time.NewTimer(d); return t.C, t.Stop }
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Float64
@@ -109,8 +104,59 @@ func New(o Options) *Pacer {
 	o.MaxWait = cmp.Or(max(o.MaxWait, 0), DefaultMaxWait)
 	p := &Pacer{o: o, classes: map[int]*class{}, routes: map[string]*class{}, probes: map[string]bool{},
 		reads: map[string]bool{}, changed: make(chan struct{}), sleepers: map[*func() bool]sleeper{}, lag: math.MaxInt64}
-	if o.StateFile != "" {
-		p.load()
-	}
+	p.load()
 	return p
+}
+
+// Delay says why a request waits: its class's label ("unknown" before the route's
+// first answer), the reason, and when it ends (zero: at an answer in flight).
+type Delay struct {
+	Class, Reason string
+	Until         time.Time
+}
+
+// Parked is the error of a Caller's request not sent: its delay ends past the park bound.
+type Parked struct{ Delay }
+
+func (e *Parked) Error() string {
+	return "rate limit " + e.Class + ": " + e.Reason + " (request not sent; the job is parked)"
+}
+
+// Caller is one job's use of the Pacer, keyed by its id; one goroutine uses it.
+type Caller struct {
+	p        *Pacer
+	key      uint64
+	park     time.Duration // a delay ending further away parks the Caller; 0: none does
+	route    string        // the reserved slot's route
+	reserved func(*Answer) // the reserved slot's release; nil: none
+}
+
+// Caller returns a Caller of key that parks on a delay ending over park away (0: never).
+func (p *Pacer) Caller(key uint64, park time.Duration) *Caller {
+	return &Caller{p: p, key: key, park: park}
+}
+
+// Wait is Pacer.Wait for c: a slot c reserved for route goes at once.
+func (c *Caller) Wait(ctx context.Context, route string, read bool) (func(*Answer), error) {
+	if rel := c.reserved; rel != nil && c.route == route {
+		c.reserved = nil
+		return rel, nil
+	}
+	return c.p.wait(ctx, route, read, c)
+}
+
+// Reserve waits as Wait does and keeps the slot for c's next Wait of route.
+func (c *Caller) Reserve(ctx context.Context, route string, read bool) (err error) {
+	c.Unreserve() // a stale one, never expected
+	c.route = route
+	c.reserved, err = c.p.wait(ctx, route, read, c)
+	return err
+}
+
+// Unreserve gives c's reserved slot back unused; a no-op without one.
+func (c *Caller) Unreserve() {
+	if c.reserved != nil {
+		c.reserved(NotSent)
+		c.reserved = nil
+	}
 }

@@ -14,9 +14,8 @@ type share struct {
 	quiet                 int
 }
 
-// keep returns how many of a window's left requests to keep for the others,
-// used of its limit being ours; a large class keeps at most their fair share
-// over n clients (Options.Clients; 0: peers + 1).
+// keep returns how many of left to keep for the others, used being ours; a large
+// class keeps at most their fair share over n clients (Options.Clients; 0: peers + 1).
 func (s *share) keep(limit, left, used, n int) int {
 	e := cmp.Or(s.expect, 2*s.others)
 	r := max(e-s.others, min(1, e), s.peers)
@@ -28,16 +27,14 @@ func (s *share) keep(limit, left, used, n int) int {
 	}
 	switch {
 	case limit <= carefulSlots || s.peers == 0:
+		return r
 	case used < limit/n: // below our fair share: all but one free slot
-		r = min(r, max(1, left-1))
-	default: // past it: the others' share of what is left
-		r = min(r, left-left/(s.peers+1))
+		return min(r, max(1, left-1))
 	}
-	return r
+	return min(r, left-left/(s.peers+1)) // past it: the others' share of what is left
 }
 
-// end closes a window of limit: expect, at most limit − 2, rises to what the
-// others spent, halved after a window seen late enough or long without them.
+// end closes a window: expect (≤ limit − 2) rises to the others' use; halves when seen late or long quiet.
 func (s *share) end(limit int) {
 	if s.quiet == 0 || s.quiet > quietWindows && s.others == 0 {
 		s.expect /= 2

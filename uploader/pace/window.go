@@ -16,16 +16,14 @@ type class struct {
 	share
 }
 
-// sleeper is a delayed request: its route's class (nil: unknown), its
-// Caller (nil: none) and its delay.
+// sleeper is a delayed request: its class (nil: unknown), Caller (nil: none), delay.
 type sleeper struct {
 	in *class
 	by *Caller
 	d  Delay
 }
 
-// Wait blocks until route (read: it only reads) may send one request and
-// returns the release to call once with its answer, or ctx's error.
+// Wait blocks until route (read: it only reads) may send; call the release once with the answer.
 func (p *Pacer) Wait(ctx context.Context, route string, read bool) (release func(*Answer), err error) {
 	return p.wait(ctx, route, read, nil)
 }
@@ -83,10 +81,9 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 	return nil, ctx.Err()
 }
 
-// admit takes a slot for route in the classes it returns, or returns the
-// delay (with its Reason) before it asks again.
+// admit takes a slot for route in the classes it returns, or returns the delay.
 func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) {
-	c, d, wait := p.routes[route], Delay{Class: "unknown"}, time.Duration(0)
+	c, d := p.routes[route], Delay{Class: "unknown"}
 	if c != nil && c.limit > 0 {
 		d.Class = ClassName(c.limit)
 	}
@@ -98,29 +95,25 @@ func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) 
 		if spent == 0 {
 			return probe, d
 		}
-		wait, d.Reason = spent, "a class the route may be in has nothing left"
+		d.Until, d.Reason = now.Add(spent), "a class the route may be in has nothing left"
 	case c.blocked(now) > 0:
-		wait, d.Reason = c.blocked(now), "no request left in the window"
+		d.Until, d.Reason = now.Add(c.blocked(now)), "no request left in the window"
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
 	case !c.current(now):
 		d.Reason = "a new window: waiting for the answer of its first request"
 	case c.remaining-c.inFlight-c.keep(c.limit, c.remaining-c.inFlight, c.own+c.inFlight, p.o.Clients()) <= 0:
-		wait, d.Reason = c.resetAt.Sub(now), "leaving the rest of the window to the token's other clients"
+		d.Until, d.Reason = now.Add(c.resetAt.Sub(now)), "leaving the rest of the window to the token's other clients"
 	case c.inFlight > 0 && c.remaining-c.inFlight <= max(carefulSlots, c.limit/4):
 		d.Reason = "the window's last requests go one at a time; waiting for the one in flight"
 	}
 	if d.Reason != "" {
-		if wait > 0 {
-			d.Until = now.Add(wait)
-		}
 		return nil, d
 	}
 	c.inFlight++
 	return []*class{c}, d
 }
 
-// admitProbe admits the first request of a route of unknown class into a
-// slot of each class it may be in, or returns how long one of them is spent.
+// admitProbe puts a route's first request into each class it may be in, or says how long one is spent.
 func (p *Pacer) admitProbe(route string, read bool, now time.Time) (in []*class, wait time.Duration) {
 	readIn := map[*class]bool{}
 	for name, c := range p.routes {
@@ -163,8 +156,6 @@ func (p *Pacer) classOf(limit int) *class {
 	}
 	return c
 }
-
-func (p *Pacer) jitter() time.Duration { return time.Duration(p.o.Rand() * float64(p.o.Jitter)) }
 
 // release folds an answer into the state and wakes the waiting requests.
 func (p *Pacer) release(route string, in []*class, a *Answer) {
@@ -264,7 +255,7 @@ func (p *Pacer) renewal(c *class, in time.Duration, now time.Time) time.Time {
 		p.o.Logger.Warn().Str("class", ClassName(c.limit)).Float64("wanted_s", in.Seconds()).Msg("rate-limit wait beyond max wait; capping the wait")
 		in = p.o.MaxWait
 	}
-	return now.Add(in + p.jitter())
+	return now.Add(in + time.Duration(p.o.Rand()*float64(p.o.Jitter)))
 }
 
 // limited spends c's window, until a 429's Retry-After if it ends later.
