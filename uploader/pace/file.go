@@ -11,8 +11,6 @@ import (
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
-const fileVersion = 2 // pacer.json's layout; version 1 loads without 429 waits
-
 // stateFile is pacer.json: each class's window and share, each route's class.
 type stateFile struct {
 	Version int            `json:"version"`
@@ -34,9 +32,7 @@ type savedClass struct {
 
 // spent says a class in admits nothing more, which the file must show first; p.mu held.
 func (p *Pacer) spent(now time.Time, in []*class) bool {
-	return slices.ContainsFunc(in, func(c *class) bool {
-		return c != nil && c.limit > 0 && c.blocked(now) > 0
-	})
+	return slices.ContainsFunc(in, func(c *class) bool { return c != nil && c.limit > 0 && c.blocked(now) > 0 })
 }
 
 // Flush writes the whole state, fsynced, over the old file; nil without a state file.
@@ -48,7 +44,7 @@ func (p *Pacer) Flush() error {
 	defer p.saveMu.Unlock()
 	p.mu.Lock()
 	now := p.o.Now()
-	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}}
+	f := stateFile{Version: fileVersion, Written: now, Routes: map[string]int{}, Reads: slices.Collect(maps.Keys(p.reads))}
 	for _, c := range p.classes {
 		sc := savedClass{Limit: c.limit, Others: c.others, Expect: c.expect, Late: c.late}
 		if c.current(now) {
@@ -61,7 +57,6 @@ func (p *Pacer) Flush() error {
 			f.Routes[name] = c.limit
 		}
 	}
-	f.Reads = slices.Collect(maps.Keys(p.reads))
 	p.mu.Unlock()
 	data, err := json.Marshal(f)
 	if err == nil {

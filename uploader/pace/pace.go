@@ -43,6 +43,8 @@ const (
 	DefaultMaxWait = 2 * time.Minute
 	assumedWindow  = time.Minute // the window of an answer with Remaining but no Reset
 	carefulSlots   = 10          // a window's last slots, at least, go one at a time
+	quietWindows   = 10          // after this many windows without others, expect halves
+	fileVersion    = 2           // pacer.json's layout; version 1 loads without 429 waits
 )
 
 // Options configures a Pacer; every field is optional.

@@ -5,8 +5,6 @@ import (
 	"time"
 )
 
-const quietWindows = 10 // after this many windows without others, expect halves
-
 // share calculates a class's reserve for the token's other clients.
 type share struct {
 	others, expect, peers int

@@ -9,10 +9,9 @@ import (
 
 // class is one limit class and its window (package doc); limit 0: no headers.
 type class struct {
-	limit, remaining int
-	reset            int64
-	resetAt          time.Time
-	inFlight, own    int
+	limit, remaining, inFlight, own int
+	reset                           int64
+	resetAt                         time.Time
 	share
 }
 
@@ -83,7 +82,8 @@ func (p *Pacer) wait(ctx context.Context, route string, read bool, c *Caller) (f
 
 // admit takes a slot for route in the classes it returns, or returns the delay.
 func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) {
-	c, d := p.routes[route], Delay{Class: "unknown"}
+	c := p.routes[route]
+	in, d := []*class{c}, Delay{Class: "unknown"}
 	if c != nil && c.limit > 0 {
 		d.Class = ClassName(c.limit)
 	}
@@ -91,11 +91,12 @@ func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) 
 	case c == nil && p.probes[route]:
 		d.Reason = "waiting for the answer of the route's first request, which names its class"
 	case c == nil:
-		probe, spent := p.admitProbe(route, read, now)
-		if spent == 0 {
-			return probe, d
+		var spent time.Duration
+		if in, spent = p.probeClasses(read, now); spent > 0 {
+			d.Until, d.Reason = now.Add(spent), "a class the route may be in has nothing left"
+		} else {
+			p.probes[route] = true
 		}
-		d.Until, d.Reason = now.Add(spent), "a class the route may be in has nothing left"
 	case c.blocked(now) > 0:
 		d.Until, d.Reason = now.Add(c.blocked(now)), "no request left in the window"
 	case c.limit == 0 || !c.current(now) && c.inFlight == 0:
@@ -109,12 +110,14 @@ func (p *Pacer) admit(route string, read bool, now time.Time) ([]*class, Delay) 
 	if d.Reason != "" {
 		return nil, d
 	}
-	c.inFlight++
-	return []*class{c}, d
+	for _, c := range in {
+		c.inFlight++
+	}
+	return in, d
 }
 
-// admitProbe puts a route's first request into each class it may be in, or says how long one is spent.
-func (p *Pacer) admitProbe(route string, read bool, now time.Time) (in []*class, wait time.Duration) {
+// probeClasses returns the classes a route of unknown class may be in and how long one is spent.
+func (p *Pacer) probeClasses(read bool, now time.Time) (in []*class, wait time.Duration) {
 	readIn := map[*class]bool{}
 	for name, c := range p.routes {
 		readIn[c] = readIn[c] || p.reads[name]
@@ -127,14 +130,7 @@ func (p *Pacer) admitProbe(route string, read bool, now time.Time) (in []*class,
 			in = append(in, c)
 		}
 	}
-	if wait > 0 {
-		return nil, wait
-	}
-	for _, c := range in {
-		c.inFlight++
-	}
-	p.probes[route] = true
-	return in, 0
+	return in, wait
 }
 
 // current says c's window is known and not over.
@@ -149,12 +145,10 @@ func (c *class) blocked(now time.Time) time.Duration {
 }
 
 func (p *Pacer) classOf(limit int) *class {
-	c := p.classes[limit]
-	if c == nil {
-		c = &class{limit: limit, share: share{quiet: 1}}
-		p.classes[limit] = c
+	if p.classes[limit] == nil {
+		p.classes[limit] = &class{limit: limit, share: share{quiet: 1}}
 	}
-	return c
+	return p.classes[limit]
 }
 
 // release folds an answer into the state and wakes the waiting requests.
@@ -182,8 +176,7 @@ func (p *Pacer) settle(route string, in []*class, a *Answer, now time.Time) (lea
 	delete(p.probes, route)
 	c := p.routes[route]                                           // nil: a probe
 	if a == nil && c != nil && c.current(now) && c.remaining > 0 { // no answer: assume it was counted
-		c.remaining--
-		c.own++
+		c.remaining, c.own = c.remaining-1, c.own+1
 	}
 	if a == nil || a == NotSent {
 		return false
@@ -283,8 +276,7 @@ type ClassState struct {
 func (p *Pacer) Classes() []ClassState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.o.Now()
-	waiting := map[*class]int{}
+	now, waiting := p.o.Now(), map[*class]int{}
 	for _, s := range p.sleepers {
 		waiting[s.in]++
 	}
