@@ -355,7 +355,7 @@ func TestStatusLeaksNoSecret(t *testing.T) {
 	h := statusHandler(t, ServerOptions{Status: src}, true)
 
 	// The view built from a stored job never holds the signed upload URL.
-	sj := state.Job{ID: 9, Path: "/srv/b.ply", Stage: state.Signed, Upload: state.Upload{URL: signed, Key: "up/b.ply"}}
+	sj := state.Job{ID: 9, File: state.File{Path: "/srv/b.ply"}, Stage: state.Signed, Upload: state.Upload{URL: signed, Key: "up/b.ply"}}
 	b, err := json.Marshal(JobFromState(sj))
 	if err != nil {
 		t.Fatal(err)

@@ -92,13 +92,16 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 	}
 	completed := cmp.Or(a.CompletedAt, &now)
 	j := state.Job{
-		ID: id, Path: a.Path, Root: a.Root, Size: a.Size, ModTime: a.ModTime, SHA256: a.SHA256,
+		ID: id, File: state.File{Path: a.Path, Root: a.Root, Size: a.Size, ModTime: a.ModTime, SHA256: a.SHA256},
 		Stage: state.Done, NextAttempt: now, CreatedAt: now, UpdatedAt: now, StageSince: now,
-		Params:  state.PublishParams{Title: a.Title, Format: a.Format},
-		SplatID: a.SplatID, SplatHash: a.SplatHash, ViewerURL: a.URL,
-		TaskStatus: "adopted", TaskMessage: fmt.Sprintf("adopted from its receipt %s: published before, not published again", a.Receipt),
-		PublishedAt: a.PublishedAt, CompletedAt: completed,
-		Adopted: true, Finalized: true,
+		Params: state.PublishParams{Title: a.Title, Format: a.Format},
+		Splat: state.Splat{
+			SplatID: a.SplatID, SplatHash: a.SplatHash, ViewerURL: a.URL,
+			TaskStatus: "adopted", TaskMessage: fmt.Sprintf("adopted from its receipt %s: published before, not published again", a.Receipt),
+			PublishedAt: a.PublishedAt, CompletedAt: completed,
+		},
+		Publication: state.Publication{Adopted: true},
+		After:       state.After{Finalized: true},
 	}
 	if err := putJob(tx, j); err != nil {
 		return state.Job{}, err

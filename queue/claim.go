@@ -187,7 +187,7 @@ func (s *Store) dedupe(tx *bolt.Tx, j state.Job, from state.Stage, now time.Time
 		switch {
 		case errors.Is(err, ErrNotFound) || he.Pruned || s.skip(err):
 			if he.Pruned {
-				return duplicate(j, state.Job{ID: he.Job, SplatID: he.SplatID, SplatHash: he.Hash, ViewerURL: he.URL}, now), nil
+				return duplicate(j, state.Job{ID: he.Job, Splat: state.Splat{SplatID: he.SplatID, SplatHash: he.Hash, ViewerURL: he.URL}}, now), nil
 			}
 			// A dangling entry (pruned failed owner, or an owner whose
 			// record cannot be read): take it over.

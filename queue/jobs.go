@@ -78,7 +78,7 @@ func (s *Store) enqueue(tx *bolt.Tx, c Candidate, now time.Time) (bool, error) {
 		return false, err
 	}
 	j := state.Job{
-		ID: id, Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime,
+		ID: id, File: state.File{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime},
 		Stage: state.Queued, NextAttempt: now, CreatedAt: now, UpdatedAt: now, StageSince: now,
 	}
 	if err := putJob(tx, j); err != nil {

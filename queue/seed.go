@@ -41,8 +41,8 @@ func SeedTombstones(dir, pathDir string, n int) error {
 			// Job ids and both keys grow together: bbolt appends.
 			for id := first; id < first+uint64(m); id++ {
 				splat := fmt.Sprintf("seed%d", id)
-				j := state.Job{ID: id, SplatID: splat, SplatHash: "h" + splat,
-					ViewerURL: "https://superspl.at/view?id=h" + splat, UpdatedAt: at}
+				j := state.Job{ID: id, Splat: state.Splat{SplatID: splat, SplatHash: "h" + splat, ViewerURL: "https://superspl.at/view?id=h" + splat},
+					UpdatedAt: at}
 				if err := putJSON(shas, fmt.Appendf(nil, "%064x", id), tombstone(j)); err != nil {
 					return err
 				}

@@ -64,7 +64,7 @@ func (s *Store) isUnreadable(id uint64) bool {
 func unreadableJob(tx *bolt.Tx, err error) state.Job {
 	var ue *UnreadableError
 	errors.As(err, &ue)
-	return state.Job{ID: ue.ID, Stage: stageOf(tx, ue.ID), LastError: ue.Error()}
+	return state.Job{ID: ue.ID, Stage: stageOf(tx, ue.ID), Failure: state.Failure{LastError: ue.Error()}}
 }
 
 // stageOf is the stage whose index holds job id ("" if none does).

@@ -95,14 +95,39 @@ func (s Stage) Published() bool { return s == Publishing || s == Processing || s
 // Version 3 added path_bytes and root_bytes, a name Shown escapes.
 const JobVersion = 3
 
-// Job is one file's way through the pipeline. It is stored as JSON; the V
-// field carries JobVersion so that a future layout can be migrated.
+// Job is one file's way through the pipeline: the file's identity, its
+// stage and attempt bookkeeping, and one sub-record per concern. The
+// sub-records are embedded, so that their fields are stored flat (the JSON
+// layout of every schema version is unchanged) and read as j.Path. It is
+// stored as JSON; V carries JobVersion so that a future layout can be
+// migrated. Reset (reset.go) is the one way back.
 type Job struct {
 	V  int    `json:"v"`
 	ID uint64 `json:"id"`
+	File
 
-	// The file as last seen: Size and ModTime are what the content check and
-	// hash were computed on; any later difference means the file changed.
+	Stage       Stage     `json:"stage"`
+	Attempts    int       `json:"attempts,omitempty"` // failed attempts at the current stage
+	NextAttempt time.Time `json:"next_attempt"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	StageSince  time.Time `json:"stage_since"`
+
+	Publication
+	Upload Upload        `json:"upload,omitzero"`
+	Params PublishParams `json:"params,omitzero"`
+	Encoding
+	// V1 is the upload session under the v1 protocol; nil under legacy.
+	V1 *Session `json:"v1,omitempty"`
+	Splat
+	Wait
+	Failure
+	After
+}
+
+// File is the file as last seen: Size and ModTime are what the content
+// check and hash were computed on; any later difference means it changed.
+type File struct {
 	Path    string    `json:"path"`
 	Root    string    `json:"root,omitempty"` // the watch root it came from
 	Size    int64     `json:"size"`
@@ -116,53 +141,44 @@ type Job struct {
 	// sog-folder (an unbundled folder: Size, ModTime and SHA256 are then
 	// those of the bundle built from it, not of the meta.json at Path).
 	Kind string `json:"kind,omitempty"`
+}
 
-	Stage       Stage     `json:"stage"`
-	Attempts    int       `json:"attempts,omitempty"` // failed attempts at the current stage
-	NextAttempt time.Time `json:"next_attempt"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	StageSince  time.Time `json:"stage_since"`
-
+// Publication is how a job's content is published and how often it was.
+type Publication struct {
+	// Protocol is "v1" (ProtocolV1) or "" for the legacy API, recorded when
+	// the job leaves Ready: a restart finishes a job the way it began.
+	Protocol string `json:"protocol,omitempty"`
+	// Generation counts deliberate republishes of this content; it is part
+	// of the v1 Idempotency-Key, so a new generation makes a new splat.
+	Generation int `json:"generation,omitempty"`
 	// Uncertain marks a job found in Publishing when the store was opened:
 	// its publish call may or may not have reached the API.
 	Uncertain bool `json:"uncertain,omitempty"`
 	// Resigns counts storage refusals of fresh signed URLs in a row (the
 	// retry rule backs off on it); an upload that succeeds clears it.
 	Resigns int `json:"resigns,omitempty"`
-	// Publishes counts publish calls sent for this job (more than one only
-	// after an uncertain outcome was republished or a 5xx was retried).
+	// Publishes counts publish calls sent (more than one only after an
+	// uncertain outcome was republished or a 5xx was retried).
 	Publishes int `json:"publishes,omitempty"`
+	// DuplicateOf is the id of the job that published the same content;
+	// set on jobs that reached Done without being uploaded.
+	DuplicateOf uint64 `json:"duplicate_of,omitempty"`
+	// Adopted marks a job recorded as Done from the file's receipt: it was
+	// published before this state directory knew it.
+	Adopted bool `json:"adopted,omitempty"`
+}
 
-	// Finalized is set once the pool's Finish hook (after-actions, receipt)
-	// has run for a final job; a crash in between runs it again at start.
-	Finalized bool `json:"finalized,omitempty"`
-
-	Upload Upload        `json:"upload,omitzero"`
-	Params PublishParams `json:"params,omitzero"`
-	// Encoded is the file uploaded in place of the original when
-	// publish.encode asked for one (nil: the original is uploaded). Path,
-	// Size, ModTime and SHA256 above stay the original's: dedupe and the
-	// change checks are by the source.
+// Encoding is what publish.encode made of the file.
+type Encoding struct {
+	// Encoded is the file uploaded in place of the original (nil: the
+	// original is). File stays the original's: dedupe is by the source.
 	Encoded *Encoded `json:"encoded,omitempty"`
-	// EncodeSkipped says why the encoding publish.encode asked for was not
-	// made (the file itself is uploaded): "" when it was, or none was asked.
+	// EncodeSkipped says why an encoding asked for was not made.
 	EncodeSkipped string `json:"encode_skipped,omitempty"`
+}
 
-	// Protocol is the API the job is published through once it left
-	// Ready: "v1" (ProtocolV1) or "" for the legacy API. It is recorded,
-	// not taken from the configuration, so that a restart under another
-	// api.protocol finishes a started job the way it began.
-	Protocol string `json:"protocol,omitempty"`
-	// Generation counts deliberate republishes of this job's content
-	// (`splatd republish`, `splatd retry` of a done job, or of one whose
-	// splat failed). It is
-	// part of the v1 Idempotency-Key: a new generation makes a new session
-	// and a new splat, the same generation finds the same session.
-	Generation int `json:"generation,omitempty"`
-	// V1 is the upload session under the v1 protocol; nil under legacy.
-	V1 *Session `json:"v1,omitempty"`
-
+// Splat is the published splat as the API reported it.
+type Splat struct {
 	SplatID     string     `json:"splat_id,omitempty"`
 	SplatHash   string     `json:"splat_hash,omitempty"`
 	ViewerURL   string     `json:"viewer_url,omitempty"`
@@ -170,30 +186,30 @@ type Job struct {
 	TaskMessage string     `json:"task_message,omitempty"`
 	PublishedAt *time.Time `json:"published_at,omitempty"`
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
+}
 
-	// Parked says why a job waits on another daemon of a fleet (a peer
-	// uploading its content's session, or a peer's receipt): it holds no
-	// worker and is looked at again at NextAttempt. "" when not parked.
+// Wait says why a job that holds no worker waits until NextAttempt.
+type Wait struct {
+	// Parked is why a job waits on another daemon of a fleet (a peer's
+	// session or receipt); "" when not parked.
 	Parked string `json:"parked,omitempty"`
 	// RateLimited is the rate-limit delay the job is parked on: its next
-	// request was not sent, and the job is due at NextAttempt (= Until).
-	// Each step clears it; nil when not parked.
+	// request was not sent. Each step clears it.
 	RateLimited *RateWait `json:"rate_limited,omitempty"`
+}
 
+// Failure is the last error and, once failed, the reason.
+type Failure struct {
 	LastError  string `json:"last_error,omitempty"`
 	LastStatus int    `json:"last_status,omitempty"` // HTTP status of the last error, 0 if none
 	FailReason string `json:"fail_reason,omitempty"`
-	// DuplicateOf is the id of the job that published the same content;
-	// set on jobs that reached Done without being uploaded.
-	DuplicateOf uint64 `json:"duplicate_of,omitempty"`
-	// Adopted marks a job recorded as Done from the file's receipt
-	// (<file>.splat.json said done for the same sha256): it was published
-	// before this state directory knew it, and is never published again.
-	Adopted bool `json:"adopted,omitempty"`
+}
 
-	// The after-action stage of a final job: while its after-action
-	// (receipt, move, delete) fails, Finalized stays false and these say
-	// which action failed, why, how often, and when it is tried again.
+// After is a final job's after-action stage (receipt, move, delete): until
+// it succeeds Finalized stays false and the rest say what failed and when
+// it is tried again. A crash before Finalized runs it again at start.
+type After struct {
+	Finalized     bool      `json:"finalized,omitempty"`
 	AfterAction   string    `json:"after_action,omitempty"`
 	AfterError    string    `json:"after_error,omitempty"`
 	AfterAttempts int       `json:"after_attempts,omitempty"`

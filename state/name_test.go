@@ -21,7 +21,7 @@ func TestJobNameBytes(t *testing.T) {
 		{"/in/\u202egnp.ply", "/in", true},
 		{"/in\xff/a.ply", "/in\xff", true},
 	} {
-		b, err := Job{ID: 1, Path: tc.path, Root: tc.root, Stage: Queued}.Marshal()
+		b, err := Job{ID: 1, File: File{Path: tc.path, Root: tc.root}, Stage: Queued}.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}

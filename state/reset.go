@@ -51,10 +51,7 @@ func (j *Job) Reset(why Reset, now time.Time) error {
 	}
 	j.NextAttempt = now
 	j.Uncertain = false
-	j.Parked, j.RateLimited = "", nil
-	j.LastError, j.LastStatus, j.FailReason = "", 0, ""
-	j.Finalized = false
-	j.AfterAction, j.AfterError, j.AfterAttempts, j.AfterRetry = "", "", 0, time.Time{}
+	j.Wait, j.Failure, j.After = Wait{}, Failure{}, After{}
 	if why == ResetResume {
 		j.TaskMessage = ""
 		return nil
@@ -68,11 +65,10 @@ func (j *Job) Reset(why Reset, now time.Time) error {
 	if why == ResetChanged {
 		j.Protocol, j.V1 = "", nil // a session of the old content is abandoned
 	}
-	j.Dev, j.Ino, j.SHA256, j.Kind = 0, 0, "", ""
-	j.Encoded = nil
+	j.File = File{Path: j.Path, Root: j.Root, Size: j.Size, ModTime: j.ModTime}
+	j.Encoding = Encoding{}
 	j.Upload, j.Resigns = Upload{}, 0
-	j.SplatID, j.SplatHash, j.ViewerURL, j.TaskStatus, j.TaskMessage = "", "", "", "", ""
-	j.PublishedAt, j.CompletedAt = nil, nil
+	j.Splat = Splat{}
 	j.Adopted = false
 	return nil
 }

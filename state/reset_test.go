@@ -11,15 +11,14 @@ import (
 func fullJob(stage Stage) Job {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	return Job{
-		V: 2, ID: 7, Path: "/in/a.ply", Root: "/in", Size: 10, ModTime: t0, Dev: 1, Ino: 2,
-		SHA256: "ab", Kind: "ply", Stage: stage, Attempts: 3, NextAttempt: t0, CreatedAt: t0,
-		UpdatedAt: t0, StageSince: t0, Uncertain: true, Resigns: 1, Publishes: 2, Finalized: true,
+		V: 2, ID: 7, File: File{Path: "/in/a.ply", Root: "/in", Size: 10, ModTime: t0, Dev: 1, Ino: 2, SHA256: "ab", Kind: "ply"},
+		Stage: stage, Attempts: 3, NextAttempt: t0, CreatedAt: t0,
+		UpdatedAt: t0, StageSince: t0, Publication: Publication{Uncertain: true, Resigns: 1, Publishes: 2, Protocol: ProtocolV1, Generation: 1, DuplicateOf: 9, Adopted: true}, After: After{Finalized: true, AfterAction: "move", AfterError: "ae", AfterAttempts: 1, AfterRetry: t0},
 		Upload: Upload{URL: "u", Key: "k"}, Params: PublishParams{Title: "a"},
-		Encoded: &Encoded{Encoding: "sog", Path: "/state/x.sog"}, Protocol: ProtocolV1, Generation: 1,
-		V1: &Session{Attempt: 1, Key: "key"}, SplatID: "s", SplatHash: "h", ViewerURL: "v",
-		TaskStatus: "done", TaskMessage: "m", PublishedAt: &t0, CompletedAt: &t0, Parked: "peer",
-		RateLimited: &RateWait{Class: "strict"}, LastError: "e", LastStatus: 503, FailReason: "f",
-		DuplicateOf: 9, Adopted: true, AfterAction: "move", AfterError: "ae", AfterAttempts: 1, AfterRetry: t0,
+		Encoding: Encoding{Encoded: &Encoded{Encoding: "sog", Path: "/state/x.sog"}, EncodeSkipped: "why"},
+		V1:       &Session{Attempt: 1, Key: "key"}, Splat: Splat{SplatID: "s", SplatHash: "h", ViewerURL: "v", TaskStatus: "done", TaskMessage: "m", PublishedAt: &t0, CompletedAt: &t0},
+		Wait:    Wait{Parked: "peer", RateLimited: &RateWait{Class: "strict"}},
+		Failure: Failure{LastError: "e", LastStatus: 503, FailReason: "f"},
 	}
 }
 
@@ -46,7 +45,7 @@ func TestReset(t *testing.T) {
 		{name: "retry of a failed job that made a splat is a republish", from: Failed, why: ResetRetry, splat: true, to: Queued, newGen: true},
 		{name: "republish of a done job: a new generation", from: Done, why: ResetRepublish, splat: true, to: Queued, newGen: true},
 		{name: "resume of a held job publishes its upload again", from: Held, why: ResetResume, splat: true, to: Uploaded,
-			kept: []string{"Dev", "Ino", "SHA256", "Kind", "Resigns", "Publishes", "Upload", "Encoded", "Protocol", "V1",
+			kept: []string{"Dev", "Ino", "SHA256", "Kind", "Resigns", "Publishes", "Upload", "Encoded", "EncodeSkipped", "Protocol", "V1",
 				"SplatID", "SplatHash", "ViewerURL", "TaskStatus", "PublishedAt", "CompletedAt", "DuplicateOf", "Adopted"}},
 		{name: "the file changed after its upload", from: Uploaded, why: ResetChanged, to: Queued,
 			kept: []string{"Publishes", "DuplicateOf"}},
@@ -91,16 +90,19 @@ func TestReset(t *testing.T) {
 				}
 			}
 			bv, jv := reflect.ValueOf(before), reflect.ValueOf(j)
-			for i := range bv.NumField() {
-				name := bv.Type().Field(i).Name
+			for _, f := range reflect.VisibleFields(bv.Type()) {
+				if f.Anonymous {
+					continue // a sub-record: its fields are listed on their own
+				}
+				b, a := bv.FieldByIndex(f.Index), jv.FieldByIndex(f.Index)
 				switch {
-				case slices.Contains(apart, name):
-				case slices.Contains(kept, name):
-					if !reflect.DeepEqual(jv.Field(i).Interface(), bv.Field(i).Interface()) {
-						t.Errorf("%s not kept: %v, was %v", name, jv.Field(i), bv.Field(i))
+				case slices.Contains(apart, f.Name):
+				case slices.Contains(kept, f.Name):
+					if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+						t.Errorf("%s not kept: %v, was %v", f.Name, a, b)
 					}
-				case !jv.Field(i).IsZero():
-					t.Errorf("%s not cleared: %v", name, jv.Field(i))
+				case !a.IsZero():
+					t.Errorf("%s not cleared: %v", f.Name, a)
 				}
 			}
 		})

@@ -136,7 +136,7 @@ func TestMove(t *testing.T) {
 func TestJobRoundTrip(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	j := Job{ID: 1, Path: "/a/b.ply", Stage: Processing, ModTime: now, PublishedAt: &now,
+	j := Job{ID: 1, File: File{Path: "/a/b.ply", ModTime: now}, Stage: Processing, Splat: Splat{PublishedAt: &now},
 		Params: PublishParams{Title: "b", Format: "sog", Settings: map[string]any{"camera": map[string]any{"fov": 65.0}}},
 		Upload: Upload{Key: "k", KeyField: "s3Key", IssuedAt: now}}
 	b, err := j.Marshal()

@@ -150,7 +150,7 @@ func TestEncodeProgressOverPasses(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_700_000_000, 0)
 	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
-	m := p.startCheck(state.Job{ID: 7, Path: "/x.ply"}, CheckEncoding, 10)
+	m := p.startCheck(state.Job{ID: 7, File: state.File{Path: "/x.ply"}}, CheckEncoding, 10)
 	m.encoded(0, 40) // four passes over a 10-byte PLY
 	now = now.Add(time.Second)
 	m.encoded(25, 40)

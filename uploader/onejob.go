@@ -278,8 +278,10 @@ type oneStore struct {
 func newOneStore(path string, fi os.FileInfo, now func() time.Time, instant bool, committed func(old, j state.Job, now time.Time)) *oneStore {
 	at := now()
 	return &oneStore{now: now, instant: instant, committed: committed, released: func() {}, done: make(chan struct{}), j: state.Job{
-		V: state.JobVersion, ID: oneJobID, Path: path, Size: fi.Size(), ModTime: fi.ModTime(), Generation: 1 + rand.IntN(1<<30),
-		Stage: state.Queued, NextAttempt: at, CreatedAt: at, UpdatedAt: at, StageSince: at,
+		V: state.JobVersion, ID: oneJobID,
+		File:        state.File{Path: path, Size: fi.Size(), ModTime: fi.ModTime()},
+		Publication: state.Publication{Generation: 1 + rand.IntN(1<<30)},
+		Stage:       state.Queued, NextAttempt: at, CreatedAt: at, UpdatedAt: at, StageSince: at,
 	}}
 }
 

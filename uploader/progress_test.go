@@ -61,7 +61,7 @@ func TestCheckMeterRateAndETA(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
 	const size = 100 << 20
-	m := p.startCheck(state.Job{ID: 7, Path: "/x.ply"}, CheckHashing, size)
+	m := p.startCheck(state.Job{ID: 7, File: state.File{Path: "/x.ply"}}, CheckHashing, size)
 	chunk := make([]byte, 1<<20)
 	for range 100 { // 10 s of 100 KiB every 100 ms: about 1 MiB/s
 		now = now.Add(100 * time.Millisecond)
@@ -103,7 +103,7 @@ func TestCheckMeterRateAndETA(t *testing.T) {
 func TestCheckEncodingThenCompressing(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
-	m := p.startCheck(state.Job{ID: 7, Path: "/x.ply"}, CheckEncoding, 10)
+	m := p.startCheck(state.Job{ID: 7, File: state.File{Path: "/x.ply"}}, CheckEncoding, 10)
 	if _, err := m.Write(make([]byte, 8)); err != nil {
 		t.Fatal(err)
 	}

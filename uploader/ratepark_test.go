@@ -206,7 +206,7 @@ func TestParkedWaitIsCounted(t *testing.T) {
 	obs := &waitRecorder{}
 	p := &Pool{o: PoolOptions{Observer: obs, Now: func() time.Time { return now }}}
 	parkedJob := func(until time.Duration) state.Job {
-		return state.Job{ID: 1, UpdatedAt: t0, RateLimited: &state.RateWait{Class: "strict", Until: t0.Add(until)}}
+		return state.Job{ID: 1, UpdatedAt: t0, Wait: state.Wait{RateLimited: &state.RateWait{Class: "strict", Until: t0.Add(until)}}}
 	}
 	now = t0.Add(10 * time.Second) // claimed early (a slot came back, or splatd retry)
 	p.countParkedWait(parkedJob(30 * time.Second))

@@ -18,7 +18,7 @@ import (
 // table and in -json.
 func TestJobsShowParked(t *testing.T) {
 	t.Parallel()
-	j := state.Job{ID: 7, Path: "/watch/a.ply", Stage: state.Signed, Parked: "another daemon is uploading this content's session (1 of 4 parts stored)",
+	j := state.Job{ID: 7, File: state.File{Path: "/watch/a.ply"}, Stage: state.Signed, Wait: state.Wait{Parked: "another daemon is uploading this content's session (1 of 4 parts stored)"},
 		NextAttempt: time.Now().Add(time.Minute)}
 	v := daemon.ViewOf(j, nil)
 	if v.Parked != j.Parked {

@@ -61,10 +61,10 @@ func TestSelectJobs(t *testing.T) {
 // try; "-" for a job doing nothing more than its stage says.
 func TestJobsActivityText(t *testing.T) {
 	now := time.Now()
-	up := daemon.ViewOf(state.Job{ID: 3, Path: "/in/big.ply", Stage: state.Signed, Size: 3 << 30, CreatedAt: now},
+	up := daemon.ViewOf(state.Job{ID: 3, File: state.File{Path: "/in/big.ply", Size: 3 << 30}, Stage: state.Signed, CreatedAt: now},
 		&uploader.Progress{Sent: 1 << 30, Size: 3 << 30, Rate: 24 << 20, ETA: 85 * time.Second})
-	wait := daemon.ViewOf(state.Job{ID: 5, Path: "/in/w.ply", Stage: state.Ready, CreatedAt: now, NextAttempt: now.Add(30 * time.Second), LastError: "HTTP 503"}, nil)
-	done := daemon.ViewOf(state.Job{ID: 6, Path: "/in/d.ply", Stage: state.Done, CreatedAt: now}, nil)
+	wait := daemon.ViewOf(state.Job{ID: 5, File: state.File{Path: "/in/w.ply"}, Stage: state.Ready, CreatedAt: now, NextAttempt: now.Add(30 * time.Second), Failure: state.Failure{LastError: "HTTP 503"}}, nil)
+	done := daemon.ViewOf(state.Job{ID: 6, File: state.File{Path: "/in/d.ply"}, Stage: state.Done, CreatedAt: now}, nil)
 	var b strings.Builder
 	printJobs(&b, []daemon.JobView{up, wait, done}, now)
 	for _, want := range []string{

@@ -27,7 +27,7 @@ func (l *fakeLedger) AdoptBatch(_ context.Context, as []queue.Adoption) ([]state
 	l.adopted = append(l.adopted, as...)
 	jobs := make([]state.Job, len(as))
 	for i, a := range as {
-		jobs[i] = state.Job{ID: uint64(len(l.adopted) - len(as) + i + 1), Path: a.Path, SplatID: a.SplatID, ViewerURL: a.URL}
+		jobs[i] = state.Job{ID: uint64(len(l.adopted) - len(as) + i + 1), File: state.File{Path: a.Path}, Splat: state.Splat{SplatID: a.SplatID, ViewerURL: a.URL}}
 	}
 	return jobs, nil
 }

@@ -24,10 +24,10 @@ func afterTestJob(t *testing.T, root, rel string, stage state.Stage) state.Job {
 	}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	return state.Job{
-		ID: 7, Path: p, Root: root, Size: 4, SHA256: "abc", Stage: stage,
+		ID: 7, File: state.File{Path: p, Root: root, Size: 4, SHA256: "abc"}, Stage: stage,
 		Params:  state.PublishParams{Title: "scan", Format: "sog"},
-		SplatID: "50", SplatHash: "h4sh", ViewerURL: "https://viewer.example/view?id=h4sh",
-		PublishedAt: &now, CompletedAt: &now, FailReason: "invalid file: garbage",
+		Splat:   state.Splat{SplatID: "50", SplatHash: "h4sh", ViewerURL: "https://viewer.example/view?id=h4sh", PublishedAt: &now, CompletedAt: &now},
+		Failure: state.Failure{FailReason: "invalid file: garbage"},
 	}
 }
 

@@ -64,7 +64,7 @@ func TestAfterActionsMoveAndDeleteASOGFolder(t *testing.T) {
 	}
 	run := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
 	meta, files := folder("room")
-	job := state.Job{ID: 1, Path: meta, Root: inbox, Stage: state.Done, SHA256: "ab", SplatID: "s1"}
+	job := state.Job{ID: 1, File: state.File{Path: meta, Root: inbox, SHA256: "ab"}, Stage: state.Done, Splat: state.Splat{SplatID: "s1"}}
 	moved, err := run.Finish(context.Background(), job)
 	want := filepath.Join(done, "shoot", "room", splatfile.SOGMeta)
 	if err != nil || moved != want {
@@ -86,7 +86,7 @@ func TestAfterActionsMoveAndDeleteASOGFolder(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(filepath.Dir(meta), "notes.txt"), []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	moved, err = run.Finish(context.Background(), state.Job{ID: 2, Path: meta, Root: inbox, Stage: state.Done, SHA256: "cd", SplatID: "s2"})
+	moved, err = run.Finish(context.Background(), state.Job{ID: 2, File: state.File{Path: meta, Root: inbox, SHA256: "cd"}, Stage: state.Done, Splat: state.Splat{SplatID: "s2"}})
 	if want := filepath.Join(done, "shoot", "room.1", splatfile.SOGMeta); err != nil || moved != want {
 		t.Fatalf("second folder: Finish = %q, %v; want %q", moved, err, want)
 	}
@@ -100,7 +100,7 @@ func TestAfterActionsMoveAndDeleteASOGFolder(t *testing.T) {
 	// Delete.
 	meta, _ = folder("hall")
 	del := New(Options{OnSuccess: "delete", Receipt: true})
-	if _, err := del.Finish(context.Background(), state.Job{ID: 3, Path: meta, Root: inbox, Stage: state.Done, SHA256: "ef", SplatID: "s3"}); err != nil {
+	if _, err := del.Finish(context.Background(), state.Job{ID: 3, File: state.File{Path: meta, Root: inbox, SHA256: "ef"}, Stage: state.Done, Splat: state.Splat{SplatID: "s3"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(t, filepath.Dir(meta)); !slices.Equal(got, []string{"meta.json.splat.json"}) {
@@ -165,7 +165,7 @@ func TestFolderMoveAfterACrashBetweenCopyAndRemoval(t *testing.T) {
 		writeSOGFolder(t, p, 1000)
 		files := names(t, p)
 		meta := filepath.Join(p, splatfile.SOGMeta)
-		job := state.Job{ID: 1, Path: meta, Root: inbox, Stage: state.Done, SHA256: "ab", SplatID: "s1"}
+		job := state.Job{ID: 1, File: state.File{Path: meta, Root: inbox, SHA256: "ab"}, Stage: state.Done, Splat: state.Splat{SplatID: "s1"}}
 		crossFS(t)
 		type crash struct{}
 		removeSource = func(fsys *trustfs.FS, r, src string, id trustfs.ID) error {

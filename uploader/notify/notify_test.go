@@ -73,11 +73,11 @@ const (
 func finalJob(stage state.Stage) state.Job {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	return state.Job{
-		ID: 42, Path: "/srv/captures/clientA/hall.ply", Root: "/srv/captures/clientA", Size: 1234, SHA256: "abc123", Stage: stage,
+		ID: 42, File: state.File{Path: "/srv/captures/clientA/hall.ply", Root: "/srv/captures/clientA", Size: 1234, SHA256: "abc123"}, Stage: stage,
 		Params:  state.PublishParams{Title: "Hall", Format: "sog"},
 		Upload:  state.Upload{URL: "https://storage.example/up?X-Amz-Signature=" + signature, Key: "k"},
-		SplatID: "50", SplatHash: "h4sh", ViewerURL: "https://viewer.example/view?id=h4sh",
-		PublishedAt: &now, CompletedAt: &now, FailReason: "invalid file: garbage",
+		Splat:   state.Splat{SplatID: "50", SplatHash: "h4sh", ViewerURL: "https://viewer.example/view?id=h4sh", PublishedAt: &now, CompletedAt: &now},
+		Failure: state.Failure{FailReason: "invalid file: garbage"},
 	}
 }
 

@@ -29,11 +29,11 @@ func (jobList) Resolve(uint64, string) (state.Job, error) { return state.Job{}, 
 func TestListViewsParkedOnTheRateLimit(t *testing.T) {
 	now := time.Now()
 	until := now.Add(40 * time.Second).Truncate(time.Second)
-	parked := state.Job{ID: 1, Path: "/in/a.ply", Stage: state.Uploaded, NextAttempt: until,
-		RateLimited: &state.RateWait{Class: "strict", Reason: "no request left in the window", Until: until}}
-	stale := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Uploaded, NextAttempt: now.Add(-time.Second),
-		RateLimited: &state.RateWait{Class: "strict", Reason: "no request left in the window", Until: now.Add(-time.Second)}}
-	running := state.Job{ID: 3, Path: "/in/c.ply", Stage: state.Signed, NextAttempt: now.Add(-time.Minute)}
+	parked := state.Job{ID: 1, File: state.File{Path: "/in/a.ply"}, Stage: state.Uploaded, NextAttempt: until,
+		Wait: state.Wait{RateLimited: &state.RateWait{Class: "strict", Reason: "no request left in the window", Until: until}}}
+	stale := state.Job{ID: 2, File: state.File{Path: "/in/b.ply"}, Stage: state.Uploaded, NextAttempt: now.Add(-time.Second),
+		Wait: state.Wait{RateLimited: &state.RateWait{Class: "strict", Reason: "no request left in the window", Until: now.Add(-time.Second)}}}
+	running := state.Job{ID: 3, File: state.File{Path: "/in/c.ply"}, Stage: state.Signed, NextAttempt: now.Add(-time.Minute)}
 	live := Live{Running: map[uint64]bool{3: true}, Workers: 1, Delays: map[uint64]pace.Delay{}}
 
 	views, err := ListViews(jobList{parked, stale, running}, "", live)
@@ -63,12 +63,12 @@ func TestParkedOnCountsParkedJobs(t *testing.T) {
 		return &state.RateWait{Class: class, Reason: "no request left in the window", Until: until}
 	}
 	jobs := []state.Job{
-		{ID: 1, Stage: state.Uploaded, NextAttempt: now.Add(time.Minute), RateLimited: wait("strict", now.Add(time.Minute))},
-		{ID: 2, Stage: state.Signed, NextAttempt: now.Add(time.Second), RateLimited: wait("strict", now.Add(time.Second))},
-		{ID: 3, Stage: state.Signed, NextAttempt: now.Add(time.Second), RateLimited: wait("normal", now.Add(time.Second))},
-		{ID: 4, Stage: state.Uploaded, NextAttempt: now.Add(-time.Second), RateLimited: wait("strict", now.Add(-time.Second))},
+		{ID: 1, Stage: state.Uploaded, NextAttempt: now.Add(time.Minute), Wait: state.Wait{RateLimited: wait("strict", now.Add(time.Minute))}},
+		{ID: 2, Stage: state.Signed, NextAttempt: now.Add(time.Second), Wait: state.Wait{RateLimited: wait("strict", now.Add(time.Second))}},
+		{ID: 3, Stage: state.Signed, NextAttempt: now.Add(time.Second), Wait: state.Wait{RateLimited: wait("normal", now.Add(time.Second))}},
+		{ID: 4, Stage: state.Uploaded, NextAttempt: now.Add(-time.Second), Wait: state.Wait{RateLimited: wait("strict", now.Add(-time.Second))}},
 		{ID: 5, Stage: state.Signed, NextAttempt: now.Add(time.Minute)},
-		{ID: 6, Stage: state.Done, NextAttempt: now.Add(time.Minute), RateLimited: wait("strict", now.Add(time.Minute))},
+		{ID: 6, Stage: state.Done, NextAttempt: now.Add(time.Minute), Wait: state.Wait{RateLimited: wait("strict", now.Add(time.Minute))}},
 	}
 	if got := parkedOn(jobs, now); len(got) != 2 || got["strict"] != 2 || got["normal"] != 1 {
 		t.Errorf("parked now = %v, want strict 2, normal 1", got)
@@ -84,8 +84,8 @@ func TestParkedOnCountsParkedJobs(t *testing.T) {
 // queued; once the check is over (no entry in the pool's view) or for a
 // job that no worker checks, none of it.
 func TestListViewsCheckProgress(t *testing.T) {
-	hashing := state.Job{ID: 1, Path: "/in/huge.ply", Stage: state.Queued, Size: 5 << 30}
-	other := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Queued, Size: 100}
+	hashing := state.Job{ID: 1, File: state.File{Path: "/in/huge.ply", Size: 5 << 30}, Stage: state.Queued}
+	other := state.Job{ID: 2, File: state.File{Path: "/in/b.ply", Size: 100}, Stage: state.Queued}
 	live := Live{Running: map[uint64]bool{1: true}, Workers: 2, Checks: map[uint64]uploader.Progress{
 		1: {Path: hashing.Path, Step: uploader.CheckHashing, Sent: 2150 << 20, Size: 5 << 30, Rate: 180 << 20, ETA: 16400 * time.Millisecond},
 	}}
@@ -120,9 +120,9 @@ func TestListViewsCheckProgress(t *testing.T) {
 // now, with their check's progress; a list that asks for queued jobs has
 // them already, and a queued job no worker checks is not added.
 func TestWithCheckedInProgress(t *testing.T) {
-	hashing := state.Job{ID: 1, Path: "/in/huge.ply", Stage: state.Queued}
-	ready := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Ready}
-	gone := state.Job{ID: 3, Path: "/in/c.ply", Stage: state.Ready} // checked since the pool was asked
+	hashing := state.Job{ID: 1, File: state.File{Path: "/in/huge.ply"}, Stage: state.Queued}
+	ready := state.Job{ID: 2, File: state.File{Path: "/in/b.ply"}, Stage: state.Ready}
+	gone := state.Job{ID: 3, File: state.File{Path: "/in/c.ply"}, Stage: state.Ready} // checked since the pool was asked
 	store := map[uint64]state.Job{1: hashing, 2: ready, 3: gone}
 	get := func(id uint64) (state.Job, error) { return store[id], nil }
 	live := Live{Checks: map[uint64]uploader.Progress{1: {Step: uploader.CheckHashing, Sent: 1, Size: 2}, 3: {Step: uploader.CheckHashing, Sent: 1, Size: 2}}}
@@ -146,8 +146,8 @@ func TestWithCheckedInProgress(t *testing.T) {
 // unfinished job says what it waits for; before, a job left ready by the
 // pause showed an empty result.
 func TestListViewsPaused(t *testing.T) {
-	ready := state.Job{ID: 1, Path: "/in/a.ply", Stage: state.Ready}
-	done := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Done}
+	ready := state.Job{ID: 1, File: state.File{Path: "/in/a.ply"}, Stage: state.Ready}
+	done := state.Job{ID: 2, File: state.File{Path: "/in/b.ply"}, Stage: state.Done}
 	live := Live{Workers: 1, Paused: "the API to accept the token (all work is paused): v1_me: 401 Unauthorized"}
 	views, err := ListViews(jobList{ready, done}, "", live)
 	if err != nil {
@@ -161,8 +161,8 @@ func TestListViewsPaused(t *testing.T) {
 // TestRetryHints: a retry of a job that failed on its file's content warns
 // that it fails again unless the file changed; a retry of another does not.
 func TestRetryHints(t *testing.T) {
-	bad := state.Job{ID: 1, Path: "/in/a.ply", Stage: state.Failed, FailReason: "invalid file: PLY body is 10 bytes short"}
-	net := state.Job{ID: 2, Path: "/in/b.ply", Stage: state.Failed, FailReason: "publish: 403 forbidden"}
+	bad := state.Job{ID: 1, File: state.File{Path: "/in/a.ply"}, Stage: state.Failed, Failure: state.Failure{FailReason: "invalid file: PLY body is 10 bytes short"}}
+	net := state.Job{ID: 2, File: state.File{Path: "/in/b.ply"}, Stage: state.Failed, Failure: state.Failure{FailReason: "publish: 403 forbidden"}}
 	src := jobList{bad, net}
 	if h := RetryHints(src, "1"); len(h) != 1 || !strings.Contains(h[0], "it will fail again unless the file changed") || !strings.Contains(h[0], "PLY body is 10 bytes short") {
 		t.Errorf("hints of job 1: %q", h)

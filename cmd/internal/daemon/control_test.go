@@ -94,7 +94,7 @@ func TestPeerReceiptFollowsReload(t *testing.T) {
 	if err := os.WriteFile(file, []byte("ply\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j := state.Job{Path: file, Root: dir, SHA256: strings.Repeat("0", 64), Size: 4}
+	j := state.Job{File: state.File{Path: file, Root: dir, SHA256: strings.Repeat("0", 64), Size: 4}}
 	d := &Daemon{}
 	d.live.Store(&config.Config{After: config.After{Receipt: false}})
 	if _, err := d.peerReceipt(j); !errors.Is(err, errNoReceipts) {

@@ -92,7 +92,7 @@ func TestPeerReceipt(t *testing.T) {
 	if err := os.WriteFile(file, []byte("0123456789"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j := state.Job{Path: file, Size: 10, SHA256: "abc"}
+	j := state.Job{File: state.File{Path: file, Size: 10, SHA256: "abc"}}
 	if _, err := read(j); !errors.Is(err, uploader.ErrNoPeerReceipt) {
 		t.Fatalf("no receipt yet: %v", err)
 	}
@@ -174,8 +174,8 @@ func TestPeerReceiptMoved(t *testing.T) {
 	if err := os.WriteFile(file, []byte("0123456789"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j := state.Job{ID: 3, Path: file, Root: root, Size: 10, SHA256: "abc", Stage: state.Done,
-		Protocol: state.ProtocolV1, SplatID: "s1"}
+	j := state.Job{ID: 3, File: state.File{Path: file, Root: root, Size: 10, SHA256: "abc"}, Stage: state.Done,
+		Publication: state.Publication{Protocol: state.ProtocolV1}, Splat: state.Splat{SplatID: "s1"}}
 	peer := after.New(after.Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1", API: "https://api.example"})
 	moved, err := peer.Finish(context.Background(), j)
 	if err != nil || moved != filepath.Join(dest, "rig", "scan.ply") {
@@ -183,17 +183,17 @@ func TestPeerReceiptMoved(t *testing.T) {
 	}
 	read := peerReceipt(nil, cfg)
 	for _, sha := range []string{"abc", ""} {
-		mine := state.Job{ID: 9, Path: file, Root: root, Size: 10, SHA256: sha}
+		mine := state.Job{ID: 9, File: state.File{Path: file, Root: root, Size: 10, SHA256: sha}}
 		out, err := read(mine)
 		if err != nil || out.SplatID != "s1" || out.Receipt != after.ReceiptPath(moved) {
 			t.Errorf("sha256 %q, file moved by a peer: %+v, %v; want s1 from %s", sha, out, err, after.ReceiptPath(moved))
 		}
 	}
-	if _, err := read(state.Job{Path: file, Root: root, Size: 10, SHA256: "other"}); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
+	if _, err := read(state.Job{File: state.File{Path: file, Root: root, Size: 10, SHA256: "other"}}); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
 		t.Errorf("other content, file gone: %v, want an error that ends the wait", err)
 	}
 	cfg.Watch[0].After = config.FolderAfter{}
-	if _, err := read(state.Job{Path: file, Root: root, Size: 10, SHA256: "abc"}); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
+	if _, err := read(state.Job{File: state.File{Path: file, Root: root, Size: 10, SHA256: "abc"}}); err == nil || errors.Is(err, uploader.ErrNoPeerReceipt) {
 		t.Errorf("on_success keep, file gone: %v, want an error that ends the wait", err)
 	}
 }
