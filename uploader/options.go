@@ -187,7 +187,7 @@ func (o *PoolOptions) fill() error {
 	if o.OnUncertain, err = checkUncertain(o.OnUncertain); err != nil {
 		return err
 	}
-	if err := o.fillV1(); err != nil {
+	if err := o.fillProtocol(); err != nil {
 		return err
 	}
 	def := Defaults()
