@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/fleet"
 )
 
 // The after-action of a final job (receipt, move, delete) is a stage of
@@ -62,7 +63,7 @@ func (p *Pool) runFinish(ctx context.Context, j state.Job) {
 		a.mu.Unlock()
 	}()
 	// A job done from a peer's receipt: the peer ran the after-action.
-	if p.o.After != nil && !fromPeer(j) {
+	if p.o.After != nil && !fleet.FromPeer(j) {
 		if err := p.o.After.Finish(ctx, j); err != nil {
 			p.afterFailed(ctx, j, err)
 			return
@@ -209,10 +210,7 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 		result = "duplicate"
 	}
 	p.o.Observer.JobFinished(result, p.o.Now().Sub(j.CreatedAt))
-	p.shares.forget(j.ID)
-	if j.Stage == state.Done && j.DuplicateOf == 0 && j.Protocol == state.ProtocolV1 && !fromPeer(j) {
-		p.shares.published(p.o.Now())
-	}
+	p.fleet.Finished(j)
 	p.finalize(ctx, j)
 }
 

@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/sog"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/uploader/step"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -36,7 +36,7 @@ func Encodes(kind splatfile.Kind, encode string) bool {
 // producer made it). skipped says why an encoding asked for was not made
 // (the file itself is uploaded). changed is the file's new stat when it
 // changed while it was encoded.
-func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (enc *state.Encoded, skipped string, changed fs.FileInfo, err error) {
+func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *step.File) (enc *state.Encoded, skipped string, changed fs.FileInfo, err error) {
 	if !Encodes(splatfile.Kind(j.Kind), j.Params.Encode) {
 		return nil, "", nil, nil
 	}
@@ -44,12 +44,12 @@ func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *jobFile) (e
 	return enc, skipped, changed, err
 }
 
-func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped *string) (enc *state.Encoded, changed fs.FileInfo, err error) {
+func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *step.File, skipped *string) (enc *state.Encoded, changed fs.FileInfo, err error) {
 	if j.Params.Encode != "sog" {
-		return nil, nil, &workerFileError{fmt.Errorf("publish.encode %q: the only encoding is sog", j.Params.Encode)}
+		return nil, nil, &step.FileError{Err: fmt.Errorf("publish.encode %q: the only encoding is sog", j.Params.Encode)}
 	}
 	if p.encodeDir == "" {
-		return nil, nil, &workerFileError{errors.New("publish.encode: sog needs a state directory to encode into")}
+		return nil, nil, &step.FileError{Err: errors.New("publish.encode: sog needs a state directory to encode into")}
 	}
 	// Named by job as well as content: a twin job of the same content,
 	// found a duplicate and finished, removes its own encoding only.
@@ -70,7 +70,7 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 		return nil, nil, ctx.Err()
 	}
 	// Holding the only slot, no encoding has lowered the memory limit.
-	memory, why := encodeMemory(jf.f, j)
+	memory, why := encodeMemory(jf.F, j)
 	if why != "" {
 		<-p.encodeSlot
 		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("reason", why).
@@ -86,7 +86,7 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 	}
 	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY's passes as the encoder reads them
 	_, err = boundedMemory(memory, func() (sog.Result, error) {
-		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.f, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.encoded})
+		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.F, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.encoded})
 	})
 	m.stop()
 	<-p.encodeSlot
@@ -95,15 +95,15 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *jobFile, skipped 
 
 // encoded is the outcome of the encoding of j at path, which ended with err:
 // the encoding, or the source's new stat when it changed meanwhile.
-func encoded(ctx context.Context, j state.Job, jf *jobFile, path string, err error) (*state.Encoded, fs.FileInfo, error) {
+func encoded(ctx context.Context, j state.Job, jf *step.File, path string, err error) (*state.Encoded, fs.FileInfo, error) {
 	if err != nil {
 		if errors.As(err, new(*sog.FormatError)) {
-			return nil, nil, &workerFileError{fmt.Errorf("encode as sog: %w", err)}
+			return nil, nil, &step.FileError{Err: fmt.Errorf("encode as sog: %w", err)}
 		}
 		return nil, nil, err // canceled, or the state dir's trouble: retried
 	}
 	// The source must still be the content hashed, else the SOG is not.
-	if fi, err := jf.restat(); err != nil || !isRecordedFile(fi, j) {
+	if fi, err := jf.Restat(); err != nil || !step.IsRecorded(fi, j) {
 		os.Remove(path)
 		return nil, fi, err
 	}
@@ -174,17 +174,6 @@ func (m *checkMeter) encoded(done, total int64) {
 	}
 }
 
-// uploadName is the file name an upload is signed for: FOLDER.sog for an
-// unbundled SOG folder's bundle, the encoding's extension when there is
-// one.
-func uploadName(j state.Job) string {
-	name := folderName(j.Path)
-	if j.Encoded != nil {
-		name = strings.TrimSuffix(name, filepath.Ext(name)) + "." + j.Encoded.Encoding
-	}
-	return name
-}
-
 // dropEncoded removes a final job's encoding: it is made again if the job
 // is ever sent again.
 func dropEncoded(j state.Job) {
@@ -237,15 +226,4 @@ func boundedMemory(memory int64, encode func() (sog.Result, error)) (sog.Result,
 	}
 	defer debug.FreeOSMemory()
 	return encode()
-}
-
-// uploadContent names the content a job uploads, for its v1
-// Idempotency-Key: the source's sha256, with the encoding when there is
-// one, so that daemons of a fleet that differ in publish.encode never meet
-// in one session with bytes of different lengths.
-func uploadContent(j state.Job) string {
-	if j.Encoded != nil {
-		return j.SHA256 + "-" + j.Encoded.Encoding
-	}
-	return j.SHA256
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/splatd/splatd/uploader/api"
+	v1 "github.com/splatd/splatd/uploader/v1"
 )
 
 // peerSession plays another daemon of a fleet on path's content (3 parts):
@@ -37,7 +38,7 @@ func peerSession(t *testing.T, client *api.Client, path string) (s api.UploadSes
 			return err
 		}
 		for _, u := range urls.URLs {
-			off, n := partRange(size, s.PartSize, u.PartNumber)
+			off, n := v1.PartRange(size, s.PartSize, u.PartNumber)
 			if _, err := client.PutPart(ctx, u.URL, io.NewSectionReader(f, off, n), n, nil); err != nil {
 				return err
 			}

@@ -81,10 +81,10 @@ type Peers interface {
 	// Receipt reads the receipt another daemon wrote for j's file: its
 	// outcome when it proves j's content published through this protocol
 	// and service, ErrNoPeerReceipt while there is none, another error
-	// when none can come. A job waits PeerWait at most for one (peer.go).
+	// when none can come. A job waits PeerWait at most for one (uploader/v1, peer.go).
 	Receipt(j state.Job) (PeerOutcome, error)
 	// Fleet names the fleet's live members, whose shares of a shared
-	// folder this daemon leaves to them (share.go); nil: no shares. The
+	// folder this daemon leaves to them (uploader/fleet); nil: no shares. The
 	// pool asks it once, in NewPool.
 	Fleet() Fleet
 }
@@ -187,7 +187,7 @@ func (o *PoolOptions) fill() error {
 	if o.OnUncertain, err = checkUncertain(o.OnUncertain); err != nil {
 		return err
 	}
-	if err := o.fillV1(); err != nil {
+	if err := o.fillProtocol(); err != nil {
 		return err
 	}
 	def := Defaults()

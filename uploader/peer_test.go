@@ -10,6 +10,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/fleet"
 )
 
 // TestV1ReadFileGoneToAPeer: a job that hashed its file, and finds it gone
@@ -46,8 +47,8 @@ func TestV1ReadFileGoneToAPeer(t *testing.T) {
 		switch {
 		case read.Stage != state.Ready || read.SHA256 == "":
 			t.Fatalf("after the first run: %s sha256 %q, want ready and hashed", read.Stage, read.SHA256)
-		case receipt && (j.Stage != state.Done || j.SplatID != "peer-splat" || !fromPeer(j)):
-			t.Errorf("with the peer's receipt: %s splat %q from peer %v (%s)", j.Stage, j.SplatID, fromPeer(j), j.FailReason)
+		case receipt && (j.Stage != state.Done || j.SplatID != "peer-splat" || !fleet.FromPeer(j)):
+			t.Errorf("with the peer's receipt: %s splat %q from peer %v (%s)", j.Stage, j.SplatID, fleet.FromPeer(j), j.FailReason)
 		case receipt && (finishes.Load() != 0 || st.Creates != 0):
 			t.Errorf("with the peer's receipt: %d after-actions, %d creates; want none", finishes.Load(), st.Creates)
 		case !receipt && (j.Stage != state.Failed || !strings.Contains(j.FailReason, "file is gone")):

@@ -11,6 +11,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/fleet"
+	"github.com/splatd/splatd/uploader/step"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -46,9 +48,11 @@ type Pool struct {
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Files and o.OnUncertain, replaced by SetPublish
 	open    openFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
-	shares  *shares                         // the fleet's progress (share.go)
-	fleet   Fleet                           // o.Peers' fleet; nil: no shares
 	fs      *trustfs.FS                     // o.Files' trust boundary
+
+	env        *step.Env   // what the protocols' steps are given (protocol.go)
+	fleet      *fleet.View // o.Peers: receipts and shares
+	legacy, v1 Protocol
 
 	encodeDir, bundleDir string // under o.WorkDir (PoolOptions.dirs)
 }
@@ -77,14 +81,11 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		drainCh:     make(chan struct{}),
 		authChanged: make(chan struct{}),
 		kick:        make(chan struct{}, 1),
-		shares:      newShares(o.Now()),
-	}
-	if o.Peers != nil {
-		p.fleet = o.Peers.Fleet()
 	}
 	p.encodeDir, p.bundleDir = o.dirs()
 	p.fs = o.Files.FS()
 	p.publish.Store(&publishDefaults{files: o.Files, onUncertain: o.OnUncertain})
+	p.newProtocols()
 	return p, nil
 }
 
@@ -150,28 +151,23 @@ func (p *Pool) Run(ctx context.Context) error {
 	stopHelpers()
 	<-helpersDone
 	<-helpersDone
-	if errors.Is(err, context.Canceled) || errors.Is(err, errDrained) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, step.ErrDrained) {
 		return nil
 	}
 	return err
 }
 
-// errDrained ends a worker, or a step that had not started its side effect
-// (a publish still waiting for its rate-limit slot), once the pool drains.
-// Nothing is committed: the job stays where it was.
-var errDrained = errors.New("worker: draining for shutdown")
-
 // untilDrain returns a context that also ends when the pool starts draining.
 func (p *Pool) untilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	if p.draining.Load() { // ended already, not some time after the step began
-		cancel(errDrained)
+		cancel(step.ErrDrained)
 		return ctx, func() { cancel(nil) }
 	}
 	go func() {
 		select {
 		case <-p.drainCh:
-			cancel(errDrained)
+			cancel(step.ErrDrained)
 		case <-ctx.Done():
 		}
 	}()

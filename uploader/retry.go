@@ -3,9 +3,9 @@ package uploader
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/step"
 )
 
 // onError turns a step's error into the job to commit (same stage later,
@@ -23,7 +23,7 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
 		return j, errWorkerPaused
 	case state.Fail:
-		j = p.fail(j, now, err)
+		j = p.env.Fail(j, now, err)
 		if d.Reason != "" {
 			j.FailReason = d.Reason
 		}
@@ -43,13 +43,13 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 		// storage that keeps refusing them is backed off, not hammered.
 		d = p.policy.Decide(ctx, err, j.Resigns+1, now)
 		if d.Action == state.Fail { // a bounded patience's tries are spent
-			j = p.fail(j, now, err)
+			j = p.env.Fail(j, now, err)
 			j.FailReason = d.Reason
 			return j, nil
 		}
 		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Int("refusals", j.Resigns+1).
 			Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("storage refused the signed URL; signing a new one")
-		next, rerr := p.resign(j, now.Add(d.Delay), err.Error())
+		next, rerr := step.Resign(j, now, now.Add(d.Delay), err.Error())
 		next.Resigns = j.Resigns + 1
 		return next, rerr
 	case state.WaitFile:
@@ -64,20 +64,6 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 	p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("stage", string(j.Stage)).Int("attempt", j.Attempts).
 		Float64("retry_in_s", d.Delay.Seconds()).Err(err).Msg("transient error; will retry")
 	return j, nil
-}
-
-// fail moves j to failed for err, with the reason of the stage it failed in.
-func (p *Pool) fail(j state.Job, now time.Time, err error) state.Job {
-	from := j.Stage
-	if merr := j.Move(state.Failed, now); merr != nil {
-		// Every non-final stage may fail; this is a table bug.
-		p.log.Error().Err(merr).Msg("cannot fail job")
-		return j
-	}
-	j.FailReason = failReason(from, err)
-	j.LastError, j.LastStatus = err.Error(), state.HTTPStatus(err)
-	j.NextAttempt = now
-	return j
 }
 
 // policyOf is the one retry rule with the pool's patience.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/fleet"
 )
 
 // testFleet is a fleet of two members, "self" and peer.
@@ -24,7 +25,7 @@ func peerOwning(t *testing.T, j state.Job) string {
 	t.Helper()
 	for i := range 1000 {
 		m := "peer" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
-		if shareRank(j, m) < shareRank(j, "self") {
+		if fleet.Rank(j, m) < fleet.Rank(j, "self") {
 			return m
 		}
 	}
@@ -58,8 +59,8 @@ func TestShareWaitTakesAPeersOutcomeFromItsReceipt(t *testing.T) {
 	var published atomic.Bool
 	o := e.v1Options(1)
 	o.Now = clock.Now
-	fleet := testFleet{peer: peerOwning(t, e.job(path))}
-	o.Peers = fleetPeers{fleet: fleet, receiptFunc: func(j state.Job) (PeerOutcome, error) {
+	members := testFleet{peer: peerOwning(t, e.job(path))}
+	o.Peers = fleetPeers{fleet: members, receiptFunc: func(j state.Job) (PeerOutcome, error) {
 		if !published.Load() || j.SHA256 == "" {
 			return PeerOutcome{}, ErrNoPeerReceipt
 		}
@@ -81,8 +82,8 @@ func TestShareWaitTakesAPeersOutcomeFromItsReceipt(t *testing.T) {
 		return e.job(path).Stage == state.Done
 	})
 	j, st := e.job(path), e.sim.Stats()
-	if j.SplatID != "peer-splat" || !fromPeer(j) || st.Creates+st.CreateReplays != 0 {
-		t.Errorf("done with splat %q, from peer %v, %d creates; want the receipt's splat and no create", j.SplatID, fromPeer(j), st.Creates+st.CreateReplays)
+	if j.SplatID != "peer-splat" || !fleet.FromPeer(j) || st.Creates+st.CreateReplays != 0 {
+		t.Errorf("done with splat %q, from peer %v, %d creates; want the receipt's splat and no create", j.SplatID, fleet.FromPeer(j), st.Creates+st.CreateReplays)
 	}
 }
 
@@ -102,46 +103,20 @@ func TestShareOfASilentPeerTakenOver(t *testing.T) {
 	clock := &testClock{now: time.Unix(1_800_000_000, 0)}
 	o := e.v1Options(1)
 	o.Now = clock.Now
-	fleet := testFleet{peer: peerOwning(t, e.job(path))}
-	o.Peers = fleetPeers{fleet: fleet, receiptFunc: func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }}
+	members := testFleet{peer: peerOwning(t, e.job(path))}
+	o.Peers = fleetPeers{fleet: members, receiptFunc: func(state.Job) (PeerOutcome, error) { return PeerOutcome{}, ErrNoPeerReceipt }}
 	pool := runPool(t, o)
 	e.waitFor("the job parked in the peer's share", func() bool {
 		clock.add(time.Millisecond)
 		return strings.Contains(e.job(path).Parked, "share")
 	})
-	clock.add(shareCold)
+	clock.add(2 * time.Minute) // the fleet's patience before this daemon has gaps between publishes
 	e.waitFor("the job done", func() bool {
 		clock.add(10 * time.Millisecond)
 		pool.Wake() // its idle wait is on the real clock
 		return e.job(path).Stage == state.Done
 	})
-	if j := e.job(path); fromPeer(j) || j.SplatID == "" {
-		t.Errorf("done from peer %v, splat %q; want published here", fromPeer(j), j.SplatID)
-	}
-}
-
-// TestShareBound: the patience for a silent peer is four times the 90th
-// percentile of this daemon's own publish gaps, at least shareFloor, and
-// shareCold until it has shareMinGaps of them.
-func TestShareBound(t *testing.T) {
-	t.Parallel()
-	at := time.Unix(0, 0)
-	s := newShares(at)
-	for i, gap := range []time.Duration{4, 5, 6, 20, 4, 5, 6, 4, 5, 30} {
-		if got := s.bound(); i < shareMinGaps && got != shareCold {
-			t.Fatalf("after %d gaps: %s, want %s", i, got, shareCold)
-		}
-		at = at.Add(gap * time.Second)
-		s.published(at)
-	}
-	if got, want := s.bound(), 120*time.Second; got != want {
-		t.Errorf("bound %s, want %s (4 x the 90th percentile, 30 s)", got, want)
-	}
-	s = newShares(time.Unix(0, 0))
-	for i := range 5 {
-		s.published(time.Unix(int64(i+1), 0))
-	}
-	if got := s.bound(); got != shareFloor {
-		t.Errorf("bound of 1 s gaps %s, want the floor %s", got, shareFloor)
+	if j := e.job(path); fleet.FromPeer(j) || j.SplatID == "" {
+		t.Errorf("done from peer %v, splat %q; want published here", fleet.FromPeer(j), j.SplatID)
 	}
 }

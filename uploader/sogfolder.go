@@ -12,6 +12,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/uploader/step"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -27,15 +28,6 @@ import (
 func (p *Pool) bundlePath(metaPath string) string {
 	sum := sha256.Sum256([]byte(filepath.Clean(metaPath)))
 	return filepath.Join(p.bundleDir, hex.EncodeToString(sum[:12])+".sog")
-}
-
-// folderName is the base name of the file a job stands for: FOLDER.sog for
-// an unbundled SOG folder (its job's path is the folder's meta.json).
-func folderName(path string) string {
-	if splatfile.IsSOGFolder(path) {
-		return filepath.Base(filepath.Dir(path)) + ".sog"
-	}
-	return filepath.Base(path)
 }
 
 // PublishedAs is the path a file is published as: path itself, or
@@ -75,7 +67,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	if why := BundleOutsideBounds(f.Size, lo, hi); why != "" {
 		// The watcher saw only meta.json: a folder of sparse gigabytes
 		// would otherwise be copied into state_dir and uploaded.
-		return j, &workerFileError{errors.New(why)}
+		return j, &step.FileError{Err: errors.New(why)}
 	}
 	// The build is the long part and has no side effect to finish: it
 	// stops as soon as the pool drains, and the job stays queued.
@@ -85,8 +77,8 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	sum, fi, err := buildBundle(bctx, f, p.bundlePath(j.Path), m)
 	m.stop()
 	if err != nil {
-		if errors.Is(context.Cause(bctx), errDrained) && ctx.Err() == nil {
-			return j, errDrained
+		if errors.Is(context.Cause(bctx), step.ErrDrained) && ctx.Err() == nil {
+			return j, step.ErrDrained
 		}
 		return j, fmt.Errorf("build the folder's bundle: %w", err)
 	}
@@ -96,7 +88,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	asFile := PublishedAsIn(j.Root, j.Path)
 	params, err := p.publish.Load().files.Params(asFile, j.Root, j.ModTime)
 	if err != nil {
-		return j, &workerFileError{fmt.Errorf("publish parameters: %w", err)}
+		return j, &step.FileError{Err: fmt.Errorf("publish parameters: %w", err)}
 	}
 	now := p.o.Now()
 	if err := j.Move(state.Ready, now); err != nil {
@@ -239,7 +231,7 @@ func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*
 	if s.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
 		return nil, err
 	}
-	s.Path = filepath.Join(s.tmp, folderName(path))
+	s.Path = filepath.Join(s.tmp, step.FileName(path))
 	if s.SHA256, _, err = buildBundle(ctx, folder, s.Path, nil); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("build the folder's bundle: %w", err)

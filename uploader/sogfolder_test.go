@@ -16,6 +16,7 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/uploader/step"
 )
 
 // enqueueFolder writes an unbundled SOG folder of five sparse images of
@@ -154,7 +155,7 @@ func TestBuildBundleCancelled(t *testing.T) {
 
 // TestCheckFolderStopsWhenThePoolDrains: a folder's build stops as soon as
 // the pool drains for shutdown, not at the end of its grace: nothing is
-// committed (errDrained), the job stays queued, and no bundle or temporary
+// committed (step.ErrDrained), the job stays queued, and no bundle or temporary
 // file is left.
 func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 	t.Parallel()
@@ -174,8 +175,8 @@ func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	next, err := p.stepCheckFolder(t.Context(), j)
-	if !errors.Is(err, errDrained) || next.Stage != state.Queued {
-		t.Fatalf("stepCheckFolder while draining = %s, %v; want queued, errDrained", next.Stage, err)
+	if !errors.Is(err, step.ErrDrained) || next.Stage != state.Queued {
+		t.Fatalf("stepCheckFolder while draining = %s, %v; want queued, step.ErrDrained", next.Stage, err)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(o.WorkDir, "sog-bundles")); len(entries) != 0 {
 		t.Errorf("left %v in the bundle folder", entries)
@@ -185,7 +186,7 @@ func TestCheckFolderStopsWhenThePoolDrains(t *testing.T) {
 // TestCheckStopsHashingWhenThePoolDrains: a plain file's hash stops as soon
 // as the pool drains for shutdown, as a folder's build does: a 4 GB file on
 // a slow share no longer holds SIGTERM for the whole read. Nothing is
-// committed (errDrained) and the job stays queued, without a hash.
+// committed (step.ErrDrained) and the job stays queued, without a hash.
 func TestCheckStopsHashingWhenThePoolDrains(t *testing.T) {
 	t.Parallel()
 	e := newWorkerEnv(t, apisim.Options{})
@@ -202,8 +203,8 @@ func TestCheckStopsHashingWhenThePoolDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	next, err := p.stepCheck(t.Context(), j)
-	if !errors.Is(err, errDrained) || next.Stage != state.Queued || next.SHA256 != "" {
-		t.Fatalf("stepCheck while draining = %s (sha256 %q), %v; want queued, no hash, errDrained", next.Stage, next.SHA256, err)
+	if !errors.Is(err, step.ErrDrained) || next.Stage != state.Queued || next.SHA256 != "" {
+		t.Fatalf("stepCheck while draining = %s (sha256 %q), %v; want queued, no hash, step.ErrDrained", next.Stage, next.SHA256, err)
 	}
 }
 

@@ -15,10 +15,13 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/fleet"
+	v1 "github.com/splatd/splatd/uploader/v1"
 )
 
 // v1PartSize is the simulator's partSize in these tests: small, so that a
@@ -108,7 +111,7 @@ func (e *workerEnv) checkV1Once(paths ...string) {
 			e.t.Errorf("%s: v1 record incomplete: %+v", p, j)
 			continue
 		}
-		if got := j.V1.Stored(); got != j.V1.Parts || j.V1.Parts != partCount(j.Size, j.V1.PartSize) {
+		if got := j.V1.Stored(); got != j.V1.Parts || j.V1.Parts != v1.PartCount(j.Size, j.V1.PartSize) {
 			e.t.Errorf("%s: %d of %d parts stored", p, got, j.V1.Parts)
 		}
 	}
@@ -802,8 +805,8 @@ func TestV1CrashBeforeCreateAnswerTakesAPeersReceipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := e.job(path)
-	if j.Stage != state.Done || j.SplatID != first.SplatID || !fromPeer(j) {
-		t.Errorf("second daemon: %s splat %s from peer %v, want done with %s from the receipt", j.Stage, j.SplatID, fromPeer(j), first.SplatID)
+	if j.Stage != state.Done || j.SplatID != first.SplatID || !fleet.FromPeer(j) {
+		t.Errorf("second daemon: %s splat %s from peer %v, want done with %s from the receipt", j.Stage, j.SplatID, fleet.FromPeer(j), first.SplatID)
 	}
 	if replays := e.sim.Stats().CompleteReplays - before.CompleteReplays; replays != 0 {
 		t.Errorf("%d complete replays, want 0: the receipt named the splat", replays)
@@ -840,8 +843,8 @@ func TestV1FileGoneToAPeer(t *testing.T) {
 		j := e.job(path)
 		st := e.sim.Stats()
 		switch {
-		case receipt && (j.Stage != state.Done || j.SplatID != "peer-splat" || !fromPeer(j)):
-			t.Errorf("with the peer's receipt: %s splat %q from peer %v (%s)", j.Stage, j.SplatID, fromPeer(j), j.FailReason)
+		case receipt && (j.Stage != state.Done || j.SplatID != "peer-splat" || !fleet.FromPeer(j)):
+			t.Errorf("with the peer's receipt: %s splat %q from peer %v (%s)", j.Stage, j.SplatID, fleet.FromPeer(j), j.FailReason)
 		case receipt && (finishes.Load() != 0 || st.Creates != 0):
 			t.Errorf("with the peer's receipt: %d after-actions, %d creates; want none", finishes.Load(), st.Creates)
 		case !receipt && (j.Stage != state.Failed || !strings.Contains(j.FailReason, "file is gone")):

@@ -8,6 +8,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/pace"
+	"github.com/splatd/splatd/uploader/step"
 )
 
 // worker claims jobs and advances each as far as it can go without waiting
@@ -113,7 +114,7 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 	}()
 	for {
 		next, err := p.advance(jctx, t, j)
-		if errors.Is(err, errDrained) {
+		if errors.Is(err, step.ErrDrained) {
 			return nil
 		}
 		if errors.Is(err, state.ErrStale) || errors.Is(err, errAborted) {
@@ -157,9 +158,9 @@ func (p *Pool) hook(point string, j state.Job) error {
 func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	from, since := j.Stage, j.StageSince
 	j.RateLimited = nil // each step says again whether the rate limit parks it
-	next, err := p.step(ctx, t, j)
+	next, err := p.protocolOf(j).Step(ctx, t, j)
 	parked, isParked := errors.AsType[*pace.Parked](err)
-	if errors.Is(err, errWorkerCrash) || errors.Is(err, errDrained) {
+	if errors.Is(err, errWorkerCrash) || errors.Is(err, step.ErrDrained) {
 		return j, err
 	}
 	if errors.Is(context.Cause(ctx), errAborted) {

@@ -1,4 +1,4 @@
-package uploader
+package v1
 
 import (
 	"context"
@@ -14,45 +14,46 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/pace"
+	"github.com/splatd/splatd/uploader/step"
 )
 
-// The v1 parts step: the session read again (v1Sync), then the parts it
+// The v1 parts step: the session read again (syncParts), then the parts it
 // lacks sent by one partSender, each ETag committed as its part completes.
 
-// partCount is N = ceil(size / partSize), at least 1.
-func partCount(size, partSize int64) int {
+// PartCount is N = ceil(size / partSize), at least 1.
+func PartCount(size, partSize int64) int {
 	return max(1, int((size+partSize-1)/partSize))
 }
 
-// partRange is part n's offset and length: bytes [(n-1)·partSize,
+// PartRange is part n's offset and length: bytes [(n-1)·partSize,
 // min(n·partSize, size)).
-func partRange(size, partSize int64, n int) (off, length int64) {
+func PartRange(size, partSize int64, n int) (off, length int64) {
 	off = int64(n-1) * partSize
 	return off, max(0, min(partSize, size-off))
 }
 
-// errV1Lost and errV1Conflict are part-upload-urls answers (404, 409) that
+// errLost and errConflict are part-upload-urls answers (404, 409) that
 // send the parts step back to reading the session.
 var (
-	errV1Lost     = errors.New("upload session is gone")
-	errV1Conflict = errors.New("upload session is not accepting parts")
+	errLost     = errors.New("upload session is gone")
+	errConflict = errors.New("upload session is not accepting parts")
 )
 
-// v1Sync applies the server's record of the session to j: its
+// syncParts applies the server's record of the session to j: its
 // uploadedParts are the truth (a part known only locally is sent again; a
 // part stored with another ETag than ours takes the server's). It returns
 // the missing part numbers, ascending.
-func v1Sync(j *state.Job, s api.UploadSession) []int {
+func syncParts(j *state.Job, s api.UploadSession) []int {
 	v := j.V1
 	if s.PartSize > 0 && s.PartSize != v.PartSize {
-		v.PartSize, v.Parts, v.ETags = s.PartSize, partCount(j.UploadSize(), s.PartSize), nil
+		v.PartSize, v.Parts, v.ETags = s.PartSize, PartCount(j.UploadSize(), s.PartSize), nil
 	}
 	if len(v.ETags) != v.Parts {
 		v.ETags = make([]string, v.Parts)
 	}
 	server := make(map[int]string, len(s.UploadedParts))
 	for _, up := range s.UploadedParts {
-		if _, n := partRange(j.UploadSize(), v.PartSize, up.PartNumber); up.PartNumber > v.Parts || (up.HasSize && up.Size != n) {
+		if _, n := PartRange(j.UploadSize(), v.PartSize, up.PartNumber); up.PartNumber > v.Parts || (up.HasSize && up.Size != n) {
 			continue // not a part of this file as we cut it: ours is sent
 		}
 		server[up.PartNumber] = up.ETag
@@ -67,31 +68,31 @@ func v1Sync(j *state.Job, s api.UploadSession) []int {
 	return missing
 }
 
-// v1Parts: signed → uploaded. It reads the session, then sends the parts
+// parts: signed → uploaded. It reads the session, then sends the parts
 // the server lacks, up to ParallelParts at a time, committing each ETag.
-func (p *Pool) v1Parts(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
+func (p *Protocol) parts(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	for rereads := 0; ; rereads++ {
 		sent := j.V1.Stored()
-		s, err := p.o.Client.Paced(t).GetUpload(ctx, j.V1.ID)
+		s, err := p.env.Client.Paced(t).GetUpload(ctx, j.V1.ID)
 		if state.HTTPStatus(err) == http.StatusNotFound {
 			why := "upload session is gone (404)"
 			if sent > 0 {
 				why = fmt.Sprintf("the server lost the upload session (404), with the %d of %d parts sent to it", sent, j.V1.Parts)
 			}
-			return p.v1Lost(j, why)
+			return p.lost(j, why)
 		}
 		if err != nil {
 			return j, err
 		}
 		switch s.Status {
 		case api.UploadProcessing, api.UploadCompleted:
-			return p.v1Exists(j, s, state.Uploaded)
+			return p.exists(j, s, state.Uploaded)
 		case api.UploadCanceled:
-			return p.v1Lost(j, "upload session was canceled")
+			return p.lost(j, "upload session was canceled")
 		}
-		missing := v1Sync(&j, s)
+		missing := syncParts(&j, s)
 		if sent > 0 && rereads == 0 {
-			p.log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Int("parts", j.V1.Parts).
+			p.env.Log.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("upload", s.ID).Int("parts", j.V1.Parts).
 				Int("server_holds", j.V1.Parts-len(missing)).Int("sent_before", sent).
 				Msg(fmt.Sprintf("job %d's upload session holds %d of %d parts on the server: sending the %d missing", j.ID, j.V1.Parts-len(missing), j.V1.Parts, len(missing)))
 		}
@@ -99,18 +100,18 @@ func (p *Pool) v1Parts(ctx context.Context, t *pace.Caller, j state.Job) (state.
 		// peer completes it, and completing it here too would only spend
 		// the account's budget on a replay (a fleet drew 429s that way).
 		if !j.V1.Owned {
-			if next, wait := p.v1WatchPeer(j, s); wait {
+			if next, wait := p.watchPeer(j, s); wait {
 				return next, nil
 			}
 		}
 		if len(missing) == 0 {
-			return p.v1Move(j, state.Uploaded, "")
+			return p.env.Move(j, state.Uploaded, "")
 		}
-		next, err := p.v1Send(ctx, t, j, missing)
+		next, err := p.send(ctx, t, j, missing)
 		switch {
-		case errors.Is(err, errV1Lost):
-			return p.v1Lost(next, "upload session is gone (404 at part-upload-urls)")
-		case errors.Is(err, errV1Conflict) && rereads < 2:
+		case errors.Is(err, errLost):
+			return p.lost(next, "upload session is gone (404 at part-upload-urls)")
+		case errors.Is(err, errConflict) && rereads < 2:
 			j = next
 			continue
 		}
@@ -141,7 +142,7 @@ type partResult struct {
 	err  error
 }
 
-// v1SendParts runs the parts' PUTs, at most ParallelParts at a time, each
+// sendParts runs the parts' PUTs, at most ParallelParts at a time, each
 // streamed from the file by offset. URLs are signed just before use, a few
 // at a time. A part that fails is tried again (re-signed first when storage
 // refused its URL) as the retry rule decides, up to maxPartTries in a row;
@@ -149,8 +150,8 @@ type partResult struct {
 // in flight finish, and the error is returned with the job as last
 // committed. Each ETag is committed as its part completes, by this
 // goroutine alone, so commits never race.
-func (p *Pool) v1SendParts(ctx context.Context, t *pace.Caller, j state.Job, f *os.File, missing []int) (state.Job, error) {
-	dctx, stopDrain := p.untilDrain(ctx)
+func (p *Protocol) sendParts(ctx context.Context, t *pace.Caller, j state.Job, f *os.File, missing []int) (state.Job, error) {
+	dctx, stopDrain := p.env.Pool.UntilDrain(ctx)
 	defer stopDrain()
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -158,24 +159,24 @@ func (p *Pool) v1SendParts(ctx context.Context, t *pace.Caller, j state.Job, f *
 	s := &partSender{
 		p:       p,
 		ctx:     ctx,
-		sign:    p.o.Client.Paced(t),
-		signing: p.o.Client.Paced(p.o.Client.Pacer().Caller(j.ID, 0)),
+		sign:    p.env.Client.Paced(t),
+		signing: p.env.Client.Paced(p.env.Client.Pacer().Caller(j.ID, 0)),
 		drain:   dctx,
 		puts:    pctx,
 		f:       f,
 		j:       j,
-		par:     p.o.ParallelParts,
-		results: make(chan partResult, p.o.ParallelParts), // never blocks a PUT, even after a crash return
+		par:     p.parallel,
+		results: make(chan partResult, p.parallel), // never blocks a PUT, even after a crash return
 		queue:   slices.Clone(missing),
 		tries:   make(map[int]int),
 		urls:    make(map[int]signedPart),
 		prog:    newPartProgress(p, j),
 	}
-	defer p.setProgress(j.ID, nil)
+	defer p.env.Pool.EndReport(j.ID)
 	done := ctx.Done()
 
 	for {
-		now := p.o.Now()
+		now := p.env.Now()
 		s.requeueDue(now)
 		s.startParts(now)
 		if s.inflight == 0 && (s.stop != nil || len(s.queue) == 0 && len(s.later) == 0) {
@@ -201,10 +202,10 @@ func (p *Pool) v1SendParts(ctx context.Context, t *pace.Caller, j state.Job, f *
 	}
 }
 
-// partSender is the state of one v1SendParts call. Only the goroutine that
-// runs v1SendParts touches it; the PUTs report through results.
+// partSender is the state of one sendParts call. Only the goroutine that
+// runs sendParts touches it; the PUTs report through results.
 type partSender struct {
-	p   *Pool
+	p   *Protocol
 	ctx context.Context // the step's: signing, commits, the retry rule
 	// sign signs the first URLs, before any PUT: a long delay parks the
 	// job. signing signs the later ones and waits out every delay: a park
@@ -212,7 +213,7 @@ type partSender struct {
 	sign, signing *api.Client
 	started       bool            // a PUT has started
 	drain         context.Context // ends when the pool drains: no new part starts
-	puts          context.Context // the PUTs': ends when v1SendParts returns
+	puts          context.Context // the PUTs': ends when sendParts returns
 	f             *os.File
 	j             state.Job // as last committed, with the ETags so far
 	par           int
@@ -251,8 +252,8 @@ func (s *partSender) requeueDue(now time.Time) {
 func (s *partSender) startParts(now time.Time) {
 	for s.stop == nil && s.inflight < s.par && len(s.queue) > 0 {
 		if s.drain.Err() != nil {
-			if errors.Is(context.Cause(s.drain), errDrained) {
-				s.stop = errDrained
+			if errors.Is(context.Cause(s.drain), step.ErrDrained) {
+				s.stop = step.ErrDrained
 			} else {
 				s.stop = s.ctx.Err()
 			}
@@ -265,7 +266,7 @@ func (s *partSender) startParts(now time.Time) {
 			if !s.started {
 				c = s.sign
 			}
-			if err := s.p.v1Sign(s.ctx, c, s.j, s.queue, s.urls); err != nil {
+			if err := s.p.signBatch(s.ctx, c, s.j, s.queue, s.urls); err != nil {
 				s.stop = err
 				return
 			}
@@ -281,8 +282,8 @@ func (s *partSender) startParts(now time.Time) {
 
 // put starts part n's PUT; its result comes back on results.
 func (s *partSender) put(n int, u signedPart) {
-	off, size := partRange(s.j.UploadSize(), s.j.V1.PartSize, n)
-	ctx, client, f, prog, results := s.puts, s.p.o.Client, s.f, s.prog, s.results
+	off, size := PartRange(s.j.UploadSize(), s.j.V1.PartSize, n)
+	ctx, client, f, prog, results := s.puts, s.p.env.Client, s.f, s.prog, s.results
 	go func() {
 		etag, err := client.PutPart(ctx, u.url.URL, io.NewSectionReader(f, off, size), size, func(sent int64) { prog.set(n, sent) })
 		results <- partResult{n: n, etag: etag, err: err}
@@ -307,11 +308,11 @@ func (s *partSender) finished(r partResult) error {
 		s.failed(r)
 		return nil
 	}
-	_, size := partRange(s.j.UploadSize(), s.j.V1.PartSize, r.n)
+	_, size := PartRange(s.j.UploadSize(), s.j.V1.PartSize, r.n)
 	s.prog.done(r.n, size)
 	s.j.V1.ETags[r.n-1] = r.etag
 	s.j.Attempts, s.j.LastError, s.j.LastStatus = 0, "", 0
-	stored, err := s.p.commit(s.ctx, s.j, state.Signed)
+	stored, err := s.p.env.Pool.Commit(s.ctx, s.j, state.Signed)
 	if err != nil {
 		if s.stop == nil {
 			s.stop = fmt.Errorf("commit job %d part %d: %w", s.j.ID, r.n, err)
@@ -319,7 +320,7 @@ func (s *partSender) finished(r partResult) error {
 		return nil
 	}
 	s.j = stored
-	return s.p.hook("v1:part", s.j)
+	return s.p.env.Pool.Hook("v1:part", s.j)
 }
 
 // failed schedules a failed part again as the retry rule says, up to
@@ -330,21 +331,21 @@ func (s *partSender) failed(r partResult) {
 		return // stopping already; this is likely its echo
 	}
 	s.tries[r.n]++
-	d := s.p.policy.DecideAs(state.ProfilePart, s.ctx, r.err, s.tries[r.n], s.p.o.Now())
+	d := s.p.env.Policy.DecideAs(state.ProfilePart, s.ctx, r.err, s.tries[r.n], s.p.env.Now())
 	if (d.Action == state.Retry || d.Action == state.Resign) && s.tries[r.n] < maxPartTries {
-		s.p.log.Debug().Uint64("job", s.j.ID).Int("part", r.n).Int("try", s.tries[r.n]).Str("action", d.Action.String()).
+		s.p.env.Log.Debug().Uint64("job", s.j.ID).Int("part", r.n).Int("try", s.tries[r.n]).Str("action", d.Action.String()).
 			Float64("retry_in_s", d.Delay.Seconds()).Err(r.err).Msg("part failed; trying it again")
-		s.later = append(s.later, partRetry{n: r.n, at: s.p.o.Now().Add(d.Delay)})
+		s.later = append(s.later, partRetry{n: r.n, at: s.p.env.Now().Add(d.Delay)})
 		return
 	}
 	s.stop = fmt.Errorf("part %d: %w", r.n, r.err)
 }
 
-// v1Sign signs URLs for the first parts of queue that have no usable one
+// signBatch signs URLs for the first parts of queue that have no usable one
 // (queue[0] among them), up to signAhead·ParallelParts and the API's 100.
-func (p *Pool) v1Sign(ctx context.Context, c *api.Client, j state.Job, queue []int, urls map[int]signedPart) error {
-	now := p.o.Now()
-	limit := min(api.MaxPartURLsPerCall, signAhead*p.o.ParallelParts)
+func (p *Protocol) signBatch(ctx context.Context, c *api.Client, j state.Job, queue []int, urls map[int]signedPart) error {
+	now := p.env.Now()
+	limit := min(api.MaxPartURLsPerCall, signAhead*p.parallel)
 	var batch []int
 	for _, n := range queue {
 		if u, ok := urls[n]; ok && u.usable(now) {
@@ -355,12 +356,12 @@ func (p *Pool) v1Sign(ctx context.Context, c *api.Client, j state.Job, queue []i
 			break
 		}
 	}
-	err := signPartURLs(ctx, c, j.V1.ID, batch, urls, p.o.Now)
+	err := signPartURLs(ctx, c, j.V1.ID, batch, urls, p.env.Now)
 	switch state.HTTPStatus(err) {
 	case http.StatusNotFound:
-		return fmt.Errorf("%w: %w", errV1Lost, err)
+		return fmt.Errorf("%w: %w", errLost, err)
 	case http.StatusConflict:
-		return fmt.Errorf("%w: %w", errV1Conflict, err)
+		return fmt.Errorf("%w: %w", errConflict, err)
 	}
 	return err
 }
@@ -390,14 +391,12 @@ type partProgress struct {
 	inflight map[int]int64
 }
 
-func newPartProgress(p *Pool, j state.Job) *partProgress {
-	report := func(sent, size int64) {
-		p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: size})
-	}
+func newPartProgress(p *Protocol, j state.Job) *partProgress {
+	report := func(sent, size int64) { p.env.Pool.Report(j, sent, size) }
 	pp := &partProgress{size: j.UploadSize(), report: report, inflight: make(map[int]int64)}
 	for n, e := range j.V1.ETags {
 		if e != "" {
-			_, l := partRange(j.UploadSize(), j.V1.PartSize, n+1)
+			_, l := PartRange(j.UploadSize(), j.V1.PartSize, n+1)
 			pp.base += l
 		}
 	}
