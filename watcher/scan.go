@@ -209,8 +209,8 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 				e.typ = typeDir
 			}
 		}
-		p := filepath.Join(dir, e.name)
 		if e.typ == typeDir {
+			p := filepath.Join(dir, e.name)
 			if !r.Recursive || r.skipsDir(e.name) || w.otherRoot(p, r) {
 				continue
 			}
@@ -226,8 +226,9 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			continue
 		}
 		if !r.wants(e.name) {
-			continue
+			continue // receipts and sidecars: no path built for them
 		}
+		p := filepath.Join(dir, e.name)
 		st.files++
 		if fi == nil {
 			if fi, err = d.Lstat(e.name); err != nil {
