@@ -107,7 +107,7 @@ func BenchmarkFullScan100k(b *testing.B) {
 	findCPU := findCPU(b, dir)
 	r := w.roots[0]
 	c0, start := processCPU(), time.Now()
-	w.scanRoot(r)
+	w.scanRoot(context.Background(), r)
 	restart, restartCPU := time.Since(start), processCPU()-c0
 	if len(w.tr.pending) != 0 || len(w.tr.done) != 100_000 {
 		b.Fatalf("after first scan: %d pending, %d done", len(w.tr.pending), len(w.tr.done))
@@ -115,7 +115,7 @@ func BenchmarkFullScan100k(b *testing.B) {
 	n := 0
 	c0, start = processCPU(), time.Now()
 	for b.Loop() {
-		w.scanRoot(r)
+		w.scanRoot(context.Background(), r)
 		n++
 	}
 	rescanCPU := (processCPU() - c0) / time.Duration(n)

@@ -33,7 +33,7 @@ func (w *Watcher) scanLoop(ctx context.Context) {
 				return
 			}
 			if r.rescan.Swap(false) || !now.Before(r.nextScan) {
-				w.scanRoot(r)
+				w.scanRoot(ctx, r)
 			}
 			if !r.nextScan.IsZero() && (next.IsZero() || r.nextScan.Before(next)) {
 				next = r.nextScan
@@ -74,6 +74,7 @@ func (w *Watcher) Rescan() {
 
 // scanState collects what one walk learnt.
 type scanState struct {
+	ctx      context.Context // of the scan loop; nil: the walk is not throttled
 	tryWatch bool            // add inotify watches for folders that lack one
 	dirs     map[string]bool // folders seen (full scans only)
 	files    int
@@ -82,11 +83,12 @@ type scanState struct {
 
 // scanRoot walks all of r: feeds every candidate to the tracker, adds
 // missing watches, forgets watches and emitted files that are gone, and
-// sets r's next scan time and health.
-func (w *Watcher) scanRoot(r *root) {
+// sets r's next scan time and health. It waits while the tracker holds
+// maxScanPending files (tracker.throttle).
+func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 	start := time.Now()
 	notify := w.fsw != nil && !w.notifyDead.Load() && !r.poll
-	st := &scanState{dirs: make(map[string]bool)}
+	st := &scanState{ctx: ctx, dirs: make(map[string]bool)}
 	// In fallback, only full rescans (not every poll) try to watch again:
 	// each failing Add is a wasted syscall and a log line.
 	if notify && (!r.fallback.Load() || w.rescanEvery == 0 || start.Sub(r.lastWatchTry) >= w.rescanEvery) {
@@ -207,8 +209,8 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 				e.typ = typeDir
 			}
 		}
-		p := filepath.Join(dir, e.name)
 		if e.typ == typeDir {
+			p := filepath.Join(dir, e.name)
 			if !r.Recursive || r.skipsDir(e.name) || w.otherRoot(p, r) {
 				continue
 			}
@@ -224,8 +226,9 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			continue
 		}
 		if !r.wants(e.name) {
-			continue
+			continue // receipts and sidecars: no path built for them
 		}
+		p := filepath.Join(dir, e.name)
 		st.files++
 		if fi == nil {
 			if fi, err = d.Lstat(e.name); err != nil {
@@ -234,6 +237,9 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 		}
 		if fi, ok := r.candidateInfo(p, fi); ok {
 			w.tr.observe(r, p, fi, false)
+			if st.ctx != nil && !w.tr.throttle(st.ctx) {
+				st.ctx = nil // gave up waiting: the rest of the scan is not throttled
+			}
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,7 +30,7 @@ func TestSettlingAndRootStates(t *testing.T) {
 		if x.Path == dir {
 			r = x
 		}
-		w.scanRoot(x)
+		w.scanRoot(context.Background(), x)
 	}
 	w.tr.observe(r, p, fi, true)
 	s := w.Settling()

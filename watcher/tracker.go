@@ -69,6 +69,8 @@ type tracker struct {
 	handedBack map[string]stamp
 	armed      time.Time     // when the scheduler wakes next; zero while idle
 	wake       chan struct{} // tells the scheduler an earlier due time exists
+	maxPending int           // the pending files a scan waits at (throttle)
+	drained    chan struct{} // tells a waiting scan that files left pending
 }
 
 func newTracker(settle time.Duration, known func(string, int64, time.Time) bool, obs Observer) *tracker {
@@ -81,6 +83,8 @@ func newTracker(settle time.Duration, known func(string, int64, time.Time) bool,
 		seed:       maphash.MakeSeed(),
 		handedBack: make(map[string]stamp),
 		wake:       make(chan struct{}, 1),
+		maxPending: maxScanPending,
+		drained:    make(chan struct{}, 1),
 	}
 }
 
@@ -174,6 +178,7 @@ func (t *tracker) forget(path string) {
 			heap.Remove(&t.queue, e.idx)
 		}
 		delete(t.pending, path)
+		t.left()
 	}
 	delete(t.done, t.key(path))
 	delete(t.handedBack, path)
@@ -296,6 +301,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	}
 	if !ok {
 		delete(t.pending, e.path) // gone, or no longer a regular file
+		t.left()
 		t.mu.Unlock()
 		return true
 	}
@@ -314,6 +320,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 		return true
 	}
 	delete(t.pending, e.path)
+	t.left()
 	t.done[t.key(e.path)] = doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load()}
 	st, back := t.handedBack[e.path]
 	again := back && st == e.st

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -692,3 +693,75 @@ func TestRescanReemitsForgottenFiles(t *testing.T) {
 		t.Fatalf("forgotten file not emitted again after Rescan: %v", paths(got))
 	}
 }
+
+// TestScanWaitsForPendingToDrain: a startup scan of more files than the
+// tracker's bound emits each once, and never leaves more than the bound
+// (and the one file it just saw) pending.
+func TestScanWaitsForPendingToDrain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const n, bound = 300, 16
+	want := make(map[string]bool, n)
+	for i := 0; i < n; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("d%d", i%3), fmt.Sprintf("f%04d.ply", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[p] = true
+	}
+	var peak atomic.Int64
+	w, err := New(Options{Roots: []Root{{Path: dir, Recursive: true}}, Settle: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.tr.maxPending = bound
+	w.tr.obs = pendingProbe{w.tr, &peak}
+	// Read from the start: the harness's start waits for the scan, which
+	// waits for candidates to be read.
+	h := &harness{t: t, w: w, out: make(chan Candidate), dir: dir}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx, h.out) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	for len(want) > 0 {
+		c := h.next()
+		if !want[c.Path] {
+			t.Fatalf("unexpected or repeated candidate %s", c.Path)
+		}
+		delete(want, c.Path)
+	}
+	if got := peak.Load(); got > bound+1 {
+		t.Errorf("%d files pending at once, want at most %d", got, bound+1)
+	}
+	if extra := h.sentinel(); len(extra) != 0 {
+		t.Fatalf("emitted again: %v", paths(extra))
+	}
+}
+
+// pendingProbe records the most files pending when one is discovered.
+type pendingProbe struct {
+	tr   *tracker
+	peak *atomic.Int64
+}
+
+func (p pendingProbe) FileDiscovered() {
+	p.tr.mu.Lock()
+	n := int64(len(p.tr.pending))
+	p.tr.mu.Unlock()
+	for {
+		old := p.peak.Load()
+		if n <= old || p.peak.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+func (pendingProbe) WatchError(string)    {}
+func (pendingProbe) PollingFallback(bool) {}
