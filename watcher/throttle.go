@@ -11,9 +11,9 @@ import (
 const maxScanPending = 4096
 
 // throttle blocks the scan while t holds maxPending files or more, until
-// half of them are gone, ctx ends, or no file left the set for twice the
-// settle time (files held by min_age, or a reader that stopped reading
-// candidates). It returns false once it gave up: the rest of the scan then
+// half of them are gone or ctx ends; it gives up when half are not gone
+// within twice the settle time plus a second (files held by min_age, or a
+// reader that stopped reading candidates). It returns false once it gave up: the rest of the scan then
 // goes on unthrottled, as scans did before.
 func (t *tracker) throttle(ctx context.Context) bool {
 	t.mu.Lock()
