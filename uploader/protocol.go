@@ -13,10 +13,10 @@ import (
 	v1 "github.com/splatd/splatd/uploader/v1"
 )
 
-// Protocol is one API's steps (uploader/legacy, uploader/v1): Step
-// performs the side effect of j's stage, its requests paced by t, and
-// returns the job to commit; an error goes to the one retry rule. The
-// queued stage's step is the pool's own (step.Pool.Check).
+// Protocol is one API's steps (uploader/legacy, uploader/v1) from ready to
+// processing: Step performs the side effect of j's stage, its requests
+// paced by t, and returns the job to commit; an error goes to the one
+// retry rule. The queued stage's check is the pool's own (Pool.step).
 type Protocol interface {
 	Step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error)
 }
@@ -84,15 +84,22 @@ func (p *Pool) protocolOf(j state.Job) Protocol {
 	return p.legacy
 }
 
+// step performs the side effect of j's stage: the pool's own check while
+// j is queued, its protocol's step after.
+func (p *Pool) step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
+	if j.Stage == state.Queued {
+		j.Parked = "" // each check says again why the job waits, if it does
+		return p.stepCheck(ctx, j)
+	}
+	return p.protocolOf(j).Step(ctx, t, j)
+}
+
 // PeerWaiting counts the queued jobs parked on a fleet peer's share.
 func (p *Pool) PeerWaiting() int { return p.fleet.Waiting() }
 
 // stepPool is the pool as its protocols' steps see it (step.Pool).
 type stepPool struct{ p *Pool }
 
-func (s stepPool) Check(ctx context.Context, j state.Job) (state.Job, error) {
-	return s.p.stepCheck(ctx, j)
-}
 func (s stepPool) CheckName(j state.Job) (fs.FileInfo, error) { return s.p.checkName(j) }
 func (s stepPool) UploadFile(j state.Job) (*step.File, fs.FileInfo, error) {
 	return s.p.uploadFile(j)

@@ -158,7 +158,7 @@ func (p *Pool) hook(point string, j state.Job) error {
 func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	from, since := j.Stage, j.StageSince
 	j.RateLimited = nil // each step says again whether the rate limit parks it
-	next, err := p.protocolOf(j).Step(ctx, t, j)
+	next, err := p.step(ctx, t, j)
 	parked, isParked := errors.AsType[*pace.Parked](err)
 	if errors.Is(err, errWorkerCrash) || errors.Is(err, step.ErrDrained) {
 		return j, err

@@ -34,8 +34,6 @@ func New(env *step.Env, hold func() bool) *Protocol {
 // commit. An error is classified by the pool (retry, fail, pause).
 func (p *Protocol) Step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	switch j.Stage {
-	case state.Queued:
-		return p.env.Pool.Check(ctx, j)
 	case state.Ready:
 		return p.sign(ctx, t, j)
 	case state.Signed:

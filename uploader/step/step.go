@@ -17,9 +17,6 @@ import (
 
 // Pool is what a protocol's steps call on the pool that runs them.
 type Pool interface {
-	// Check is the queued stage's step, common to both protocols: the
-	// file checked, hashed (and encoded) and the job moved to ready.
-	Check(ctx context.Context, j state.Job) (state.Job, error)
 	// CheckName stats j's path through its watch folder and requires a
 	// regular file.
 	CheckName(j state.Job) (fs.FileInfo, error)

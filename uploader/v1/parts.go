@@ -84,11 +84,8 @@ func (p *Protocol) parts(ctx context.Context, t *pace.Caller, j state.Job) (stat
 		if err != nil {
 			return j, err
 		}
-		switch s.Status {
-		case api.UploadProcessing, api.UploadCompleted:
-			return p.exists(j, s, state.Uploaded)
-		case api.UploadCanceled:
-			return p.lost(j, "upload session was canceled")
+		if next, over, err := p.ended(j, s, state.Uploaded); over {
+			return next, err
 		}
 		missing := syncParts(&j, s)
 		if sent > 0 && rereads == 0 {

@@ -67,8 +67,6 @@ func (p *Protocol) Step(ctx context.Context, t *pace.Caller, j state.Job) (state
 		return next, err
 	}
 	switch j.Stage {
-	case state.Queued:
-		return p.env.Pool.Check(ctx, j)
 	case state.Ready:
 		return p.create(ctx, t, j)
 	case state.Signed:
@@ -226,6 +224,21 @@ func (p *Protocol) lost(j state.Job, why string) (state.Job, error) {
 	return next, nil
 }
 
+// ended handles a session read back that is no longer open: one completed
+// (or processing) is taken up at stage at, a canceled one replaced; over
+// is false while the session still takes parts.
+func (p *Protocol) ended(j state.Job, s api.UploadSession, at state.Stage) (next state.Job, over bool, err error) {
+	switch s.Status {
+	case api.UploadProcessing, api.UploadCompleted:
+		next, err = p.exists(j, s, at)
+		return next, true, err
+	case api.UploadCanceled:
+		next, err = p.lost(j, "upload session was canceled")
+		return next, true, err
+	}
+	return j, false, nil
+}
+
 // intent: uploaded → publishing, the complete intent. After a refused
 // complete the session is read first: parts it lacks send the job back
 // (through queued) to take it up again, a lost session to a new one.
@@ -238,11 +251,8 @@ func (p *Protocol) intent(ctx context.Context, t *pace.Caller, j state.Job) (sta
 		if err != nil {
 			return j, err
 		}
-		switch s.Status {
-		case api.UploadProcessing, api.UploadCompleted:
-			return p.exists(j, s, state.Publishing)
-		case api.UploadCanceled:
-			return p.lost(j, "upload session was canceled")
+		if next, over, err := p.ended(j, s, state.Publishing); over {
+			return next, err
 		}
 		j.V1.Verify = false
 		if missing := syncParts(&j, s); len(missing) > 0 {
