@@ -74,7 +74,7 @@ func (p *Pacer) Flush() error {
 // load starts from the state file (none: "" or absent); an unreadable one is logged and ignored.
 func (p *Pacer) load() {
 	data, err := os.ReadFile(p.o.StateFile)
-	if os.IsNotExist(err) {
+	if p.o.StateFile == "" || os.IsNotExist(err) {
 		return
 	}
 	var f stateFile
