@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +53,8 @@ func (g *storageGate) puts() int {
 // reads one chunk per PUT, then waits); the job is canceled; then storage
 // reads as fast as it can until every PUT has ended. The bytes it received
 // in all are what went out after the cancel plus one chunk per PUT: a
-// daemon that let the PUT run on sends the whole file.
+// daemon that let the PUT run on sends the whole file. The webhook gets
+// the job's canceled event once.
 func TestE2ECancelStopsBytes(t *testing.T) {
 	t.Parallel()
 	for _, proto := range []string{"legacy", "v1"} {
@@ -66,7 +68,8 @@ func TestE2ECancelStopsBytes(t *testing.T) {
 			})
 			// One part PUT at a time: a part in flight at the cancel is the
 			// most bytes v1 had left to send before (16 MiB).
-			e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 1}\n"})
+			hook := newHookReceiver(t)
+			e := newE2EEnv(t, sim, e2eConfig{extra: "upload: {parallel_parts: 1}\nnotify: {webhook: \"" + hook.srv.URL + "\"}\n"})
 			// The request timeout must not be what ends the stalled PUT.
 			cfg, err := os.ReadFile(e.cfgPath)
 			if err != nil {
@@ -122,8 +125,12 @@ func TestE2ECancelStopsBytes(t *testing.T) {
 					t.Errorf("job after cancel: %+v, want canceled with no progress", j)
 				}
 			}
+			waitFor(t, "the canceled event", func() bool { return len(hook.gotEvents()) > 0 })
 			if code := d.stop(); code != 0 {
 				t.Errorf("splatd exited %d", code)
+			}
+			if got := hook.gotEvents(); !slices.Equal(got, []string{"canceled big.ply"}) {
+				t.Errorf("webhook events %q; want one \"canceled big.ply\"", got)
 			}
 		})
 	}

@@ -17,23 +17,27 @@ import (
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
-// hookReceiver is a webhook that records the file name of each event.
+// hookReceiver is a webhook that records the file name of each event, and
+// each event as "event name".
 type hookReceiver struct {
-	mu    sync.Mutex
-	files []string
-	srv   *httptest.Server
+	mu     sync.Mutex
+	files  []string
+	events []string
+	srv    *httptest.Server
 }
 
 func newHookReceiver(t *testing.T) *hookReceiver {
 	h := &hookReceiver{}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var ev struct {
-			File string `json:"file"`
+			Event string `json:"event"`
+			File  string `json:"file"`
 		}
 		b, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(b, &ev)
 		h.mu.Lock()
 		h.files = append(h.files, filepath.Base(ev.File))
+		h.events = append(h.events, ev.Event+" "+filepath.Base(ev.File))
 		h.mu.Unlock()
 	}))
 	t.Cleanup(h.srv.Close)
@@ -44,6 +48,12 @@ func (h *hookReceiver) got() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.files)
+}
+
+func (h *hookReceiver) gotEvents() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
 }
 
 // TestE2EReloadNotifyAndExec: after.exec added by a reload runs, removed

@@ -169,11 +169,11 @@ func (e *ActionError) Unwrap() error { return e.Err }
 func (e *ActionError) AfterAction() string { return e.Action }
 
 // Finish applies the after-action of a final job and writes its receipt,
-// returning where the file now is ("" when deleted); an error is an
-// *ActionError. The receipt reaches its final place before the file leaves
+// returning the receipt with File where the file now is (its old name when
+// deleted); an error is an *ActionError. The receipt reaches its final place before the file leaves
 // its own, and a receipt that cannot be written stops the action
 // (docs/durability.md, "Where the receipt goes").
-func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
+func (a *Runner) Finish(ctx context.Context, j state.Job) (Receipt, error) {
 	rec := a.receipt(j)
 	var (
 		placed, placedRoot string // where place wrote the receipt
@@ -220,11 +220,10 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 			// Written at the target of a move the file never reached.
 			_ = a.o.FS.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
 		}
-		return file, nil
-	}
-	if file != j.Path {
 		rec.File = file
+		return rec, nil
 	}
+	rec.File = file
 	if a.o.Receipt {
 		var err error
 		switch {
@@ -256,9 +255,9 @@ func (a *Runner) Finish(ctx context.Context, j state.Job) (string, error) {
 		}
 	}
 	if actErr != nil {
-		return file, actErr
+		return rec, actErr
 	}
-	return file, nil
+	return rec, nil
 }
 
 // act runs j's after-action on the file the job read (its recorded inode:

@@ -48,7 +48,8 @@ func TestAfterKeepWritesReceipt(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	j := afterTestJob(t, root, "a/scan.ply", state.Done)
-	file, err := New(Options{Receipt: true}).Finish(context.Background(), j)
+	fileRec, err := New(Options{Receipt: true}).Finish(context.Background(), j)
+	file := fileRec.File
 	if err != nil || file != j.Path {
 		t.Fatalf("Finish = %q, %v", file, err)
 	}
@@ -151,7 +152,8 @@ func TestAfterMoveKeepsRelativePathAndNeverOverwrites(t *testing.T) {
 	if err := os.WriteFile(sidecar.Path(j.Path), []byte("title: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	file, err := a.Finish(context.Background(), j)
+	fileRec, err := a.Finish(context.Background(), j)
+	file := fileRec.File
 	want := filepath.Join(done, "day1", "scan.ply")
 	if err != nil || file != want {
 		t.Fatalf("Finish = %q, %v; want %q", file, err, want)
@@ -167,13 +169,14 @@ func TestAfterMoveKeepsRelativePathAndNeverOverwrites(t *testing.T) {
 	}
 
 	// Finish again (a crash before MarkFinalized): finds the moved file.
-	if again, err := a.Finish(context.Background(), j); err != nil || again != want {
-		t.Errorf("second Finish = %q, %v", again, err)
+	if again, err := a.Finish(context.Background(), j); err != nil || again.File != want {
+		t.Errorf("second Finish = %q, %v", again.File, err)
 	}
 
 	// A second file with the same relative name gets a new name.
 	j2 := afterTestJob(t, root, "day1/scan.ply", state.Done)
-	file2, err := a.Finish(context.Background(), j2)
+	file2Rec, err := a.Finish(context.Background(), j2)
+	file2 := file2Rec.File
 	if err != nil || file2 != filepath.Join(done, "day1", "scan.1.ply") {
 		t.Fatalf("Finish = %q, %v", file2, err)
 	}
@@ -183,7 +186,8 @@ func TestAfterDeleteKeepsReceipt(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	j := afterTestJob(t, root, "scan.ply", state.Done)
-	file, err := New(Options{OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j)
+	fileRec, err := New(Options{OnSuccess: "delete", Receipt: true}).Finish(context.Background(), j)
+	file := fileRec.File
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +204,9 @@ func TestAfterFailureMoveAndReason(t *testing.T) {
 	root, failed := t.TempDir(), t.TempDir()
 	j := afterTestJob(t, root, "bad.ply", state.Failed)
 	j.SplatID, j.ViewerURL = "", ""
-	file, err := New(Options{OnSuccess: "move", SuccessDir: t.TempDir(), OnFailure: "move", FailureDir: failed, Receipt: true}).
+	rec, err := New(Options{OnSuccess: "move", SuccessDir: t.TempDir(), OnFailure: "move", FailureDir: failed, Receipt: true}).
 		Finish(context.Background(), j)
+	file := rec.File
 	if err != nil || file != filepath.Join(failed, "bad.ply") {
 		t.Fatalf("Finish = %q, %v", file, err)
 	}
@@ -259,7 +264,8 @@ func TestAfterFailureMoveFinishedAfterCrash(t *testing.T) {
 	if err := os.Rename(j.Path, target); err != nil { // the move happened, the receipt did not
 		t.Fatal(err)
 	}
-	file, err := New(Options{Receipt: true, OnFailure: "move", FailureDir: failed}).Finish(context.Background(), j)
+	fileRec, err := New(Options{Receipt: true, OnFailure: "move", FailureDir: failed}).Finish(context.Background(), j)
+	file := fileRec.File
 	if err != nil || file != target {
 		t.Fatalf("Finish = %q, %v; want %q", file, err, target)
 	}
@@ -277,14 +283,16 @@ func TestRunnersChooseTheJobsRoot(t *testing.T) {
 	}
 	a := afterTestJob(t, rootA, "x/scan.ply", state.Done)
 	b := afterTestJob(t, rootB, "x/scan.ply", state.Done)
-	fileA, err := rs.Finish(context.Background(), a)
+	fileARec, err := rs.Finish(context.Background(), a)
+	fileA := fileARec.File
 	if want := filepath.Join(doneA, "x", "scan.ply"); err != nil || fileA != want {
 		t.Fatalf("root A: Finish = %q, %v; want moved to %s", fileA, err, want)
 	}
 	if existsIn(nil, "", ReceiptPath(fileA)) {
 		t.Error("root A turned receipts off, but one was written")
 	}
-	fileB, err := rs.Finish(context.Background(), b)
+	fileBRec, err := rs.Finish(context.Background(), b)
+	fileB := fileBRec.File
 	if err != nil || fileB != b.Path || !existsIn(nil, "", ReceiptPath(b.Path)) {
 		t.Fatalf("root B: Finish = %q, %v; want kept with a receipt", fileB, err)
 	}

@@ -77,7 +77,8 @@ func TestMoveIsDurableBeforeTheSourceGoes(t *testing.T) {
 			j, id := heldJob(t, root, "rig/day1/scan.ply")
 			fsys, steps := traceSteps(t, root, dest)
 			a := New(Options{FS: fsys, OnSuccess: "move", SuccessDir: dest, Receipt: true})
-			file, err := a.Finish(context.Background(), j)
+			fileRec, err := a.Finish(context.Background(), j)
+			file := fileRec.File
 			target := filepath.Join(dest, "rig", "day1", "scan.ply")
 			if err != nil || file != target {
 				t.Fatalf("Finish = %q, %v; want %q", file, err, target)

@@ -65,7 +65,8 @@ func TestAfterActionsMoveAndDeleteASOGFolder(t *testing.T) {
 	run := New(Options{OnSuccess: "move", SuccessDir: done, Receipt: true})
 	meta, files := folder("room")
 	job := state.Job{ID: 1, File: state.File{Path: meta, Root: inbox, SHA256: "ab"}, Stage: state.Done, Splat: state.Splat{SplatID: "s1"}}
-	moved, err := run.Finish(context.Background(), job)
+	movedRec, err := run.Finish(context.Background(), job)
+	moved := movedRec.File
 	want := filepath.Join(done, "shoot", "room", splatfile.SOGMeta)
 	if err != nil || moved != want {
 		t.Fatalf("Finish = %q, %v; want %q", moved, err, want)
@@ -86,7 +87,8 @@ func TestAfterActionsMoveAndDeleteASOGFolder(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(filepath.Dir(meta), "notes.txt"), []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	moved, err = run.Finish(context.Background(), state.Job{ID: 2, File: state.File{Path: meta, Root: inbox, SHA256: "cd"}, Stage: state.Done, Splat: state.Splat{SplatID: "s2"}})
+	movedRec, err = run.Finish(context.Background(), state.Job{ID: 2, File: state.File{Path: meta, Root: inbox, SHA256: "cd"}, Stage: state.Done, Splat: state.Splat{SplatID: "s2"}})
+	moved = movedRec.File
 	if want := filepath.Join(done, "shoot", "room.1", splatfile.SOGMeta); err != nil || moved != want {
 		t.Fatalf("second folder: Finish = %q, %v; want %q", moved, err, want)
 	}
@@ -192,7 +194,8 @@ func TestFolderMoveAfterACrashBetweenCopyAndRemoval(t *testing.T) {
 		}()
 
 		removeSource = (*trustfs.FS).RemoveIf // the restart
-		moved, err := run.Finish(context.Background(), job)
+		movedRec, err := run.Finish(context.Background(), job)
+		moved := movedRec.File
 		want := filepath.Join(done, "room", splatfile.SOGMeta)
 		if err != nil || moved != want {
 			t.Fatalf("source removed %v: Finish after the crash = %q, %v; want %q", removed, moved, err, want)

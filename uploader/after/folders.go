@@ -24,7 +24,7 @@ func (r Runners) For(root string) *Runner {
 }
 
 // Finish runs the after-actions of j's root (see Runner.Finish).
-func (r Runners) Finish(ctx context.Context, j state.Job) (string, error) {
+func (r Runners) Finish(ctx context.Context, j state.Job) (Receipt, error) {
 	return r.For(j.Root).Finish(ctx, j)
 }
 
@@ -36,6 +36,6 @@ func (r Runners) fs() *trustfs.FS {
 	return r.Default.o.FS
 }
 
-// Receipt returns the receipt of a final job as Finish writes it, with File
-// where the job's file was found. Notifications carry it.
+// Receipt returns the receipt Finish would write for a final job, with File
+// where the job's file was found.
 func (a *Runner) Receipt(j state.Job) Receipt { return a.receipt(j) }

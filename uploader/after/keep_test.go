@@ -41,7 +41,8 @@ func TestUnwritableReceiptKeepsTheFile(t *testing.T) {
 			}
 			a := New(Options{OnSuccess: tt.onSuccess, SuccessDir: dest, Receipt: true})
 			for try := range 2 { // the after-action's retries
-				file, err := a.Finish(context.Background(), j)
+				fileRec, err := a.Finish(context.Background(), j)
+				file := fileRec.File
 				var ae *ActionError
 				if !errors.As(err, &ae) || ae.Action != ActionReceipt || !strings.Contains(err.Error(), tt.want) ||
 					!strings.Contains(err.Error(), "stays where it is") {

@@ -120,10 +120,10 @@ func (rs Runners) FinishLeftovers(ctx context.Context, lookup func(uint64) (stat
 				moved++
 				log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("receipt", state.Shown(l.Receipt)).
 					Msg("a file whose move was recorded done is back at its source, its receipt in the move's folder: a power cut undid the move; moving it again")
-				if file, err := a.Finish(ctx, j); err != nil {
+				if rec, err := a.Finish(ctx, j); err != nil {
 					log.Error().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Err(err).Msg("moving it again failed; tried again at the next start")
 				} else {
-					log.Info().Uint64("job", j.ID).Str("path", state.Shown(file)).Msg("moved again")
+					log.Info().Uint64("job", j.ID).Str("path", state.Shown(rec.File)).Msg("moved again")
 				}
 				return
 			}

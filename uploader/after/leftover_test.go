@@ -20,7 +20,8 @@ import (
 // back at its source, the job recorded finalized.
 func movedThenUndone(t *testing.T, a *Runner, j state.Job) state.Job {
 	t.Helper()
-	moved, err := a.Finish(context.Background(), j)
+	movedRec, err := a.Finish(context.Background(), j)
+	moved := movedRec.File
 	if err != nil || moved == j.Path {
 		t.Fatalf("Finish = %q, %v", moved, err)
 	}

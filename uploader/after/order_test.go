@@ -105,7 +105,9 @@ func TestReceiptIsThereWhenTheFileLeaves(t *testing.T) {
 			}
 			t.Cleanup(func() { removeSource = (*trustfs.FS).RemoveIf })
 
-			file, err := a.Finish(context.Background(), j)
+			fileRec, err := a.Finish(context.Background(), j)
+
+			file := fileRec.File
 			if err != nil {
 				t.Fatalf("Finish = %q, %v", file, err)
 			}
@@ -192,7 +194,8 @@ func TestMoveAfterACrashBetweenReceiptAndMove(t *testing.T) {
 			if strings.HasPrefix(at, "across") {
 				linkTo = func(*os.File, string) error { return syscall.EXDEV }
 			}
-			file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"}).Finish(context.Background(), j)
+			fileRec, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"}).Finish(context.Background(), j)
+			file := fileRec.File
 			if err != nil || file != want {
 				t.Fatalf("Finish after the crash = %q, %v; want %q", file, err, want)
 			}
@@ -275,7 +278,8 @@ func TestMoveAcrossFilesystemsFoundAgain(t *testing.T) {
 	a := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1"})
 	want := filepath.Join(dest, "scan.2.ply")
 	for run := range 2 {
-		file, err := a.Finish(context.Background(), j)
+		fileRec, err := a.Finish(context.Background(), j)
+		file := fileRec.File
 		if err != nil || file != want {
 			t.Fatalf("Finish #%d = %q, %v; want %q", run+1, file, err, want)
 		}
@@ -325,7 +329,8 @@ func TestMoveKeepsAFileMarkedForAReusedInode(t *testing.T) {
 	older := filepath.Join(dest, "scan.ply")
 	olderReceipt := fileWithReceipt(t, older, "an older scan\n", Receipt{SHA256: "0ld", Job: 1, Splat: ReceiptSplat{ID: "s-older"}})
 	markFor(t, j.Path, older)
-	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	fileRec, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	file := fileRec.File
 	if want := filepath.Join(dest, "scan.1.ply"); err != nil || file != want {
 		t.Fatalf("Finish = %q, %v; want %q", file, err, want)
 	}
@@ -354,7 +359,8 @@ func TestMoveGoneFileNotFoundInAnUnlinkedMark(t *testing.T) {
 	if err := os.Remove(j.Path); err != nil {
 		t.Fatal(err)
 	}
-	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	fileRec, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	file := fileRec.File
 	if file == other || !errors.Is(err, errFileGone) {
 		t.Errorf("Finish = %q, %v; want the file gone, not taken for %s", file, err, other)
 	}
@@ -374,7 +380,8 @@ func TestMoveAcrossFilesystemsLongName(t *testing.T) {
 	crossFS(t)
 	name := strings.Repeat("n", 236) + ".ply"
 	j := afterTestJob(t, root, name, state.Done)
-	file, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	fileRec, err := New(Options{OnSuccess: "move", SuccessDir: dest, Receipt: true}).Finish(context.Background(), j)
+	file := fileRec.File
 	if want := filepath.Join(dest, name); err != nil || file != want {
 		t.Fatalf("Finish = %q, %v; want %q", file, err, want)
 	}

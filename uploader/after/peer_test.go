@@ -70,7 +70,8 @@ func TestMovedPeerEvidence(t *testing.T) {
 		t.Helper()
 		j := afterTestJob(t, root, "rig/scan.ply", state.Done)
 		j.Protocol, j.SHA256, j.SplatID = state.ProtocolV1, sha, splat
-		moved, err := mover.Finish(context.Background(), j)
+		movedRec, err := mover.Finish(context.Background(), j)
+		moved := movedRec.File
 		if err != nil {
 			t.Fatal(err)
 		}

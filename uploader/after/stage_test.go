@@ -29,7 +29,8 @@ func TestAfterMoveUnremovableSourceLeavesNoCopy(t *testing.T) {
 	t.Cleanup(func() { removeSource = (*trustfs.FS).RemoveIf })
 
 	for try := range 3 { // the pool's retries, or restarts
-		file, err := a.Finish(context.Background(), j)
+		fileRec, err := a.Finish(context.Background(), j)
+		file := fileRec.File
 		var ae *ActionError
 		if !errors.As(err, &ae) || ae.Action != ActionMove || !strings.Contains(err.Error(), "copy") {
 			t.Fatalf("try %d: Finish = %q, %v; want a move ActionError saying the copy was removed", try, file, err)
@@ -57,7 +58,8 @@ func TestAfterMoveUnremovableSourceLeavesNoCopy(t *testing.T) {
 	}
 
 	removeSource = (*trustfs.FS).RemoveIf // the operator fixed the permissions
-	file, err := a.Finish(context.Background(), j)
+	fileRec, err := a.Finish(context.Background(), j)
+	file := fileRec.File
 	want := filepath.Join(done, "day1", "ro1.ply")
 	if err != nil || file != want {
 		t.Fatalf("after the fix: Finish = %q, %v; want %q", file, err, want)

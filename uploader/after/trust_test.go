@@ -72,7 +72,8 @@ func TestTrustSidecarLinkNotCopied(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(Options{OnFailure: "move", FailureDir: failed, Receipt: true})
-	file, err := a.Finish(context.Background(), j)
+	fileRec, err := a.Finish(context.Background(), j)
+	file := fileRec.File
 	if err != nil || file != filepath.Join(failed, "leak.ply") {
 		t.Fatalf("Finish = %q, %v; want the file moved", file, err)
 	}
@@ -94,7 +95,8 @@ func TestTrustCopyKeepsMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(Options{OnSuccess: "move", SuccessDir: done})
-	file, err := a.Finish(context.Background(), j)
+	fileRec, err := a.Finish(context.Background(), j)
+	file := fileRec.File
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ type Options struct {
 // Event is what a webhook receives and a command reads on stdin: the kind
 // of event and the receipt's fields.
 type Event struct {
-	// Event is the job's outcome: done, failed, held or duplicate.
+	// Event is the job's outcome: done, failed, held, duplicate or canceled.
 	Event string    `json:"event"`
 	Time  time.Time `json:"time"`
 	after.Receipt

@@ -63,7 +63,7 @@ func (d *Daemon) act(ctx context.Context, op, ref, via string) (actResult, error
 		// (an upload) is stopped now, so that no more bytes go out.
 		log.Bool("stopped_in_flight", d.pool.Abort(j.ID)).Msg("job canceled by an operator")
 		d.m.JobFinished("canceled", j.UpdatedAt.Sub(j.CreatedAt))
-		if _, err := d.actions.Load().Finish(ctx, j); err != nil {
+		if err := d.finisher().Finish(ctx, j); err != nil {
 			d.log.Error().Uint64("job", j.ID).Err(err).Msg("after-action failed; will run again at next start")
 		} else if err := d.store.MarkFinalized(j.ID); err != nil {
 			d.log.Error().Uint64("job", j.ID).Err(err).Msg("cannot record after-action")

@@ -177,7 +177,8 @@ func TestPeerReceiptMoved(t *testing.T) {
 	j := state.Job{ID: 3, File: state.File{Path: file, Root: root, Size: 10, SHA256: "abc"}, Stage: state.Done,
 		Publication: state.Publication{Protocol: state.ProtocolV1}, Splat: state.Splat{SplatID: "s1"}}
 	peer := after.New(after.Options{OnSuccess: "move", SuccessDir: dest, Receipt: true, Protocol: "v1", API: "https://api.example"})
-	moved, err := peer.Finish(context.Background(), j)
+	movedRec, err := peer.Finish(context.Background(), j)
+	moved := movedRec.File
 	if err != nil || moved != filepath.Join(dest, "rig", "scan.ply") {
 		t.Fatalf("the peer's move: %s, %v", moved, err)
 	}

@@ -47,7 +47,7 @@ func (d *Daemon) newPool() (*uploader.Pool, error) {
 	o.Files = d.poolFiles(cfg)
 	o.Timing.ProbeAPI = apiProbe
 	o.Peers = poolPeers{d}
-	o.After = finisher{current: d.actions.Load, events: d.events}
+	o.After = d.finisher()
 	o.Observer = poolObserver{Metrics: d.m, d: d}
 	o.Logger = d.log
 	return uploader.NewPool(o)
@@ -101,6 +101,10 @@ func (o poolObserver) Transition(j state.Job, from state.Stage) {
 
 func (o poolObserver) StoreRecovered() { o.d.storeRecovered() }
 
+// finisher returns the after-action stage of a final job, for the pool and
+// an operator's cancel.
+func (d *Daemon) finisher() finisher { return finisher{current: d.actions.Load, events: d.events} }
+
 // finisher is the pool's uploader.Finisher: the after-actions of the job's
 // root, then its notifications (queued, never waited for). A Finish that
 // fails runs again, so its events go out once it has succeeded; a crash
@@ -111,14 +115,9 @@ type finisher struct {
 }
 
 func (f finisher) Finish(ctx context.Context, j state.Job) error {
-	actions := f.current()
-	file, err := actions.Finish(ctx, j)
+	rec, err := f.current().Finish(ctx, j)
 	if err != nil {
 		return err
-	}
-	rec := actions.For(j.Root).Receipt(j)
-	if file != "" {
-		rec.File = file
 	}
 	f.events.Finished(j.Root, rec)
 	return nil
