@@ -9,10 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -225,51 +223,8 @@ func (d *Daemon) Close() {
 	}
 }
 
-// apiGrace is how long the API may go unanswered (no answer, or 5xx to
-// every call) before the daemon says it is not ready: one lost answer or
-// a restarting server within it changes nothing (README, Readiness).
-const apiGrace = 30 * time.Second
-
 // apiProbe is how often an idle daemon probes an API that did not answer.
 const apiProbe = 15 * time.Second
-
-// Reason is the readiness in one line: "" when ready, else why not.
-func (d *Daemon) Reason() string {
-	if err := d.ready(); err != nil {
-		return err.Error()
-	}
-	return ""
-}
-
-// ready is /readyz: the state is open, every watch root is scanned and
-// watched (or polled), the API answers and accepts the token.
-func (d *Daemon) ready() error {
-	var why []string
-	if !d.watch.Healthy() {
-		why = append(why, "watch folders not (yet) scanned and watched")
-	}
-	if err := d.store.Damaged(); err != nil {
-		why = append(why, err.Error())
-	} else if err := d.pool.StoreError(); err != nil {
-		why = append(why, fmt.Sprintf("the job store fails: %v", err))
-	} else if err := d.storeError(); err != nil {
-		why = append(why, fmt.Sprintf("the job store refuses writes: %v", err))
-	}
-	if err := d.pool.Paused(); err != nil {
-		why = append(why, fmt.Sprintf("the API refuses the token read from %s: %v", d.client.Token().Origin(), err))
-	}
-	problems := d.readyProblems()
-	why = append(why, problems...)
-	if err, since := d.client.Unreachable(); err != nil && len(problems) == 0 {
-		if for_ := time.Since(since); for_ >= d.apiGrace {
-			why = append(why, fmt.Sprintf("the API has not answered for %s: %v", for_.Round(time.Second), err))
-		}
-	}
-	if len(why) > 0 {
-		return errors.New(strings.Join(why, "; "))
-	}
-	return nil
-}
 
 // Run starts the components and stops them in order when ctx ends or one
 // of them fails. Each component runs until its own context ends and owns
@@ -411,174 +366,6 @@ func (d *Daemon) announceStarted() {
 	if err := d.systemd.send("READY=1"); err != nil {
 		d.log.Warn().Err(err).Msg("sd_notify READY=1")
 	}
-}
-
-// enqueue records each finished file the watcher reports. Enqueue is
-// idempotent, so a file reported twice (rescan, restart) is one job. What
-// arrives together (a startup scan, a burst) is committed in one
-// transaction: one fsync per batch instead of one per file.
-func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
-	const maxBatch = 512
-	batch := make([]queue.Candidate, 0, maxBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case <-ctx.Done():
-			return
-		case c := <-cands:
-			batch = append(batch, queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime})
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-cands:
-				batch = append(batch, queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime})
-			default:
-				break more
-			}
-		}
-		if batch = d.adoptFound(ctx, batch); len(batch) == 0 {
-			continue
-		}
-		created, err := d.store.EnqueueBatch(ctx, batch)
-		if err != nil {
-			if ctx.Err() == nil {
-				// Nothing is lost: the watcher reports the files again at its
-				// next rescan (at once when the store recovers), since they
-				// are not Known.
-				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried when the store works again")
-				d.intakeFailed(ctx, err)
-			}
-			for _, c := range batch {
-				d.watch.Forget(c.Path)
-			}
-			continue
-		}
-		d.intakeOK()
-		n := 0
-		for i, ok := range created {
-			if ok {
-				n++
-				d.log.Info().Str("path", state.Shown(batch[i].Path)).Int64("size", batch[i].Size).Msg("file found")
-				d.history.Add(metrics.Event{Time: time.Now(), Folder: batch[i].Root, Path: batch[i].Path, Stage: state.Queued,
-					Text: "file found, " + state.HumanSize(batch[i].Size)})
-			}
-		}
-		if n > 0 {
-			d.pool.Wake()
-		}
-	}
-}
-
-// maintenanceEvery paces the trim of the path index; the first pass runs a
-// minute after start, once the startup scan has settled.
-const maintenanceEvery = time.Hour
-
-// maintain keeps the state file bounded over months: retention (Prune) also
-// runs as jobs finish, but the paths of pruned jobs whose files have gone
-// (moved, deleted) are only forgotten here, since that needs a stat per path.
-func (d *Daemon) maintain(ctx context.Context) {
-	wait := time.Minute
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = maintenanceEvery
-		if _, err := d.store.Prune(); err != nil {
-			d.log.Warn().Err(err).Msg("retention pass failed; tried again later")
-			continue
-		}
-		n, err := d.store.TrimPaths(ctx, func(p string) bool {
-			_, err := d.fs.Lstat(d.fs.RootOf(p), p)
-			return errors.Is(err, fs.ErrNotExist)
-		})
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn().Err(err).Msg("trimming the path index failed; tried again later")
-		} else if n > 0 {
-			d.log.Info().Int("paths", n).Msg("forgot the paths of long-finished files that are gone")
-		}
-	}
-}
-
-// statsLoop refreshes the gauges that come from the store, systemd's STATUS
-// line and the watchdog. The watchdog is fed only after a successful store
-// read, so a wedged state database stops it and systemd restarts splatd.
-func (d *Daemon) statsLoop(ctx context.Context) {
-	wd := watchdogInterval(d.o.Getenv)
-	every := 2 * time.Second
-	if wd > 0 && wd < every {
-		every = wd
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	lastStatus := ""
-	for {
-		st, err := d.store.Stats()
-		if err != nil {
-			d.log.Error().Err(err).Msg("reading queue stats")
-		} else {
-			d.m.SetStages(st.Stages)
-			d.m.SetOldestJobAge(st.OldestAge)
-			paused := d.pool.Paused()
-			d.m.SetTokenRefused(paused != nil)
-			status := statusLine(st, paused)
-			if status != lastStatus {
-				_ = d.systemd.send("STATUS=" + status)
-				lastStatus = status
-			}
-			if wd > 0 {
-				_ = d.systemd.send("WATCHDOG=1")
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func statusLine(st queue.Stats, paused error) string {
-	active := 0
-	for _, s := range []state.Stage{state.Queued, state.Ready, state.Signed, state.Uploaded, state.Publishing, state.Processing} {
-		active += st.Stages[s]
-	}
-	s := fmt.Sprintf("%d active, %d done, %d failed, %d held", active, st.Stages[state.Done], st.Stages[state.Failed], st.Stages[state.Held])
-	if paused != nil {
-		s = "PAUSED: the API refuses the token; " + s
-	}
-	return s
-}
-
-// NewClient builds the API client for cfg with token; a nil pacer is the
-// client's own (one-shot commands keep no pacer state). Its storage PUTs
-// share one bandwidth limiter built from upload.bandwidth: one per daemon
-// (the daemon has one client) and per `splatd publish`.
-func NewClient(cfg *config.Config, version string, token *api.Token, pacer *pace.Pacer, obs api.Observer, log zerolog.Logger) (*api.Client, error) {
-	roots, err := cfg.RootCAs()
-	if err != nil {
-		return nil, err
-	}
-	if pacer == nil { // a one-shot's: in memory, with the daemon's cap
-		o := pace.Options{MaxWait: cfg.API.MaxServerWait.D(), Logger: log}
-		if obs != nil {
-			o.Waited = obs.RateLimitWait
-		}
-		pacer = pace.New(o)
-	}
-	return api.NewClient(api.ClientOptions{
-		BaseURL:     cfg.API.BaseURL,
-		TokenSource: token,
-		Pacer:       pacer,
-		RootCAs:     roots,
-		Timeout:     cfg.API.Timeout.D(),
-		UserAgent:   "splatd/" + version,
-		Observer:    obs,
-		Logger:      log,
-		Limiter:     api.NewLimiter(cfg.Bandwidth(), api.LimiterOptions{}),
-	})
 }
 
 // Store is the job store, for the demo's journey.

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/cmd/internal/config"
+	"github.com/splatd/splatd/metrics"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/watcher"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
 
@@ -339,4 +341,61 @@ func movedPeerReceipt(fsys *trustfs.FS, cfg *config.Config, j state.Job, svc aft
 	}
 	r, at, why, err := after.MovedPeerEvidence(fsys, j.Root, j.Path, a.SuccessDir, j.SHA256, j.Size, svc)
 	return r, at, err == nil && why == ""
+}
+
+// enqueue records each finished file the watcher reports. Enqueue is
+// idempotent, so a file reported twice (rescan, restart) is one job. What
+// arrives together (a startup scan, a burst) is committed in one
+// transaction: one fsync per batch instead of one per file.
+func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
+	const maxBatch = 512
+	batch := make([]queue.Candidate, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-cands:
+			batch = append(batch, queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime})
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case c := <-cands:
+				batch = append(batch, queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime})
+			default:
+				break more
+			}
+		}
+		if batch = d.adoptFound(ctx, batch); len(batch) == 0 {
+			continue
+		}
+		created, err := d.store.EnqueueBatch(ctx, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				// Nothing is lost: the watcher reports the files again at its
+				// next rescan (at once when the store recovers), since they
+				// are not Known.
+				d.log.Error().Err(err).Int("files", len(batch)).Msg("cannot record found files; they are retried when the store works again")
+				d.intakeFailed(ctx, err)
+			}
+			for _, c := range batch {
+				d.watch.Forget(c.Path)
+			}
+			continue
+		}
+		d.intakeOK()
+		n := 0
+		for i, ok := range created {
+			if ok {
+				n++
+				d.log.Info().Str("path", state.Shown(batch[i].Path)).Int64("size", batch[i].Size).Msg("file found")
+				d.history.Add(metrics.Event{Time: time.Now(), Folder: batch[i].Root, Path: batch[i].Path, Stage: state.Queued,
+					Text: "file found, " + state.HumanSize(batch[i].Size)})
+			}
+		}
+		if n > 0 {
+			d.pool.Wake()
+		}
+	}
 }
