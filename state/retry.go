@@ -267,19 +267,7 @@ func (p Policy) decide(b Backoff, ctx context.Context, err error, attempt int, n
 	}
 	var inc incompleteError
 	if errors.As(err, &inc) && inc.Incomplete() {
-		limit := p.IncompleteTimeout
-		if limit == 0 {
-			limit = DefaultIncompleteTimeout
-		}
-		var since incompleteSince
-		if limit > 0 && errors.As(err, &since) && !since.ChangedAt().IsZero() && now.Sub(since.ChangedAt()) > limit {
-			return Decision{Action: Fail, Reason: fmt.Sprintf("file still incomplete after %s: %v", ShortDuration(limit), err)}
-		}
-		settle := p.Settle
-		if settle <= 0 {
-			settle = 2 * time.Second
-		}
-		return Decision{Action: WaitFile, Delay: Backoff{Base: settle, Cap: max(settle, time.Minute), Jitter: EqualJitter, Rand: b.Rand}.Delay(attempt)}
+		return p.incomplete(b, err, attempt, now)
 	}
 	var inv invalidError
 	if errors.As(err, &inv) && inv.Invalid() {
@@ -298,22 +286,8 @@ func (p Policy) decide(b Backoff, ctx context.Context, err error, attempt int, n
 	}
 	var se statusError
 	if errors.As(err, &se) {
-		status, storage := se.HTTPStatus(), se.FromStorage()
-		switch {
-		case storage && (status == 401 || status == 403 || status == 404):
-			// A presigned URL that expired or was refused: the first two
-			// times, sign again at once (a URL can expire on a slow path);
-			// a storage that keeps refusing fresh URLs (clock skew, a
-			// revoked key, a header it will not accept) is not hammered.
-			d := time.Duration(0)
-			if attempt > 2 {
-				d = b.Delay(attempt - 2)
-			}
-			return Decision{Action: Resign, Delay: d}
-		case status == 401:
-			return Decision{Action: PauseToken}
-		case status >= 400 && status < 500 && status != 408 && status != 429:
-			return Decision{Action: Fail}
+		if d, ok := statusDecision(b, se, attempt); ok {
+			return d
 		}
 	}
 	// Network errors, timeouts (context.DeadlineExceeded), a stalled
@@ -325,6 +299,48 @@ func (p Policy) decide(b Backoff, ctx context.Context, err error, attempt int, n
 		d = max(d, p.serverWait(wh.RetryWait(now)))
 	}
 	return Decision{Action: Retry, Delay: d}
+}
+
+// incomplete is the decision on a file not yet whole: wait for it with
+// the settle time's backoff, or fail it once it has not changed for
+// incomplete_timeout.
+func (p Policy) incomplete(b Backoff, err error, attempt int, now time.Time) Decision {
+	limit := p.IncompleteTimeout
+	if limit == 0 {
+		limit = DefaultIncompleteTimeout
+	}
+	var since incompleteSince
+	if limit > 0 && errors.As(err, &since) && !since.ChangedAt().IsZero() && now.Sub(since.ChangedAt()) > limit {
+		return Decision{Action: Fail, Reason: fmt.Sprintf("file still incomplete after %s: %v", ShortDuration(limit), err)}
+	}
+	settle := p.Settle
+	if settle <= 0 {
+		settle = 2 * time.Second
+	}
+	return Decision{Action: WaitFile, Delay: Backoff{Base: settle, Cap: max(settle, time.Minute), Jitter: EqualJitter, Rand: b.Rand}.Delay(attempt)}
+}
+
+// statusDecision is the decision an HTTP status alone settles; false for
+// the statuses that are retried (408, 429, 5xx).
+func statusDecision(b Backoff, se statusError, attempt int) (Decision, bool) {
+	status, storage := se.HTTPStatus(), se.FromStorage()
+	switch {
+	case storage && (status == 401 || status == 403 || status == 404):
+		// A presigned URL that expired or was refused: the first two
+		// times, sign again at once (a URL can expire on a slow path);
+		// a storage that keeps refusing fresh URLs (clock skew, a
+		// revoked key, a header it will not accept) is not hammered.
+		d := time.Duration(0)
+		if attempt > 2 {
+			d = b.Delay(attempt - 2)
+		}
+		return Decision{Action: Resign, Delay: d}, true
+	case status == 401:
+		return Decision{Action: PauseToken}, true
+	case status >= 400 && status < 500 && status != 408 && status != 429:
+		return Decision{Action: Fail}, true
+	}
+	return Decision{}, false
 }
 
 // serverWait caps a delay a server asked for at MaxServerWait.

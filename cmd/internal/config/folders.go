@@ -169,77 +169,86 @@ func titleProblem(title string) string {
 // after blocks; errors name the key path (watch[1].publish.format).
 func (c *Config) validateFolders() Errors {
 	var errs Errors
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
-	}
 	for i := range c.Watch {
 		w := &c.Watch[i]
 		key := fmt.Sprintf("watch[%d]", i)
 		if w.MaxSize != nil && *w.MaxSize > 0 && w.MinSize > *w.MaxSize {
-			bad(key+".max_size", "must be at least min_size (%s), or 0 for no bound", w.MinSize)
+			errs.add(key+".max_size", "must be at least min_size (%s), or 0 for no bound", w.MinSize)
 		}
 		if w.MinAge < 0 {
-			bad(key+".min_age", "must not be negative (0 turns it off)")
+			errs.add(key+".min_age", "must not be negative (0 turns it off)")
 		}
-
-		p := w.Publish
-		if p.Title != nil {
-			if msg := titleProblem(*p.Title); msg != "" {
-				bad(key+".publish.title", "%s", msg)
-			}
-		}
-		if p.Format != nil && *p.Format != "sog" && *p.Format != "compressed.ply" {
-			bad(key+".publish.format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", *p.Format)
-		}
-		if p.Encode != nil && !sidecar.ValidEncode(*p.Encode) {
-			bad(key+".publish.encode", "must be sog or off (got %q)", *p.Encode)
-		}
-		if err := sidecar.CheckSettings(p.Settings); err != nil {
-			bad(key+".publish.settings", "%v", err)
-		}
-
-		a := &w.After
-		if a.OnSuccess != nil && *a.OnSuccess != "keep" && *a.OnSuccess != "delete" && *a.OnSuccess != "move" {
-			bad(key+".after.on_success", "must be keep, delete or move (got %q)", *a.OnSuccess)
-		}
-		if a.OnFailure != nil && *a.OnFailure != "keep" && *a.OnFailure != "move" {
-			bad(key+".after.on_failure", "must be keep or move (got %q)", *a.OnFailure)
-		}
-		eff := c.AfterFor(*w)
-		if (a.OnSuccess != nil || a.SuccessDir != nil) && eff.OnSuccess == "move" && eff.SuccessDir == "" {
-			bad(key+".after.success_dir", "is required when on_success is move")
-		}
-		if (a.OnFailure != nil || a.FailureDir != nil) && eff.OnFailure == "move" && eff.FailureDir == "" {
-			bad(key+".after.failure_dir", "is required when on_failure is move")
-		}
-		for _, d := range []struct {
-			name string
-			dir  *string
-		}{{"success_dir", a.SuccessDir}, {"failure_dir", a.FailureDir}} {
-			if d.dir == nil || *d.dir == "" {
-				continue
-			}
-			abs, err := filepath.Abs(*d.dir)
-			if err != nil {
-				bad(key+".after."+d.name, "%v", err)
-				continue
-			}
-			for j, o := range c.Watch {
-				if _, in := trustfs.Within(o.Path, abs); in {
-					// A moved file would be found again and moved again.
-					bad(key+".after."+d.name, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, j, o.Path)
-				}
-			}
-			*d.dir = abs
-		}
-		if a.Exec != nil {
-			errs = append(errs, execProblems(key+".after.exec", a.Exec)...)
-		}
-		if a.ExecTimeout != nil && *a.ExecTimeout <= 0 {
-			bad(key+".after.exec_timeout", "must be positive")
-		}
+		validateFolderPublish(&errs, key+".publish", w.Publish)
+		c.validateFolderAfter(&errs, key+".after", w)
 	}
 	return errs
+}
+
+// validateFolderPublish checks a folder's publish section, named key.
+func validateFolderPublish(errs *Errors, key string, p sidecar.Overrides) {
+	if p.Title != nil {
+		if msg := titleProblem(*p.Title); msg != "" {
+			errs.add(key+".title", "%s", msg)
+		}
+	}
+	if p.Format != nil && *p.Format != "sog" && *p.Format != "compressed.ply" {
+		errs.add(key+".format", "must be sog or compressed.ply (got %q); it is the output format, not the uploaded file's", *p.Format)
+	}
+	if p.Encode != nil && !sidecar.ValidEncode(*p.Encode) {
+		errs.add(key+".encode", "must be sog or off (got %q)", *p.Encode)
+	}
+	if err := sidecar.CheckSettings(p.Settings); err != nil {
+		errs.add(key+".settings", "%v", err)
+	}
+}
+
+// validateFolderAfter checks w's after section, named key, and makes its
+// folders absolute.
+func (c *Config) validateFolderAfter(errs *Errors, key string, w *Watch) {
+	a := &w.After
+	if a.OnSuccess != nil && *a.OnSuccess != "keep" && *a.OnSuccess != "delete" && *a.OnSuccess != "move" {
+		errs.add(key+".on_success", "must be keep, delete or move (got %q)", *a.OnSuccess)
+	}
+	if a.OnFailure != nil && *a.OnFailure != "keep" && *a.OnFailure != "move" {
+		errs.add(key+".on_failure", "must be keep or move (got %q)", *a.OnFailure)
+	}
+	eff := c.AfterFor(*w)
+	if (a.OnSuccess != nil || a.SuccessDir != nil) && eff.OnSuccess == "move" && eff.SuccessDir == "" {
+		errs.add(key+".success_dir", "is required when on_success is move")
+	}
+	if (a.OnFailure != nil || a.FailureDir != nil) && eff.OnFailure == "move" && eff.FailureDir == "" {
+		errs.add(key+".failure_dir", "is required when on_failure is move")
+	}
+	for _, d := range []struct {
+		name string
+		dir  *string
+	}{{"success_dir", a.SuccessDir}, {"failure_dir", a.FailureDir}} {
+		if d.dir != nil && *d.dir != "" {
+			c.absMoveDir(errs, key+"."+d.name, d.dir)
+		}
+	}
+	if a.Exec != nil {
+		*errs = append(*errs, execProblems(key+".exec", a.Exec)...)
+	}
+	if a.ExecTimeout != nil && *a.ExecTimeout <= 0 {
+		errs.add(key+".exec_timeout", "must be positive")
+	}
+}
+
+// absMoveDir makes a folder's move target absolute; it must be outside
+// every watched folder, or a moved file would be found and moved again.
+func (c *Config) absMoveDir(errs *Errors, key string, dir *string) {
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		errs.add(key, "%v", err)
+		return
+	}
+	for j, o := range c.Watch {
+		if _, in := trustfs.Within(o.Path, abs); in {
+			errs.add(key, "%s is inside watch[%d].path %s; choose a folder outside every watched folder", abs, j, o.Path)
+		}
+	}
+	*dir = abs
 }
 
 func execProblems(key string, argv []string) Errors {

@@ -117,16 +117,7 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 			opened.closeAll()
 		}
 	}()
-	// The pacer keeps each limit class's window in the state directory, so
-	// a restarted daemon waits for a spent window's reset instead of
-	// drawing a 429 (the lock on the state file makes it this daemon's).
-	d.pacer = pace.New(pace.Options{
-		StateFile: filepath.Join(cfg.StateDir, pacerStateFile),
-		MaxWait:   cfg.API.MaxServerWait.D(), // a Reset or Retry-After beyond it is capped, as the retry rule caps it
-		Waited:    d.m.RateLimitWait,
-		Logger:    log.With().Str("component", "pacer").Logger(),
-		Clients:   d.fleetClients,
-	})
+	d.pacer = d.newPacer()
 	if d.client, err = NewClient(cfg, o.Version, token, d.pacer, d.m, log); err != nil { // the client names its own component
 		return nil, err
 	}
@@ -149,38 +140,64 @@ func Open(cfg *config.Config, o Options) (d *Daemon, err error) {
 		return nil, err
 	}
 	d.m.SetReadySource(d.ready)
-	if cfg.Metrics.Listen != "" {
-		o := metrics.ServerOptions{
-			Listen:   cfg.Metrics.Listen,
-			Registry: d.reg,
-			Ready:    d.ready,
-			Degraded: d.degraded,
-			Status:   statusView{d},
-			Events:   d.history,
-			Logger:   log.With().Str("component", "metrics").Logger(),
-			// The page's actions: the admin socket's code path (act).
-			Act:           d.pageAct,
-			ActionKeyFile: filepath.Join(cfg.StateDir, metrics.ActionKeyName),
-			RemoteActions: cfg.Status.RemoteActions,
-		}
-		if o.ActionKey, err = metrics.ActionKey(o.ActionKeyFile); err != nil {
-			return nil, err
-		}
-		if cfg.Status.TokenFile != "" {
-			o.StatusToken = metrics.TokenFile(cfg.Status.TokenFile)
-		}
-		d.metrics = metrics.NewServer(o)
-		if err := d.metrics.Listen(); err != nil {
-			if errors.Is(err, syscall.EADDRINUSE) {
-				return nil, fmt.Errorf("metrics.listen: %w (another program holds %s; set metrics.listen to a free address, or \"\" to turn the listener off)", err, cfg.Metrics.Listen)
-			}
-			return nil, fmt.Errorf("metrics.listen: %w", err)
-		}
+	if d.metrics, err = d.openMetrics(); err != nil {
+		return nil, err
 	}
 	if d.admin, err = newAdminServer(filepath.Join(cfg.StateDir, SocketName), d, log.With().Str("component", "admin").Logger()); err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// newPacer builds the pacer. It keeps each limit class's window in the
+// state directory, so a restarted daemon waits for a spent window's reset
+// instead of drawing a 429 (the lock on the state file makes it this
+// daemon's).
+func (d *Daemon) newPacer() *pace.Pacer {
+	return pace.New(pace.Options{
+		StateFile: filepath.Join(d.cfg.StateDir, pacerStateFile),
+		MaxWait:   d.cfg.API.MaxServerWait.D(), // a Reset or Retry-After beyond it is capped, as the retry rule caps it
+		Waited:    d.m.RateLimitWait,
+		Logger:    d.log.With().Str("component", "pacer").Logger(),
+		Clients:   d.fleetClients,
+	})
+}
+
+// openMetrics builds and binds the metrics and status listener, or
+// returns nil when metrics.listen is "".
+func (d *Daemon) openMetrics() (*metrics.Server, error) {
+	cfg, log := d.cfg, d.log
+	if cfg.Metrics.Listen == "" {
+		return nil, nil
+	}
+	o := metrics.ServerOptions{
+		Listen:   cfg.Metrics.Listen,
+		Registry: d.reg,
+		Ready:    d.ready,
+		Degraded: d.degraded,
+		Status:   statusView{d},
+		Events:   d.history,
+		Logger:   log.With().Str("component", "metrics").Logger(),
+		// The page's actions: the admin socket's code path (act).
+		Act:           d.pageAct,
+		ActionKeyFile: filepath.Join(cfg.StateDir, metrics.ActionKeyName),
+		RemoteActions: cfg.Status.RemoteActions,
+	}
+	var err error
+	if o.ActionKey, err = metrics.ActionKey(o.ActionKeyFile); err != nil {
+		return nil, err
+	}
+	if cfg.Status.TokenFile != "" {
+		o.StatusToken = metrics.TokenFile(cfg.Status.TokenFile)
+	}
+	srv := metrics.NewServer(o)
+	if err := srv.Listen(); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("metrics.listen: %w (another program holds %s; set metrics.listen to a free address, or \"\" to turn the listener off)", err, cfg.Metrics.Listen)
+		}
+		return nil, fmt.Errorf("metrics.listen: %w", err)
+	}
+	return srv, nil
 }
 
 // newWatcher builds the watcher over the configured roots.
@@ -239,14 +256,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	// Listeners: /metrics, /readyz and the admin socket; up first and down
 	// last, so the drain can be watched.
-	listeners := newStage(context.WithoutCancel(ctx), fail)
+	listeners := d.startListeners(ctx, fail)
 	defer listeners.stop()
-	if d.metrics != nil {
-		listeners.start("metrics", d.metrics.Run)
-	}
-	listeners.start("admin socket", d.admin.run)
-	listeners.start("reload", func(ctx context.Context) error { d.reloadOnHUP(ctx); return nil })
-	listeners.start("ca_file", d.watchCAFile)
 
 	// Events: webhooks and after.exec of the jobs that finish; stopped
 	// after the workers, whose after-actions queue them, and then drained
@@ -258,23 +269,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Workers: the pool drains itself when work ends (no new claims, calls
 	// in flight get the pool's grace, uploader.Defaults). The stats loop feeds the gauges, STATUS=
 	// and the watchdog; maintenance keeps the state file bounded.
-	workers := newStage(context.WithoutCancel(ctx), fail)
+	workers := d.startWorkers(ctx, fail)
 	defer workers.stop()
-	logResume(d.store, d.log)
-	if d.fleet != nil {
-		d.fleet.announce() // before the first claim: the peers see this daemon's share from its start
-		workers.start("fleet", func(ctx context.Context) error {
-			return d.fleet.run(ctx, func() bool { return d.pool.Paused() != nil })
-		})
-	}
-	workers.start("workers", d.pool.Run)
-	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
-	workers.start("maintenance", func(ctx context.Context) error { d.maintain(ctx); return nil })
-	// Once at start: what a power cut left of a move recorded done.
-	workers.start("leftovers", func(ctx context.Context) error {
-		d.actions.Load().FinishLeftovers(ctx, d.store.Get)
-		return nil
-	})
 
 	// Intake: the watcher reports finished files, the enqueuer records them.
 	intake := newStage(ctx, fail)
@@ -317,6 +313,41 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Info().Msg("stopped cleanly; every job resumes at the next start")
 	}
 	return runErr
+}
+
+// startListeners starts /metrics, /readyz, the admin socket, the reload
+// signal and the ca_file watch.
+func (d *Daemon) startListeners(ctx context.Context, fail context.CancelCauseFunc) *stage {
+	listeners := newStage(context.WithoutCancel(ctx), fail)
+	if d.metrics != nil {
+		listeners.start("metrics", d.metrics.Run)
+	}
+	listeners.start("admin socket", d.admin.run)
+	listeners.start("reload", func(ctx context.Context) error { d.reloadOnHUP(ctx); return nil })
+	listeners.start("ca_file", d.watchCAFile)
+	return listeners
+}
+
+// startWorkers starts the fleet's announcements, the pool, the stats and
+// maintenance loops and, once, the leftovers of moves a power cut undid.
+func (d *Daemon) startWorkers(ctx context.Context, fail context.CancelCauseFunc) *stage {
+	workers := newStage(context.WithoutCancel(ctx), fail)
+	logResume(d.store, d.log)
+	if d.fleet != nil {
+		d.fleet.announce() // before the first claim: the peers see this daemon's share from its start
+		workers.start("fleet", func(ctx context.Context) error {
+			return d.fleet.run(ctx, func() bool { return d.pool.Paused() != nil })
+		})
+	}
+	workers.start("workers", d.pool.Run)
+	workers.start("stats", func(ctx context.Context) error { d.statsLoop(ctx); return nil })
+	workers.start("maintenance", func(ctx context.Context) error { d.maintain(ctx); return nil })
+	// Once at start: what a power cut left of a move recorded done.
+	workers.start("leftovers", func(ctx context.Context) error {
+		d.actions.Load().FinishLeftovers(ctx, d.store.Get)
+		return nil
+	})
+	return workers
 }
 
 // stage is one step of the shutdown order: components that run under one

@@ -146,17 +146,8 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	if f.Skip != "" {
 		return actSkip, f.Skip
 	}
-	if j, ok := p.byPath[f.Path]; ok {
-		// As the queue's enqueue: the same size and mtime, or a job that
-		// has not published yet (its worker notices a change itself).
-		same := j.Size == f.Size && (j.ModTime.IsZero() || j.ModTime.Equal(f.ModTime))
-		if folder != nil { // a folder's job holds its bundle's size and time (adopted: meta.json's)
-			same = same || folder.err == nil && j.Size == folder.info.Size && j.ModTime.Equal(folder.latest)
-		}
-		stored := state.Stage(j.Stage)
-		if same || !stored.Final() && !stored.Published() {
-			return actKnown, knownWhy(j)
-		}
+	if why, ok := p.known(f, folder); ok {
+		return actKnown, why
 	}
 	// A receipt that is no evidence (another service, older content) is
 	// ignored, as the daemon's intake does.
@@ -200,15 +191,39 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 	if err != nil {
 		return actFail, "publish parameters: " + err.Error()
 	}
+	return actPublish, publishWhy(info.Kind, params, sum)
+}
+
+// known says why f is a file the queue already has a job for, as the
+// queue's enqueue decides: the same size and mtime, or a job that has not
+// published yet (its worker notices a change itself).
+func (p *predictor) known(f watcher.Listed, folder *folderBundle) (string, bool) {
+	j, ok := p.byPath[f.Path]
+	if !ok {
+		return "", false
+	}
+	same := j.Size == f.Size && (j.ModTime.IsZero() || j.ModTime.Equal(f.ModTime))
+	if folder != nil { // a folder's job holds its bundle's size and time (adopted: meta.json's)
+		same = same || folder.err == nil && j.Size == folder.info.Size && j.ModTime.Equal(folder.latest)
+	}
+	stored := state.Stage(j.Stage)
+	if same || !stored.Final() && !stored.Published() {
+		return knownWhy(j), true
+	}
+	return "", false
+}
+
+// publishWhy is the dry run's line for a file that would be published.
+func publishWhy(kind splatfile.Kind, params state.PublishParams, sum string) string {
 	listed := "unlisted"
 	if params.Listed {
 		listed = "listed"
 	}
 	encoded := ""
-	if uploader.Encodes(info.Kind, params.Encode) {
+	if uploader.Encodes(kind, params.Encode) {
 		encoded = ", encoded to SOG before upload"
 	}
-	return actPublish, fmt.Sprintf("%s%s, title %q, format %s, %s, sha256 %.12s", info.Kind, encoded, params.Title, orDefault(params.Format), listed, sum)
+	return fmt.Sprintf("%s%s, title %q, format %s, %s, sha256 %.12s", kind, encoded, params.Title, orDefault(params.Format), listed, sum)
 }
 
 func orDefault(s string) string {
