@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/fleet"
 )
 
@@ -217,7 +218,7 @@ func (p *Pool) finished(ctx context.Context, j state.Job) {
 // finalize runs the after-action stage of a final job (afterstage.go),
 // after removing its encoding (made again if the job is ever sent again).
 func (p *Pool) finalize(ctx context.Context, j state.Job) {
-	dropEncoded(j)
+	content.DropEncoded(j)
 	p.runFinish(ctx, j)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/sog"
 )
 
@@ -113,8 +114,8 @@ func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 		limit   int64
 		encoded bool
 	}{
-		{"under the limit", encodeHeadroom + 1<<30, true},
-		{"over the limit", encodeHeadroom + 64<<20, false},
+		{"under the limit", content.EncodeHeadroom + 1<<30, true},
+		{"over the limit", content.EncodeHeadroom + 64<<20, false},
 	} {
 		memoryLimit = func() int64 { return tc.limit }
 		e := newV1Env(t, apisim.Options{})

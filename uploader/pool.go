@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/fleet"
 	"github.com/splatd/splatd/uploader/step"
-	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // Pool runs the workers that advance jobs. Each worker claims a job and
@@ -32,8 +32,6 @@ type Pool struct {
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
 
-	encodeSlot chan struct{} // one publish.encode at a time (encode.go)
-
 	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
 	drainCh  chan struct{} // closed when draining starts
 
@@ -47,14 +45,11 @@ type Pool struct {
 	cfg     configState                     // a configuration error pauses the pool (configpause.go)
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Files and o.OnUncertain, replaced by SetPublish
-	open    openFiles                       // each job's descriptor from its hash to its upload (jobfile.go)
-	fs      *trustfs.FS                     // o.Files' trust boundary
 
 	env        *step.Env   // what the protocols' steps are given (protocol.go)
 	fleet      *fleet.View // o.Peers: receipts and shares
 	legacy, v1 Protocol
-
-	encodeDir, bundleDir string // under o.WorkDir (PoolOptions.dirs)
+	content    *content.Source // the jobs' content: the queued check, descriptors, encodings, bundles
 }
 
 // publishDefaults are the publish settings a reload may change.
@@ -74,7 +69,6 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		after:       newAfterState(),
 		log:         o.Logger.With().Str("component", "worker").Logger(),
 		wake:        make(chan struct{}, o.Workers),
-		encodeSlot:  make(chan struct{}, 1),
 		progress:    make(map[uint64]*progressEntry),
 		checks:      make(map[uint64]*progressEntry),
 		running:     make(map[uint64]context.CancelCauseFunc),
@@ -82,10 +76,9 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		authChanged: make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 	}
-	p.encodeDir, p.bundleDir = o.dirs()
-	p.fs = o.Files.FS()
 	p.publish.Store(&publishDefaults{files: o.Files, onUncertain: o.OnUncertain})
 	p.newProtocols()
+	p.content = newContent(p)
 	return p, nil
 }
 
@@ -146,7 +139,7 @@ func (p *Pool) Run(ctx context.Context) error {
 		g.Go(func() error { return p.worker(gctx, i) })
 	}
 	err := g.Wait()
-	p.open.closeAll()
+	p.content.Close()
 	close(workersDone)
 	stopHelpers()
 	<-helpersDone

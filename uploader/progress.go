@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/pace"
 )
 
@@ -110,9 +111,9 @@ func (p *Pool) setProgressIn(m map[uint64]*progressEntry, id uint64, pr *Progres
 
 // What a job's check does while CheckProgress reports it (Progress.Step).
 const (
-	CheckHashing  = "hashing"  // the sha256 of the job's file
-	CheckBundling = "bundling" // a SOG folder's bundle, hashed as it is written
-	CheckEncoding = "encoding" // publish.encode: the PLY read by the encoder
+	CheckHashing  = content.Hashing
+	CheckBundling = content.Bundling
+	CheckEncoding = content.Encoding
 	// CheckCompressing follows CheckEncoding once the encoder has read the
 	// PLY's splats: it compresses the scene in memory, with no bytes to
 	// count, often for longer than the read took.

@@ -89,7 +89,7 @@ func (p *Pool) protocolOf(j state.Job) Protocol {
 func (p *Pool) step(ctx context.Context, t *pace.Caller, j state.Job) (state.Job, error) {
 	if j.Stage == state.Queued {
 		j.Parked = "" // each check says again why the job waits, if it does
-		return p.stepCheck(ctx, j)
+		return p.content.Check(ctx, j)
 	}
 	return p.protocolOf(j).Step(ctx, t, j)
 }
@@ -100,12 +100,12 @@ func (p *Pool) PeerWaiting() int { return p.fleet.Waiting() }
 // stepPool is the pool as its protocols' steps see it (step.Pool).
 type stepPool struct{ p *Pool }
 
-func (s stepPool) CheckName(j state.Job) (fs.FileInfo, error) { return s.p.checkName(j) }
+func (s stepPool) CheckName(j state.Job) (fs.FileInfo, error) { return s.p.content.CheckName(j) }
 func (s stepPool) UploadFile(j state.Job) (*step.File, fs.FileInfo, error) {
-	return s.p.uploadFile(j)
+	return s.p.content.UploadFile(j)
 }
 func (s stepPool) Changed(j state.Job, fi fs.FileInfo, why string) (state.Job, error) {
-	return s.p.workerChanged(j, fi, why)
+	return s.p.content.Changed(j, fi, why)
 }
 func (s stepPool) Commit(ctx context.Context, j state.Job, from state.Stage) (state.Job, error) {
 	return s.p.commit(ctx, j, from)

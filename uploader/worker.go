@@ -189,7 +189,7 @@ func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.
 	}
 	p.logTransition(stored, from, since)
 	if stored.Stage != state.Ready && stored.Stage != state.Signed {
-		p.open.drop(stored.ID) // only a job still to upload keeps its descriptor
+		p.content.Drop(stored.ID) // only a job still to upload keeps its descriptor
 	}
 	if herr := p.hook("commit:"+string(stored.Stage), stored); herr != nil {
 		return stored, herr
@@ -211,7 +211,7 @@ func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (st
 		if err == nil || errors.Is(err, state.ErrStale) || errors.As(err, &te) {
 			if err == nil {
 				p.storeAdvanced()
-				p.dropBundle(stored)
+				p.content.DropBundle(stored)
 			}
 			return stored, err
 		}

@@ -145,7 +145,7 @@ func (p *Protocol) peerDone(j state.Job, splatID string) (state.Job, error) {
 // readyGone sends a job that read its file, and finds it gone before
 // its create, back to queued when a fleet peer's receipt proves its content
 // published (the peer deleted or moved the file after publishing it):
-// stepCheck then ends it done with that outcome (fleet.View.Gone), since the
+// the queued check (content.Source.Check) then ends it done with that outcome (fleet.View.Gone), since the
 // stage table has no edge from ready to done. ok is false, and the job
 // fails as gone, when there is no such receipt.
 func (p *Protocol) readyGone(j state.Job, statErr error) (state.Job, bool, error) {

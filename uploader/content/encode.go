@@ -1,4 +1,4 @@
-package uploader
+package content
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 )
 
 // publish.encode: sog uploads a SOG encoded from the job's PLY, made after
-// the hash from the descriptor hashed, kept under WorkDir until the job is
+// the hash from the descriptor hashed, kept in Env.EncodeDir until the job is
 // final and recorded in state.Job.Encoded; the job's sha256, size and
 // dedupe stay the source's (docs/formats.md).
 
@@ -36,60 +36,60 @@ func Encodes(kind splatfile.Kind, encode string) bool {
 // producer made it). skipped says why an encoding asked for was not made
 // (the file itself is uploaded). changed is the file's new stat when it
 // changed while it was encoded.
-func (p *Pool) encodeForUpload(ctx context.Context, j state.Job, jf *step.File) (enc *state.Encoded, skipped string, changed fs.FileInfo, err error) {
+func (s *Source) encodeForUpload(ctx context.Context, j state.Job, jf *step.File) (enc *state.Encoded, skipped string, changed fs.FileInfo, err error) {
 	if !Encodes(splatfile.Kind(j.Kind), j.Params.Encode) {
 		return nil, "", nil, nil
 	}
-	enc, changed, err = p.encodeSOG(ctx, j, jf, &skipped)
+	enc, changed, err = s.encodeSOG(ctx, j, jf, &skipped)
 	return enc, skipped, changed, err
 }
 
-func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *step.File, skipped *string) (enc *state.Encoded, changed fs.FileInfo, err error) {
+func (s *Source) encodeSOG(ctx context.Context, j state.Job, jf *step.File, skipped *string) (enc *state.Encoded, changed fs.FileInfo, err error) {
 	if j.Params.Encode != "sog" {
 		return nil, nil, &step.FileError{Err: fmt.Errorf("publish.encode %q: the only encoding is sog", j.Params.Encode)}
 	}
-	if p.encodeDir == "" {
+	if s.env.EncodeDir == "" {
 		return nil, nil, &step.FileError{Err: errors.New("publish.encode: sog needs a state directory to encode into")}
 	}
 	// Named by job as well as content: a twin job of the same content,
 	// found a duplicate and finished, removes its own encoding only.
-	path := filepath.Join(p.encodeDir, fmt.Sprintf("%s-%d.sog", j.SHA256, j.ID))
+	path := filepath.Join(s.env.EncodeDir, fmt.Sprintf("%s-%d.sog", j.SHA256, j.ID))
 	if e := j.Encoded; e != nil && e.Path == path {
 		if fi, err := os.Stat(path); err == nil && fi.Size() == e.Size {
 			return e, nil, nil // made before a retry or restart
 		}
 	}
-	if err := os.MkdirAll(p.encodeDir, 0o700); err != nil {
+	if err := os.MkdirAll(s.env.EncodeDir, 0o700); err != nil {
 		return nil, nil, err
 	}
 	// One encoding at a time: each may take the memory limit's share
 	// (sog.MinMemory and up) and keeps both cores busy on its own.
 	select {
-	case p.encodeSlot <- struct{}{}:
+	case s.encodeSlot <- struct{}{}:
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
 	// Holding the only slot, no encoding has lowered the memory limit.
-	memory, why := encodeMemory(jf.F, j)
+	memory, why := s.encodeMemory(jf.F, j)
 	if why != "" {
-		<-p.encodeSlot
-		p.log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("reason", why).
+		<-s.encodeSlot
+		s.env.Log.Warn().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("reason", why).
 			Msg("publish.encode: sog skipped: uploading the PLY itself")
 		*skipped = why
 		return nil, nil, nil
 	}
 	// Holding the only slot, any partial encoding here is a crash's.
-	if stale, _ := filepath.Glob(filepath.Join(p.encodeDir, ".*.tmp")); len(stale) > 0 {
+	if stale, _ := filepath.Glob(filepath.Join(s.env.EncodeDir, ".*.tmp")); len(stale) > 0 {
 		for _, s := range stale {
 			os.Remove(s)
 		}
 	}
-	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY's passes as the encoder reads them
+	m := s.env.Meter(j, Encoding, j.Size) // the PLY's passes as the encoder reads them
 	_, err = boundedMemory(memory, func() (sog.Result, error) {
-		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.F, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.encoded})
+		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.F, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.Encoded})
 	})
-	m.stop()
-	<-p.encodeSlot
+	m.Stop()
+	<-s.encodeSlot
 	return encoded(ctx, j, jf, path, err)
 }
 
@@ -114,21 +114,20 @@ func encoded(ctx context.Context, j state.Job, jf *step.File, path string, err e
 	return &state.Encoded{Encoding: "sog", Path: path, Size: size, SHA256: sum}, nil, nil
 }
 
-// memoryLimit is the process's memory limit (GOMEMLIMIT, or
-// math.MaxInt64 when none is set); a variable for tests.
-var memoryLimit = func() int64 { return debug.SetMemoryLimit(-1) }
-
-// encodeHeadroom is what the rest of the daemon is allowed beside an
+// EncodeHeadroom is what the rest of the daemon is allowed beside an
 // encoding under the memory limit.
-const encodeHeadroom = 48 << 20
+const EncodeHeadroom = 48 << 20
 
 // EncodeMemory is the memory an encoding may take under the process's
 // memory limit, or at most max when max > 0 (splatd encode -memory);
 // sog.DefaultMemory with neither.
-func EncodeMemory(max int64) int64 {
+func EncodeMemory(max int64) int64 { return memoryUnder(debug.SetMemoryLimit(-1), max) }
+
+// memoryUnder is EncodeMemory under the memory limit limit.
+func memoryUnder(limit, max int64) int64 {
 	m := int64(sog.DefaultMemory)
-	if l := memoryLimit(); l != math.MaxInt64 {
-		m = l - encodeHeadroom
+	if limit != math.MaxInt64 {
+		m = limit - EncodeHeadroom
 	}
 	if max > 0 {
 		m = min(m, max)
@@ -152,8 +151,8 @@ func EncodeTooLarge(n int64, bands int, memory int64) string {
 
 // encodeMemory is the memory j's encoding may take, or why it is not to
 // be encoded here.
-func encodeMemory(f *os.File, j state.Job) (int64, string) {
-	memory := EncodeMemory(0)
+func (s *Source) encodeMemory(f *os.File, j state.Job) (int64, string) {
+	memory := memoryUnder(s.env.MemoryLimit(), 0)
 	info, err := splatfile.CheckFile(f, j.Path) // its header only
 	if err != nil {
 		return memory, "" // the encoder reports what is wrong with it
@@ -161,22 +160,9 @@ func encodeMemory(f *os.File, j state.Job) (int64, string) {
 	return memory, EncodeTooLarge(info.Vertices, 3, memory)
 }
 
-// encoded is sog.Options.Progress for the meter: the bytes of the PLY's
-// passes read so far, over their total.
-func (m *checkMeter) encoded(done, total int64) {
-	m.pr.Size = total
-	m.done.Store(done)
-	if now := m.p.o.Now(); !now.Before(m.next) || done == total {
-		m.next = now.Add(rateSample)
-		pr := m.pr
-		pr.Sent = done
-		m.p.setProgressIn(m.p.checks, m.id, &pr, &m.done)
-	}
-}
-
-// dropEncoded removes a final job's encoding: it is made again if the job
+// DropEncoded removes a final job's encoding: it is made again if the job
 // is ever sent again.
-func dropEncoded(j state.Job) {
+func DropEncoded(j state.Job) {
 	if j.Encoded != nil {
 		os.Remove(j.Encoded.Path)
 	}

@@ -1,4 +1,4 @@
-package uploader
+package content
 
 import (
 	"errors"
@@ -22,10 +22,10 @@ import (
 // (unless the folder follows links, and then only one that stays inside),
 // a pipe, a device or a path out of the folder is a *step.FileError (the
 // job fails with it).
-func (p *Pool) openJob(j state.Job) (*step.File, error) {
+func (s *Source) openJob(j state.Job) (*step.File, error) {
 	if splatfile.IsSOGFolder(j.Path) {
 		// Its content is the bundle built in the state directory.
-		f, err := os.Open(p.bundlePath(j.Path))
+		f, err := os.Open(s.bundlePath(j.Path))
 		if err != nil {
 			return nil, fileError(err)
 		}
@@ -36,9 +36,9 @@ func (p *Pool) openJob(j state.Job) (*step.File, error) {
 		}
 		return &step.File{F: f, Info: fi, Want: j.SHA256, Size: j.Size}, nil
 	}
-	open := p.fs.OpenRegular
-	if p.follows(j.Root) {
-		open = p.fs.OpenRegularFollow
+	open := s.env.FS.OpenRegular
+	if s.follows(j.Root) {
+		open = s.env.FS.OpenRegularFollow
 	}
 	f, fi, err := open(j.Root, j.Path)
 	if err != nil {
@@ -128,14 +128,14 @@ func (h *openFiles) closeAll() {
 	h.files, h.order = nil, nil
 }
 
-// uploadFile returns j's descriptor for its upload: the one kept since its
+// UploadFile returns j's descriptor for its upload: the one kept since its
 // hash, or the file opened again. changed is the file's new stat when it
 // is no longer the one hashed (the caller sends the job back); then no
 // file is returned.
-func (p *Pool) uploadFile(j state.Job) (jf *step.File, changed fs.FileInfo, err error) {
-	jf = p.open.take(j.ID)
+func (s *Source) UploadFile(j state.Job) (jf *step.File, changed fs.FileInfo, err error) {
+	jf = s.held.take(j.ID)
 	if jf == nil {
-		if jf, err = p.openJob(j); err != nil {
+		if jf, err = s.openJob(j); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -151,7 +151,7 @@ func (p *Pool) uploadFile(j state.Job) (jf *step.File, changed fs.FileInfo, err 
 	// The name may since point at another file: the kept descriptor is
 	// still what was hashed, but the job follows the name (a file renamed
 	// over it is a new version, hashed again).
-	cur, err := p.checkName(j)
+	cur, err := s.CheckName(j)
 	if err != nil {
 		jf.Close()
 		return nil, nil, err
@@ -184,19 +184,19 @@ func (p *Pool) uploadFile(j state.Job) (jf *step.File, changed fs.FileInfo, err 
 	return &step.File{F: enc, Info: efi, Want: j.Encoded.SHA256, Size: j.Encoded.Size, Encoded: true}, nil, nil
 }
 
-// checkName stats j's path through its watch folder and requires a
+// CheckName stats j's path through its watch folder and requires a
 // regular file (the stage checks before and after an upload).
-func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
+func (s *Source) CheckName(j state.Job) (fs.FileInfo, error) {
 	if splatfile.IsSOGFolder(j.Path) {
-		fi, err := os.Stat(p.bundlePath(j.Path))
+		fi, err := os.Stat(s.bundlePath(j.Path))
 		if err != nil {
 			return nil, fileError(err)
 		}
 		return fi, nil
 	}
-	stat := p.fs.StatRegular
-	if p.follows(j.Root) {
-		stat = p.fs.StatFollow
+	stat := s.env.FS.StatRegular
+	if s.follows(j.Root) {
+		stat = s.env.FS.StatFollow
 	}
 	fi, err := stat(j.Root, j.Path)
 	if err != nil {
@@ -207,6 +207,6 @@ func (p *Pool) checkName(j state.Job) (fs.FileInfo, error) {
 
 // follows reports whether the watch folder root follows symbolic links
 // (follow_symlinks).
-func (p *Pool) follows(root string) bool {
-	return p.publish.Load().files.FollowSymlinks(root)
+func (s *Source) follows(root string) bool {
+	return s.env.Files().FollowSymlinks(root)
 }

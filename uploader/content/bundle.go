@@ -1,4 +1,4 @@
-package uploader
+package content
 
 import (
 	"context"
@@ -18,16 +18,16 @@ import (
 
 // An unbundled SOG folder's job is its meta.json (the watcher's handle on
 // it); what is hashed and uploaded is the bundled .sog built from the folder
-// into the bundles folder of WorkDir. Its size and modification time are the job's Size and
+// into Env.BundleDir. Its size and modification time are the job's Size and
 // ModTime, so every later step's "is it still the file that was hashed"
 // check holds the bundle to what was hashed. The bundle is built again only
 // by the check step, from a folder that passed the check and settled.
 
 // bundlePath names a folder's bundle by the folder's path, so a rebuild of
 // an unchanged folder replaces the same file with the same bytes.
-func (p *Pool) bundlePath(metaPath string) string {
+func (s *Source) bundlePath(metaPath string) string {
 	sum := sha256.Sum256([]byte(filepath.Clean(metaPath)))
-	return filepath.Join(p.bundleDir, hex.EncodeToString(sum[:12])+".sog")
+	return filepath.Join(s.env.BundleDir, hex.EncodeToString(sum[:12])+".sog")
 }
 
 // PublishedAs is the path a file is published as: path itself, or
@@ -40,30 +40,30 @@ func PublishedAs(path string) string { return splatfile.FolderAsFile("", path) }
 // it (splatfile.FolderAsFile).
 func PublishedAsIn(root, path string) string { return splatfile.FolderAsFile(root, path) }
 
-// stepCheckFolder: queued → ready for an unbundled SOG folder. The folder
+// checkFolder: queued → ready for an unbundled SOG folder. The folder
 // must pass the check (a missing or short image waits like a short file),
 // have been quiet for Settle, and its bundle, sized from the files' stat,
 // be within the watch folder's size bounds, as a file must be; then its
 // bundle is built and hashed.
-func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, error) {
+func (s *Source) checkFolder(ctx context.Context, j state.Job) (state.Job, error) {
 	// The folder is opened through the watch folder (trustfs): no link
 	// leads out of it, and its images are read through that root only.
-	dir, err := p.fs.OpenDir(j.Root, filepath.Dir(j.Path))
+	dir, err := s.env.FS.OpenDir(j.Root, filepath.Dir(j.Path))
 	if err != nil {
 		return j, fileError(err)
 	}
 	defer dir.Close()
 	f, err := splatfile.CheckSOGFolderIn(dir, j.Path)
 	if errors.Is(err, splatfile.ErrIncomplete) {
-		return j, &workerIncomplete{err: err, changed: j.ModTime}
+		return j, &incomplete{err: err, changed: j.ModTime}
 	}
 	if err != nil {
 		return j, err
 	}
-	if quiet := p.o.Now().Sub(f.Latest); quiet < p.o.Timing.Settle {
-		return j, &workerIncomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
+	if quiet := s.env.Now().Sub(f.Latest); quiet < s.env.Settle {
+		return j, &incomplete{err: fmt.Errorf("%s: incomplete: a file of the folder changed %s ago; waiting until it settles", j.Path, quiet.Round(1e6)), changed: f.Latest}
 	}
-	lo, hi := p.bounds(j.Root)
+	lo, hi := s.bounds(j.Root)
 	if why := BundleOutsideBounds(f.Size, lo, hi); why != "" {
 		// The watcher saw only meta.json: a folder of sparse gigabytes
 		// would otherwise be copied into state_dir and uploaded.
@@ -71,11 +71,11 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	}
 	// The build is the long part and has no side effect to finish: it
 	// stops as soon as the pool drains, and the job stays queued.
-	bctx, stop := p.untilDrain(ctx)
+	bctx, stop := s.env.UntilDrain(ctx)
 	defer stop()
-	m := p.startCheck(j, CheckBundling, f.Size)
-	sum, fi, err := buildBundle(bctx, f, p.bundlePath(j.Path), m)
-	m.stop()
+	m := s.env.Meter(j, Bundling, f.Size)
+	sum, fi, err := buildBundle(bctx, f, s.bundlePath(j.Path), m)
+	m.Stop()
 	if err != nil {
 		if errors.Is(context.Cause(bctx), step.ErrDrained) && ctx.Err() == nil {
 			return j, step.ErrDrained
@@ -86,11 +86,11 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	// it: "{{.Stem}}" is the folder's name, FOLDER.splat.yaml its sidecar
 	// (inside it when the folder is the watch folder itself).
 	asFile := PublishedAsIn(j.Root, j.Path)
-	params, err := p.publish.Load().files.Params(asFile, j.Root, j.ModTime)
+	params, err := s.env.Files().Params(asFile, j.Root, j.ModTime)
 	if err != nil {
 		return j, &step.FileError{Err: fmt.Errorf("publish parameters: %w", err)}
 	}
-	now := p.o.Now()
+	now := s.env.Now()
 	if err := j.Move(state.Ready, now); err != nil {
 		return j, err
 	}
@@ -102,8 +102,8 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 
 // bounds are the min_size and max_size of the watch folder root (0, 0:
 // none, when the pool has no bounds).
-func (p *Pool) bounds(root string) (minSize, maxSize int64) {
-	return p.publish.Load().files.SizeBounds(root)
+func (s *Source) bounds(root string) (minSize, maxSize int64) {
+	return s.env.Files().SizeBounds(root)
 }
 
 // BundleOutsideBounds says why an unbundled SOG folder whose bundle is size
@@ -129,13 +129,13 @@ func FileOutsideBounds(path string, size, minSize, maxSize int64) string {
 	return fmt.Sprintf("%s is %s, %s: not hashed or uploaded", path, state.HumanSize(size), why)
 }
 
-// dropBundle removes a folder job's bundle once the job is finished (done,
+// DropBundle removes a folder job's bundle once the job is finished (done,
 // failed, canceled): a retry or a change checks the folder and builds it
 // again.
-func (p *Pool) dropBundle(j state.Job) {
+func (s *Source) DropBundle(j state.Job) {
 	if j.Stage.Finished() && splatfile.IsSOGFolder(j.Path) {
-		if err := os.Remove(p.bundlePath(j.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			p.log.Warn().Uint64("job", j.ID).Err(err).Msg("cannot remove the folder's bundle")
+		if err := os.Remove(s.bundlePath(j.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.env.Log.Warn().Uint64("job", j.ID).Err(err).Msg("cannot remove the folder's bundle")
 		}
 	}
 }
@@ -144,7 +144,7 @@ func (p *Pool) dropBundle(j state.Job) {
 // file renamed into place), dated with the folder's newest file so that the
 // same folder gives the same bytes, size and time, and returns its sha256,
 // hashed as it is written, and its stat; what is written also goes to also
-// (nil: nowhere), a checkMeter. When ctx ends, the build stops within a MiB
+// (nil: nowhere), a Meter. When ctx ends, the build stops within a MiB
 // and the temporary file is removed.
 func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string, also io.Writer) (string, os.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
@@ -177,9 +177,9 @@ func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string, also io
 	return hex.EncodeToString(h.Sum(nil)), fi, err
 }
 
-// OneShotSource is what `splatd publish` sends of one path, weighed before
+// OneShot is what `splatd publish` sends of one path, weighed before
 // it looks for an earlier publish of it.
-type OneShotSource struct {
+type OneShot struct {
 	// Path is the file to upload: the path itself, or an unbundled SOG
 	// folder's bundle, FOLDER.sog in a temporary folder of its own.
 	Path string
@@ -192,7 +192,7 @@ type OneShotSource struct {
 }
 
 // Close removes the folder's bundle, if one was built.
-func (s *OneShotSource) Close() {
+func (s *OneShot) Close() {
 	if s != nil && s.tmp != "" {
 		os.RemoveAll(s.tmp)
 	}
@@ -203,7 +203,7 @@ func (s *OneShotSource) Close() {
 // its meta.json, by its bundle's size from the files' stat); a folder within
 // them is bundled once, hashed as it is written. The build stops within a
 // MiB when ctx ends.
-func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShotSource, error) {
+func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*OneShot, error) {
 	if !splatfile.IsSOGFolder(path) {
 		f, fi, err := new(trustfs.FS).OpenRegular("", path) // no link, pipe or device
 		if err != nil {
@@ -213,7 +213,7 @@ func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*
 		if why := FileOutsideBounds(path, fi.Size(), minSize, maxSize); why != "" {
 			return nil, errors.New(why)
 		}
-		return &OneShotSource{Path: path}, nil
+		return &OneShot{Path: path}, nil
 	}
 	dir, err := new(trustfs.FS).OpenDir("", filepath.Dir(path))
 	if err != nil {
@@ -227,7 +227,7 @@ func PrepareOneShot(ctx context.Context, path string, minSize, maxSize int64) (*
 	if why := BundleOutsideBounds(folder.Size, minSize, maxSize); why != "" {
 		return nil, errors.New(why)
 	}
-	s := &OneShotSource{Info: folder.Info}
+	s := &OneShot{Info: folder.Info}
 	if s.tmp, err = os.MkdirTemp("", "splatd-publish-"); err != nil {
 		return nil, err
 	}
