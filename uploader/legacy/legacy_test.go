@@ -2,69 +2,20 @@ package legacy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/apisim"
 	"github.com/splatd/splatd/uploader/pace"
-	"github.com/splatd/splatd/uploader/step"
+	"github.com/splatd/splatd/uploader/step/steptest"
 )
-
-// fakePool is the pool as a step sees it, over one plain file.
-type fakePool struct {
-	changed []string // why each Changed was called
-	sent    int64    // the last Report
-}
-
-func (p *fakePool) CheckName(j state.Job) (fs.FileInfo, error) { return os.Lstat(j.Path) }
-func (p *fakePool) UploadFile(j state.Job) (*step.File, fs.FileInfo, error) {
-	f, err := os.Open(j.Path)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !step.IsRecorded(fi, j) {
-		f.Close()
-		return nil, fi, nil
-	}
-	return &step.File{F: f, Info: fi, Want: j.SHA256, Size: j.Size}, nil, nil
-}
-func (p *fakePool) Changed(j state.Job, fi fs.FileInfo, why string) (state.Job, error) {
-	p.changed = append(p.changed, why)
-	if err := j.Reset(state.ResetChanged, time.Now()); err != nil {
-		return j, err
-	}
-	j.Size, j.ModTime = fi.Size(), fi.ModTime()
-	return j, nil
-}
-func (p *fakePool) Commit(_ context.Context, j state.Job, _ state.Stage) (state.Job, error) {
-	return j, nil
-}
-func (p *fakePool) Hook(string, state.Job) error { return nil }
-func (p *fakePool) UntilDrain(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithCancel(ctx)
-}
-func (p *fakePool) Report(_ state.Job, sent, _ int64) { p.sent = sent }
-func (p *fakePool) EndReport(uint64)                  {}
 
 type legacyEnv struct {
 	sim  *apisim.Server
-	pool *fakePool
-	env  *step.Env
+	pool *steptest.Pool
 	hold bool
 	p    *Protocol
 	t    *pace.Caller
@@ -72,61 +23,19 @@ type legacyEnv struct {
 
 func newLegacyEnv(t *testing.T) *legacyEnv {
 	t.Helper()
-	sim, err := apisim.New(apisim.Options{ProcessingDelay: time.Millisecond,
-		Limits: map[apisim.Class]int{apisim.ClassNormal: 100000, apisim.ClassStrict: 100000, apisim.ClassAssets: 100000}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	c, err := api.NewClient(api.ClientOptions{BaseURL: sim.URL(), Token: sim.Token(), RootCAs: sim.CertPool(), Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &legacyEnv{sim: sim, pool: &fakePool{}}
-	e.env = &step.Env{Pool: e.pool, Client: c, Log: zerolog.Nop(), Now: time.Now, Policy: state.Policy{},
-		Timing: step.Timing{URLMaxAge: time.Hour, PollInterval: time.Millisecond, PollMaxInterval: time.Millisecond, PollTimeout: time.Minute}}
-	e.p = New(e.env, func() bool { return e.hold })
+	sim, c := steptest.Sim(t, apisim.Options{})
+	e := &legacyEnv{sim: sim, pool: &steptest.Pool{}}
+	e.p = New(steptest.Env(c, e.pool), func() bool { return e.hold })
 	e.t = c.Pacer().Caller(1, time.Second)
 	return e
 }
 
-// readyJob writes a small PLY and returns its job in stage ready.
-func readyJob(t *testing.T) state.Job {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString("ply\nformat binary_little_endian 1.0\nelement vertex 1\nproperty float x\nproperty float y\nproperty float z\nend_header\n")
-	b.WriteString(strings.Repeat("\x00", 12))
-	path := filepath.Join(t.TempDir(), "scene.ply")
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte(b.String()))
-	return state.Job{ID: 1, Stage: state.Ready, File: state.File{Path: path, Size: fi.Size(), ModTime: fi.ModTime(),
-		SHA256: hex.EncodeToString(sum[:]), Kind: "ply"}, Params: state.PublishParams{Title: "scene"}}
-}
-
-// run steps j until it reaches stage `until` or a step fails.
 func (e *legacyEnv) run(t *testing.T, j state.Job, until state.Stage) (state.Job, []state.Stage, error) {
 	t.Helper()
-	var seen []state.Stage
-	for range 50 {
-		if j.Stage == until {
-			return j, seen, nil
-		}
-		next, err := e.p.Step(context.Background(), e.t, j)
-		if err != nil {
-			return next, seen, err
-		}
-		j = next
-		seen = append(seen, j.Stage)
-	}
-	t.Fatalf("job still in %s after 50 steps", j.Stage)
-	return j, seen, nil
+	return steptest.Run(t, e.p, e.t, j, until)
 }
+
+func readyJob(t *testing.T) state.Job { return steptest.ReadyJob(t, 0) }
 
 // TestStepsReadyToDone: the steps take a job from ready to done through
 // each legacy stage once, with one request of each route.
@@ -153,8 +62,8 @@ func TestStepsReadyToDone(t *testing.T) {
 		t.Errorf("requests: %d signs, %d publishes, %d PUTs; want one each",
 			st.Total(apisim.RouteSignedURL), st.Total(apisim.RoutePublish), st.Total(apisim.RouteStoragePut))
 	}
-	if e.pool.sent != j.Size {
-		t.Errorf("progress reported %d of %d bytes", e.pool.sent, j.Size)
+	if e.pool.Sent() != j.Size {
+		t.Errorf("progress reported %d of %d bytes", e.pool.Sent(), j.Size)
 	}
 }
 
@@ -224,7 +133,7 @@ func TestChangedFileIsNotPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next.Stage != state.Queued || len(e.pool.changed) != 1 || e.sim.Stats().Total(apisim.RoutePublish) != 0 {
-		t.Errorf("stage %s, changed %q, %d publishes; want queued, one change, no publish", next.Stage, e.pool.changed, e.sim.Stats().Total(apisim.RoutePublish))
+	if next.Stage != state.Queued || len(e.pool.Changes()) != 1 || e.sim.Stats().Total(apisim.RoutePublish) != 0 {
+		t.Errorf("stage %s, changed %q, %d publishes; want queued, one change, no publish", next.Stage, e.pool.Changes(), e.sim.Stats().Total(apisim.RoutePublish))
 	}
 }
