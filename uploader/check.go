@@ -120,7 +120,7 @@ func (p *Pool) hashOf(ctx, hctx context.Context, j state.Job, jf *step.File) (su
 	}
 	m := p.startCheck(j, CheckHashing, jf.Info.Size())
 	sum, err = jf.Hash(hctx, m)
-	m.stop()
+	m.Stop()
 	if err != nil {
 		return "", nil, step.Drained(ctx, hctx, err)
 	}

@@ -86,9 +86,9 @@ func (p *Pool) encodeSOG(ctx context.Context, j state.Job, jf *step.File, skippe
 	}
 	m := p.startCheck(j, CheckEncoding, j.Size) // the PLY's passes as the encoder reads them
 	_, err = boundedMemory(memory, func() (sog.Result, error) {
-		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.F, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.encoded})
+		return sog.TranscodeTo(ctx, io.NewSectionReader(jf.F, 0, j.Size), j.Size, path, sog.Options{Memory: memory, Progress: m.Encoded})
 	})
-	m.stop()
+	m.Stop()
 	<-p.encodeSlot
 	return encoded(ctx, j, jf, path, err)
 }
@@ -159,19 +159,6 @@ func encodeMemory(f *os.File, j state.Job) (int64, string) {
 		return memory, "" // the encoder reports what is wrong with it
 	}
 	return memory, EncodeTooLarge(info.Vertices, 3, memory)
-}
-
-// encoded is sog.Options.Progress for the meter: the bytes of the PLY's
-// passes read so far, over their total.
-func (m *checkMeter) encoded(done, total int64) {
-	m.pr.Size = total
-	m.done.Store(done)
-	if now := m.p.o.Now(); !now.Before(m.next) || done == total {
-		m.next = now.Add(rateSample)
-		pr := m.pr
-		pr.Sent = done
-		m.p.setProgressIn(m.p.checks, m.id, &pr, &m.done)
-	}
 }
 
 // dropEncoded removes a final job's encoding: it is made again if the job

@@ -13,6 +13,7 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/fleet"
 	"github.com/splatd/splatd/uploader/health"
+	"github.com/splatd/splatd/uploader/meter"
 	"github.com/splatd/splatd/uploader/step"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -26,9 +27,7 @@ type Pool struct {
 	log    zerolog.Logger
 	wake   chan struct{}
 
-	progMu   sync.Mutex
-	progress map[uint64]*progressEntry // running uploads (progress.go)
-	checks   map[uint64]*progressEntry // running hashes, bundles, encodings (progress.go)
+	meters *meter.Board // running uploads and the checks' hashes, bundles, encodings
 
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
@@ -72,8 +71,7 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		log:        o.Logger.With().Str("component", "worker").Logger(),
 		wake:       make(chan struct{}, o.Workers),
 		encodeSlot: make(chan struct{}, 1),
-		progress:   make(map[uint64]*progressEntry),
-		checks:     make(map[uint64]*progressEntry),
+		meters:     meter.New(o.Now),
 		running:    make(map[uint64]context.CancelCauseFunc),
 		drainCh:    make(chan struct{}),
 	}

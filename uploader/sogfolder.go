@@ -75,7 +75,7 @@ func (p *Pool) stepCheckFolder(ctx context.Context, j state.Job) (state.Job, err
 	defer stop()
 	m := p.startCheck(j, CheckBundling, f.Size)
 	sum, fi, err := buildBundle(bctx, f, p.bundlePath(j.Path), m)
-	m.stop()
+	m.Stop()
 	if err != nil {
 		if errors.Is(context.Cause(bctx), step.ErrDrained) && ctx.Err() == nil {
 			return j, step.ErrDrained
@@ -144,7 +144,7 @@ func (p *Pool) dropBundle(j state.Job) {
 // file renamed into place), dated with the folder's newest file so that the
 // same folder gives the same bytes, size and time, and returns its sha256,
 // hashed as it is written, and its stat; what is written also goes to also
-// (nil: nowhere), a checkMeter. When ctx ends, the build stops within a MiB
+// (nil: nowhere), a Meter. When ctx ends, the build stops within a MiB
 // and the temporary file is removed.
 func buildBundle(ctx context.Context, f splatfile.SOGFolder, dst string, also io.Writer) (string, os.FileInfo, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
