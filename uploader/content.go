@@ -22,7 +22,7 @@ func newContent(p *Pool) *content.Source {
 		Log:         p.log,
 		Settle:      p.o.Timing.Settle,
 		UntilDrain:  p.untilDrain,
-		Meter:       func(j state.Job, step string, size int64) content.Meter { return meter{p.startCheck(j, step, size)} },
+		Meter:       func(j state.Job, step string, size int64) content.Meter { return p.startCheck(j, step, size) },
 		EncodeDir:   encodeDir,
 		BundleDir:   bundleDir,
 		MemoryLimit: func() int64 { return memoryLimit() },
@@ -32,25 +32,6 @@ func newContent(p *Pool) *content.Source {
 // memoryLimit is the process's memory limit (GOMEMLIMIT, or
 // math.MaxInt64 when none is set); a variable for tests.
 var memoryLimit = func() int64 { return debug.SetMemoryLimit(-1) }
-
-// meter is a checkMeter as content.Meter.
-type meter struct{ *checkMeter }
-
-func (m meter) Encoded(done, total int64) { m.encoded(done, total) }
-func (m meter) Stop()                     { m.stop() }
-
-// encoded is sog.Options.Progress for the meter: the bytes of the PLY's
-// passes read so far, over their total.
-func (m *checkMeter) encoded(done, total int64) {
-	m.pr.Size = total
-	m.done.Store(done)
-	if now := m.p.o.Now(); !now.Before(m.next) || done == total {
-		m.next = now.Add(rateSample)
-		pr := m.pr
-		pr.Sent = done
-		m.p.setProgressIn(m.p.checks, m.id, &pr, &m.done)
-	}
-}
 
 // OneShotSource is what `splatd publish` sends of one path (content.OneShot).
 type OneShotSource = content.OneShot

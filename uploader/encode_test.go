@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
@@ -142,22 +141,4 @@ func TestPublishEncodeTooLargeUploadsOriginal(t *testing.T) {
 			t.Errorf("%s: server's object %s, want the PLY's %s", tc.name, sp[0].ObjectSHA256, j.SHA256)
 		}
 	}
-}
-
-// TestEncodeProgressOverPasses: the encoder's progress (sog.Options.Progress)
-// shows on the job's check as the bytes of all its passes over their
-// total, with a rate once time passes, as a hash's does.
-func TestEncodeProgressOverPasses(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_700_000_000, 0)
-	p := &Pool{o: PoolOptions{Now: func() time.Time { return now }}, checks: map[uint64]*progressEntry{}}
-	m := p.startCheck(state.Job{ID: 7, File: state.File{Path: "/x.ply"}}, CheckEncoding, 10)
-	m.encoded(0, 40) // four passes over a 10-byte PLY
-	now = now.Add(time.Second)
-	m.encoded(25, 40)
-	pr := p.CheckProgress()[7]
-	if pr.Step != CheckEncoding || pr.Sent != 25 || pr.Size != 40 || pr.Rate <= 0 || pr.ETA <= 0 {
-		t.Errorf("mid-encoding: %+v, want encoding, 25 of 40, a rate and an ETA", pr)
-	}
-	m.stop()
 }

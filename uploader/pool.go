@@ -13,6 +13,8 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/fleet"
+	"github.com/splatd/splatd/uploader/health"
+	"github.com/splatd/splatd/uploader/meter"
 	"github.com/splatd/splatd/uploader/step"
 )
 
@@ -25,9 +27,7 @@ type Pool struct {
 	log    zerolog.Logger
 	wake   chan struct{}
 
-	progMu   sync.Mutex
-	progress map[uint64]*progressEntry // running uploads (progress.go)
-	checks   map[uint64]*progressEntry // running hashes, bundles, encodings (progress.go)
+	meters *meter.Board // running uploads and the checks' hashes, bundles, encodings
 
 	runMu   sync.Mutex
 	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
@@ -35,14 +35,10 @@ type Pool struct {
 	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
 	drainCh  chan struct{} // closed when draining starts
 
-	store storeHealth // the job store while it fails (storehealth.go)
+	token *health.Token  // the 401 pause and its prober
+	cfg   *health.Config // a configuration error pauses the pool
+	store *health.Store  // the job store while it fails
 
-	authMu      sync.Mutex
-	authErr     error         // non-nil while the token is refused
-	authChanged chan struct{} // closed and replaced when authErr changes
-	kick        chan struct{} // ConfigChanged: the prober probes now
-
-	cfg     configState                     // a configuration error pauses the pool (configpause.go)
 	after   afterState                      // failed after-actions and their retries (afterstage.go)
 	publish atomic.Pointer[publishDefaults] // o.Files and o.OnUncertain, replaced by SetPublish
 
@@ -64,18 +60,18 @@ func NewPool(o PoolOptions) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{
-		o:           o,
-		policy:      policyOf(o.Timing),
-		after:       newAfterState(),
-		log:         o.Logger.With().Str("component", "worker").Logger(),
-		wake:        make(chan struct{}, o.Workers),
-		progress:    make(map[uint64]*progressEntry),
-		checks:      make(map[uint64]*progressEntry),
-		running:     make(map[uint64]context.CancelCauseFunc),
-		drainCh:     make(chan struct{}),
-		authChanged: make(chan struct{}),
-		kick:        make(chan struct{}, 1),
+		o:       o,
+		policy:  policyOf(o.Timing),
+		after:   newAfterState(),
+		log:     o.Logger.With().Str("component", "worker").Logger(),
+		wake:    make(chan struct{}, o.Workers),
+		meters:  meter.New(o.Now),
+		running: make(map[uint64]context.CancelCauseFunc),
+		drainCh: make(chan struct{}),
 	}
+	he := health.Env{Log: p.log, Now: o.Now, Policy: p.policy, Wake: p.Wake}
+	p.token = health.NewToken(he, o.Client, o.Protocol == ProtocolV1, o.Timing.ProbeAPI, o.Timing.TokenRecheck)
+	p.cfg, p.store = health.NewConfig(he, o.Observer.ConfigError), health.NewStore(he, o.Observer.StoreRecovered)
 	p.publish.Store(&publishDefaults{files: o.Files, onUncertain: o.OnUncertain})
 	p.newProtocols()
 	p.content = newContent(p)
@@ -131,7 +127,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	// workers and stop with them.
 	helpers, stopHelpers := context.WithCancel(work)
 	helpersDone := make(chan struct{}, 2)
-	go func() { _ = p.authProber(helpers); helpersDone <- struct{}{} }()
+	go func() { _ = p.token.Run(helpers); helpersDone <- struct{}{} }()
 	go func() { _ = p.afterLoop(helpers); helpersDone <- struct{}{} }()
 
 	g, gctx := errgroup.WithContext(work)
@@ -180,8 +176,18 @@ func (p *Pool) Wake() {
 
 // Paused returns the 401 error while the API refuses the token (all work
 // is paused and the token is probed with backoff), nil otherwise.
-func (p *Pool) Paused() error {
-	p.authMu.Lock()
-	defer p.authMu.Unlock()
-	return p.authErr
-}
+func (p *Pool) Paused() error { return p.token.Err() }
+
+// ConfigChanged says that what a pause may wait on changed (a new
+// api.ca_file, a new token): a configuration pause ends now, the token
+// prober probes now, and the waiting jobs are tried again at once.
+func (p *Pool) ConfigChanged() { p.cfg.Changed(); p.token.ProbeNow() }
+
+// ConfigError returns the configuration error that pauses the workers, its
+// kind (state.ConfigTLS, ConfigDNS, ConfigRefused) and since when; err is
+// nil when there is none.
+func (p *Pool) ConfigError() (err error, kind string, since time.Time) { return p.cfg.Err() }
+
+// StoreError returns the last store failure while the store keeps failing
+// (for /readyz), nil once a job was advanced again.
+func (p *Pool) StoreError() error { return p.store.Err() }

@@ -115,8 +115,8 @@ func (s stepPool) UntilDrain(ctx context.Context) (context.Context, context.Canc
 	return s.p.untilDrain(ctx)
 }
 func (s stepPool) Report(j state.Job, sent, size int64) {
-	s.p.setProgress(j.ID, &Progress{Path: j.Path, Sent: sent, Size: size})
+	s.p.meters.Upload(j.ID, &Progress{Path: j.Path, Sent: sent, Size: size})
 }
-func (s stepPool) EndReport(id uint64) { s.p.setProgress(id, nil) }
+func (s stepPool) EndReport(id uint64) { s.p.meters.Upload(id, nil) }
 
 var _ step.Pool = stepPool{}

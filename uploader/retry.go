@@ -19,7 +19,7 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 	case state.Stop:
 		return j, err
 	case state.PauseToken:
-		p.pause(err)
+		p.token.Pause(err)
 		p.log.Warn().Uint64("job", j.ID).Str("stage", string(j.Stage)).Err(err).Msg("API refused the token: pausing all workers")
 		return j, errWorkerPaused
 	case state.Fail:
@@ -31,9 +31,9 @@ func (p *Pool) onError(ctx context.Context, j state.Job, err error) (state.Job, 
 	case state.WaitConfig:
 		// Not the job's fault and not its attempt: the job shows why it
 		// waits (splatd jobs) and the whole pool pauses.
-		// The pause holds every worker back: the job is due when it ends,
-		// by itself or by ConfigChanged.
-		p.pauseConfig(d, err)
+		// The pause keeps every worker waiting: the job is due when it
+		// ends, by itself or by ConfigChanged.
+		p.cfg.Pause(d, err)
 		j.NextAttempt = now
 		j.LastError, j.LastStatus = fmt.Sprintf("waiting: configuration error (%s): %v", d.Kind, err), 0
 		return j, nil

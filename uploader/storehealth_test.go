@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -158,81 +157,4 @@ func TestWorkerStorePatienceGrowsOnAFullDisk(t *testing.T) {
 		t.Errorf("%d 'works again' lines, %d recoveries for %d refused commits; want one each", n, recoveries.Load(), len(waits))
 	}
 	e.checkOnce(path)
-}
-
-// TestWorkerStorePatience: the store patience's attempt number. A full
-// disk whose commits alternate (one fits in bbolt's free pages, the next
-// does not) keeps it growing across the recoveries; a store that then
-// works for the patience's cap starts over at the first wait; a claim
-// answered ends an episode of failed claims only.
-func TestWorkerStorePatience(t *testing.T) {
-	t.Parallel()
-	e := newWorkerEnv(t, apisim.Options{})
-	o := e.options(1)
-	o.Timing.Patience[state.ProfileStore] = state.Patience{Backoff: state.Backoff{Base: time.Millisecond, Cap: 8 * time.Millisecond, Jitter: state.NoJitter}}
-	var logs lockedBuffer
-	o.Logger = zerolog.New(&logs)
-	var skew atomic.Int64 // the test's clock runs ahead by skew
-	o.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	var recoveries atomic.Int32
-	o.Observer = onRecovered{f: func() { recoveries.Add(1) }}
-	p, err := NewPool(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	write, read := errors.New("no space left on device"), errors.New("input/output error")
-	steps := []struct {
-		do        string // "write", "read": a failure; "claim", "commit": a success; "cap": the clock moves by the cap
-		wantWait  time.Duration
-		wantError bool // StoreError set after the step
-		wantRec   int32
-	}{
-		{do: "write", wantWait: time.Millisecond, wantError: true},
-		{do: "claim", wantError: true}, // a claim answered is no recovery of a write
-		{do: "commit", wantRec: 1},
-		{do: "write", wantWait: 2 * time.Millisecond, wantError: true, wantRec: 1}, // a false recovery
-		{do: "commit", wantRec: 2},
-		{do: "write", wantWait: 4 * time.Millisecond, wantError: true, wantRec: 2},
-		{do: "write", wantWait: 8 * time.Millisecond, wantError: true, wantRec: 2},
-		{do: "write", wantWait: 8 * time.Millisecond, wantError: true, wantRec: 2}, // the cap
-		{do: "commit", wantRec: 3},
-		{do: "cap", wantRec: 3}, // the store works for the cap
-		{do: "read", wantWait: time.Millisecond, wantError: true, wantRec: 3},
-		{do: "claim", wantRec: 4}, // the failed read works again
-	}
-	for i, s := range steps {
-		before := strings.Count(logs.String(), "job store failed")
-		switch s.do {
-		case "write":
-			p.storeTrouble(ctx, fmt.Errorf("commit: %w", write), true)
-		case "read":
-			p.storeTrouble(ctx, fmt.Errorf("claim: %w", read), false)
-		case "claim":
-			p.storeAnswered()
-		case "commit":
-			p.storeAdvanced()
-		case "cap":
-			skew.Add(int64(8 * time.Millisecond))
-		}
-		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-		if s.wantWait > 0 {
-			if n := strings.Count(logs.String(), "job store failed"); n != before+1 {
-				t.Fatalf("step %d (%s): %d failure lines, want 1", i, s.do, n-before)
-			}
-			want := fmt.Sprintf(`"retry_in_s":%v`, s.wantWait.Seconds())
-			if last := lines[len(lines)-1]; !strings.Contains(last, want) {
-				t.Errorf("step %d (%s): %s; want %s", i, s.do, last, want)
-			}
-		}
-		if got := p.StoreError() != nil; got != s.wantError {
-			t.Errorf("step %d (%s): StoreError set %v, want %v", i, s.do, got, s.wantError)
-		}
-		if n := recoveries.Load(); n != s.wantRec {
-			t.Errorf("step %d (%s): %d recoveries, want %d", i, s.do, n, s.wantRec)
-		}
-	}
-	if n := strings.Count(logs.String(), "job store works again"); n != int(recoveries.Load()) {
-		t.Errorf("%d 'works again' lines for %d recoveries", n, recoveries.Load())
-	}
 }

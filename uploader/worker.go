@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/uploader/health"
 	"github.com/splatd/splatd/uploader/pace"
 	"github.com/splatd/splatd/uploader/step"
 )
@@ -21,7 +22,7 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 		if p.draining.Load() {
 			return nil // claim nothing new
 		}
-		if ch := p.pausedChan(); ch != nil {
+		if ch := health.Until(p.token, p.cfg); ch != nil {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -32,12 +33,12 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 		}
 		j, ok, err := p.o.Store.Claim(p.o.Now())
 		if err != nil {
-			if !p.storeTrouble(ctx, fmt.Errorf("claim: %w", err), false) {
+			if !p.store.Failed(ctx, fmt.Errorf("claim: %w", err), false) {
 				return ctx.Err()
 			}
 			continue
 		}
-		p.storeAnswered()
+		p.store.Answered()
 		if !ok {
 			p.idle(ctx)
 			continue
@@ -54,7 +55,7 @@ func (p *Pool) worker(ctx context.Context, n int) error {
 			// job stays at its last committed stage; the side effect is
 			// redone when the store works again. Stopping the daemon would
 			// only trade this for a restart loop.
-			if !p.storeTrouble(ctx, err, true) {
+			if !p.store.Failed(ctx, err, true) {
 				return ctx.Err()
 			}
 		}
@@ -131,7 +132,7 @@ func (p *Pool) runJob(ctx context.Context, j state.Job) error {
 			return err
 		}
 		j = next
-		if j.Stage.Final() || j.NextAttempt.After(p.o.Now()) || p.pausedChan() != nil {
+		if j.Stage.Final() || j.NextAttempt.After(p.o.Now()) || health.Until(p.token, p.cfg) != nil {
 			return nil
 		}
 		// Draining stops after the current step, except between a fresh
@@ -167,7 +168,7 @@ func (p *Pool) advance(ctx context.Context, t *pace.Caller, j state.Job) (state.
 		return j, errAborted // the operator's change stands; nothing to commit
 	}
 	if err == nil {
-		p.configCleared(from)
+		p.cfg.Worked(from)
 	}
 	if isParked && ctx.Err() == nil {
 		next, err = p.park(next, parked.Delay), nil // the request was not sent (ratepark.go)
@@ -210,12 +211,12 @@ func (p *Pool) commit(ctx context.Context, next state.Job, from state.Stage) (st
 		var te *state.TransitionError
 		if err == nil || errors.Is(err, state.ErrStale) || errors.As(err, &te) {
 			if err == nil {
-				p.storeAdvanced()
+				p.store.Advanced()
 				p.content.DropBundle(stored)
 			}
 			return stored, err
 		}
-		if !p.storeTrouble(ctx, fmt.Errorf("commit job %d %s→%s: %w", next.ID, from, next.Stage, err), true) {
+		if !p.store.Failed(ctx, fmt.Errorf("commit job %d %s→%s: %w", next.ID, from, next.Stage, err), true) {
 			return state.Job{}, err
 		}
 	}
