@@ -68,55 +68,71 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 	if a.Path == "" || a.SHA256 == "" {
 		return state.Job{}, errors.New("adopt: empty path or sha256")
 	}
-	paths := tx.Bucket(bucketPaths)
-	var pe pathEntry
-	found, err := getJSON(paths, []byte(a.Path), &pe)
-	if err != nil {
+	if ok, err := s.adoptable(tx, a); !ok || err != nil {
 		return state.Job{}, err
-	}
-	if found {
-		if pe.Size == a.Size && pe.MTime == a.ModTime.UnixNano() {
-			return state.Job{}, nil // known as it is
-		}
-		old, err := getJob(tx, pe.Job)
-		if err != nil && !errors.Is(err, ErrNotFound) && !s.skip(err) {
-			return state.Job{}, err
-		}
-		if err == nil && !old.Stage.Final() {
-			return state.Job{}, nil // its worker is at it
-		}
 	}
 	id, err := tx.Bucket(bucketJobs).NextSequence()
 	if err != nil {
 		return state.Job{}, err
 	}
-	completed := cmp.Or(a.CompletedAt, &now)
-	j := state.Job{
-		ID: id, File: state.File{Path: a.Path, Root: a.Root, Size: a.Size, ModTime: a.ModTime, SHA256: a.SHA256},
-		Stage: state.Done, NextAttempt: now, CreatedAt: now, UpdatedAt: now, StageSince: now,
-		Params: state.PublishParams{Title: a.Title, Format: a.Format},
-		Splat: state.Splat{
-			SplatID: a.SplatID, SplatHash: a.SplatHash, ViewerURL: a.URL,
-			TaskStatus: "adopted", TaskMessage: fmt.Sprintf("adopted from its receipt %s: published before, not published again", a.Receipt),
-			PublishedAt: a.PublishedAt, CompletedAt: completed,
-		},
-		Publication: state.Publication{Adopted: true},
-		After:       state.After{Finalized: true},
-	}
+	j := adoptedJob(id, a, now)
 	if err := putJob(tx, j); err != nil {
 		return state.Job{}, err
 	}
 	if err := index(tx, j, true); err != nil {
 		return state.Job{}, err
 	}
-	if err := putJSON(paths, []byte(a.Path), pathEntry{V: 1, Job: id, Size: a.Size, MTime: a.ModTime.UnixNano()}); err != nil {
+	if err := putJSON(tx.Bucket(bucketPaths), []byte(a.Path), pathEntry{V: 1, Job: id, Size: a.Size, MTime: a.ModTime.UnixNano()}); err != nil {
 		return state.Job{}, err
 	}
+	if err := s.adoptContent(tx, a.SHA256, id); err != nil {
+		return state.Job{}, err
+	}
+	return j, nil
+}
+
+// adoptable reports whether a's path is free for an adopted job: unknown,
+// known in another version, or its job final.
+func (s *Store) adoptable(tx *bolt.Tx, a Adoption) (bool, error) {
+	var pe pathEntry
+	found, err := getJSON(tx.Bucket(bucketPaths), []byte(a.Path), &pe)
+	if err != nil || !found {
+		return err == nil, err
+	}
+	if pe.Size == a.Size && pe.MTime == a.ModTime.UnixNano() {
+		return false, nil // known as it is
+	}
+	old, err := getJob(tx, pe.Job)
+	if err != nil && !errors.Is(err, ErrNotFound) && !s.skip(err) {
+		return false, err
+	}
+	return err != nil || old.Stage.Final(), nil // a live job's worker is at it
+}
+
+// adoptedJob is the done job a receipt stands for.
+func adoptedJob(id uint64, a Adoption, now time.Time) state.Job {
+	return state.Job{
+		ID: id, File: state.File{Path: a.Path, Root: a.Root, Size: a.Size, ModTime: a.ModTime, SHA256: a.SHA256},
+		Stage: state.Done, NextAttempt: now, CreatedAt: now, UpdatedAt: now, StageSince: now,
+		Params: state.PublishParams{Title: a.Title, Format: a.Format},
+		Splat: state.Splat{
+			SplatID: a.SplatID, SplatHash: a.SplatHash, ViewerURL: a.URL,
+			TaskStatus: "adopted", TaskMessage: fmt.Sprintf("adopted from its receipt %s: published before, not published again", a.Receipt),
+			PublishedAt: a.PublishedAt, CompletedAt: cmp.Or(a.CompletedAt, &now),
+		},
+		Publication: state.Publication{Adopted: true},
+		After:       state.After{Finalized: true},
+	}
+}
+
+// adoptContent makes job id the owner of its content unless a live job
+// that published it owns it already.
+func (s *Store) adoptContent(tx *bolt.Tx, sha256 string, id uint64) error {
 	shas := tx.Bucket(bucketSHA)
 	var he hashEntry
-	ok, err := getJSON(shas, []byte(a.SHA256), &he)
+	ok, err := getJSON(shas, []byte(sha256), &he)
 	if err != nil {
-		return state.Job{}, err
+		return err
 	}
 	take := !ok
 	if ok && !he.Pruned {
@@ -125,17 +141,15 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 		case errors.Is(err, ErrNotFound) || s.skip(err):
 			take = true
 		case err != nil:
-			return state.Job{}, err
+			return err
 		default:
-			take = owner.Stage == state.Failed || owner.SHA256 != a.SHA256
+			take = owner.Stage == state.Failed || owner.SHA256 != sha256
 		}
 	}
-	if take {
-		if err := putJSON(shas, []byte(a.SHA256), hashEntry{V: 1, Job: id, Gen: he.Gen}); err != nil {
-			return state.Job{}, err
-		}
+	if !take {
+		return nil
 	}
-	return j, nil
+	return putJSON(shas, []byte(sha256), hashEntry{V: 1, Job: id, Gen: he.Gen})
 }
 
 // RecordAfterError records that final job id's after-action failed: which

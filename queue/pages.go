@@ -386,54 +386,11 @@ func (w *walker) leaf(path []string, where string, p []byte, depth int, lo, hi [
 // freelist checks the freelist page against the pages the walk reached:
 // every page below the high-water mark is either used once or free.
 func (w *walker) freelist() {
+	free, ok := w.freePages()
+	if !ok || len(w.shallow) > 0 {
+		return // unreadable, or the leaves' overflow pages were not read
+	}
 	m := w.pf.meta
-	free := map[uint64]bool{}
-	if m.freelist != noFreelist {
-		p, err := w.pf.page(m.freelist)
-		switch {
-		case err != nil:
-			w.probs.add("the freelist: %v", err)
-			return
-		case flags(p) != flagFreelist:
-			w.probs.add("the freelist page %d is not a freelist (flags %#x): zeroed or overwritten", m.freelist, flags(p))
-			return
-		}
-		for i := 0; i <= overflowOf(p); i++ {
-			if by, seen := w.reached[m.freelist+uint64(i)]; seen {
-				w.probs.add("freelist page %d is also used by bucket %s", m.freelist+uint64(i), by)
-			}
-			w.reached[m.freelist+uint64(i)] = "freelist"
-		}
-		idx, n := uint64(0), uint64(elements(p))
-		if n == 0xFFFF {
-			if !inRange(p, pageHeaderSize, 8) {
-				w.probs.add("the freelist page %d is garbled", m.freelist)
-				return
-			}
-			idx, n = 1, native.Uint64(p[pageHeaderSize:])
-		}
-		if n > uint64(len(p))/8 || !inRange(p, pageHeaderSize+idx*8, n*8) {
-			w.probs.add("the freelist page %d counts %d free pages, more than it holds", m.freelist, n)
-			return
-		}
-		for i := range n {
-			id := native.Uint64(p[pageHeaderSize+(idx+i)*8:])
-			switch {
-			case id < 2 || id >= m.hwm:
-				w.probs.add("the freelist names page %d, outside the file's %d pages", id, m.hwm)
-				return
-			case free[id]:
-				w.probs.add("the freelist names page %d twice", id)
-			}
-			free[id] = true
-			if by, used := w.reached[id]; used {
-				w.probs.add("page %d is free and used by %s at once", id, by)
-			}
-		}
-	}
-	if len(w.shallow) > 0 {
-		return // the leaves' overflow pages were not read
-	}
 	lost, first := 0, uint64(0)
 	for id := uint64(2); id < m.hwm; id++ {
 		if _, used := w.reached[id]; !used && !free[id] {
@@ -446,4 +403,56 @@ func (w *walker) freelist() {
 	if lost > 0 {
 		w.probs.add("%d pages are neither used nor free (the first: page %d)", lost, first)
 	}
+}
+
+// freePages reads the freelist page into the set of free page ids, noting
+// its problems; false when it cannot be read whole.
+func (w *walker) freePages() (map[uint64]bool, bool) {
+	m := w.pf.meta
+	free := map[uint64]bool{}
+	if m.freelist == noFreelist {
+		return free, true
+	}
+	p, err := w.pf.page(m.freelist)
+	switch {
+	case err != nil:
+		w.probs.add("the freelist: %v", err)
+		return nil, false
+	case flags(p) != flagFreelist:
+		w.probs.add("the freelist page %d is not a freelist (flags %#x): zeroed or overwritten", m.freelist, flags(p))
+		return nil, false
+	}
+	for i := 0; i <= overflowOf(p); i++ {
+		if by, seen := w.reached[m.freelist+uint64(i)]; seen {
+			w.probs.add("freelist page %d is also used by bucket %s", m.freelist+uint64(i), by)
+		}
+		w.reached[m.freelist+uint64(i)] = "freelist"
+	}
+	idx, n := uint64(0), uint64(elements(p))
+	if n == 0xFFFF {
+		if !inRange(p, pageHeaderSize, 8) {
+			w.probs.add("the freelist page %d is garbled", m.freelist)
+			return nil, false
+		}
+		idx, n = 1, native.Uint64(p[pageHeaderSize:])
+	}
+	if n > uint64(len(p))/8 || !inRange(p, pageHeaderSize+idx*8, n*8) {
+		w.probs.add("the freelist page %d counts %d free pages, more than it holds", m.freelist, n)
+		return nil, false
+	}
+	for i := range n {
+		id := native.Uint64(p[pageHeaderSize+(idx+i)*8:])
+		switch {
+		case id < 2 || id >= m.hwm:
+			w.probs.add("the freelist names page %d, outside the file's %d pages", id, m.hwm)
+			return nil, false
+		case free[id]:
+			w.probs.add("the freelist names page %d twice", id)
+		}
+		free[id] = true
+		if by, used := w.reached[id]; used {
+			w.probs.add("page %d is free and used by %s at once", id, by)
+		}
+	}
+	return free, true
 }

@@ -244,59 +244,14 @@ func Open(dir string, o Options) (*Store, error) {
 func (s *Store) init() error {
 	var uncertain, moved int
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketJobs, bucketDue, bucketStages, bucketFinished, bucketSHA, bucketPaths} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return fmt.Errorf("create bucket %s: %w", name, err)
-			}
+		if err := s.layout(tx); err != nil {
+			return err
 		}
-		st := tx.Bucket(bucketStages)
-		for _, stg := range state.Stages {
-			if _, err := st.CreateBucketIfNotExists([]byte(stg)); err != nil {
-				return fmt.Errorf("create bucket stages/%s: %w", stg, err)
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		// A file without a version record is new: its buckets were just
-		// created, and upgrading it from 0 counts nothing.
-		var version uint64
-		if v := meta.Get(keySchema); v != nil {
-			if len(v) != 8 {
-				return fmt.Errorf("state file %s: bad schema version record", s.dir)
-			}
-			version = binary.BigEndian.Uint64(v)
-			if version > SchemaVersion {
-				return fmt.Errorf("state file in %s has schema version %d, newer than this splatd's %d: use a newer splatd", s.dir, version, SchemaVersion)
-			}
-		}
-		if version < SchemaVersion {
-			if err := s.upgrade(tx, version); err != nil {
-				return err
-			}
-		}
-		// Recovery: mark publish intents whose outcome is unknown. Collect
-		// first, write after: never modify a bucket under a live cursor.
 		now := s.o.Now()
-		for _, id := range stageIDs(tx, state.Publishing) {
-			j, err := getJob(tx, id)
-			if s.skip(err) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			// Under v1 a complete whose answer was lost is simply sent
-			// again: nothing is uncertain.
-			if j.Uncertain || j.Protocol == state.ProtocolV1 {
-				continue
-			}
-			j.Uncertain = true
-			j.UpdatedAt = now
-			if err := putJob(tx, j); err != nil {
-				return err
-			}
-			uncertain++
-		}
 		var err error
+		if uncertain, err = s.markUncertain(tx, now); err != nil {
+			return err
+		}
 		moved, err = capWaitsTx(tx, now, 0, s.skip)
 		return err
 	})
@@ -310,6 +265,64 @@ func (s *Store) init() error {
 		s.log.Warn().Int("jobs", uncertain).Msg("found publish calls with unknown outcome")
 	}
 	return nil
+}
+
+// layout creates the bucket tree and upgrades its schema to SchemaVersion.
+func (s *Store) layout(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketMeta, bucketJobs, bucketDue, bucketStages, bucketFinished, bucketSHA, bucketPaths} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	st := tx.Bucket(bucketStages)
+	for _, stg := range state.Stages {
+		if _, err := st.CreateBucketIfNotExists([]byte(stg)); err != nil {
+			return fmt.Errorf("create bucket stages/%s: %w", stg, err)
+		}
+	}
+	// A file without a version record is new: its buckets were just
+	// created, and upgrading it from 0 counts nothing.
+	var version uint64
+	if v := tx.Bucket(bucketMeta).Get(keySchema); v != nil {
+		if len(v) != 8 {
+			return fmt.Errorf("state file %s: bad schema version record", s.dir)
+		}
+		version = binary.BigEndian.Uint64(v)
+		if version > SchemaVersion {
+			return fmt.Errorf("state file in %s has schema version %d, newer than this splatd's %d: use a newer splatd", s.dir, version, SchemaVersion)
+		}
+	}
+	if version < SchemaVersion {
+		return s.upgrade(tx, version)
+	}
+	return nil
+}
+
+// markUncertain marks the legacy publish intents found at open, whose
+// outcome is unknown, and returns how many it marked. Under v1 a complete
+// whose answer was lost is simply sent again: nothing is uncertain.
+func (s *Store) markUncertain(tx *bolt.Tx, now time.Time) (int, error) {
+	n := 0
+	// Collect first, write after: never modify a bucket under a live cursor.
+	for _, id := range stageIDs(tx, state.Publishing) {
+		j, err := getJob(tx, id)
+		if s.skip(err) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if j.Uncertain || j.Protocol == state.ProtocolV1 {
+			continue
+		}
+		j.Uncertain = true
+		j.UpdatedAt = now
+		if err := putJob(tx, j); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // Fresh says why Open started an empty store (no state file, or an empty
