@@ -273,19 +273,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer workers.stop()
 
 	// Intake: the watcher reports finished files, the enqueuer records them.
-	intake := newStage(ctx, fail)
+	intake := d.startIntake(ctx, fail)
 	defer intake.stop()
-	cands := make(chan watcher.Candidate, 256)
-	intake.start("watcher", func(ctx context.Context) error { return d.watch.Run(ctx, cands) })
-	intake.start("enqueue", func(ctx context.Context) error { d.enqueue(ctx, cands); return nil })
-	intake.start("store probe", func(ctx context.Context) error { d.probeStore(ctx); return nil })
-	go func() {
-		select {
-		case err := <-d.damaged:
-			fail(err)
-		case <-ctx.Done():
-		}
-	}()
 
 	d.announceStarted()
 
@@ -348,6 +337,24 @@ func (d *Daemon) startWorkers(ctx context.Context, fail context.CancelCauseFunc)
 		return nil
 	})
 	return workers
+}
+
+// startIntake starts the watcher, the enqueuer and the store probe; a
+// damaged store found by any of them ends Run.
+func (d *Daemon) startIntake(ctx context.Context, fail context.CancelCauseFunc) *stage {
+	intake := newStage(ctx, fail)
+	cands := make(chan watcher.Candidate, 256)
+	intake.start("watcher", func(ctx context.Context) error { return d.watch.Run(ctx, cands) })
+	intake.start("enqueue", func(ctx context.Context) error { d.enqueue(ctx, cands); return nil })
+	intake.start("store probe", func(ctx context.Context) error { d.probeStore(ctx); return nil })
+	go func() {
+		select {
+		case err := <-d.damaged:
+			fail(err)
+		case <-ctx.Done():
+		}
+	}()
+	return intake
 }
 
 // stage is one step of the shutdown order: components that run under one
