@@ -30,7 +30,7 @@ type Pool struct {
 	meters *meter.Board // running uploads and the checks' hashes, bundles, encodings
 
 	runMu   sync.Mutex
-	running map[uint64]context.CancelCauseFunc // the jobs workers hold now, by id (Abort)
+	running map[uint64]context.CancelCauseFunc // the jobs workers run now, by id (Abort)
 
 	draining atomic.Bool   // Run's ctx ended: finish the current step, start no other
 	drainCh  chan struct{} // closed when draining starts

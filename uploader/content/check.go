@@ -29,7 +29,7 @@ func (s *Source) Check(ctx context.Context, j state.Job) (state.Job, error) {
 	if next, parked := s.env.Fleet.Starting(j); parked {
 		return next, nil
 	}
-	s.held.drop(j.ID)
+	s.open.drop(j.ID)
 	jf, err := s.openJob(j)
 	if err != nil {
 		if next, ok, perr := s.env.Fleet.Gone(j, err); ok || perr != nil {
@@ -47,7 +47,7 @@ func (s *Source) Check(ctx context.Context, j state.Job) (state.Job, error) {
 		return s.Changed(j, jf.Info, "file changed since it was seen; waiting until it settles")
 	}
 	// The watcher judged the size when it found the file; one that grew
-	// since (a sparse terabyte written over it) is held to the bounds here.
+	// since (a sparse terabyte written over it) is checked against the bounds here.
 	lo, hi := s.bounds(j.Root)
 	if why := FileOutsideBounds(j.Path, jf.Info.Size(), lo, hi); why != "" {
 		return j, &step.FileError{Err: errors.New(why)}
@@ -131,6 +131,6 @@ func (s *Source) readyChecked(ctx, hctx context.Context, j state.Job, jf *step.F
 	j.SHA256, j.Kind, j.Params = sum, string(kind), params
 	j.Dev, j.Ino = id.Dev, id.Ino
 	j.NextAttempt, j.LastError, j.LastStatus = now, "", 0
-	s.held.put(j.ID, jf) // UploadFile sets what the upload must read from the job
+	s.open.put(j.ID, jf) // UploadFile sets what the upload must read from the job
 	return j, true, nil
 }

@@ -81,7 +81,7 @@ type Env struct {
 // Source checks, opens and encodes the pool's jobs' content.
 type Source struct {
 	env        Env
-	held       openFiles     // each job's descriptor from its hash to its upload
+	open       openFiles     // each job's descriptor from its hash to its upload
 	encodeSlot chan struct{} // one publish.encode at a time
 }
 
@@ -94,10 +94,10 @@ func New(env Env) *Source {
 }
 
 // Drop closes job id's kept descriptor, if any (a job no longer to upload).
-func (s *Source) Drop(id uint64) { s.held.drop(id) }
+func (s *Source) Drop(id uint64) { s.open.drop(id) }
 
 // Close closes every kept descriptor (the pool stops).
-func (s *Source) Close() { s.held.closeAll() }
+func (s *Source) Close() { s.open.closeAll() }
 
 // Changed returns j back in Queued with the file's new size and mtime, to
 // be checked and hashed again once it has settled. Everything derived from

@@ -185,7 +185,7 @@ func fileSHA256(ctx context.Context, path string) (string, int64, error) {
 }
 
 // TranscodeBounded encodes the PLY at src as a SOG at dst within memory
-// bytes (EncodeMemory), with the garbage collector held to it, and returns
+// bytes (EncodeMemory), with the garbage collector bound to it, and returns
 // the memory to the system afterwards.
 // A scene that needs more (EncodeTooLarge) is not encoded: the error says
 // why.

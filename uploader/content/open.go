@@ -133,7 +133,7 @@ func (h *openFiles) closeAll() {
 // is no longer the one hashed (the caller sends the job back); then no
 // file is returned.
 func (s *Source) UploadFile(j state.Job) (jf *step.File, changed fs.FileInfo, err error) {
-	jf = s.held.take(j.ID)
+	jf = s.open.take(j.ID)
 	if jf == nil {
 		if jf, err = s.openJob(j); err != nil {
 			return nil, nil, err
