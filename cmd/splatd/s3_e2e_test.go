@@ -349,17 +349,17 @@ func TestS3V1ResumeAfterKill(t *testing.T) {
 	e := w.env("v1")
 	big := filepath.Join(e.inbox, "big.ply")
 	size := writeBigPLY(t, filepath.Join(e.dir, "staged.ply"), 8*apisim.MinS3PartSize-1000)
-	w.proxy.HoldAfter(3)
+	w.proxy.StallAfter(3)
 	d := startDaemon(t, e.cfgPath)
 	d.waitStarted()
 	if err := os.Rename(filepath.Join(e.dir, "staged.ply"), big); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "3 parts stored and the next held", func() bool {
-		return okParts(w.proxy.PresignedPUTs()) == 3 && w.proxy.Held() > 0
+		return okParts(w.proxy.PresignedPUTs()) == 3 && w.proxy.Stalled() > 0
 	})
 	d.kill()
-	w.proxy.DropHeld() // what the dead daemon was sending never reaches S3
+	w.proxy.DropStalled() // what the dead daemon was sending never reaches S3
 
 	puts := w.proxy.PresignedPUTs()
 	var key, uploadID string

@@ -1,7 +1,7 @@
 // Package s3rec is a loopback recording proxy in front of a real S3 server,
 // for the S3 test lane (`make test-s3`): it shows what reached storage (the
 // headers of every presigned PUT, S3's status, error code and ETag) and can
-// hold PUTs, so that a test can kill a client at a known point.
+// stall PUTs, so that a test can kill a client at a known point.
 //
 // The simulator is pointed at the proxy instead of the S3 server, so its
 // presigned URLs name the proxy's host (which SigV4 signs; the proxy keeps
@@ -44,7 +44,7 @@ func Config(tb testing.TB) apisim.S3 {
 	return c
 }
 
-// Request is one request the proxy forwarded (or dropped while held).
+// Request is one request the proxy forwarded (or dropped while stalled).
 type Request struct {
 	Method string
 	Path   string
@@ -81,10 +81,10 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	reqs     []Request
-	holdLeft int           // presigned PUTs to pass before holding; <0: no hold
-	release  chan struct{} // closed by Release and DropHeld
-	drop     bool          // set with the close by DropHeld
-	held     int
+	stallLeft int           // presigned PUTs to pass before stalling; <0: no stall
+	release  chan struct{} // closed by Release and DropStalled
+	drop     bool          // set with the close by DropStalled
+	stalled  int
 }
 
 // Start runs a proxy to target on a free loopback port; it stops when the
@@ -99,7 +99,7 @@ func Start(tb testing.TB, target apisim.S3) *Proxy {
 	if target.Secure {
 		scheme = "https"
 	}
-	p := &Proxy{target: target, ln: ln, holdLeft: -1, release: make(chan struct{})}
+	p := &Proxy{target: target, ln: ln, stallLeft: -1, release: make(chan struct{})}
 	p.rp = &httputil.ReverseProxy{
 		// Only the destination changes: the Host header stays the
 		// proxy's, which is what the URLs were signed for.
@@ -137,7 +137,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	req.PartNumber, _ = strconv.Atoi(q.Get("partNumber"))
 	if req.Presigned && r.Method == http.MethodPut && !p.pass(r) {
-		req.Err = "held, then dropped"
+		req.Err = "stalled, then dropped"
 		p.add(req) // never forwarded
 		panic(http.ErrAbortHandler)
 	}
@@ -168,23 +168,23 @@ type pending struct {
 
 type slotKey struct{}
 
-// pass counts a presigned PUT against the hold, waiting while held. It
+// pass counts a presigned PUT against the stall, waiting while stalled. It
 // reports false if the client gave up meanwhile (nothing is forwarded).
 func (p *Proxy) pass(r *http.Request) bool {
 	p.mu.Lock()
-	if p.holdLeft != 0 {
-		if p.holdLeft > 0 {
-			p.holdLeft--
+	if p.stallLeft != 0 {
+		if p.stallLeft > 0 {
+			p.stallLeft--
 		}
 		p.mu.Unlock()
 		return true
 	}
-	p.held++
+	p.stalled++
 	rel := p.release
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
-		p.held--
+		p.stalled--
 		p.mu.Unlock()
 	}()
 	select {
@@ -198,40 +198,40 @@ func (p *Proxy) pass(r *http.Request) bool {
 	}
 }
 
-// HoldAfter lets the next n presigned PUTs through and holds every later
-// one, unforwarded, until Release or DropHeld. A held PUT whose client is
+// StallAfter lets the next n presigned PUTs through and stalls every later
+// one, unforwarded, until Release or DropStalled. A stalled PUT whose client is
 // seen gone is dropped. Dropped PUTs are recorded with Status 0.
-func (p *Proxy) HoldAfter(n int) {
+func (p *Proxy) StallAfter(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.holdLeft = n
+	p.stallLeft = n
 }
 
-// Held is the number of presigned PUTs waiting now.
-func (p *Proxy) Held() int {
+// Stalled is the number of presigned PUTs waiting now.
+func (p *Proxy) Stalled() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.held
+	return p.stalled
 }
 
-// Release ends the hold: waiting PUTs go on and later ones pass.
+// Release ends the stall: waiting PUTs go on and later ones pass.
 func (p *Proxy) Release() { p.end(false) }
 
-// DropHeld ends the hold, dropping the waiting PUTs (never forwarded, the
+// DropStalled ends the stall, dropping the waiting PUTs (never forwarded, the
 // connection cut): what a client killed meanwhile would have sent never
 // reaches S3, even if its whole body sits in a socket buffer. Later PUTs
 // pass.
-func (p *Proxy) DropHeld() { p.end(true) }
+func (p *Proxy) DropStalled() { p.end(true) }
 
 func (p *Proxy) end(drop bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.holdLeft == 0 {
+	if p.stallLeft == 0 {
 		p.drop = drop
 		close(p.release)
 		p.release = make(chan struct{})
 	}
-	p.holdLeft = -1
+	p.stallLeft = -1
 }
 
 // Requests returns every request so far, in arrival order (a request
