@@ -79,12 +79,12 @@ type Proxy struct {
 	ln     net.Listener
 	rp     *httputil.ReverseProxy
 
-	mu       sync.Mutex
-	reqs     []Request
+	mu        sync.Mutex
+	reqs      []Request
 	stallLeft int           // presigned PUTs to pass before stalling; <0: no stall
-	release  chan struct{} // closed by Release and DropStalled
-	drop     bool          // set with the close by DropStalled
-	stalled  int
+	release   chan struct{} // closed by Release and DropStalled
+	drop      bool          // set with the close by DropStalled
+	stalled   int
 }
 
 // Start runs a proxy to target on a free loopback port; it stops when the
