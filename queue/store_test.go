@@ -95,6 +95,9 @@ func TestEnqueueIdempotentAndKnown(t *testing.T) {
 	if !s.Known("/w/a.ply", 10, time.Unix(100, 0)) || s.Known("/w/a.ply", 11, time.Unix(101, 0)) || s.Known("/w/c.ply", 1, time.Unix(1, 0)) {
 		t.Error("Known")
 	}
+	if got := s.KnownBatch([]Candidate{cand("/w/a.ply", 10, 100), cand("/w/a.ply", 11, 101), cand("/w/c.ply", 1, 1), cand("/w/b.ply", 10, 100)}); fmt.Sprint(got) != "[true false false true]" {
+		t.Errorf("KnownBatch = %v, want Known of each", got)
+	}
 	created, err := s.EnqueueBatch(context.Background(), []Candidate{cand("/w/b.ply", 10, 100), cand("/w/c.ply", 1, 1), cand("/w/d.ply", 1, 1)})
 	if err != nil || fmt.Sprint(created) != "[false true true]" {
 		t.Fatalf("EnqueueBatch = %v, %v", created, err)
