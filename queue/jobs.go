@@ -112,8 +112,8 @@ func (s *Store) KnownBatch(files []Candidate) []bool {
 		paths := tx.Bucket(bucketPaths)
 		for i, c := range files {
 			var pe pathEntry
-			ok, err := getJSON(paths, []byte(c.Path), &pe)
-			known[i] = err == nil && ok && pe.Size == c.Size && pe.MTime == c.ModTime.UnixNano()
+			raw := paths.Get([]byte(c.Path))
+			known[i] = raw != nil && decodePath(raw, &pe) == nil && pe.Size == c.Size && pe.MTime == c.ModTime.UnixNano()
 		}
 		return nil
 	})
