@@ -104,6 +104,22 @@ func (s *Store) Known(path string, size int64, mtime time.Time) bool {
 	return known
 }
 
+// KnownBatch is Known for each of files (known[i] for files[i]), in one
+// read transaction: a scan asks it once per folder.
+func (s *Store) KnownBatch(files []Candidate) []bool {
+	known := make([]bool, len(files))
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		paths := tx.Bucket(bucketPaths)
+		for i, c := range files {
+			var pe pathEntry
+			raw := paths.Get([]byte(c.Path))
+			known[i] = raw != nil && decodePath(raw, &pe) == nil && pe.Size == c.Size && pe.MTime == c.ModTime.UnixNano()
+		}
+		return nil
+	})
+	return known
+}
+
 // Get returns the job with id, or an error matching ErrNotFound.
 func (s *Store) Get(id uint64) (state.Job, error) {
 	var j state.Job

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -357,6 +358,37 @@ type pathEntry struct {
 	Job   uint64 `json:"job"`
 	Size  int64  `json:"size"`
 	MTime int64  `json:"mtime"` // Unix ns: no monotonic clock or zone to compare
+}
+
+// decodePath decodes a path entry as json.Unmarshal does, reading the
+// form json.Marshal writes without it (a scan decodes one per file).
+func decodePath(raw []byte, pe *pathEntry) error {
+	var v [4]int64
+	b := raw
+	for i, key := range [...]string{`{"v":`, `,"job":`, `,"size":`, `,"mtime":`} {
+		rest, ok := bytes.CutPrefix(b, []byte(key))
+		n := 0
+		if ok && i >= 2 && len(rest) > 0 && rest[0] == '-' {
+			n++
+		}
+		d := n
+		for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+			n++
+		}
+		var err error
+		if ok && n > d && (rest[d] != '0' || n == d+1) {
+			v[i], err = strconv.ParseInt(string(rest[:n]), 10, 64)
+		}
+		if !ok || n == d || (rest[d] == '0' && n > d+1) || err != nil {
+			return json.Unmarshal(raw, pe)
+		}
+		b = rest[n:]
+	}
+	if string(b) != "}" {
+		return json.Unmarshal(raw, pe)
+	}
+	*pe = pathEntry{V: int(v[0]), Job: uint64(v[1]), Size: v[2], MTime: v[3]}
+	return nil
 }
 
 func u64(v uint64) []byte {

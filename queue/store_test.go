@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -94,6 +95,9 @@ func TestEnqueueIdempotentAndKnown(t *testing.T) {
 	mustEnqueue(t, s, cand("/w/b.ply", 10, 100), true)
 	if !s.Known("/w/a.ply", 10, time.Unix(100, 0)) || s.Known("/w/a.ply", 11, time.Unix(101, 0)) || s.Known("/w/c.ply", 1, time.Unix(1, 0)) {
 		t.Error("Known")
+	}
+	if got := s.KnownBatch([]Candidate{cand("/w/a.ply", 10, 100), cand("/w/a.ply", 11, 101), cand("/w/c.ply", 1, 1), cand("/w/b.ply", 10, 100)}); fmt.Sprint(got) != "[true false false true]" {
+		t.Errorf("KnownBatch = %v, want Known of each", got)
 	}
 	created, err := s.EnqueueBatch(context.Background(), []Candidate{cand("/w/b.ply", 10, 100), cand("/w/c.ply", 1, 1), cand("/w/d.ply", 1, 1)})
 	if err != nil || fmt.Sprint(created) != "[false true true]" {
@@ -501,5 +505,23 @@ func TestRetryWaitingJob(t *testing.T) {
 	}
 	if _, err := s.Retry(j.ID); err == nil {
 		t.Error("retry of a job due now (in flight) succeeded")
+	}
+}
+
+// TestDecodePath: a path entry decodes as json.Unmarshal decodes it,
+// whether or not it is in the form json.Marshal writes.
+func TestDecodePath(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		`{"v":1,"job":7,"size":10,"mtime":1700000000123456789}`, `{"v":1,"job":0,"size":-3,"mtime":-0}`,
+		`{"v":1,"job":7,"size":10,"mtime":01}`, `{"v":1,"job":-7,"size":10,"mtime":1}`, `{"v":1,"job":7,"size":1e3,"mtime":1}`,
+		`{"v":1, "job":7,"size":10,"mtime":1}`, `{"job":7,"v":1,"size":10,"mtime":1}`, `{"v":1,"job":7,"size":10,"mtime":1}x`,
+		`{"v":1,"job":7,"size":99999999999999999999,"mtime":1}`, `{"v":1,"job":7,"size":10}`, `{"v":1,"job":7,"size":,"mtime":1}`, ``,
+	} {
+		var got, want pathEntry
+		gotErr, wantErr := decodePath([]byte(raw), &got), json.Unmarshal([]byte(raw), &want)
+		if got != want || (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("%s: decodePath = %+v, %v; json.Unmarshal = %+v, %v", raw, got, gotErr, want, wantErr)
+		}
 	}
 }

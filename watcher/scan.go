@@ -165,6 +165,10 @@ func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 	return w.walkDir(r, sub, dir, st, true)
 }
 
+// scanBatch bounds the looks a scan hands the tracker at once (a folder's
+// candidates, in chunks), and a sixteenth of the pending bound does too.
+const scanBatch = 256
+
 // dirEntry is one name in a folder listing, with its type when the listing
 // says it.
 type dirEntry struct {
@@ -199,6 +203,19 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 		}
 	}
 	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
+	var looks []look // observed together (tracker.observeAll), in listing order
+	batch := min(scanBatch, max(w.tr.maxPending/16, 1))
+	flush := func() {
+		if len(looks) == 0 {
+			return
+		}
+		w.tr.observeAll(r, looks)
+		looks = looks[:0]
+		if st.ctx != nil && !w.tr.throttle(st.ctx) {
+			st.ctx = nil // gave up waiting: the rest of the scan is not throttled
+		}
+	}
+	defer flush()
 	for _, e := range ents {
 		var fi fs.FileInfo
 		if e.typ == typeUnknown {
@@ -214,6 +231,7 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			if !r.Recursive || r.skipsDir(e.name) || w.otherRoot(p, r) {
 				continue
 			}
+			flush()
 			sub, err := d.OpenRoot(e.name)
 			if err != nil {
 				if !errors.Is(err, fs.ErrNotExist) {
@@ -236,9 +254,8 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			}
 		}
 		if fi, ok := r.candidateInfo(p, fi); ok {
-			w.tr.observe(r, p, fi, false)
-			if st.ctx != nil && !w.tr.throttle(st.ctx) {
-				st.ctx = nil // gave up waiting: the rest of the scan is not throttled
+			if looks = append(looks, look{path: p, fi: fi}); len(looks) >= batch {
+				flush()
 			}
 		}
 	}

@@ -55,8 +55,10 @@ type doneEntry struct {
 type tracker struct {
 	settle time.Duration
 	known  func(string, int64, time.Time) bool
-	obs    Observer
-	log    zerolog.Logger
+	// knownBatch is Options.KnownBatch (nil: scans ask known per file).
+	knownBatch func([]Candidate) []bool
+	obs        Observer
+	log        zerolog.Logger
 
 	mu      sync.Mutex
 	pending map[string]*entry
@@ -128,6 +130,63 @@ func (t *tracker) observe(r *root, path string, fi fs.FileInfo, fromEvent bool) 
 	e := &entry{path: path, r: r, st: st, mtime: fi.ModTime(), since: now, idx: -1}
 	t.pending[path] = e
 	t.schedule(e, now.Add(t.settle))
+}
+
+// look is a scan's stat of one candidate file.
+type look struct {
+	path string
+	fi   fs.FileInfo
+}
+
+// observeAll is observe, not from an event, of a scan's looks: the files
+// the tracker holds no look of are asked of knownBatch in one call.
+func (t *tracker) observeAll(r *root, looks []look) {
+	if t.knownBatch == nil {
+		for _, l := range looks {
+			t.observe(r, l.path, l.fi, false)
+		}
+		return
+	}
+	var ask []Candidate
+	t.mu.Lock()
+	for _, l := range looks {
+		st := stampOf(l.fi)
+		if e := t.pending[l.path]; e != nil {
+			t.update(e, st, l.fi.ModTime(), false, time.Now())
+			continue
+		}
+		key := t.key(l.path)
+		if d, ok := t.done[key]; ok && d.st == st {
+			d.seen = r.scanNo.Load()
+			t.done[key] = d
+			continue
+		}
+		ask = append(ask, Candidate{Path: l.path, Root: r.Root.Path, Size: st.size, ModTime: l.fi.ModTime()})
+	}
+	t.mu.Unlock()
+	if len(ask) == 0 {
+		return
+	}
+	known := t.knownBatch(ask) // may read a database: without the lock
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, c := range ask {
+		st := stamp{size: c.Size, mtime: c.ModTime.UnixNano()}
+		e := t.pending[c.Path]
+		switch {
+		case i < len(known) && known[i]:
+			if e == nil {
+				t.done[t.key(c.Path)] = doneEntry{st: st, r: r, seen: r.scanNo.Load()}
+			}
+		case e != nil: // an event got here first
+			t.update(e, st, c.ModTime, false, time.Now())
+		default:
+			now := time.Now()
+			e = &entry{path: c.Path, r: r, st: st, mtime: c.ModTime, since: now, idx: -1}
+			t.pending[c.Path] = e
+			t.schedule(e, now.Add(t.settle))
+		}
+	}
 }
 
 // update is observe for a file already pending; t.mu is held.

@@ -146,6 +146,10 @@ type Options struct {
 	// processed files emits nothing. It is called from the watcher's
 	// goroutines (concurrently) and should be fast.
 	Known func(path string, size int64, mtime time.Time) bool
+	// KnownBatch, if set, is Known for several files at once (known[i]
+	// for files[i]): scans ask it once per folder instead of Known once per
+	// file. Events still ask Known.
+	KnownBatch func(files []Candidate) (known []bool)
 	// OnSettings, if set, is called with the path of a per-file sidecar or
 	// a folder's settings file (*.splat.yaml) that a notify root saw
 	// created or written: jobs that failed on it may be tried again. It
@@ -235,6 +239,7 @@ func New(o Options) (*Watcher, error) {
 	w.fs.SetFolders(rootPaths(roots)) // a root inside another is opened through it
 	w.roots = roots
 	w.tr = newTracker(settle, o.Known, w.obs)
+	w.tr.knownBatch = o.KnownBatch
 	w.tr.log = o.Logger
 	return w, nil
 }

@@ -453,6 +453,50 @@ func TestKnownSkipsQueuedFiles(t *testing.T) {
 	}
 }
 
+// TestKnownBatchAsksOncePerFolder: a scan asks KnownBatch about a
+// folder's files together, skips those known and emits the others.
+func TestKnownBatchAsksOncePerFolder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queued := make(map[string]bool)
+	for i := 0; i < 50; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("old%02d.ply", i))
+		os.WriteFile(p, []byte("done"), 0o644)
+		queued[p] = true
+	}
+	fresh := filepath.Join(dir, "new.ply")
+	os.WriteFile(fresh, []byte("new"), 0o644)
+	var mu sync.Mutex
+	calls, asked := 0, 0
+	batch := func(files []Candidate) []bool {
+		mu.Lock()
+		defer mu.Unlock()
+		known := make([]bool, len(files))
+		old := 0
+		for i, c := range files {
+			if queued[c.Path] {
+				old++
+			}
+			fi, err := os.Stat(c.Path)
+			known[i] = queued[c.Path] && err == nil && fi.Size() == c.Size && fi.ModTime().Equal(c.ModTime) && c.Root == dir
+		}
+		if old > 0 {
+			calls++
+			asked += old
+		}
+		return known
+	}
+	h := start(t, Options{KnownBatch: batch}, Root{Path: dir, Recursive: true}, nil)
+	if got := h.sentinel(); len(got) != 1 || got[0].Path != fresh {
+		t.Fatalf("emitted %v, want only %s", paths(got), fresh)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 || asked != 50 {
+		t.Errorf("the startup scan asked KnownBatch about the 50 known files %d times (%d files), want once", calls, asked)
+	}
+}
+
 // TestForgetReemitsAtRescan: a file the daemon could not record (full
 // disk) is emitted again by the next rescan once forgotten, and not before.
 func TestForgetReemitsAtRescan(t *testing.T) {

@@ -214,10 +214,20 @@ func (d *Daemon) newWatcher() (*watcher.Watcher, error) {
 		RescanInterval: rescan,
 		Logger:         d.log.With().Str("component", "watcher").Logger(),
 		Known:          d.store.Known,
+		KnownBatch:     d.knownBatch,
 		Observer:       d.m,
 		OnSettings:     d.settingsChanged,
 		FS:             d.fs,
 	})
+}
+
+// knownBatch is the store's KnownBatch for the watcher's scans.
+func (d *Daemon) knownBatch(files []watcher.Candidate) []bool {
+	qs := make([]queue.Candidate, len(files))
+	for i, c := range files {
+		qs[i] = queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime}
+	}
+	return d.store.KnownBatch(qs)
 }
 
 // closeAll releases what Open opened: the listeners (when run never
