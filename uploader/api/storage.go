@@ -36,14 +36,9 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 // S3 UploadPart URL may not have signed one). It returns the 2xx response's
 // headers.
 func (c *Client) storagePut(ctx context.Context, route, signedURL string, body io.Reader, size int64, progress func(sent int64), contentType string) (http.Header, error) {
-	u, err := url.Parse(signedURL)
-	if err != nil || !u.IsAbs() || u.Host == "" {
-		return nil, fmt.Errorf("%s: invalid signed URL %s", route, state.RedactURL(signedURL))
-	}
-	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
-		// Plain http is tolerated only on this machine (a local MinIO, a
-		// test server): anywhere else it would expose the file in transit.
-		return nil, fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", route, u.Scheme)
+	u, err := parseSignedURL(route, signedURL)
+	if err != nil {
+		return nil, err
 	}
 	if size < 0 {
 		return nil, fmt.Errorf("%s: negative size %d", route, size)
@@ -101,6 +96,21 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	}
 	c.log.Debug().Str("route", route).Str("url", state.RedactURL(signedURL)).Int64("bytes", size).Float64("took_s", d.Seconds()).Msg("storage PUT done")
 	return resp.Header, nil
+}
+
+// parseSignedURL parses an absolute https signed URL (http only for a
+// loopback host).
+func parseSignedURL(route, signedURL string) (*url.URL, error) {
+	u, err := url.Parse(signedURL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return nil, fmt.Errorf("%s: invalid signed URL %s", route, state.RedactURL(signedURL))
+	}
+	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
+		// Plain http is tolerated only on this machine (a local MinIO, a
+		// test server): anywhere else it would expose the file in transit.
+		return nil, fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", route, u.Scheme)
+	}
+	return u, nil
 }
 
 // putReader counts the bytes the transport takes from the body, feeds
