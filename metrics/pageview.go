@@ -211,6 +211,15 @@ func (v *pageView) setStatus(st Status, now time.Time) {
 		v.Settling = append(v.Settling, pageSettling{Settling: f, Changed: timeCell(f.Changed, now),
 			Text: "being written, " + humanBytes(float64(f.Size)) + " so far"})
 	}
+	v.setFolders(st, now)
+	for _, p := range st.Pacing {
+		v.Pacing = append(v.Pacing, pagePacing{p, timeCell(p.Reset, now)})
+	}
+}
+
+// setFolders fills v's watch folders and events, and the folders and
+// stages the events' filter offers.
+func (v *pageView) setFolders(st Status, now time.Time) {
 	folders := map[string]bool{}
 	for _, f := range st.Watched {
 		pf := pageFolder{Folder: f, State: "watching", Class: "ok", Scanned: timeCell(f.LastScan, now)}
@@ -239,9 +248,6 @@ func (v *pageView) setStatus(st Status, now time.Time) {
 		if stages[s] {
 			v.EventStages = append(v.EventStages, s)
 		}
-	}
-	for _, p := range st.Pacing {
-		v.Pacing = append(v.Pacing, pagePacing{p, timeCell(p.Reset, now)})
 	}
 }
 

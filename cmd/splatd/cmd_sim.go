@@ -21,6 +21,7 @@ import (
 	"github.com/splatd/splatd/uploader/apisim"
 )
 
+// cmdSim runs `splatd sim`: the API and storage simulator, until ctx ends.
 func cmdSim(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "sim")
 	f := simFlags(c, fs)
@@ -31,29 +32,9 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 	if len(pos) > 0 {
 		return usageError(c, fs, "takes no arguments")
 	}
-	if f.partSize <= 0 {
-		return usageError(c, fs, "-part-size must be positive")
-	}
-	for name, r := range map[string]float64{"error-rate": *f.errorRate, "storage-error-rate": *f.storageErrorRate} {
-		if !(r >= 0 && r <= 1) {
-			return usageError(c, fs, "-%s must be between 0 and 1", name)
-		}
-	}
-	if *f.latency < 0 {
-		return usageError(c, fs, "-latency must not be negative")
-	}
-	var s3 *apisim.S3
-	if *f.storage != "" {
-		st, err := apisim.ParseS3URL(*f.storage)
-		if err != nil {
-			return usageError(c, fs, "-storage: %v", err)
-		}
-		s3 = &st
-		partSet := false
-		fs.Visit(func(fl *flag.Flag) { partSet = partSet || fl.Name == "part-size" })
-		if !partSet {
-			f.partSize = apisim.MinS3PartSize
-		}
+	s3, code, ok := f.check(c, fs)
+	if !ok {
+		return code
 	}
 	if *f.dir == "" {
 		d, err := os.MkdirTemp("", "splatd-sim-")
@@ -69,35 +50,11 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
 		return exitFailure
 	}
-	listenSet := false
-	fs.Visit(func(fl *flag.Flag) { listenSet = listenSet || fl.Name == "listen" })
+	listenSet := flagSet(fs, "listen")
 	if !listenSet && kept.Listen != "" {
 		*f.listen = kept.Listen // the address the folder's config names
 	}
-	o := apisim.Options{
-		Listen:           *f.listen,
-		Dir:              *f.dir,
-		KeepCA:           true,
-		Token:            kept.token,
-		Window:           *f.window,
-		ProcessingDelay:  *f.delay,
-		PartSize:         int64(f.partSize),
-		MaxUploadSize:    int64(f.maxUpload),
-		SessionExpiry:    *f.expiry,
-		StorageBandwidth: int64(f.bandwidth),
-		S3:               s3,
-		Limits:           f.limits,
-		Classes:          f.classes,
-		Faults:           f.faults(),
-		Branches:         map[string]int{"main": 123, "demo": 7},
-		Logger:           cliLogger(c),
-	}
-	sim, err := apisim.New(o)
-	if err != nil && !listenSet && kept.Listen != "" {
-		fmt.Fprintf(c.stderr, "sim: %s, the address of the last start, is not free (%v): listening on another port\n", kept.Listen, err)
-		o.Listen = "127.0.0.1:0"
-		sim, err = apisim.New(o)
-	}
+	sim, err := startSim(c, f.options(c, kept, s3), !listenSet && kept.Listen != "")
 	if err != nil {
 		fmt.Fprintf(c.stderr, "sim: %v\n", err)
 		return exitFailure
@@ -117,6 +74,74 @@ func cmdSim(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// flagSet reports whether the command line set flag name of fs.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
+// check validates f's values and returns the S3 storage -storage names
+// (nil: the built-in one); !ok means exit with code.
+func (f *simOptions) check(c *cli, fs *flag.FlagSet) (s3 *apisim.S3, code int, ok bool) {
+	if f.partSize <= 0 {
+		return nil, usageError(c, fs, "-part-size must be positive"), false
+	}
+	for name, r := range map[string]float64{"error-rate": *f.errorRate, "storage-error-rate": *f.storageErrorRate} {
+		if !(r >= 0 && r <= 1) {
+			return nil, usageError(c, fs, "-%s must be between 0 and 1", name), false
+		}
+	}
+	if *f.latency < 0 {
+		return nil, usageError(c, fs, "-latency must not be negative"), false
+	}
+	if *f.storage == "" {
+		return nil, 0, true
+	}
+	st, err := apisim.ParseS3URL(*f.storage)
+	if err != nil {
+		return nil, usageError(c, fs, "-storage: %v", err), false
+	}
+	if !flagSet(fs, "part-size") {
+		f.partSize = apisim.MinS3PartSize
+	}
+	return &st, 0, true
+}
+
+// options is the simulator's options from f, kept and s3.
+func (f *simOptions) options(c *cli, kept simKept, s3 *apisim.S3) apisim.Options {
+	return apisim.Options{
+		Listen:           *f.listen,
+		Dir:              *f.dir,
+		KeepCA:           true,
+		Token:            kept.token,
+		Window:           *f.window,
+		ProcessingDelay:  *f.delay,
+		PartSize:         int64(f.partSize),
+		MaxUploadSize:    int64(f.maxUpload),
+		SessionExpiry:    *f.expiry,
+		StorageBandwidth: int64(f.bandwidth),
+		S3:               s3,
+		Limits:           f.limits,
+		Classes:          f.classes,
+		Faults:           f.faults(),
+		Branches:         map[string]int{"main": 123, "demo": 7},
+		Logger:           cliLogger(c),
+	}
+}
+
+// startSim starts the simulator with o; when the address kept from the
+// last start (orKept) is taken, it listens on another port instead.
+func startSim(c *cli, o apisim.Options, orKept bool) (*apisim.Server, error) {
+	sim, err := apisim.New(o)
+	if err != nil && orKept {
+		fmt.Fprintf(c.stderr, "sim: %s, the address of the last start, is not free (%v): listening on another port\n", o.Listen, err)
+		o.Listen = "127.0.0.1:0"
+		sim, err = apisim.New(o)
+	}
+	return sim, err
 }
 
 // simOptions are `splatd sim`'s flags.

@@ -291,6 +291,8 @@ func cmdVersion(ctx context.Context, c *cli, args []string) int {
 	return exitOK
 }
 
+// cmdConfig runs `splatd config check`: prints the resolved configuration,
+// its notes and problems, and with -probe tries the network.
 func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	fs := newFlags(c, "config")
 	cfgPath := configFlag(c, fs)
@@ -329,6 +331,12 @@ func cmdConfig(ctx context.Context, c *cli, args []string) int {
 	if !*probe {
 		return exitOK
 	}
+	return probeConfig(ctx, c, cfg, token)
+}
+
+// probeConfig tries cfg's API with token and, under legacy, its storage
+// host, and returns the exit code.
+func probeConfig(ctx context.Context, c *cli, cfg *config.Config, token *api.Token) int {
 	// splatd calls the API only when there is work, so /readyz cannot
 	// vouch for a token before the first file; this can.
 	client, err := daemon.NewClient(cfg, buildVersion(), token, nil, nil, cliLogger(c))

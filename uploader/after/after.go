@@ -175,89 +175,107 @@ func (e *ActionError) AfterAction() string { return e.Action }
 // (docs/durability.md, "Where the receipt goes").
 func (a *Runner) Finish(ctx context.Context, j state.Job) (Receipt, error) {
 	rec := a.receipt(j)
-	var (
-		placed, placedRoot string // where place wrote the receipt
-		placeErr           error  // why it could not
-		gaveUp             string // where none can be written (logged)
-	)
-	// place writes the receipt as file's (under root) before the file
-	// leaves its place for file; an error stops the action.
-	place := func(root, file string) error {
-		if !a.o.Receipt {
-			return nil
-		}
-		r := rec
-		r.File = file
-		err := writeReceipt(a.o.FS, root, ReceiptPath(file), r)
-		switch {
-		case errors.As(err, new(*trustfs.EscapeError)),
-			errors.As(err, new(*trustfs.NameTooLongError)) && !existsIn(a.o.FS, j.Root, j.Path):
-			// No retry would help, and no file is kept by stopping: the
-			// action goes on without a receipt.
-			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
-			gaveUp = file
-			return nil
-		case err != nil:
-			// The file stays where it is: moved or deleted without its
-			// receipt, nothing would show it published.
-			placeErr = fmt.Errorf("receipt for %s: %w: the file stays where it is until its receipt can be written%s",
-				file, err, receiptHint(err))
-			return placeErr
-		}
-		placed, placedRoot = file, root
-		return nil
-	}
-	file, fileRoot, actErr := a.act(j, place)
-	if placeErr != nil {
-		actErr = &ActionError{ActionReceipt, placeErr}
+	p := &placement{a: a, j: j, rec: rec}
+	file, fileRoot, actErr := a.act(j, p.place)
+	if p.err != nil {
+		actErr = &ActionError{ActionReceipt, p.err}
 	}
 	if (j.Stage == state.Failed || j.Stage == state.Canceled) && !existsIn(a.o.FS, fileRoot, file) {
 		// The file went away before it was published (renamed under a name
 		// that matched include, deleted by its owner): a receipt would be
 		// litter beside nothing. The job keeps the reason (splatd jobs).
 		a.o.Logger.Info().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("reason", rec.Message).Msg("file gone; no receipt")
-		if placed != "" && (placed != file || placedRoot != fileRoot) {
+		if p.placed != "" && (p.placed != file || p.placedRoot != fileRoot) {
 			// Written at the target of a move the file never reached.
-			_ = a.o.FS.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
+			_ = a.o.FS.RemoveIf(p.placedRoot, ReceiptPath(p.placed), trustfs.ID{})
 		}
 		rec.File = file
 		return rec, nil
 	}
 	rec.File = file
 	if a.o.Receipt {
-		var err error
-		switch {
-		case placed == file && placedRoot == fileRoot:
-			// Written before the file left.
-		case gaveUp == file && placed == "":
-			// Logged by place.
-		default:
-			err = writeReceipt(a.o.FS, fileRoot, ReceiptPath(file), rec)
-		}
-		switch {
-		case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
-			// The file's folder is now a link out of the watch folder, or
-			// the file's name leaves no room for ".splat.json": no receipt
-			// is written, and no retry would help.
-			a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
-		case err != nil:
-			if actErr == nil {
-				actErr = &ActionError{ActionReceipt, fmt.Errorf("receipt for %s: %w", file, err)}
-			}
-		case file != j.Path:
-			// Left by an earlier attempt whose move failed.
-			_ = a.o.FS.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
-		}
-		if placed != "" && (placed != file || placedRoot != fileRoot) {
-			// Written at the target of a move that failed: the file, and
-			// its receipt, stayed where they were.
-			_ = a.o.FS.RemoveIf(placedRoot, ReceiptPath(placed), trustfs.ID{})
+		if err := a.settleReceipt(j, p, rec, fileRoot); err != nil && actErr == nil {
+			actErr = err
 		}
 	}
 	if actErr != nil {
 		return rec, actErr
 	}
 	return rec, nil
+}
+
+// placement is where Finish's receipt went ahead of the file, or why it
+// could not.
+type placement struct {
+	a                  *Runner
+	j                  state.Job
+	rec                Receipt
+	placed, placedRoot string // where place wrote the receipt
+	err                error  // why it could not
+	gaveUp             string // where none can be written (logged)
+}
+
+// place writes the receipt as file's (under root) before the file leaves
+// its place for file; an error stops the action.
+func (p *placement) place(root, file string) error {
+	a, j := p.a, p.j
+	if !a.o.Receipt {
+		return nil
+	}
+	r := p.rec
+	r.File = file
+	err := writeReceipt(a.o.FS, root, ReceiptPath(file), r)
+	switch {
+	case errors.As(err, new(*trustfs.EscapeError)),
+		errors.As(err, new(*trustfs.NameTooLongError)) && !existsIn(a.o.FS, j.Root, j.Path):
+		// No retry would help, and no file is kept by stopping: the
+		// action goes on without a receipt.
+		a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
+		p.gaveUp = file
+		return nil
+	case err != nil:
+		// The file stays where it is: moved or deleted without its
+		// receipt, nothing would show it published.
+		p.err = fmt.Errorf("receipt for %s: %w: the file stays where it is until its receipt can be written%s",
+			file, err, receiptHint(err))
+		return p.err
+	}
+	p.placed, p.placedRoot = file, root
+	return nil
+}
+
+// settleReceipt writes rec beside rec.File (under fileRoot) unless place
+// did, and removes the receipts left where the file is not.
+func (a *Runner) settleReceipt(j state.Job, p *placement, rec Receipt, fileRoot string) error {
+	file := rec.File
+	var err error
+	switch {
+	case p.placed == file && p.placedRoot == fileRoot:
+		// Written before the file left.
+	case p.gaveUp == file && p.placed == "":
+		// Logged by place.
+	default:
+		err = writeReceipt(a.o.FS, fileRoot, ReceiptPath(file), rec)
+	}
+	var actErr error
+	switch {
+	case errors.As(err, new(*trustfs.EscapeError)), errors.As(err, new(*trustfs.NameTooLongError)):
+		// The file's folder is now a link out of the watch folder, or
+		// the file's name leaves no room for ".splat.json": no receipt
+		// is written, and no retry would help.
+		a.o.Logger.Warn().Uint64("job", j.ID).Err(err).Msg("receipt not written")
+	case err != nil:
+		actErr = &ActionError{ActionReceipt, fmt.Errorf("receipt for %s: %w", file, err)}
+	case file != j.Path:
+		// Left by an earlier attempt whose move failed.
+		_ = a.o.FS.RemoveIf(j.Root, ReceiptPath(j.Path), trustfs.ID{})
+	}
+	if p.placed != "" && (p.placed != file || p.placedRoot != fileRoot) {
+		// Written at the target of a move that failed: the file, and
+		// its receipt, stayed where they were.
+		_ = a.o.FS.RemoveIf(p.placedRoot, ReceiptPath(p.placed), trustfs.ID{})
+	}
+	return actErr
 }
 
 // act runs j's after-action on the file the job read (its recorded inode:
@@ -373,22 +391,7 @@ func (a *Runner) receipt(j state.Job) Receipt {
 	case state.Done:
 		r.Message = j.TaskMessage
 		if j.DuplicateOf != 0 {
-			r.Status = "duplicate"
-			r.Message = fmt.Sprintf("same content (sha256) as job %d: not published again", j.DuplicateOf)
-			if a.o.Lookup != nil {
-				if orig, err := a.o.Lookup(j.DuplicateOf); err == nil {
-					r.Splat = receiptSplat(orig)
-					r.PublishedAt, r.CompletedAt = orig.PublishedAt, orig.CompletedAt
-					if r.Title == "" && j.Protocol != state.ProtocolV1 {
-						r.Title, r.OutputFormat, r.Format = orig.Params.Title, orig.Params.Format, orig.Params.Format
-					} else if r.Title == "" {
-						r.Title = orig.Params.Title
-					}
-					if orig.Path != "" {
-						r.Message = fmt.Sprintf("same content (sha256) as %s (job %d): not published again", orig.Path, orig.ID)
-					}
-				}
-			}
+			a.duplicateReceipt(&r, j)
 		}
 	case state.Failed:
 		r.Message = j.FailReason
@@ -404,6 +407,30 @@ func (a *Runner) receipt(j state.Job) Receipt {
 		}
 	}
 	return r
+}
+
+// duplicateReceipt makes r the receipt of duplicate j: the original's splat
+// and times, and its title and format where j has none.
+func (a *Runner) duplicateReceipt(r *Receipt, j state.Job) {
+	r.Status = "duplicate"
+	r.Message = fmt.Sprintf("same content (sha256) as job %d: not published again", j.DuplicateOf)
+	if a.o.Lookup == nil {
+		return
+	}
+	orig, err := a.o.Lookup(j.DuplicateOf)
+	if err != nil {
+		return
+	}
+	r.Splat = receiptSplat(orig)
+	r.PublishedAt, r.CompletedAt = orig.PublishedAt, orig.CompletedAt
+	if r.Title == "" && j.Protocol != state.ProtocolV1 {
+		r.Title, r.OutputFormat, r.Format = orig.Params.Title, orig.Params.Format, orig.Params.Format
+	} else if r.Title == "" {
+		r.Title = orig.Params.Title
+	}
+	if orig.Path != "" {
+		r.Message = fmt.Sprintf("same content (sha256) as %s (job %d): not published again", orig.Path, orig.ID)
+	}
 }
 
 // receiptHint says what lets a receipt that failed with err be written.

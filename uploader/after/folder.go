@@ -54,35 +54,11 @@ func moveFolderUnder(fsys *trustfs.FS, meta, root, dest string, place func(targe
 		return meta, err
 	}
 	for _, name := range names {
-		src := filepath.Join(dir, name)
-		f, fi, err := fsys.OpenRegular(root, src)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // moved before a crash, or never there
-		}
-		if err != nil {
-			return meta, err
-		}
-		dst := filepath.Join(target, name)
-		if lfi, lerr := os.Lstat(dst); lerr == nil && leftOf(dst, lfi, fi, seenFile{}) {
-			err = os.Remove(dst) // left by a crash before its source was removed: moved again
-		}
-		if err == nil {
-			err = moveOpen(fsys, root, src, f, fi, dst)
-		}
-		f.Close()
-		if err != nil {
+		if err := moveFolderFile(fsys, root, filepath.Join(dir, name), filepath.Join(target, name)); err != nil {
 			return meta, err
 		}
 	}
-	// The marks of copies whose sources a crash removed (moveOpen) are
-	// litter once every file is here.
-	if ents, err := os.ReadDir(target); err == nil {
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), copyMarkPrefix) {
-				_ = os.Remove(filepath.Join(target, e.Name()))
-			}
-		}
-	}
+	removeCopyMarks(target)
 	sc := sidecar.Path(splatfile.FolderAsFile(root, meta))
 	if f, fi, err := fsys.OpenRegular(root, sc); err == nil {
 		_ = moveOpen(fsys, root, sc, f, fi, freeName(sidecar.Path(target+".sog")))
@@ -92,6 +68,40 @@ func moveFolderUnder(fsys *trustfs.FS, meta, root, dest string, place func(targe
 		_ = fsys.RemoveEmptyDir(root, dir) // other files may stay in it
 	}
 	return filepath.Join(target, splatfile.SOGMeta), nil
+}
+
+// moveFolderFile moves src (under root) to dst, never overwriting but a
+// copy a crash left there; a src already gone is no error.
+func moveFolderFile(fsys *trustfs.FS, root, src, dst string) error {
+	f, fi, err := fsys.OpenRegular(root, src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // moved before a crash, or never there
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if lfi, lerr := os.Lstat(dst); lerr == nil && leftOf(dst, lfi, fi, seenFile{}) {
+		// Left by a crash before its source was removed: moved again.
+		if err := os.Remove(dst); err != nil {
+			return err
+		}
+	}
+	return moveOpen(fsys, root, src, f, fi, dst)
+}
+
+// removeCopyMarks removes from target the marks of copies whose sources a
+// crash removed (moveOpen): litter once every file is there.
+func removeCopyMarks(target string) {
+	ents, err := os.ReadDir(target)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), copyMarkPrefix) {
+			_ = os.Remove(filepath.Join(target, e.Name()))
+		}
+	}
 }
 
 // moveFolderTarget is the folder under dest where moveFolderUnder first

@@ -36,14 +36,9 @@ func (c *Client) Put(ctx context.Context, signedURL string, body io.Reader, size
 // S3 UploadPart URL may not have signed one). It returns the 2xx response's
 // headers.
 func (c *Client) storagePut(ctx context.Context, route, signedURL string, body io.Reader, size int64, progress func(sent int64), contentType string) (http.Header, error) {
-	u, err := url.Parse(signedURL)
-	if err != nil || !u.IsAbs() || u.Host == "" {
-		return nil, fmt.Errorf("%s: invalid signed URL %s", route, state.RedactURL(signedURL))
-	}
-	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
-		// Plain http is tolerated only on this machine (a local MinIO, a
-		// test server): anywhere else it would expose the file in transit.
-		return nil, fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", route, u.Scheme)
+	u, err := parseSignedURL(route, signedURL)
+	if err != nil {
+		return nil, err
 	}
 	if size < 0 {
 		return nil, fmt.Errorf("%s: negative size %d", route, size)
@@ -60,21 +55,10 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	}
 	pr := &putReader{r: body, obs: c.obs, progress: progress}
 	pr.last.Store(c.now().UnixNano())
-	var rb io.Reader = pr
-	if size == 0 {
-		rb = http.NoBody
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), rb)
+	req, err := c.putRequest(ctx, u, pr, size, contentType)
 	if err != nil {
 		return nil, fmt.Errorf("%s: building request: %s", route, state.ScrubText(err.Error(), secrets...))
 	}
-	req.ContentLength = size
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	req.Header.Set("User-Agent", c.userAgent)
-	// Deliberately no Authorization header, even when storage shares the
-	// API's host.
 
 	stop := putWatchdog(c.timeout, size, pr, c.now, func() { cancel(errPutStalled) })
 	defer stop()
@@ -101,6 +85,40 @@ func (c *Client) storagePut(ctx context.Context, route, signedURL string, body i
 	}
 	c.log.Debug().Str("route", route).Str("url", state.RedactURL(signedURL)).Int64("bytes", size).Float64("took_s", d.Seconds()).Msg("storage PUT done")
 	return resp.Header, nil
+}
+
+// putRequest is the PUT of size bytes of body to u, with contentType ("":
+// none) and no Authorization header, even when storage shares the API's
+// host.
+func (c *Client) putRequest(ctx context.Context, u *url.URL, body io.Reader, size int64, contentType string) (*http.Request, error) {
+	if size == 0 {
+		body = http.NoBody
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = size
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	return req, nil
+}
+
+// parseSignedURL parses an absolute https signed URL (http only for a
+// loopback host).
+func parseSignedURL(route, signedURL string) (*url.URL, error) {
+	u, err := url.Parse(signedURL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return nil, fmt.Errorf("%s: invalid signed URL %s", route, state.RedactURL(signedURL))
+	}
+	if !strings.EqualFold(u.Scheme, "https") && !(strings.EqualFold(u.Scheme, "http") && isLoopback(u.Hostname())) {
+		// Plain http is tolerated only on this machine (a local MinIO, a
+		// test server): anywhere else it would expose the file in transit.
+		return nil, fmt.Errorf("%s: signed URL scheme %q is not allowed: only https is accepted (http only for loopback hosts)", route, u.Scheme)
+	}
+	return u, nil
 }
 
 // putReader counts the bytes the transport takes from the body, feeds

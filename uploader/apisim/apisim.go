@@ -123,6 +123,34 @@ func New(o Options) (*Server, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
+	s := newServer(o)
+	if err := s.setupDir(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.cleanup()
+		}
+	}()
+	if err := s.openParts(); err != nil {
+		return nil, err
+	}
+	for name, n := range o.Branches {
+		s.seedBranch(name, n)
+	}
+
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	ok = true
+	s.log.Info().Str("api", s.apiURL).Str("storage", s.stURL).Str("ca_file", s.caFile).Msg("simulator listening")
+	return s, nil
+}
+
+// newServer is o's server with its empty state, tokens, secret and random
+// source, not yet listening.
+func newServer(o Options) *Server {
 	s := &Server{
 		o:          o,
 		log:        o.Logger.With().Str("component", "apisim").Logger(),
@@ -159,45 +187,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.secret = []byte(randomHex(32))
 	s.bandwidth.Store(o.StorageBandwidth)
-
-	if err := s.setupDir(); err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			s.cleanup()
-		}
-	}()
-	s.parts = o.PartStore
-	if o.S3 != nil {
-		st, err := newS3Store(*o.S3, o.Now)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = st.check(ctx)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		s.s3, s.parts = st, st
-	}
-	if s.parts == nil {
-		s.local = newLocalStore(s)
-		s.parts = s.local
-	}
-
-	for name, n := range o.Branches {
-		s.seedBranch(name, n)
-	}
-
-	if err := s.listen(); err != nil {
-		return nil, err
-	}
-	ok = true
-	s.log.Info().Str("api", s.apiURL).Str("storage", s.stURL).Str("ca_file", s.caFile).Msg("simulator listening")
-	return s, nil
+	return s
 }
 
 func (s *Server) setupDir() error {
@@ -216,6 +206,31 @@ func (s *Server) setupDir() error {
 	return nil
 }
 
+// openParts sets the part store: Options.PartStore, else the S3 store once
+// it answers, else the built-in one.
+func (s *Server) openParts() error {
+	s.parts = s.o.PartStore
+	if s.o.S3 != nil {
+		st, err := newS3Store(*s.o.S3, s.o.Now)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = st.check(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		s.s3, s.parts = st, st
+	}
+	if s.parts == nil {
+		s.local = newLocalStore(s)
+		s.parts = s.local
+	}
+	return nil
+}
+
+// listen opens both listeners, writes the CA file and starts serving.
 func (s *Server) listen() error {
 	apiLn, err := net.Listen("tcp", s.o.Listen)
 	if err != nil {
@@ -227,7 +242,23 @@ func (s *Server) listen() error {
 		return fmt.Errorf("apisim: listen storage: %w", err)
 	}
 	s.stLn = stLn
+	cert, err := s.certificates(s.certHosts())
+	if err != nil {
+		return err
+	}
+	s.apiURL = "https://" + urlHost(apiLn.Addr().(*net.TCPAddr), "")
+	s.stURL = "https://" + urlHost(stLn.Addr().(*net.TCPAddr), s.o.StorageHost)
+	if s.o.ViewerURL == "" {
+		s.o.ViewerURL = s.apiURL
+	}
+	s.o.ViewerURL = strings.TrimRight(s.o.ViewerURL, "/")
+	s.serve(cert)
+	return nil
+}
 
+// certHosts is the names the leaf certificate covers: loopback, Hosts,
+// the listen hosts and StorageHost.
+func (s *Server) certHosts() []string {
 	hosts := append([]string{"127.0.0.1", "::1", "localhost"}, s.o.Hosts...)
 	for _, addr := range []string{s.o.Listen, s.o.StorageListen} {
 		if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && !isUnspecified(h) {
@@ -237,6 +268,12 @@ func (s *Server) listen() error {
 	if s.o.StorageHost != "" {
 		hosts = append(hosts, s.o.StorageHost)
 	}
+	return hosts
+}
+
+// certificates makes (or, with KeepCA, reuses) the CA and the leaf for
+// hosts, sets s.pool and writes the CA to s.caFile.
+func (s *Server) certificates(hosts []string) (tls.Certificate, error) {
 	// Certificates use the real clock: a fake test clock must not make
 	// TLS verification (which always uses real time) fail.
 	certs := newCertificates
@@ -247,21 +284,19 @@ func (s *Server) listen() error {
 	}
 	cert, caPEM, pool, err := certs(hosts, time.Now())
 	if err != nil {
-		return fmt.Errorf("apisim: certificates: %w", err)
+		return tls.Certificate{}, fmt.Errorf("apisim: certificates: %w", err)
 	}
 	s.pool = pool
 	s.caFile = filepath.Join(s.dir, "ca.pem")
 	if err := os.WriteFile(s.caFile, caPEM, 0o644); err != nil {
-		return fmt.Errorf("apisim: write CA: %w", err)
+		return tls.Certificate{}, fmt.Errorf("apisim: write CA: %w", err)
 	}
+	return cert, nil
+}
 
-	s.apiURL = "https://" + urlHost(apiLn.Addr().(*net.TCPAddr), "")
-	s.stURL = "https://" + urlHost(stLn.Addr().(*net.TCPAddr), s.o.StorageHost)
-	if s.o.ViewerURL == "" {
-		s.o.ViewerURL = s.apiURL
-	}
-	s.o.ViewerURL = strings.TrimRight(s.o.ViewerURL, "/")
-
+// serve starts the API and storage servers on their listeners with cert;
+// each reports its end on s.serveErr.
+func (s *Server) serve(cert tls.Certificate) {
 	errLog := log.New(logWriter{s.log}, "", 0)
 	tlsConf := func() *tls.Config {
 		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
@@ -286,7 +321,7 @@ func (s *Server) listen() error {
 	for _, p := range []struct {
 		srv *http.Server
 		ln  net.Listener
-	}{{s.apiSrv, apiLn}, {s.stSrv, stLn}} {
+	}{{s.apiSrv, s.apiLn}, {s.stSrv, s.stLn}} {
 		go func() {
 			err := p.srv.ServeTLS(p.ln, "", "")
 			if errors.Is(err, http.ErrServerClosed) {
@@ -295,7 +330,6 @@ func (s *Server) listen() error {
 			s.serveErr <- err
 		}()
 	}
-	return nil
 }
 
 // urlHost formats a listener address for a URL, replacing an unspecified

@@ -249,23 +249,31 @@ func (ls *localStore) receive(uploadID string, n int, body io.Reader, size int64
 	} else {
 		lp.sha256 = sh.Sum(nil)
 	}
+	if resent, err = ls.record(uploadID, u, n, lp, tmp); err != nil {
+		return "", false, err
+	}
+	tmp = nil // renamed to lp.path, or none
+	return lp.etag, resent, nil
+}
 
+// record makes lp, received into tmp (nil: in memory), part n of u, still
+// uploadID's open upload; resent reports that it replaced a part.
+func (ls *localStore) record(uploadID string, u *localUpload, n int, lp *localPart, tmp *os.File) (resent bool, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.uploads[uploadID] != u || u.complete {
-		return "", false, ErrNoSuchUpload
+		return false, ErrNoSuchUpload
 	}
 	// Renamed under the lock, so that the file and the record of two
 	// PUTs of the same part cannot come from different PUTs.
 	if tmp != nil {
 		if err := os.Rename(tmp.Name(), lp.path); err != nil {
-			return "", false, err
+			return false, err
 		}
-		tmp = nil
 	}
 	resent = u.parts[n] != nil
 	u.parts[n] = lp
-	return lp.etag, resent, nil
+	return resent, nil
 }
 
 // partPut handles a PUT on a signed part URL and returns the status it

@@ -157,15 +157,7 @@ func (s *Server) serveStorage(w http.ResponseWriter, r *http.Request) {
 // storagePut handles one storage request and returns the status it
 // answered (0 for a reset connection).
 func (s *Server) storagePut(w http.ResponseWriter, r *http.Request) int {
-	s.mu.Lock()
-	f := s.faults
-	if r.Header.Get("Authorization") != "" {
-		s.stats.StorageAuthHeaders++
-	}
-	if r.Method == http.MethodPut && r.Header.Get("Content-Type") != "binary/octet-stream" {
-		s.stats.StorageOddContentType++
-	}
-	s.mu.Unlock()
+	f := s.noteStorageRequest(r)
 	if !sleepCtx(r, f.Latency) {
 		return 499
 	}
@@ -174,6 +166,40 @@ func (s *Server) storagePut(w http.ResponseWriter, r *http.Request) int {
 	if !ok || key == "" {
 		return s3Error(w, r, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
 	}
+	if code := s.refusePut(w, r, key); code != 0 {
+		return code
+	}
+	if code, faulted := s.storageFault(w, r, f); faulted {
+		return code
+	}
+
+	obj, err := s.store(key, r.Body, r.ContentLength)
+	if err != nil {
+		s.log.Debug().Err(err).Str("key", key).Msg("upload incomplete")
+		return s3Error(w, r, http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header.")
+	}
+	s.keep(key, obj)
+	w.Header().Set("ETag", `"`+obj.sha256[:32]+`"`)
+	w.WriteHeader(http.StatusOK)
+	return http.StatusOK
+}
+
+// noteStorageRequest counts r's odd headers and returns the faults in force.
+func (s *Server) noteStorageRequest(r *http.Request) Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Header.Get("Authorization") != "" {
+		s.stats.StorageAuthHeaders++
+	}
+	if r.Method == http.MethodPut && r.Header.Get("Content-Type") != "binary/octet-stream" {
+		s.stats.StorageOddContentType++
+	}
+	return s.faults
+}
+
+// refusePut answers a request for key that is not a presigned, unexpired
+// PUT with a length, returning its status, or returns 0.
+func (s *Server) refusePut(w http.ResponseWriter, r *http.Request, key string) int {
 	if r.Method != http.MethodPut {
 		w.Header().Set("Allow", http.MethodPut)
 		return s3Error(w, r, http.StatusMethodNotAllowed, "MethodNotAllowed", "The specified method is not allowed against this resource.")
@@ -195,7 +221,12 @@ func (s *Server) storagePut(w http.ResponseWriter, r *http.Request) int {
 	if r.ContentLength < 0 {
 		return s3Error(w, r, http.StatusLengthRequired, "MissingContentLength", "You must provide the Content-Length HTTP header.")
 	}
+	return 0
+}
 
+// storageFault rolls f's storage faults for r and, when one comes up,
+// answers with it and returns its status (0 for a reset) and true.
+func (s *Server) storageFault(w http.ResponseWriter, r *http.Request, f Faults) (int, bool) {
 	s.mu.Lock()
 	reset := s.roll(f.StorageResetRate)
 	slow := !reset && s.roll(f.StorageErrorRate)
@@ -216,22 +247,13 @@ func (s *Server) storagePut(w http.ResponseWriter, r *http.Request) int {
 	case reset:
 		io.CopyN(io.Discard, r.Body, cut)
 		resetConn(w)
-		return 0
+		return 0, true
 	case slow:
-		return s3Error(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+		return s3Error(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate."), true
 	case forbid:
-		return s3Error(w, r, http.StatusForbidden, "AccessDenied", "Request has expired")
+		return s3Error(w, r, http.StatusForbidden, "AccessDenied", "Request has expired"), true
 	}
-
-	obj, err := s.store(key, r.Body, r.ContentLength)
-	if err != nil {
-		s.log.Debug().Err(err).Str("key", key).Msg("upload incomplete")
-		return s3Error(w, r, http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header.")
-	}
-	s.keep(key, obj)
-	w.Header().Set("ETag", `"`+obj.sha256[:32]+`"`)
-	w.WriteHeader(http.StatusOK)
-	return http.StatusOK
+	return 0, false
 }
 
 // keep records obj as key's object, replacing (and removing) an earlier one.

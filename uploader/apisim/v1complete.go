@@ -97,7 +97,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, u *upload, sen
 		s.log.Debug().Err(err).Msg("part store complete")
 		return jsonError(w, http.StatusInternalServerError, "Internal server error (part store)"), nil, false
 	}
+	return s.publish(u, obj, parts)
+}
 
+// publish records u's splat of the assembled obj and returns it with the
+// status due: Created, or Bad Gateway when the uncertain fault comes up.
+func (s *Server) publish(u *upload, obj ObjectInfo, parts []Part) (code int, sp *splat, uncertain bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

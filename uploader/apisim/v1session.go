@@ -108,6 +108,17 @@ func (s *Server) handleV1Create(w http.ResponseWriter, r *http.Request, _ string
 		}
 		return jsonError(w, http.StatusInternalServerError, "Internal server error (session vanished)")
 	}
+	u, uncertain := s.addSession(id, key, req, now)
+	s.mu.Unlock()
+	if uncertain {
+		return jsonError(w, http.StatusBadGateway, "Bad gateway (simulated, the session was created)")
+	}
+	return s.writeSession(w, r, http.StatusCreated, u)
+}
+
+// addSession records session id of key and req, created now, and reports
+// whether the uncertain-create fault came up; the caller holds s.mu.
+func (s *Server) addSession(id, key string, req createRequest, now time.Time) (*upload, bool) {
 	u := &upload{
 		id:        id,
 		key:       key,
@@ -126,11 +137,7 @@ func (s *Server) handleV1Create(w http.ResponseWriter, r *http.Request, _ string
 	if uncertain {
 		s.stats.Faults++
 	}
-	s.mu.Unlock()
-	if uncertain {
-		return jsonError(w, http.StatusBadGateway, "Bad gateway (simulated, the session was created)")
-	}
-	return s.writeSession(w, r, http.StatusCreated, u)
+	return u, uncertain
 }
 
 // replay returns the live session of key, counting the replay, or nil.

@@ -54,18 +54,7 @@ func Path(path string) string {
 // folder).
 func Resolve(fsys *trustfs.FS, t state.PublishParams, path, root string, mod time.Time) (state.PublishParams, error) {
 	name := filepath.Base(path)
-	data := TitleData{
-		Stem:    strings.TrimSuffix(name, filepath.Ext(name)),
-		Name:    name,
-		Dir:     filepath.Dir(path),
-		RelDir:  ".",
-		ModTime: mod,
-	}
-	if root != "" {
-		if rel, err := filepath.Rel(root, data.Dir); err == nil {
-			data.RelDir = rel
-		}
-	}
+	data := newTitleData(path, root, mod)
 	// Folder settings lie between the configured defaults and the file's
 	// own sidecar; a folder title is a template like publish.title.
 	t.Settings = deepCopyMap(t.Settings)
@@ -114,6 +103,25 @@ func Resolve(fsys *trustfs.FS, t state.PublishParams, path, root string, mod tim
 		return state.PublishParams{}, fmt.Errorf("settings of %s (the configured, its folders' and its sidecar's, merged): %w", name, err)
 	}
 	return r, nil
+}
+
+// newTitleData is the title template's data for path under root, modified at
+// mod.
+func newTitleData(path, root string, mod time.Time) TitleData {
+	name := filepath.Base(path)
+	data := TitleData{
+		Stem:    strings.TrimSuffix(name, filepath.Ext(name)),
+		Name:    name,
+		Dir:     filepath.Dir(path),
+		RelDir:  ".",
+		ModTime: mod,
+	}
+	if root != "" {
+		if rel, err := filepath.Rel(root, data.Dir); err == nil {
+			data.RelDir = rel
+		}
+	}
+	return data
 }
 
 // Apply lays o over p: set fields replace, settings merge key by key into

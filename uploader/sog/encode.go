@@ -150,6 +150,8 @@ type encoder struct {
 	place   []uint32 // place[i] is splat i's pixel
 }
 
+// encodeSource writes src as a bundled SOG to w with o's memory and
+// progress.
 func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error {
 	n := src.count()
 	if n < 1 || n > MaxSplats {
@@ -158,8 +160,28 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	e := &encoder{src: src, n: n, bands: src.bands(), rest: RestCount(src.bands()), o: o}
 	e.plan = makePlan(int64(n), e.bands, o.Memory)
 	e.tw, e.th = textureSize(n)
+	refine, fused := e.countPasses()
+	if err := e.firstPass(ctx); err != nil {
+		return err
+	}
+	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: n}
+	if err := e.fitAndOrder(ctx, meta, fused); err != nil {
+		return err
+	}
+	if refine && !fused {
+		if err := e.refinePalette(ctx); err != nil {
+			return err
+		}
+	}
+	palImg := e.describe(meta)
+	return e.writeBundle(ctx, w, meta, palImg)
+}
+
+// countPasses sets e.passes and reports whether the palette is refined in
+// a pass of its own or fused into the sort's.
+func (e *encoder) countPasses() (refine, fused bool) {
 	e.passes = 1 + len(e.passPlanes())
-	refine := e.bands > 0 && n > maxSample
+	refine = e.bands > 0 && e.n > maxSample
 	if refine {
 		e.passes++ // the palette's refinement
 	}
@@ -167,20 +189,22 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 		e.passes++
 	}
 	// Without the positions, the sort's pass also refines the palette.
-	fused := refine && !e.plan.keepPos && e.plan.fuse
+	fused = refine && !e.plan.keepPos && e.plan.fuse
 	if fused {
 		e.passes--
 	}
-	if err := e.firstPass(ctx); err != nil {
-		return err
-	}
-	meta := &Meta{Version: 2, Asset: &Asset{Generator: Generator}, Count: n}
+	return refine, fused
+}
+
+// fitAndOrder fits the palette (alongside, when the plan allows) and the
+// 1D codebooks into meta, then orders the splats.
+func (e *encoder) fitAndOrder(ctx context.Context, meta *Meta, fused bool) error {
 	var palDone sync.WaitGroup
 	if e.bands > 0 {
 		palDone.Add(1)
 		go func() {
 			defer palDone.Done()
-			e.pal = fitPalette(ctx, e.restS, e.sampleN, e.rest, paletteSize(n))
+			e.pal = fitPalette(ctx, e.restS, e.sampleN, e.rest, paletteSize(e.n))
 			e.restS = nil
 		}()
 		if !e.plan.parallel || fused {
@@ -195,14 +219,12 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	if err != nil {
 		return err
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if refine && !fused {
-		if err := e.refinePalette(ctx); err != nil {
-			return err
-		}
-	}
+	return ctx.Err()
+}
+
+// describe fills in meta's bounds, files and SH palette and returns the
+// palette's centroids image (nil without SH bands).
+func (e *encoder) describe(meta *Meta) *argbImage {
 	for a := 0; a < 3; a++ {
 		meta.Means.Mins[a], meta.Means.Maxs[a] = float32(e.logLo[a]), float32(e.logHi[a])
 	}
@@ -210,12 +232,17 @@ func encodeSource(ctx context.Context, w io.Writer, src source, o Options) error
 	meta.Scales.Files = []string{"scales.webp"}
 	meta.Quats.Files = []string{"quats.webp"}
 	meta.SH0.Files = []string{"sh0.webp"}
-	var palImg *argbImage
-	if e.bands > 0 {
-		var cb []float32
-		cb, palImg = e.paletteImage()
-		meta.SHN = &SHNRef{Count: len(e.pal.entries) / e.rest, Bands: e.bands, Codebook: cb, Files: []string{"shN_centroids.webp", "shN_labels.webp"}}
+	if e.bands == 0 {
+		return nil
 	}
+	cb, palImg := e.paletteImage()
+	meta.SHN = &SHNRef{Count: len(e.pal.entries) / e.rest, Bands: e.bands, Codebook: cb, Files: []string{"shN_centroids.webp", "shN_labels.webp"}}
+	return palImg
+}
+
+// writeBundle writes meta and then the images, a pass of planes at a time,
+// to w.
+func (e *encoder) writeBundle(ctx context.Context, w io.Writer, meta *Meta, palImg *argbImage) error {
 	bw, err := newBundle(w, meta)
 	if err != nil {
 		return err

@@ -164,50 +164,10 @@ func optimalCentres(sorted []float32, k int) []float64 {
 		return []float64{vMin}
 	}
 	h := min(histBins, n)
-	vRange := vMax - vMin
-	iqr := float64(sorted[n*3/4]) - float64(sorted[n/4])
-	beta := math.Max(0.5, math.Min(0.999, 1-iqr/vRange))
-	counts := make([]float64, h)
-	sums := make([]float64, h)
-	for i, v := range sorted {
-		u := (float64(v) - vMin) / vRange
-		q := float64(i) / float64(n)
-		b := min(h-1, int(float64(h)*(beta*q+(1-beta)*u)))
-		counts[b]++
-		sums[b] += float64(v)
-	}
-	// Prefix sums of weight, weighted centre and its square give a bin
-	// range's weighted squared error in O(1).
-	pw, pwx, pwxx := make([]float64, h+1), make([]float64, h+1), make([]float64, h+1)
-	centre := make([]float64, h)
-	nonEmpty := 0
-	for i := 0; i < h; i++ {
-		w := 0.0
-		centre[i] = vMin + (float64(i)+0.5)/float64(h)*vRange
-		if counts[i] > 0 {
-			centre[i] = sums[i] / counts[i]
-			w = math.Pow(counts[i], densityAlpha)
-			nonEmpty++
-		}
-		pw[i+1], pwx[i+1], pwxx[i+1] = pw[i]+w, pwx[i]+w*centre[i], pwxx[i]+w*centre[i]*centre[i]
-	}
-	cost := func(a, b int) float64 { // bins a..b inclusive
-		w := pw[b+1] - pw[a]
-		if w <= 0 {
-			return 0
-		}
-		wx := pwx[b+1] - pwx[a]
-		return pwxx[b+1] - pwxx[a] - wx*wx/w
-	}
-	mean := func(a, b int) float64 {
-		w := pw[b+1] - pw[a]
-		if w <= 0 {
-			return (centre[a] + centre[b]) / 2
-		}
-		return (pwx[b+1] - pwx[a]) / w
-	}
+	counts, sums := blendedBins(sorted, h)
+	p, nonEmpty := newBinPrefix(counts, sums, vMin, vMax-vMin)
 	k = min(k, nonEmpty)
-	splits := partitionDP(h, k, cost)
+	splits := partitionDP(h, k, p.cost)
 	out := make([]float64, k)
 	j := h - 1
 	for m := k; m >= 1; m-- {
@@ -215,11 +175,77 @@ func optimalCentres(sorted []float32, k int) []float64 {
 		if m > 1 {
 			s = int(splits[m][j])
 		}
-		out[m-1] = mean(s+1, j)
+		out[m-1] = p.mean(s+1, j)
 		j = s
 	}
 	slices.Sort(out)
 	return out
+}
+
+// blendedBins counts and sums the sorted values in h bins placed by a blend
+// of value and rank, more rank as outliers stretch the range.
+func blendedBins(sorted []float32, h int) (counts, sums []float64) {
+	n := len(sorted)
+	vMin := float64(sorted[0])
+	vRange := float64(sorted[n-1]) - vMin
+	iqr := float64(sorted[n*3/4]) - float64(sorted[n/4])
+	beta := math.Max(0.5, math.Min(0.999, 1-iqr/vRange))
+	counts = make([]float64, h)
+	sums = make([]float64, h)
+	for i, v := range sorted {
+		u := (float64(v) - vMin) / vRange
+		q := float64(i) / float64(n)
+		b := min(h-1, int(float64(h)*(beta*q+(1-beta)*u)))
+		counts[b]++
+		sums[b] += float64(v)
+	}
+	return counts, sums
+}
+
+// binPrefix is a histogram's prefix sums of weight, weighted centre and
+// its square, which give a bin range's weighted squared error in O(1).
+type binPrefix struct {
+	w, wx, wxx []float64
+	centre     []float64 // each bin's mean, or its midpoint when empty
+}
+
+// newBinPrefix is the prefix sums of the bins over vMin..vMin+vRange and
+// the count of bins not empty.
+func newBinPrefix(counts, sums []float64, vMin, vRange float64) (binPrefix, int) {
+	h := len(counts)
+	p := binPrefix{make([]float64, h+1), make([]float64, h+1), make([]float64, h+1), make([]float64, h)}
+	nonEmpty := 0
+	for i := 0; i < h; i++ {
+		w := 0.0
+		p.centre[i] = vMin + (float64(i)+0.5)/float64(h)*vRange
+		if counts[i] > 0 {
+			p.centre[i] = sums[i] / counts[i]
+			w = math.Pow(counts[i], densityAlpha)
+			nonEmpty++
+		}
+		c := p.centre[i]
+		p.w[i+1], p.wx[i+1], p.wxx[i+1] = p.w[i]+w, p.wx[i]+w*c, p.wxx[i]+w*c*c
+	}
+	return p, nonEmpty
+}
+
+// cost is the weighted squared error of bins a..b inclusive.
+func (p binPrefix) cost(a, b int) float64 {
+	w := p.w[b+1] - p.w[a]
+	if w <= 0 {
+		return 0
+	}
+	wx := p.wx[b+1] - p.wx[a]
+	return p.wxx[b+1] - p.wxx[a] - wx*wx/w
+}
+
+// mean is the weighted centre of bins a..b inclusive.
+func (p binPrefix) mean(a, b int) float64 {
+	w := p.w[b+1] - p.w[a]
+	if w <= 0 {
+		return (p.centre[a] + p.centre[b]) / 2
+	}
+	return (p.wx[b+1] - p.wx[a]) / w
 }
 
 // partitionDP splits bins 0..h-1 into k contiguous ranges of least total

@@ -20,6 +20,26 @@ func WriteScene(w io.Writer, n, bands int, seed uint64) error {
 	}
 	rest := RestCount(bands)
 	bw := bufio.NewWriterSize(w, 1<<16)
+	props := writeSceneHeader(bw, n, rest)
+	r := rng(seed | 1)
+	cl := sceneClumps(&r, rest)
+	rec := make([]float32, props)
+	buf := make([]byte, 4*len(rec))
+	for i := 0; i < n; i++ {
+		sceneSplat(rec, cl[int(r.next()%sceneClumpCount)], &r, rest)
+		for k, v := range rec {
+			binary.LittleEndian.PutUint32(buf[4*k:], math.Float32bits(v))
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// writeSceneHeader writes the PLY header of n float records with rest
+// f_rest properties and returns the properties' count.
+func writeSceneHeader(bw *bufio.Writer, n, rest int) int {
 	fmt.Fprintf(bw, "ply\nformat binary_little_endian 1.0\nelement vertex %d\n", n)
 	props := []string{"x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"}
 	for i := 0; i < rest; i++ {
@@ -30,62 +50,65 @@ func WriteScene(w io.Writer, n, bands int, seed uint64) error {
 		fmt.Fprintf(bw, "property float %s\n", p)
 	}
 	bw.WriteString("end_header\n")
+	return len(props)
+}
 
-	r := rng(seed | 1)
-	gauss := func() float64 { // Box-Muller
-		u, v := r.unit(), r.unit()
-		return math.Sqrt(-2*math.Log(1-u)) * math.Cos(2*math.Pi*v)
-	}
-	const clumps = 48
-	type clump struct {
-		centre, dc [3]float64
-		radius     float64
-		sh         []float64
-	}
-	cl := make([]clump, clumps)
+// sceneClumpCount is the clumps of a synthetic scene.
+const sceneClumpCount = 48
+
+// sceneClump is one clump of a synthetic scene: its splats scatter about
+// centre within radius, with colours and SH near its own.
+type sceneClump struct {
+	centre, dc [3]float64
+	radius     float64
+	sh         []float64
+}
+
+// gauss is a standard normal draw from r (Box-Muller).
+func (r *rng) gauss() float64 {
+	u, v := r.unit(), r.unit()
+	return math.Sqrt(-2*math.Log(1-u)) * math.Cos(2*math.Pi*v)
+}
+
+// sceneClumps draws a scene's clumps with rest SH coefficients each.
+func sceneClumps(r *rng, rest int) []sceneClump {
+	cl := make([]sceneClump, sceneClumpCount)
 	for c := range cl {
 		for a := 0; a < 3; a++ {
-			cl[c].centre[a] = gauss() * 4
-			cl[c].dc[a] = gauss() * 0.8
+			cl[c].centre[a] = r.gauss() * 4
+			cl[c].dc[a] = r.gauss() * 0.8
 		}
-		cl[c].radius = math.Exp(gauss()*0.7 - 0.5)
+		cl[c].radius = math.Exp(r.gauss()*0.7 - 0.5)
 		cl[c].sh = make([]float64, rest)
 		for k := range cl[c].sh {
-			cl[c].sh[k] = gauss() * 0.15
+			cl[c].sh[k] = r.gauss() * 0.15
 		}
 	}
-	rec := make([]float32, len(props))
-	buf := make([]byte, 4*len(rec))
-	for i := 0; i < n; i++ {
-		c := cl[int(r.next()%clumps)]
-		for a := 0; a < 3; a++ {
-			rec[a] = float32(c.centre[a] + gauss()*c.radius)
-			rec[3+a] = 0
-			rec[6+a] = float32(c.dc[a] + gauss()*0.3)
-		}
-		for k := 0; k < rest; k++ {
-			rec[9+k] = float32(c.sh[k] + gauss()*0.04)
-		}
-		o := 9 + rest
-		rec[o] = float32(gauss()*2 + 1)
-		for a := 0; a < 3; a++ {
-			rec[o+1+a] = float32(gauss()*0.8 - 4)
-		}
-		var q [4]float64
-		l := 0.0
-		for a := range q {
-			q[a] = gauss()
-			l += q[a] * q[a]
-		}
-		for a := range q {
-			rec[o+4+a] = float32(q[a] / math.Sqrt(l))
-		}
-		for k, v := range rec {
-			binary.LittleEndian.PutUint32(buf[4*k:], math.Float32bits(v))
-		}
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
+	return cl
+}
+
+// sceneSplat draws one splat of clump c into rec, in the header's order.
+func sceneSplat(rec []float32, c sceneClump, r *rng, rest int) {
+	for a := 0; a < 3; a++ {
+		rec[a] = float32(c.centre[a] + r.gauss()*c.radius)
+		rec[3+a] = 0
+		rec[6+a] = float32(c.dc[a] + r.gauss()*0.3)
 	}
-	return bw.Flush()
+	for k := 0; k < rest; k++ {
+		rec[9+k] = float32(c.sh[k] + r.gauss()*0.04)
+	}
+	o := 9 + rest
+	rec[o] = float32(r.gauss()*2 + 1)
+	for a := 0; a < 3; a++ {
+		rec[o+1+a] = float32(r.gauss()*0.8 - 4)
+	}
+	var q [4]float64
+	l := 0.0
+	for a := range q {
+		q[a] = r.gauss()
+		l += q[a] * q[a]
+	}
+	for a := range q {
+		rec[o+4+a] = float32(q[a] / math.Sqrt(l))
+	}
 }

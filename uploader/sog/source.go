@@ -97,58 +97,15 @@ func (p *plySource) size() int64 { return p.bytes }
 // pass reads and decodes the next run on another goroutine while fn takes
 // the last one (two runs' buffers: fn's work and the read overlap).
 func (p *plySource) pass(ctx context.Context, cols int, fn func(int, []float32) error) error {
-	stride, rl := p.lay.stride, recordLen(p.nb)
-	per := max(1, min(passRecords, plyChunk*16/stride))
-	type run struct {
-		first int
-		recs  []float32
-		err   error
-	}
+	rl := recordLen(p.nb)
+	per := max(1, min(passRecords, plyChunk*16/p.lay.stride))
 	free := make(chan []float32, 2)
 	free <- make([]float32, per*rl)
 	free <- make([]float32, per*rl)
-	runs := make(chan run, 1)
+	runs := make(chan plyRun, 1)
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		defer close(runs)
-		buf := make([]byte, per*stride)
-		sr := io.NewSectionReader(p.r, p.data, p.bytes)
-		use := p.cols[:min(cols, len(p.cols))]
-		var fr []floatRun
-		if p.f32 {
-			fr = floatRuns(use)
-		}
-		for first := 0; first < p.lay.count; first += per {
-			var recs []float32
-			select {
-			case recs = <-free:
-			case <-stop:
-				return
-			}
-			n := min(per, p.lay.count-first)
-			err := ctx.Err()
-			if err == nil {
-				if got, rerr := io.ReadFull(sr, buf[:n*stride]); rerr != nil {
-					err = fmt.Errorf("ply: splat %d of %d: %w", first+got/stride, p.lay.count, unexpected(rerr))
-					if errors.Is(err, io.ErrUnexpectedEOF) {
-						err = &FormatError{err}
-					}
-				}
-			}
-			if err == nil {
-				decodeRecords(buf[:n*stride], stride, recs[:n*rl], rl, use, fr)
-			}
-			select {
-			case runs <- run{first, recs[:n*rl], err}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	go p.readRuns(ctx, cols, per, free, runs, stop)
 	for r := range runs {
 		if r.err != nil {
 			return r.err
@@ -159,6 +116,66 @@ func (p *plySource) pass(ctx context.Context, cols int, fn func(int, []float32) 
 		free <- r.recs[:cap(r.recs)]
 	}
 	return nil
+}
+
+// plyRun is a run of decoded records, the first one's index, or the error
+// that ended the pass.
+type plyRun struct {
+	first int
+	recs  []float32
+	err   error
+}
+
+// readRuns sends runs of per records' first cols columns, decoded into
+// buffers from free, until the last, an error or stop; it closes runs.
+func (p *plySource) readRuns(ctx context.Context, cols, per int, free <-chan []float32, runs chan<- plyRun, stop <-chan struct{}) {
+	defer close(runs)
+	stride, rl := p.lay.stride, recordLen(p.nb)
+	buf := make([]byte, per*stride)
+	sr := io.NewSectionReader(p.r, p.data, p.bytes)
+	use := p.cols[:min(cols, len(p.cols))]
+	var fr []floatRun
+	if p.f32 {
+		fr = floatRuns(use)
+	}
+	for first := 0; first < p.lay.count; first += per {
+		var recs []float32
+		select {
+		case recs = <-free:
+		case <-stop:
+			return
+		}
+		n := min(per, p.lay.count-first)
+		err := p.readRun(ctx, sr, buf[:n*stride], first)
+		if err == nil {
+			decodeRecords(buf[:n*stride], stride, recs[:n*rl], rl, use, fr)
+		}
+		select {
+		case runs <- plyRun{first, recs[:n*rl], err}:
+		case <-stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readRun reads the records from splat first on from sr into buf, unless
+// ctx is done; a short file is a FormatError.
+func (p *plySource) readRun(ctx context.Context, sr io.Reader, buf []byte, first int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	got, err := io.ReadFull(sr, buf)
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("ply: splat %d of %d: %w", first+got/p.lay.stride, p.lay.count, unexpected(err))
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return &FormatError{err}
+	}
+	return err
 }
 
 // decodeRecords decodes the records in buf (stride bytes each) into recs

@@ -118,20 +118,7 @@ type histogram struct {
 // cbs cache bits, in one walk: the references' symbols are the same at
 // every size, only the literals and cache hits differ.
 func histograms(img []uint32, refs []copyRef, cbs []uint) []*histogram {
-	hs := make([]*histogram, len(cbs))
-	caches := make([][]uint32, len(cbs))
-	for k, cb := range cbs {
-		h := &histogram{cbits: cb}
-		sizes := [5]int{256 + numLenCodes, 256, 256, 256, numDistCodes}
-		if cb > 0 {
-			sizes[0] += 1 << cb
-			caches[k] = make([]uint32, 1<<cb)
-		}
-		for a := range h.counts {
-			h.counts[a] = make([]uint32, sizes[a])
-		}
-		hs[k] = h
-	}
+	hs, caches := emptyHistograms(cbs)
 	var lenCounts [numLenCodes]uint32
 	var distCounts [numDistCodes]uint32
 	extra := 0
@@ -174,18 +161,44 @@ func histograms(img []uint32, refs []copyRef, cbs []uint) []*histogram {
 		i++
 	}
 	for _, h := range hs {
-		for c, n := range lenCounts {
-			h.counts[0][256+c] += n
-		}
-		for c, n := range distCounts {
-			h.counts[4][c] += n
-		}
-		h.bits = float64(extra)
-		for _, c := range h.counts {
-			h.bits += entropyBits(c)
-		}
+		h.addRefs(&lenCounts, &distCounts, extra)
 	}
 	return hs
+}
+
+// emptyHistograms is a zeroed histogram and colour cache for each of cbs
+// cache bits (no cache at 0).
+func emptyHistograms(cbs []uint) ([]*histogram, [][]uint32) {
+	hs := make([]*histogram, len(cbs))
+	caches := make([][]uint32, len(cbs))
+	for k, cb := range cbs {
+		h := &histogram{cbits: cb}
+		sizes := [5]int{256 + numLenCodes, 256, 256, 256, numDistCodes}
+		if cb > 0 {
+			sizes[0] += 1 << cb
+			caches[k] = make([]uint32, 1<<cb)
+		}
+		for a := range h.counts {
+			h.counts[a] = make([]uint32, sizes[a])
+		}
+		hs[k] = h
+	}
+	return hs, caches
+}
+
+// addRefs adds the references' length and distance codes and their extra
+// bits to h and sets h.bits.
+func (h *histogram) addRefs(lenCounts *[numLenCodes]uint32, distCounts *[numDistCodes]uint32, extra int) {
+	for c, n := range lenCounts {
+		h.counts[0][256+c] += n
+	}
+	for c, n := range distCounts {
+		h.counts[4][c] += n
+	}
+	h.bits = float64(extra)
+	for _, c := range h.counts {
+		h.bits += entropyBits(c)
+	}
 }
 
 // entropyBits is the Shannon size of a histogram's symbols.
