@@ -193,16 +193,10 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 	if st.tryWatch {
 		w.watchDir(r, dir, st)
 	}
-	ents, err := readDir(d)
+	ents, err := w.listDir(d, dir, top)
 	if err != nil {
-		if top {
-			return err
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot read folder; skipping it")
-		}
+		return err
 	}
-	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 	var looks []look // observed together (tracker.observeAll), in listing order
 	batch := min(scanBatch, max(w.tr.maxPending/16, 1))
 	flush := func() {
@@ -227,20 +221,10 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			}
 		}
 		if e.typ == typeDir {
-			p := filepath.Join(dir, e.name)
-			if !r.Recursive || r.skipsDir(e.name) || w.otherRoot(p, r) {
-				continue
+			if p := filepath.Join(dir, e.name); r.Recursive && !r.skipsDir(e.name) && !w.otherRoot(p, r) {
+				flush()
+				w.walkSub(r, d, p, e.name, st)
 			}
-			flush()
-			sub, err := d.OpenRoot(e.name)
-			if err != nil {
-				if !errors.Is(err, fs.ErrNotExist) {
-					w.log.Warn().Err(err).Str("path", state.Shown(p)).Msg("cannot read folder; skipping it")
-				}
-				continue
-			}
-			w.walkDir(r, sub, p, st, false)
-			sub.Close()
 			continue
 		}
 		if !r.wants(e.name) {
@@ -260,6 +244,35 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 		}
 	}
 	return nil
+}
+
+// listDir lists the folder d, sorted by name. A folder that cannot be read
+// is an error at the top of a walk and a log line below it.
+func (w *Watcher) listDir(d *os.Root, dir string, top bool) ([]dirEntry, error) {
+	ents, err := readDir(d)
+	if err != nil {
+		if top {
+			return nil, err
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot read folder; skipping it")
+		}
+	}
+	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
+	return ents, nil
+}
+
+// walkSub walks the subfolder name of d, at path p.
+func (w *Watcher) walkSub(r *root, d *os.Root, p, name string, st *scanState) {
+	sub, err := d.OpenRoot(name)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.log.Warn().Err(err).Str("path", state.Shown(p)).Msg("cannot read folder; skipping it")
+		}
+		return
+	}
+	w.walkDir(r, sub, p, st, false)
+	sub.Close()
 }
 
 // watchDir adds an inotify watch on dir unless it has one. Running out of
