@@ -140,19 +140,7 @@ func (s *Server) newLegacySplat(req publishRequest, obj *object, now time.Time) 
 	if s.s3 != nil {
 		sp.s3Key = s.s3.objectKey(req.key)
 	}
-	switch {
-	case !isSplatContent(obj.head):
-		sp.failMsg = "processing failed: unsupported file format (expected PLY or SOG)"
-	case s.roll(s.faults.ProcessingFailRate):
-		sp.failMsg = "processing failed: conversion error (simulated)"
-	}
-	s.splats = append(s.splats, sp)
-	s.byHash[sp.hash] = sp
-	if s.published[sp.sha256] > 0 {
-		s.stats.Duplicates++
-	}
-	s.published[sp.sha256]++
-	s.pubBytes += obj.size
+	s.addSplat(sp, isSplatContent(obj.head), "processing failed: unsupported file format (expected PLY or SOG)")
 	s.stats.Publishes++
 	return sp
 }

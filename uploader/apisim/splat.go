@@ -125,3 +125,21 @@ func (sp *splat) json(now time.Time, o Options, created bool) map[string]any {
 }
 
 func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// addSplat records a new splat, whose processing fails with badContent
+// unless its content is ok (or by the fault rate). Callers hold s.mu.
+func (s *Server) addSplat(sp *splat, ok bool, badContent string) {
+	switch {
+	case !ok:
+		sp.failMsg = badContent
+	case s.roll(s.faults.ProcessingFailRate):
+		sp.failMsg = "processing failed: conversion error (simulated)"
+	}
+	s.splats = append(s.splats, sp)
+	s.byHash[sp.hash] = sp
+	if s.published[sp.sha256] > 0 {
+		s.stats.Duplicates++
+	}
+	s.published[sp.sha256]++
+	s.pubBytes += sp.size
+}

@@ -73,14 +73,14 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, u *upload, sen
 		s.mu.Unlock()
 	}()
 	ctx := r.Context()
-	held, err := s.parts.ListParts(ctx, u.id)
+	stored, err := s.parts.ListParts(ctx, u.id)
 	if err != nil {
 		if errors.Is(err, ErrNoSuchUpload) {
 			return v1Error(w, http.StatusNotFound), nil, false
 		}
 		return jsonError(w, http.StatusInternalServerError, "Internal server error (part store)"), nil, false
 	}
-	parts, total, err := checkParts(sent, held, u.partSize, u.lastPart(), u.req.ContentLength)
+	parts, total, err := checkParts(sent, stored, u.partSize, u.lastPart(), u.req.ContentLength)
 	if s.o.MaxUploadSize > 0 && total > s.o.MaxUploadSize {
 		return v1Error(w, http.StatusRequestEntityTooLarge), nil, false
 	}
@@ -121,19 +121,8 @@ func (s *Server) publish(u *upload, obj ObjectInfo, parts []Part) (code int, sp 
 	if s.s3 != nil {
 		sp.s3Key = s.s3.sessionKey(u.id)
 	}
-	switch {
-	case !matchesSourceFormat(sp.format, obj.Head):
-		sp.failMsg = fmt.Sprintf("processing failed: the file is not %s (its sourceFormat)", strings.ToUpper(sp.format))
-	case s.roll(s.faults.ProcessingFailRate):
-		sp.failMsg = "processing failed: conversion error (simulated)"
-	}
-	s.splats = append(s.splats, sp)
-	s.byHash[sp.hash] = sp
-	if s.published[sp.sha256] > 0 {
-		s.stats.Duplicates++
-	}
-	s.published[sp.sha256]++
-	s.pubBytes += sp.size
+	s.addSplat(sp, matchesSourceFormat(sp.format, obj.Head),
+		fmt.Sprintf("processing failed: the file is not %s (its sourceFormat)", strings.ToUpper(sp.format)))
 	u.splat, u.parts = sp, parts
 	s.stats.Completes++
 	s.stats.V1Splats++
@@ -151,9 +140,9 @@ func (s *Server) publish(u *upload, obj ObjectInfo, parts []Part) (code int, sp 
 // the create gave one; else N is the client's last part). It returns the
 // parts with their sizes and their total, which is meaningful even with an
 // error about sizes (for the 413 check).
-func checkParts(sent, held []Part, partSize int64, last int, contentLength int64) ([]Part, int64, error) {
-	byNum := make(map[int]Part, len(held))
-	for _, p := range held {
+func checkParts(sent, stored []Part, partSize int64, last int, contentLength int64) ([]Part, int64, error) {
+	byNum := make(map[int]Part, len(stored))
+	for _, p := range stored {
 		byNum[p.Number] = p
 	}
 	if contentLength < 0 {
