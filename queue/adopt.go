@@ -43,6 +43,7 @@ func (s *Store) AdoptBatch(ctx context.Context, as []Adoption) ([]state.Job, err
 	}
 	out := make([]state.Job, len(as))
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		s.db.dropWithin(tx)
 		now := s.o.Now()
 		for i, a := range as {
 			j, err := s.adopt(tx, a, now)

@@ -260,6 +260,7 @@ func (s *Store) pruneSome(after []byte, skipped *int) (int, []byte, error) {
 	var n int
 	var next []byte
 	err := s.db.Update(func(tx *bolt.Tx) error {
+		s.db.dropWithin(tx)
 		n, next = 0, nil
 		// The finished bucket holds the done, failed and canceled jobs:
 		// their counters say how many without walking it.

@@ -70,3 +70,12 @@ func (r *releaser) close(wait time.Duration) {
 	case <-time.After(wait):
 	}
 }
+
+// dropWithin releases the mapped pages at the start of write transaction
+// tx, whose mapping only its own commit can replace: the pages earlier
+// transactions read are gone before the releaser's next pass.
+func (g *guardedDB) dropWithin(tx *bolt.Tx) {
+	if g.release != nil {
+		dropMapped(g.DB.Info().Data, tx.Size())
+	}
+}

@@ -72,32 +72,37 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 			adopt = append(adopt, after.AdoptionOf(ev, c.Root, d.cfg.TrustedViewerURL))
 		}
 	}
-	if len(adopt) == 0 {
-		return rest
-	}
-	jobs, err := d.store.AdoptBatch(ctx, adopt)
-	if err != nil {
-		// Queuing them instead would publish them again: the watcher hands
-		// them over again at its next rescan.
-		if ctx.Err() == nil {
-			d.log.Error().Err(err).Int("files", len(adopt)).Msg("cannot record files proven published by their receipts; tried again at the next rescan")
-			d.intakeFailed(ctx, err)
-		}
-		for _, a := range adopt {
-			d.watch.Forget(a.Path)
-		}
-		return rest
-	}
 	byDir := map[string]int{}
-	for _, j := range jobs {
-		if j.ID != 0 {
-			byDir[filepath.Dir(j.Path)]++
-			d.log.Debug().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
+	for lo := 0; lo < len(adopt); lo += adoptChunk {
+		jobs, err := d.store.AdoptBatch(ctx, adopt[lo:min(lo+adoptChunk, len(adopt))])
+		if err != nil {
+			// Queuing them instead would publish them again: the watcher
+			// hands them over again at its next rescan.
+			if ctx.Err() == nil {
+				d.log.Error().Err(err).Int("files", len(adopt)-lo).Msg("cannot record files proven published by their receipts; tried again at the next rescan")
+				d.intakeFailed(ctx, err)
+			}
+			for _, a := range adopt[lo:] {
+				d.watch.Forget(a.Path)
+			}
+			break
+		}
+		for _, j := range jobs {
+			if j.ID != 0 {
+				byDir[filepath.Dir(j.Path)]++
+				d.log.Debug().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
+			}
 		}
 	}
 	d.logReceiptDirs(byDir)
 	return rest
 }
+
+// adoptChunk is how many adoptions the intake records in one transaction,
+// followed by its retention pass: each reads a random page of the sha256
+// index, and each read maps the 64 KiB around it (docs/architecture.md,
+// "The watcher's scan").
+const adoptChunk = 64
 
 // logReceiptDirs logs, once per folder, that it holds receipts the state
 // did not know.
