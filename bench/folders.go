@@ -70,6 +70,13 @@ func FolderFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 		Figure{Name: "folder_100k_db_bytes_per_job", Value: round(perJob, 0), Unit: "bytes", Target: "<= 1024", Met: met(perJob <= 1024),
 			Note: fmt.Sprintf("splatd.db %.1f MiB for %d finished jobs", float64(dbBytes)/(1<<20), n)})
 
+	ownRSS, _, err := firstStart(ctx, o, cfgPath, cfg, n, false)
+	if err != nil {
+		return figs, fmt.Errorf("folders, restart after the daemon's adoption: %w", err)
+	}
+	figs = append(figs, Figure{Name: "folder_100k_restart_after_own_adoption_peak_rss", Value: round(ownRSS, 1), Unit: "MiB", Target: "<= 64", Met: met(ownRSS <= 64),
+		Note: "the daemon started again on the state its first start wrote, to the end of its start-up scan"})
+
 	if err := os.RemoveAll(cfg.StateDir); err != nil {
 		return figs, err
 	}

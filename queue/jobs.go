@@ -104,6 +104,10 @@ func (s *Store) Known(path string, size int64, mtime time.Time) bool {
 	return known
 }
 
+// knownDropEvery is how many KnownBatch calls map the index's pages
+// before one releases them.
+const knownDropEvery = 8
+
 // KnownBatch is Known for each of files (known[i] for files[i]), in one
 // read transaction: a scan asks it once per folder.
 func (s *Store) KnownBatch(files []Candidate) []bool {
@@ -114,6 +118,9 @@ func (s *Store) KnownBatch(files []Candidate) []bool {
 			var pe pathEntry
 			raw := paths.Get([]byte(c.Path))
 			known[i] = raw != nil && decodePath(raw, &pe) == nil && pe.Size == c.Size && pe.MTime == c.ModTime.UnixNano()
+		}
+		if s.batches.Add(1)%knownDropEvery == 0 {
+			s.db.dropWithin(tx) // a scan reads the whole index: keep a few batches' pages mapped
 		}
 		return nil
 	})

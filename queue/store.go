@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -174,6 +175,8 @@ type Store struct {
 	claimed   map[uint64]struct{}
 	finished  int       // jobs finished since the last retention pass
 	lastClaim time.Time // the latest now a Claim was given (clock.go)
+
+	batches atomic.Uint64 // KnownBatch calls, for its page release
 
 	// unreadable holds the ids of the job records found undecodable
 	// (unreadable.go), each reported once; badMu guards it and is never
