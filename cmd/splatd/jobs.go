@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -153,18 +154,8 @@ func selectJobs(views []daemon.JobView, every bool, limit int) (shown []daemon.J
 		slices.SortStableFunc(shown, byRecent)
 		shown = shown[:limit]
 	}
-	slices.SortFunc(shown, func(a, b daemon.JobView) int { return cmpUint(a.ID, b.ID) })
+	slices.SortFunc(shown, func(a, b daemon.JobView) int { return cmp.Compare(a.ID, b.ID) })
 	return shown, hidden
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func printJobs(w io.Writer, views []daemon.JobView, now time.Time) {

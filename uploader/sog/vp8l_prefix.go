@@ -1,6 +1,7 @@
 package sog
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 )
@@ -95,7 +96,7 @@ func huffDepths(counts []uint32, used []int, floor uint64) []uint8 {
 	for i := range leaves {
 		leaves[i] = i
 	}
-	slices.SortStableFunc(leaves, func(a, b int) int { return cmpU64(nodes[a].w, nodes[b].w) })
+	slices.SortStableFunc(leaves, func(a, b int) int { return cmp.Compare(nodes[a].w, nodes[b].w) })
 	var inner []int
 	li, ii := 0, 0
 	pick := func() int {
@@ -118,16 +119,6 @@ func huffDepths(counts []uint32, used []int, floor uint64) []uint8 {
 		}
 	}
 	return depth[:len(used)]
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 var codeLengthOrder = [19]uint8{17, 18, 0, 1, 2, 3, 4, 5, 16, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
