@@ -21,27 +21,8 @@ import (
 	"github.com/splatd/splatd/state"
 )
 
-// The bucket tree. Bucket names are fixed here and created together in one
-// transaction at open, so a store is either fully laid out or not at all.
-//
-//	meta/
-//	    schema            → uint64 big-endian (SchemaVersion)
-//	    count/<stage>     → uint64 big-endian: keys in stages/<stage>/   (v2)
-//	    count/tombstones  → uint64 big-endian: pruned entries in sha256/ (v2)
-//	    ping              → uint64 big-endian (Unix ns of the last Ping)
-//	jobs/
-//	    <id u64be>        → state.Job JSON ({"v":1,...})
-//	due/                  runnable (non-final) jobs, earliest first
-//	    <next u64be><id>  → ""            next = NextAttempt in Unix ns
-//	stages/
-//	    <stage>/          one sub-bucket per state.Stage
-//	        <id u64be>    → ""
-//	finished/             done, failed and canceled jobs, oldest finish first (retention)
-//	    <at u64be><id>    → ""            at = UpdatedAt when it finished
-//	sha256/               content dedupe: who owns (or owned) this content
-//	    <hex sha256>      → hashEntry JSON
-//	paths/                idempotent enqueue and Known; outlives pruned jobs
-//	    <path>            → pathEntry JSON
+// The bucket tree (docs/architecture.md, "The state file"), created
+// together in one transaction at open: a store is fully laid out or not at all.
 var (
 	bucketMeta     = []byte("meta")
 	bucketJobs     = []byte("jobs")
