@@ -23,6 +23,7 @@ import (
 	"github.com/splatd/splatd/uploader/api"
 	"github.com/splatd/splatd/uploader/apisim"
 	"github.com/splatd/splatd/uploader/splatfile"
+	"github.com/splatd/splatd/uploader/step/steptest"
 )
 
 // workerEnv is one test's simulator, client, store and files.
@@ -44,19 +45,7 @@ func newWorkerEnv(t *testing.T, so apisim.Options) *workerEnv {
 	if so.Seed == 0 {
 		so.Seed = 7
 	}
-	if so.Limits == nil {
-		// Tests measure the worker, not the pacer's spreading of 240/min.
-		so.Limits = map[apisim.Class]int{apisim.ClassNormal: 100000, apisim.ClassStrict: 100000, apisim.ClassAssets: 100000}
-	}
-	sim, err := apisim.New(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	c, err := api.NewClient(api.ClientOptions{BaseURL: sim.URL(), Token: sim.Token(), RootCAs: sim.CertPool(), Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, c := steptest.Sim(t, so) // rate limits lifted: tests measure the worker, not the pacer
 	e := &workerEnv{t: t, sim: sim, client: c, stateDir: t.TempDir(), files: t.TempDir()}
 	e.reopen()
 	return e

@@ -418,15 +418,22 @@ func TestIncludeExclude(t *testing.T) {
 	})
 }
 
-func TestKnownSkipsQueuedFiles(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+// writeQueued writes n files old00.ply… in dir and returns their paths as
+// a queue that knows them.
+func writeQueued(dir string, n int) map[string]bool {
 	queued := make(map[string]bool)
-	for i := 0; i < 50; i++ {
+	for i := range n {
 		p := filepath.Join(dir, fmt.Sprintf("old%02d.ply", i))
 		os.WriteFile(p, []byte("done"), 0o644)
 		queued[p] = true
 	}
+	return queued
+}
+
+func TestKnownSkipsQueuedFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queued := writeQueued(dir, 50)
 	var mu sync.Mutex
 	calls := 0
 	known := func(path string, size int64, mtime time.Time) bool {
@@ -458,12 +465,7 @@ func TestKnownSkipsQueuedFiles(t *testing.T) {
 func TestKnownBatchAsksOncePerFolder(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	queued := make(map[string]bool)
-	for i := 0; i < 50; i++ {
-		p := filepath.Join(dir, fmt.Sprintf("old%02d.ply", i))
-		os.WriteFile(p, []byte("done"), 0o644)
-		queued[p] = true
-	}
+	queued := writeQueued(dir, 50)
 	fresh := filepath.Join(dir, "new.ply")
 	os.WriteFile(fresh, []byte("new"), 0o644)
 	var mu sync.Mutex
