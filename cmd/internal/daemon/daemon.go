@@ -225,7 +225,7 @@ func (d *Daemon) newWatcher() (*watcher.Watcher, error) {
 func (d *Daemon) knownBatch(files []watcher.Candidate) []bool {
 	qs := make([]queue.Candidate, len(files))
 	for i, c := range files {
-		qs[i] = queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime}
+		qs[i] = candidate(c)
 	}
 	return d.store.KnownBatch(qs)
 }

@@ -361,13 +361,13 @@ func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 		case <-ctx.Done():
 			return
 		case c := <-cands:
-			batch = append(batch, queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime})
+			batch = append(batch, candidate(c))
 		}
 	more:
 		for len(batch) < maxBatch {
 			select {
 			case c := <-cands:
-				batch = append(batch, queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime})
+				batch = append(batch, candidate(c))
 			default:
 				break more
 			}
@@ -403,4 +403,9 @@ func (d *Daemon) enqueue(ctx context.Context, cands <-chan watcher.Candidate) {
 			d.pool.Wake()
 		}
 	}
+}
+
+// candidate is the store's form of a file the watcher found.
+func candidate(c watcher.Candidate) queue.Candidate {
+	return queue.Candidate{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime}
 }
