@@ -144,7 +144,6 @@ func TestActivity(t *testing.T) {
 	}{
 		{state.Signed, Doing{Upload: &Progress{Sent: 30 << 20, Size: 120 << 20, Rate: 3 << 20, ETA: 30}}, "uploading 30.0 MiB of 120.0 MiB (25 %), 3.0 MiB/s, ETA 30 s"},
 		{state.Queued, Doing{Check: &Progress{Step: "hashing", Sent: 2150 << 20, Size: 5 << 30, Rate: 180 << 20, ETA: 16}}, "hashing 2.1 GiB of 5.0 GiB (41 %), 180.0 MiB/s, ETA 16 s"},
-		{state.Queued, Doing{Check: &Progress{Step: CheckCompressing, Sent: 1 << 30, Size: 1 << 30}}, "encoding: compressing the 1.0 GiB PLY read"},
 		{state.Signed, Doing{NextTry: t0.Add(12 * time.Second)}, "next try in 12 s"},
 		{state.Signed, Doing{NextTry: t0.Add(-time.Second)}, ""},
 		{state.Signed, Doing{NextTry: t0.Add(10 * time.Minute), Parked: "job 3's session is another daemon's"}, "parked: job 3's session is another daemon's"},

@@ -12,7 +12,7 @@ import (
 // facts Activity puts into words.
 type Doing struct {
 	// Upload is its bytes going out; Check its content being read (Step:
-	// hashing, bundling, encoding, compressing).
+	// hashing, bundling, encoding).
 	Upload *Progress
 	Check  *Progress
 	// Parked says why it waits on another daemon of a fleet.
@@ -29,9 +29,6 @@ type Doing struct {
 	AfterAction, AfterError string
 }
 
-// CheckCompressing is the check step of an encoding whose read is over.
-const CheckCompressing = "compressing"
-
 // Activity is the one wording of what a job in stage does now, shared by
 // `splatd jobs`, /api/jobs and the status page: "uploading 610.0 MiB of
 // 1.5 GiB (40 %), 19.6 MiB/s, ETA 46 s", "hashing …", "next try in 12 s",
@@ -45,8 +42,6 @@ func Activity(stage state.Stage, d Doing, now time.Time) string {
 		return ""
 	case d.Upload != nil && d.Upload.Size > 0:
 		return "uploading " + bytesDone(*d.Upload)
-	case d.Check != nil && d.Check.Step == CheckCompressing:
-		return "encoding: compressing the " + humanBytes(float64(d.Check.Size)) + " PLY read"
 	case d.Check != nil && d.Check.Size > 0:
 		return d.Check.Step + " " + bytesDone(*d.Check)
 	case d.RateLimit != "":

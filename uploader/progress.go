@@ -25,10 +25,6 @@ const (
 	CheckHashing  = content.Hashing
 	CheckBundling = content.Bundling
 	CheckEncoding = content.Encoding
-	// CheckCompressing follows CheckEncoding once the encoder has read the
-	// PLY's splats: it compresses the scene in memory, with no bytes to
-	// count, often for longer than the read took.
-	CheckCompressing = "compressing"
 )
 
 // startCheck shows job j's check doing step over size bytes until the

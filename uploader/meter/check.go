@@ -62,14 +62,5 @@ func (c *Check) Encoded(done, total int64) {
 	}
 }
 
-// Doing shows the check doing step from now on, with no more bytes to
-// count (an encoding's compression once the encoder has read the PLY).
-func (c *Check) Doing(step string) {
-	c.pr.Step = step
-	pr := c.pr
-	pr.Sent = c.done.Load()
-	c.b.set(c.b.checks, c.id, &pr, &c.done)
-}
-
 // Stop ends the check's entry.
 func (c *Check) Stop() { c.b.set(c.b.checks, c.id, nil, nil) }

@@ -8,9 +8,8 @@ import (
 
 // The steps of a check, as the pool names them.
 const (
-	hashing     = "hashing"
-	encoding    = "encoding"
-	compressing = "compressing"
+	hashing  = "hashing"
+	encoding = "encoding"
 )
 
 // TestProgressRateAndETA: the rate is measured over the recent window
@@ -96,27 +95,6 @@ func TestCheckMeterRateAndETA(t *testing.T) {
 	if _, ok := b.Checks()[7]; ok {
 		t.Error("ended check still listed")
 	}
-}
-
-// TestCheckEncodingThenCompressing: an encoding shows its read of the PLY,
-// then, once the encoder has read it (TranscodeTo calls back; a PLY with
-// data after its splats is not read to its end), that it compresses: it
-// no longer counts bytes, and "encoding" at a standstill read as stuck.
-func TestCheckEncodingThenCompressing(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	b := New(func() time.Time { return now })
-	m := b.StartCheck(7, "/x.ply", encoding, 10, nil)
-	if _, err := m.Write(make([]byte, 8)); err != nil {
-		t.Fatal(err)
-	}
-	if pr := b.Checks()[7]; pr.Step != encoding || pr.Sent != 8 {
-		t.Errorf("mid-read: %+v, want encoding, 8 of 10", pr)
-	}
-	m.Doing(compressing) // no time passed: shown at once all the same
-	if pr := b.Checks()[7]; pr.Step != compressing || pr.Sent != 8 || pr.Size != 10 {
-		t.Errorf("read done: %+v, want compressing, 8 of 10", pr)
-	}
-	m.Stop()
 }
 
 // TestEncodeProgressOverPasses: the encoder's progress (sog.Options.Progress)

@@ -36,7 +36,7 @@ type JobView struct {
 	ETA  float64 `json:"eta_s,omitempty"`
 	// Checking says what the job's check does now, a long read of its
 	// content ("hashing" its file, "bundling" its SOG folder, "encoding"
-	// it for publish.encode, then "compressing" once the PLY is read) while
+	// it for publish.encode) while
 	// it is still queued; Checked, CheckSize,
 	// CheckRate and CheckETA are that read's bytes done, total, recent
 	// bytes per second and seconds left at that rate, as for an upload.
