@@ -10,6 +10,7 @@ import (
 
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader/apisim"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/splatfile"
 )
 
@@ -117,10 +118,10 @@ func TestPublishOneFolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			meta := filepath.Join(dir, splatfile.SOGMeta)
-			if got := PublishedAs(meta); got != dir+".sog" {
+			if got := content.PublishedAs(meta); got != dir+".sog" {
 				t.Errorf("PublishedAs(%s) = %s, want %s.sog", meta, got, dir)
 			}
-			src, err := PrepareOneShot(t.Context(), meta, 0, 0)
+			src, err := content.PrepareOneShot(t.Context(), meta, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

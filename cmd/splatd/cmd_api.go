@@ -21,6 +21,7 @@ import (
 	"github.com/splatd/splatd/state"
 	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/api"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher/trustfs"
 )
@@ -314,7 +315,7 @@ func cmdPublish(ctx context.Context, c *cli, args []string) int {
 // force, a publish known from prior ends it.
 func publishPath(ctx context.Context, c *cli, a *apiEnv, prior priorPublishes, force bool, path string) error {
 	minSize, maxSize := a.cfg.SizeBoundsOf(path)
-	src, err := uploader.PrepareOneShot(ctx, path, minSize, maxSize)
+	src, err := content.PrepareOneShot(ctx, path, minSize, maxSize)
 	if errors.Is(err, splatfile.ErrIncomplete) || errors.As(err, new(*splatfile.InvalidError)) {
 		return fmt.Errorf("not publishable: %s", oneLine(splatfile.Reason(err))) // a folder's check
 	}
@@ -349,7 +350,7 @@ func sogFolderMeta(path string) string {
 }
 
 // publishOne publishes path, whose upload src is (PrepareOneShot).
-func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *uploader.OneShotSource) error {
+func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *content.OneShot) error {
 	v1 := a.cfg.API.Protocol == config.ProtocolV1
 	info := src.Info // a folder's, checked as it was bundled
 	if !splatfile.IsSOGFolder(path) {
@@ -367,10 +368,10 @@ func publishOne(ctx context.Context, c *cli, a *apiEnv, path string, src *upload
 	}
 	// A file inside a watched folder gets that folder's settings, as the
 	// daemon would give it.
-	as := uploader.PublishedAs(path)
+	as := content.PublishedAs(path)
 	if w, ok := a.cfg.WatchOf(path); ok {
 		if abs, err := filepath.Abs(path); err == nil {
-			as = uploader.PublishedAsIn(w.Path, abs)
+			as = content.PublishedAsIn(w.Path, abs)
 		}
 	}
 	req, err := a.cfg.ParamsFor(a.cfg.TrustFS(), as, fi.ModTime())

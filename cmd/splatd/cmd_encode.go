@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader"
+	"github.com/splatd/splatd/uploader/content"
 )
 
 // cmdEncode converts a 3DGS PLY to a bundled SOG locally: what
@@ -41,7 +41,7 @@ func cmdEncode(ctx context.Context, c *cli, args []string) int {
 		return exitFailure
 	}
 	start := time.Now()
-	res, err := uploader.TranscodeBounded(ctx, in, out, uploader.EncodeMemory(limit))
+	res, err := content.TranscodeBounded(ctx, in, out, content.EncodeMemory(limit))
 	if err != nil {
 		fmt.Fprintf(c.stderr, "splatd encode: %s: %s\n", in, oneLine(err.Error()))
 		return exitFailure

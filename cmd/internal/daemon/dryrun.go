@@ -18,8 +18,8 @@ import (
 	"github.com/splatd/splatd/cmd/internal/config"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/state"
-	"github.com/splatd/splatd/uploader"
 	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/uploader/content"
 	"github.com/splatd/splatd/uploader/splatfile"
 	"github.com/splatd/splatd/watcher"
 	"github.com/splatd/splatd/watcher/trustfs"
@@ -187,7 +187,7 @@ func (p *predictor) decide(ctx context.Context, f watcher.Listed, folder *folder
 		return actFail, "never uploaded: " + err.Error() // as the daemon's sign step
 	}
 	p.seen[sum] = f.Path
-	params, err := p.cfg.ParamsFor(p.fs, uploader.PublishedAsIn(f.Root, f.Path), f.ModTime)
+	params, err := p.cfg.ParamsFor(p.fs, content.PublishedAsIn(f.Root, f.Path), f.ModTime)
 	if err != nil {
 		return actFail, "publish parameters: " + err.Error()
 	}
@@ -220,7 +220,7 @@ func publishWhy(kind splatfile.Kind, params state.PublishParams, sum string) str
 		listed = "listed"
 	}
 	encoded := ""
-	if uploader.Encodes(kind, params.Encode) {
+	if content.Encodes(kind, params.Encode) {
 		encoded = ", encoded to SOG before upload"
 	}
 	return fmt.Sprintf("%s%s, title %q, format %s, %s, sha256 %.12s", kind, encoded, params.Title, orDefault(params.Format), listed, sum)
@@ -291,7 +291,7 @@ func bundleOf(ctx context.Context, fsys *trustfs.FS, root, meta string, minSize,
 		return &folderBundle{info: f.Info, err: err}
 	}
 	b := &folderBundle{info: f.Info, latest: f.Latest}
-	if b.outside = uploader.BundleOutsideBounds(f.Size, minSize, maxSize); b.outside != "" {
+	if b.outside = content.BundleOutsideBounds(f.Size, minSize, maxSize); b.outside != "" {
 		return b
 	}
 	if b.sha256, err = splatfile.HashSOGBundle(ctx, f); err != nil {
