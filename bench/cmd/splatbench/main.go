@@ -35,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	bin := fs.String("splatd", "bin/splatd", "the splatd binary")
 	reps := fs.Int("reps", 3, "repetitions of the upload and restart figures (medians are printed)")
-	only := fs.String("only", "", "comma-separated groups to run (default all: upload,v1,pacing,restart,watcher,queue,history,encode,folders)")
+	only := fs.String("only", "", "comma-separated groups to run (default all: upload,v1,pacing,restart,watcher,queue,history,encode,uplink,folders)")
 	limit := fs.Duration("timeout", 40*time.Minute, "stop after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -68,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		{"queue", func() ([]bench.Figure, error) { return bench.GoBenchFigures(ctx, o, 3, "./queue/") }},
 		{"history", func() ([]bench.Figure, error) { return bench.HistoryFigures(ctx, o) }},
 		{"encode", func() ([]bench.Figure, error) { return bench.EncodeFigures(ctx, o) }},
+		{"uplink", func() ([]bench.Figure, error) { return bench.UplinkFigures(ctx, o) }},
 		{"folders", func() ([]bench.Figure, error) { return bench.FolderFigures(ctx, o) }},
 	}
 	start := time.Now()
