@@ -36,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bin := fs.String("splatd", "bin/splatd", "the splatd binary")
 	reps := fs.Int("reps", 3, "repetitions of the upload and restart figures (medians are printed)")
 	only := fs.String("only", "", "comma-separated groups to run (default all: upload,v1,pacing,restart,watcher,queue,history,encode,uplink,folders)")
-	limit := fs.Duration("timeout", 40*time.Minute, "stop after this long")
+	limit := fs.Duration("timeout", 60*time.Minute, "stop after this long")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
