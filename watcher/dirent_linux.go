@@ -9,14 +9,15 @@ import (
 
 // linux_dirent64's layout: d_ino, d_off, d_reclen, d_type, then the name.
 const (
+	direntIno    = 0
 	direntReclen = 16
 	direntType   = 18
 	direntName   = 19
 )
 
-// readDir lists the folder d is open on, each name with its type from the
-// directory entry itself (no stat); typeUnknown where the file system does
-// not say.
+// readDir lists the folder d is open on, each name with its type and inode
+// number from the directory entry itself (no stat); typeUnknown where the
+// file system does not say.
 func readDir(d *os.Root) ([]dirEntry, error) {
 	f, err := d.Open(".")
 	if err != nil {
@@ -64,7 +65,7 @@ func parseDirents(b []byte, out []dirEntry) []dirEntry {
 			}
 		}
 		if s := string(name); s != "." && s != ".." && s != "" {
-			out = append(out, dirEntry{name: s, typ: typeOf(b[direntType])})
+			out = append(out, dirEntry{name: s, typ: typeOf(b[direntType]), ino: binary.NativeEndian.Uint64(b[direntIno:])})
 		}
 		b = b[reclen:]
 	}

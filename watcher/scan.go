@@ -32,7 +32,10 @@ func (w *Watcher) scanLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if r.rescan.Swap(false) || !now.Before(r.nextScan) {
+			if r.rescan.Swap(false) {
+				r.needFull = true
+			}
+			if r.needFull || !now.Before(r.nextScan) {
 				w.scanRoot(ctx, r)
 			}
 			if !r.nextScan.IsZero() && (next.IsZero() || r.nextScan.Before(next)) {
@@ -79,7 +82,14 @@ type scanState struct {
 	dirs     map[string]bool // folders seen (full scans only)
 	files    int
 	limitHit bool // an Add failed with an inotify limit
+	// light: files of watched folders that the tracker has as done, under
+	// the inode number it saw, are taken as unchanged without a stat.
+	light bool
 }
+
+// fullScanEvery bounds the time between full scans of a notify root: the
+// rescans between them are light (scanState.light).
+const fullScanEvery = time.Hour
 
 // scanRoot walks all of r: feeds every candidate to the tracker, adds
 // missing watches, forgets watches and emitted files that are gone, and
@@ -95,6 +105,7 @@ func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 		st.tryWatch = true
 		r.lastWatchTry = start
 	}
+	st.light = notify && !r.fallback.Load() && !r.needFull && !r.lastFull.IsZero() && start.Sub(r.lastFull) < fullScanEvery
 	r.resolve()
 	scanNo := r.scanNo.Add(1)
 
@@ -111,6 +122,9 @@ func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 	}
 	r.scanErr.Store(nil)
 	r.scanned.Store(time.Now().UnixNano())
+	if !st.light {
+		r.lastFull, r.needFull = start, false
+	}
 	if !r.healthy.Swap(true) && !r.nextScan.IsZero() {
 		w.log.Info().Str("root", r.Path).Msg("watch root is available again")
 	}
@@ -131,7 +145,7 @@ func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 	default:
 		r.nextScan = start.Add(100 * 365 * 24 * time.Hour)
 	}
-	w.log.Debug().Str("root", r.Path).Int("files", st.files).Int("dirs", len(st.dirs)).
+	w.log.Debug().Str("root", r.Path).Bool("light", st.light).Int("files", st.files).Int("dirs", len(st.dirs)).
 		Float64("took_s", time.Since(start).Seconds()).Msg("scan done")
 }
 
@@ -170,10 +184,11 @@ func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 const scanBatch = 256
 
 // dirEntry is one name in a folder listing, with its type when the listing
-// says it.
+// says it and its inode number (0 where it does not).
 type dirEntry struct {
 	name string
 	typ  fileType
+	ino  uint64
 }
 
 type fileType uint8
@@ -185,11 +200,14 @@ const (
 )
 
 // walkDir is walk in the folder dir, open as d. Only the folder's listing
-// and one fstatat per wanted file (or entry of unknown type) touch the disk.
+// and one fstatat per wanted file (or entry of unknown type) touch the disk;
+// a light scan of a folder watched before it skips the fstatat of files
+// the tracker has as done under the same inode.
 func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bool) error {
 	if st.dirs != nil {
 		st.dirs[dir] = true
 	}
+	light := st.light && w.watching(dir)
 	if st.tryWatch {
 		w.watchDir(r, dir, st)
 	}
@@ -230,8 +248,11 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 		if !r.wants(e.name) {
 			continue // receipts and sidecars: no path built for them
 		}
-		p := filepath.Join(dir, e.name)
 		st.files++
+		if light && fi == nil && w.tr.seenUnchanged(r, dir, e.name, e.ino) {
+			continue
+		}
+		p := filepath.Join(dir, e.name)
 		if fi == nil {
 			if fi, err = d.Lstat(e.name); err != nil {
 				continue // vanished since the listing
@@ -273,6 +294,14 @@ func (w *Watcher) walkSub(r *root, d *os.Root, p, name string, st *scanState) {
 	}
 	w.walkDir(r, sub, p, st, false)
 	sub.Close()
+}
+
+// watching reports whether dir has an inotify watch.
+func (w *Watcher) watching(dir string) bool {
+	w.dirMu.Lock()
+	defer w.dirMu.Unlock()
+	_, ok := w.dirs[dir]
+	return ok
 }
 
 // watchDir adds an inotify watch on dir unless it has one. Running out of
