@@ -392,8 +392,12 @@ func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
 func (s *Store) Unfinalized() ([]state.Job, error) {
 	var out []state.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
+		jobs := tx.Bucket(bucketJobs)
 		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held, state.Canceled} {
 			for _, id := range stageIDs(tx, stg) {
+				if finalizedRecord(jobs.Get(u64(id))) {
+					continue
+				}
 				j, err := getJob(tx, id)
 				if s.skip(err) {
 					continue
