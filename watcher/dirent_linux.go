@@ -52,6 +52,8 @@ func readDir(d *os.Root) ([]dirEntry, error) {
 // parseDirents appends the entries of a getdents64 buffer to out, without
 // "." and "..".
 func parseDirents(b []byte, out []dirEntry) []dirEntry {
+	all := string(b) // the names are slices of one copy of the buffer
+	off := 0
 	for len(b) >= direntName {
 		reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))
 		if reclen < direntName || reclen > len(b) {
@@ -64,10 +66,10 @@ func parseDirents(b []byte, out []dirEntry) []dirEntry {
 				break
 			}
 		}
-		if s := string(name); s != "." && s != ".." && s != "" {
+		if s := all[off+direntName : off+direntName+len(name)]; s != "." && s != ".." && s != "" {
 			out = append(out, dirEntry{name: s, typ: typeOf(b[direntType]), ino: binary.NativeEndian.Uint64(b[direntIno:])})
 		}
-		b = b[reclen:]
+		b, off = b[reclen:], off+reclen
 	}
 	return out
 }

@@ -274,8 +274,8 @@ func (w *Watcher) load(r *root, d *os.Root, dir string, st *scanState, top bool)
 }
 
 // visit hands the tracker the wanted files of f, a folder load read, in
-// listing order, and walks its subfolders in turn, reading up to
-// GOMAXPROCS of them ahead.
+// listing order, and walks its subfolders in turn, reading some of them
+// ahead (lookahead).
 func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 	if st.dirs != nil {
 		st.dirs[f.dir] = true
@@ -320,7 +320,7 @@ func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 		if f.read[i] == readUnseen {
 			continue
 		}
-		p := filepath.Join(f.dir, e.name)
+		p := childPath(f.dir, e.name)
 		fi := f.infos[i]
 		if f.read[i] == readNone {
 			fi, _ = f.d.Lstat(e.name)
@@ -336,8 +336,9 @@ func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 	}
 }
 
-// lookahead loads a folder's subfolders, in order, up to GOMAXPROCS ahead
-// of the one visited.
+// lookahead loads a folder's subfolders in order, up to GOMAXPROCS-1
+// ahead of the one visited, each on its own goroutine: the visit keeps a
+// core. A light scan stats almost nothing and reads none ahead.
 type lookahead struct {
 	w     *Watcher
 	r     *root
@@ -350,7 +351,11 @@ type lookahead struct {
 
 func newLookahead(w *Watcher, r *root, f *folder, subs []int, st *scanState) *lookahead {
 	a := &lookahead{w: w, r: r, f: f, subs: subs, st: st}
-	for range min(len(subs), runtime.GOMAXPROCS(0)) {
+	window := runtime.GOMAXPROCS(0) - 1
+	if st.light {
+		window = 0
+	}
+	for range min(len(subs), window) {
 		a.start()
 	}
 	return a
@@ -369,6 +374,11 @@ func (a *lookahead) start() {
 
 // next is the next subfolder, loaded; it starts the one after the window.
 func (a *lookahead) next() *folder {
+	if len(a.ready) == 0 { // no window
+		i := a.subs[a.n]
+		a.n++
+		return a.w.loadSub(a.r, a.f.d, filepath.Join(a.f.dir, a.f.ents[i].name), a.f.ents[i].name, a.st)
+	}
 	ch := a.ready[0]
 	a.ready = a.ready[1:]
 	if a.n < len(a.subs) {
@@ -403,6 +413,15 @@ func (w *Watcher) loadSub(r *root, d *os.Root, p, name string, st *scanState) *f
 		return &folder{dir: p}
 	}
 	return w.load(r, sub, p, st, false)
+}
+
+// childPath is filepath.Join(dir, name) for a clean dir and a name from
+// its listing, which has no separator, without cleaning it again.
+func childPath(dir, name string) string {
+	if strings.HasSuffix(dir, string(filepath.Separator)) {
+		return dir + name
+	}
+	return dir + string(filepath.Separator) + name
 }
 
 // watching reports whether dir has an inotify watch.
