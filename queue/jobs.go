@@ -387,13 +387,25 @@ func (s *Store) write(tx *bolt.Tx, old, j state.Job) error {
 	return nil
 }
 
+// unfinalizedDropEvery is how many jobs Unfinalized reads between releases
+// of the mapped pages.
+const unfinalizedDropEvery = 1024
+
 // Unfinalized returns the final (done, failed, held) jobs whose Finish hook
 // has not completed, so the pool can run it again after a crash.
 func (s *Store) Unfinalized() ([]state.Job, error) {
 	var out []state.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
+		jobs := tx.Bucket(bucketJobs)
+		n := 0
 		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held, state.Canceled} {
 			for _, id := range stageIDs(tx, stg) {
+				if n++; n%unfinalizedDropEvery == 0 {
+					s.db.dropWithin(tx) // it reads every final job: keep a few pages mapped
+				}
+				if finalizedRecord(jobs.Get(u64(id))) {
+					continue
+				}
 				j, err := getJob(tx, id)
 				if s.skip(err) {
 					continue

@@ -9,14 +9,15 @@ import (
 
 // linux_dirent64's layout: d_ino, d_off, d_reclen, d_type, then the name.
 const (
+	direntIno    = 0
 	direntReclen = 16
 	direntType   = 18
 	direntName   = 19
 )
 
-// readDir lists the folder d is open on, each name with its type from the
-// directory entry itself (no stat); typeUnknown where the file system does
-// not say.
+// readDir lists the folder d is open on, each name with its type and inode
+// number from the directory entry itself (no stat); typeUnknown where the
+// file system does not say.
 func readDir(d *os.Root) ([]dirEntry, error) {
 	f, err := d.Open(".")
 	if err != nil {
@@ -51,6 +52,8 @@ func readDir(d *os.Root) ([]dirEntry, error) {
 // parseDirents appends the entries of a getdents64 buffer to out, without
 // "." and "..".
 func parseDirents(b []byte, out []dirEntry) []dirEntry {
+	all := string(b) // the names are slices of one copy of the buffer
+	off := 0
 	for len(b) >= direntName {
 		reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))
 		if reclen < direntName || reclen > len(b) {
@@ -63,10 +66,10 @@ func parseDirents(b []byte, out []dirEntry) []dirEntry {
 				break
 			}
 		}
-		if s := string(name); s != "." && s != ".." && s != "" {
-			out = append(out, dirEntry{name: s, typ: typeOf(b[direntType])})
+		if s := all[off+direntName : off+direntName+len(name)]; s != "." && s != ".." && s != "" {
+			out = append(out, dirEntry{name: s, typ: typeOf(b[direntType]), ino: binary.NativeEndian.Uint64(b[direntIno:])})
 		}
-		b = b[reclen:]
+		b, off = b[reclen:], off+reclen
 	}
 	return out
 }

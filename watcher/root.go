@@ -66,6 +66,8 @@ type root struct {
 	// Owned by the scanner goroutine.
 	nextScan     time.Time
 	lastWatchTry time.Time
+	lastFull     time.Time // when the latest full scan that ended well began
+	needFull     bool      // the next scan is full: a rescan was asked for
 }
 
 func newRoot(cfg Root) (*root, error) {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,7 +33,10 @@ func (w *Watcher) scanLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if r.rescan.Swap(false) || !now.Before(r.nextScan) {
+			if r.rescan.Swap(false) {
+				r.needFull = true
+			}
+			if r.needFull || !now.Before(r.nextScan) {
 				w.scanRoot(ctx, r)
 			}
 			if !r.nextScan.IsZero() && (next.IsZero() || r.nextScan.Before(next)) {
@@ -79,7 +83,14 @@ type scanState struct {
 	dirs     map[string]bool // folders seen (full scans only)
 	files    int
 	limitHit bool // an Add failed with an inotify limit
+	// light: files of watched folders that the tracker has as done, under
+	// the inode number it saw, are taken as unchanged without a stat.
+	light bool
 }
+
+// fullScanEvery bounds the time between full scans of a notify root: the
+// rescans between them are light (scanState.light).
+const fullScanEvery = time.Hour
 
 // scanRoot walks all of r: feeds every candidate to the tracker, adds
 // missing watches, forgets watches and emitted files that are gone, and
@@ -95,6 +106,7 @@ func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 		st.tryWatch = true
 		r.lastWatchTry = start
 	}
+	st.light = notify && !r.fallback.Load() && !r.needFull && !r.lastFull.IsZero() && start.Sub(r.lastFull) < fullScanEvery
 	r.resolve()
 	scanNo := r.scanNo.Add(1)
 
@@ -111,6 +123,9 @@ func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 	}
 	r.scanErr.Store(nil)
 	r.scanned.Store(time.Now().UnixNano())
+	if !st.light {
+		r.lastFull, r.needFull = start, false
+	}
 	if !r.healthy.Swap(true) && !r.nextScan.IsZero() {
 		w.log.Info().Str("root", r.Path).Msg("watch root is available again")
 	}
@@ -131,7 +146,7 @@ func (w *Watcher) scanRoot(ctx context.Context, r *root) {
 	default:
 		r.nextScan = start.Add(100 * 365 * 24 * time.Hour)
 	}
-	w.log.Debug().Str("root", r.Path).Int("files", st.files).Int("dirs", len(st.dirs)).
+	w.log.Debug().Str("root", r.Path).Bool("light", st.light).Int("files", st.files).Int("dirs", len(st.dirs)).
 		Float64("took_s", time.Since(start).Seconds()).Msg("scan done")
 }
 
@@ -170,10 +185,11 @@ func (w *Watcher) walk(r *root, dir string, st *scanState) error {
 const scanBatch = 256
 
 // dirEntry is one name in a folder listing, with its type when the listing
-// says it.
+// says it and its inode number (0 where it does not).
 type dirEntry struct {
 	name string
 	typ  fileType
+	ino  uint64
 }
 
 type fileType uint8
@@ -184,19 +200,94 @@ const (
 	typeOther // a regular file, link, FIFO, socket or device
 )
 
-// walkDir is walk in the folder dir, open as d. Only the folder's listing
-// and one fstatat per wanted file (or entry of unknown type) touch the disk.
+// walkDir is walk in the folder dir, open as d.
 func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bool) error {
-	if st.dirs != nil {
-		st.dirs[dir] = true
-	}
+	f := w.load(r, d, dir, st, top)
+	w.visit(r, f, st)
+	return f.err
+}
+
+// folder is one folder as load read it: its listing, with the Lstat of its
+// first statAhead wanted files (and of entries of unknown type).
+type folder struct {
+	d        *os.Root // nil: it could not be opened
+	dir      string
+	ents     []dirEntry
+	infos    []fs.FileInfo // by ents' index, where read is readStat; nil: vanished
+	read     []readState   // by ents' index
+	err      error         // listing the top folder of a walk
+	limitHit bool          // its watch failed on an inotify limit
+}
+
+// readState is what load did with one entry of a folder.
+type readState uint8
+
+const (
+	readNone   readState = iota // nothing: visit stats it if it wants it
+	readStat                    // stat'ed (infos)
+	readUnseen                  // a light scan took it as unchanged, unstat'ed
+)
+
+// statAhead bounds the stats load takes ahead of visit in one folder, and
+// so the memory a folder read ahead holds.
+const statAhead = 4096
+
+// load reads the folder dir, open as d: it gets its watch first, then is
+// listed, then its wanted files are stat'ed. Only the listing and one
+// fstatat per wanted file (or entry of unknown type) touch the disk; a
+// light scan of a folder watched before it skips the fstatat of files the
+// tracker has as done under the same inode. load may run ahead of the walk,
+// on another goroutine: it changes nothing of st.
+func (w *Watcher) load(r *root, d *os.Root, dir string, st *scanState, top bool) *folder {
+	f := &folder{d: d, dir: dir}
+	light := st.light && w.watching(dir)
 	if st.tryWatch {
-		w.watchDir(r, dir, st)
+		f.limitHit = w.watchDir(r, dir)
 	}
-	ents, err := w.listDir(d, dir, top)
-	if err != nil {
-		return err
+	f.ents, f.err = w.listDir(d, dir, top)
+	f.infos, f.read = make([]fs.FileInfo, len(f.ents)), make([]readState, len(f.ents))
+	stats := 0
+	for i, e := range f.ents {
+		if e.typ == typeUnknown {
+			fi, err := d.Lstat(e.name)
+			if err != nil {
+				continue // vanished since the listing
+			}
+			if f.ents[i].typ = typeOther; fi.IsDir() {
+				f.ents[i].typ = typeDir
+			}
+			f.infos[i], f.read[i] = fi, readStat
+			continue
+		}
+		if e.typ == typeDir || !r.wants(e.name) || stats >= statAhead {
+			continue
+		}
+		if light && w.tr.seenUnchanged(r, dir, e.name, e.ino) {
+			f.read[i] = readUnseen
+			continue
+		}
+		stats++
+		f.infos[i], _ = d.Lstat(e.name) // nil: vanished since the listing
+		f.read[i] = readStat
 	}
+	return f
+}
+
+// visit hands the tracker the wanted files of f, a folder load read, in
+// listing order, and walks its subfolders in turn, reading some of them
+// ahead (lookahead).
+func (w *Watcher) visit(r *root, f *folder, st *scanState) {
+	if st.dirs != nil {
+		st.dirs[f.dir] = true
+	}
+	st.limitHit = st.limitHit || f.limitHit
+	var subs []int // f.ents' index of the subfolders to walk
+	for i, e := range f.ents {
+		if e.typ == typeDir && r.Recursive && !r.skipsDir(e.name) && !w.otherRoot(filepath.Join(f.dir, e.name), r) {
+			subs = append(subs, i)
+		}
+	}
+	ahead := newLookahead(w, r, f, subs, st)
 	var looks []look // observed together (tracker.observeAll), in listing order
 	batch := min(scanBatch, max(w.tr.maxPending/16, 1))
 	flush := func() {
@@ -210,32 +301,32 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 		}
 	}
 	defer flush()
-	for _, e := range ents {
-		var fi fs.FileInfo
-		if e.typ == typeUnknown {
-			if fi, err = d.Lstat(e.name); err != nil {
-				continue // vanished since the listing
-			}
-			if e.typ = typeOther; fi.IsDir() {
-				e.typ = typeDir
-			}
-		}
+	for i, e := range f.ents {
 		if e.typ == typeDir {
-			if p := filepath.Join(dir, e.name); r.Recursive && !r.skipsDir(e.name) && !w.otherRoot(p, r) {
+			if len(subs) > 0 && subs[0] == i {
+				subs = subs[1:]
 				flush()
-				w.walkSub(r, d, p, e.name, st)
+				if sub := ahead.next(); sub.d != nil {
+					w.visit(r, sub, st)
+					sub.d.Close()
+				}
 			}
 			continue
 		}
-		if !r.wants(e.name) {
-			continue // receipts and sidecars: no path built for them
+		if e.typ == typeUnknown || !r.wants(e.name) {
+			continue // vanished, or receipts and sidecars: no path built for them
 		}
-		p := filepath.Join(dir, e.name)
 		st.files++
+		if f.read[i] == readUnseen {
+			continue
+		}
+		p := childPath(f.dir, e.name)
+		fi := f.infos[i]
+		if f.read[i] == readNone {
+			fi, _ = f.d.Lstat(e.name)
+		}
 		if fi == nil {
-			if fi, err = d.Lstat(e.name); err != nil {
-				continue // vanished since the listing
-			}
+			continue // vanished since the listing
 		}
 		if fi, ok := r.candidateInfo(p, fi); ok {
 			if looks = append(looks, look{path: p, fi: fi}); len(looks) >= batch {
@@ -243,7 +334,57 @@ func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bo
 			}
 		}
 	}
-	return nil
+}
+
+// lookahead loads a folder's subfolders in order, up to GOMAXPROCS-1
+// ahead of the one visited, each on its own goroutine: the visit keeps a
+// core. A light scan stats almost nothing and reads none ahead.
+type lookahead struct {
+	w     *Watcher
+	r     *root
+	f     *folder
+	subs  []int
+	st    *scanState
+	ready []chan *folder
+	n     int // subfolders started
+}
+
+func newLookahead(w *Watcher, r *root, f *folder, subs []int, st *scanState) *lookahead {
+	a := &lookahead{w: w, r: r, f: f, subs: subs, st: st}
+	window := runtime.GOMAXPROCS(0) - 1
+	if st.light {
+		window = 0
+	}
+	for range min(len(subs), window) {
+		a.start()
+	}
+	return a
+}
+
+// start loads the next subfolder on its own goroutine.
+func (a *lookahead) start() {
+	i := a.subs[a.n]
+	a.n++
+	ch := make(chan *folder, 1)
+	a.ready = append(a.ready, ch)
+	go func() {
+		ch <- a.w.loadSub(a.r, a.f.d, filepath.Join(a.f.dir, a.f.ents[i].name), a.f.ents[i].name, a.st)
+	}()
+}
+
+// next is the next subfolder, loaded; it starts the one after the window.
+func (a *lookahead) next() *folder {
+	if len(a.ready) == 0 { // no window
+		i := a.subs[a.n]
+		a.n++
+		return a.w.loadSub(a.r, a.f.d, filepath.Join(a.f.dir, a.f.ents[i].name), a.f.ents[i].name, a.st)
+	}
+	ch := a.ready[0]
+	a.ready = a.ready[1:]
+	if a.n < len(a.subs) {
+		a.start()
+	}
+	return <-ch
 }
 
 // listDir lists the folder d, sorted by name. A folder that cannot be read
@@ -262,27 +403,43 @@ func (w *Watcher) listDir(d *os.Root, dir string, top bool) ([]dirEntry, error) 
 	return ents, nil
 }
 
-// walkSub walks the subfolder name of d, at path p.
-func (w *Watcher) walkSub(r *root, d *os.Root, p, name string, st *scanState) {
+// loadSub opens the subfolder name of d, at path p, and loads it.
+func (w *Watcher) loadSub(r *root, d *os.Root, p, name string, st *scanState) *folder {
 	sub, err := d.OpenRoot(name)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			w.log.Warn().Err(err).Str("path", state.Shown(p)).Msg("cannot read folder; skipping it")
 		}
-		return
+		return &folder{dir: p}
 	}
-	w.walkDir(r, sub, p, st, false)
-	sub.Close()
+	return w.load(r, sub, p, st, false)
+}
+
+// childPath is filepath.Join(dir, name) for a clean dir and a name from
+// its listing, which has no separator, without cleaning it again.
+func childPath(dir, name string) string {
+	if strings.HasSuffix(dir, string(filepath.Separator)) {
+		return dir + name
+	}
+	return dir + string(filepath.Separator) + name
+}
+
+// watching reports whether dir has an inotify watch.
+func (w *Watcher) watching(dir string) bool {
+	w.dirMu.Lock()
+	defer w.dirMu.Unlock()
+	_, ok := w.dirs[dir]
+	return ok
 }
 
 // watchDir adds an inotify watch on dir unless it has one. Running out of
 // watches switches r to polling (with a log line naming the sysctl).
-func (w *Watcher) watchDir(r *root, dir string, st *scanState) {
+func (w *Watcher) watchDir(r *root, dir string) (limitHit bool) {
 	w.dirMu.Lock()
 	_, ok := w.dirs[dir]
 	w.dirMu.Unlock()
 	if ok {
-		return
+		return false
 	}
 	err := w.addWatch(dir)
 	switch {
@@ -291,17 +448,18 @@ func (w *Watcher) watchDir(r *root, dir string, st *scanState) {
 		w.dirs[dir] = r
 		w.dirMu.Unlock()
 	case errors.Is(err, syscall.ENOSPC):
-		st.limitHit = true
 		w.fallBack(r, "watch_limit", err)
+		return true
 	case errors.Is(err, syscall.EMFILE):
-		st.limitHit = true
 		w.fallBack(r, "instance_limit", err)
+		return true
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		// Removed or replaced since the listing: nothing to watch.
 	default:
 		w.obs.WatchError("add")
 		w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot watch folder; the periodic rescan still covers it")
 	}
+	return false
 }
 
 // pruneWatches drops watches on r's folders that the scan did not find and

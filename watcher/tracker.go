@@ -6,12 +6,14 @@ import (
 	"errors"
 	"hash/maphash"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/state"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // stamp is one look at a file: what "unchanged" compares.
@@ -38,15 +40,19 @@ type entry struct {
 }
 
 // doneEntry remembers a file version already emitted (or Known), so that
-// rescans skip it; seen is the root's scan number that last found it. The
-// tracker keys it by the path's hash (tracker.key): a folder of 100,000 files
-// then costs about 4 MB, and a collision could only skip a file whose
-// other path has the same size and mtime to the nanosecond.
+// rescans skip it; seen is the root's scan number that last found it, ino
+// the inode number of its look. The tracker keys it by the path's hash
+// (tracker.key): a folder of 100,000 files then costs about 5 MB, and a
+// collision could only skip a file whose other path has the same size and
+// mtime to the nanosecond (or, in a light scan, the same inode).
 type doneEntry struct {
 	st   stamp
 	r    *root
 	seen uint32
+	ino  uint64
 }
+
+func inoOf(fi fs.FileInfo) uint64 { return trustfs.IDOf(fi).Ino }
 
 // tracker decides when files are finished. All pending files share one
 // timer: events only move an entry within a min-heap of due times, so a
@@ -104,7 +110,7 @@ func (t *tracker) observe(r *root, path string, fi fs.FileInfo, fromEvent bool) 
 	}
 	key := t.key(path)
 	if d, ok := t.done[key]; ok && d.st == st {
-		d.seen = r.scanNo.Load()
+		d.seen, d.ino = r.scanNo.Load(), inoOf(fi)
 		t.done[key] = d
 		t.mu.Unlock()
 		return
@@ -115,7 +121,7 @@ func (t *tracker) observe(r *root, path string, fi fs.FileInfo, fromEvent bool) 
 	if t.known != nil && t.known(path, st.size, fi.ModTime()) {
 		t.mu.Lock()
 		if t.pending[path] == nil {
-			t.done[key] = doneEntry{st: st, r: r, seen: r.scanNo.Load()}
+			t.done[key] = doneEntry{st: st, r: r, seen: r.scanNo.Load(), ino: inoOf(fi)}
 		}
 		t.mu.Unlock()
 		return
@@ -148,6 +154,7 @@ func (t *tracker) observeAll(r *root, looks []look) {
 		return
 	}
 	var ask []Candidate
+	var inos []uint64 // of ask's looks
 	t.mu.Lock()
 	for _, l := range looks {
 		st := stampOf(l.fi)
@@ -157,11 +164,12 @@ func (t *tracker) observeAll(r *root, looks []look) {
 		}
 		key := t.key(l.path)
 		if d, ok := t.done[key]; ok && d.st == st {
-			d.seen = r.scanNo.Load()
+			d.seen, d.ino = r.scanNo.Load(), inoOf(l.fi)
 			t.done[key] = d
 			continue
 		}
 		ask = append(ask, Candidate{Path: l.path, Root: r.Root.Path, Size: st.size, ModTime: l.fi.ModTime()})
+		inos = append(inos, inoOf(l.fi))
 	}
 	t.mu.Unlock()
 	if len(ask) == 0 {
@@ -176,7 +184,7 @@ func (t *tracker) observeAll(r *root, looks []look) {
 		switch {
 		case i < len(known) && known[i]:
 			if e == nil {
-				t.done[t.key(c.Path)] = doneEntry{st: st, r: r, seen: r.scanNo.Load()}
+				t.done[t.key(c.Path)] = doneEntry{st: st, r: r, seen: r.scanNo.Load(), ino: inos[i]}
 			}
 		case e != nil: // an event got here first
 			t.update(e, st, c.ModTime, false, time.Now())
@@ -261,6 +269,40 @@ func (t *tracker) handBack(path string) {
 
 // key is path's key in t.done.
 func (t *tracker) key(path string) uint64 { return maphash.String(t.seed, path) }
+
+// keyIn is key of the file name in the folder dir, without building the path.
+func (t *tracker) keyIn(dir, name string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(t.seed)
+	h.WriteString(dir)
+	if !strings.HasSuffix(dir, string(filepath.Separator)) {
+		h.WriteByte(filepath.Separator)
+	}
+	h.WriteString(name)
+	return h.Sum64()
+}
+
+// seenUnchanged marks the file name in dir seen by r's scan when the
+// tracker has it as done under inode ino and not pending, and reports
+// whether it did.
+func (t *tracker) seenUnchanged(r *root, dir, name string, ino uint64) bool {
+	if ino == 0 {
+		return false
+	}
+	key := t.keyIn(dir, name)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, ok := t.done[key]
+	if !ok || d.r != r || d.ino != ino {
+		return false
+	}
+	if len(t.pending) > 0 && t.pending[filepath.Join(dir, name)] != nil {
+		return false
+	}
+	d.seen = r.scanNo.Load()
+	t.done[key] = d
+	return true
+}
 
 // touchSidecar re-arms the settle timer of the splat a sidecar belongs to,
 // so a splat is not emitted between its copy and its sidecar's.
@@ -380,7 +422,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	}
 	delete(t.pending, e.path)
 	t.left()
-	t.done[t.key(e.path)] = doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load()}
+	t.done[t.key(e.path)] = doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load(), ino: inoOf(fi)}
 	st, back := t.handedBack[e.path]
 	again := back && st == e.st
 	delete(t.handedBack, e.path)

@@ -811,3 +811,40 @@ func (p pendingProbe) FileDiscovered() {
 }
 func (pendingProbe) WatchError(string)    {}
 func (pendingProbe) PollingFallback(bool) {}
+
+// TestLightRescan loses every event after a file is emitted: a periodic
+// rescan finds a file replaced by a rename (a new inode) but takes the
+// unchanged inode of a file rewritten in place as unchanged without a
+// stat; the full rescan an overflow asks for finds that one.
+func TestLightRescan(t *testing.T) {
+	t.Parallel()
+	h := start(t, Options{RescanInterval: 20 * time.Millisecond}, Root{Recursive: true}, nil)
+	a, c := h.write("d/a.ply", "one"), h.write("d/c.ply", "one")
+	h.until(c)
+	h.w.dropEvents.Store(true)
+	tmp := h.write("d/a.ply.tmp", "one two")
+	if err := os.Rename(tmp, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c, []byte("one two three"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := h.sentinel()
+	if len(got) != 1 || got[0].Path != a || got[0].Size != 7 {
+		t.Fatalf("light rescans emitted %+v, want only the replaced %s", got, a)
+	}
+	h.w.inject <- fsnotify.ErrEventOverflow
+	if got := h.next(); got.Path != c || got.Size != 13 {
+		t.Fatalf("the full rescan emitted %+v, want %s rewritten in place", got, c)
+	}
+}
+
+// TestKeyIn: a file's key from its folder and name is the key of its path.
+func TestKeyIn(t *testing.T) {
+	tr := newTracker(time.Second, nil, nil)
+	for _, c := range [][2]string{{"/", "a.ply"}, {"/w", "a.ply"}, {"/w/deep/er", "ß ü.ply"}} {
+		if got, want := tr.keyIn(c[0], c[1]), tr.key(filepath.Join(c[0], c[1])); got != want {
+			t.Errorf("keyIn(%q, %q) = %x, want %x", c[0], c[1], got, want)
+		}
+	}
+}
