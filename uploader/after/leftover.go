@@ -85,6 +85,9 @@ func isNumbered(p, base, ext string) bool {
 		return true
 	}
 	n, ok := strings.CutPrefix(p, base+".")
+	if !ok {
+		return false
+	}
 	if n, ok = strings.CutSuffix(n, ext); !ok || n == "" || strings.TrimLeft(n, "0123456789") != "" {
 		return false
 	}

@@ -134,6 +134,9 @@ func TestIsNumbered(t *testing.T) {
 			t.Errorf("isNumbered(%q) = %v, want %v", p, got, want)
 		}
 	}
+	if isNumbered("7.ply", "scan", ".ply") {
+		t.Error(`isNumbered("7.ply", "scan", ".ply") = true: a number alone is no numbered name of scan`)
+	}
 }
 
 // TestPendingMoveOfALostFileSaysSo: a job whose move is still pending

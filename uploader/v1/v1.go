@@ -206,7 +206,7 @@ func (p *Protocol) lost(j state.Job, why string) (state.Job, error) {
 	now := p.env.Now()
 	var delay time.Duration
 	if lost := attempt - 1; lost > 1 {
-		d := p.env.Policy.Decide(nil, errors.New(why), lost, now)
+		d := p.env.Policy.Decide(context.Background(), errors.New(why), lost, now)
 		if d.Action == state.Fail {
 			return p.env.Fail(j, now, fmt.Errorf("the server lost %d upload sessions of this file: %s", lost, why)), nil
 		}

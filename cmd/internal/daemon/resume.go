@@ -54,16 +54,11 @@ func logResume(st *queue.Store, log zerolog.Logger) {
 			continue
 		}
 		if v := j.V1; v != nil && v.Parts > 0 {
-			stored, from := 0, 0
-			for i, e := range v.ETags {
+			stored := 0
+			for _, e := range v.ETags {
 				if e != "" {
 					stored++
-				} else if from == 0 {
-					from = i + 1
 				}
-			}
-			if from == 0 {
-				from = min(len(v.ETags)+1, v.Parts)
 			}
 			ev.Int("parts", v.Parts).Int("parts_committed", stored).
 				Msg(fmt.Sprintf("resuming job %d's upload: %d of %d parts were sent before; the server is asked which it holds before any part is sent", j.ID, stored, v.Parts))
