@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSPZ$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/splatfile -run '^$$' -fuzz '^FuzzSOGFolderMeta$$' -fuzztime $(FUZZ_EXECS)
 	$(GO) test ./uploader/sog -run '^$$' -fuzz '^FuzzReadPLY$$' -fuzztime $(FUZZ_SMALL_EXECS)
+	$(GO) test ./queue -run '^$$' -fuzz '^FuzzFinalizedRecord$$' -fuzztime $(FUZZ_EXECS)
 
 # Performance figures and the reliability suite: the real binary against the
 # in-process simulator, on loopback only (bench/README.md explains each line).
