@@ -32,6 +32,10 @@ const (
 	readUnseen                  // a light scan took it as unchanged, unstat'ed
 )
 
+// maxAhead bounds the folders a walk reads ahead of the one it visits, and
+// so, with statAhead, the stat results it holds.
+const maxAhead = 4
+
 // statAhead bounds the stats load takes ahead of visit in one folder, and
 // so the memory a folder read ahead holds.
 const statAhead = 4096
@@ -77,9 +81,9 @@ func (w *Watcher) load(r *root, d *os.Root, dir string, st *scanState, top bool)
 	return f
 }
 
-// lookahead loads a folder's subfolders in order, up to GOMAXPROCS-1
-// ahead of the one visited, each on its own goroutine: the visit keeps a
-// core. A light scan stats almost nothing and reads none ahead.
+// lookahead loads a folder's subfolders in order, up to GOMAXPROCS (at
+// most maxAhead) ahead of the one visited, each on its own goroutine. A
+// light scan stats almost nothing and reads none ahead.
 type lookahead struct {
 	w     *Watcher
 	r     *root
@@ -92,7 +96,7 @@ type lookahead struct {
 
 func newLookahead(w *Watcher, r *root, f *folder, subs []int, st *scanState) *lookahead {
 	a := &lookahead{w: w, r: r, f: f, subs: subs, st: st}
-	window := runtime.GOMAXPROCS(0) - 1
+	window := min(runtime.GOMAXPROCS(0), maxAhead)
 	if st.light {
 		window = 0
 	}
