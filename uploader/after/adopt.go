@@ -119,19 +119,27 @@ func AdoptDir(ctx context.Context, st Ledger, dir string, o AdoptOptions) (Adopt
 	if len(found) == 0 {
 		return rep, nil
 	}
-	jobs, err := st.AdoptBatch(ctx, found)
-	if err != nil {
-		return rep, err
-	}
-	for _, j := range jobs {
-		if j.ID == 0 {
-			rep.Known++
-			continue
+	for lo := 0; lo < len(found); lo += AdoptChunk {
+		jobs, err := st.AdoptBatch(ctx, found[lo:min(lo+AdoptChunk, len(found))])
+		if err != nil {
+			return rep, err
 		}
-		rep.Adopted = append(rep.Adopted, AdoptedFile{File: j.Path, Job: j.ID, Splat: j.SplatID, URL: j.ViewerURL})
+		for _, j := range jobs {
+			if j.ID == 0 {
+				rep.Known++
+				continue
+			}
+			rep.Adopted = append(rep.Adopted, AdoptedFile{File: j.Path, Job: j.ID, Splat: j.SplatID, URL: j.ViewerURL})
+		}
 	}
 	return rep, nil
 }
+
+// AdoptChunk is how many adoptions are recorded in one transaction,
+// followed by its retention pass: each reads a random page of the sha256
+// index, and each read maps the 64 KiB around it (docs/architecture.md,
+// "The watcher's scan").
+const AdoptChunk = 64
 
 // findAdoptions walks abs and returns the adoptions its receipts prove,
 // counting the known files and listing the receipts that are no evidence

@@ -73,8 +73,8 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 		}
 	}
 	byDir := map[string]int{}
-	for lo := 0; lo < len(adopt); lo += adoptChunk {
-		jobs, err := d.store.AdoptBatch(ctx, adopt[lo:min(lo+adoptChunk, len(adopt))])
+	for lo := 0; lo < len(adopt); lo += after.AdoptChunk {
+		jobs, err := d.store.AdoptBatch(ctx, adopt[lo:min(lo+after.AdoptChunk, len(adopt))])
 		if err != nil {
 			// Queuing them instead would publish them again: the watcher
 			// hands them over again at its next rescan.
@@ -97,12 +97,6 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 	d.logReceiptDirs(byDir)
 	return rest
 }
-
-// adoptChunk is how many adoptions the intake records in one transaction,
-// followed by its retention pass: each reads a random page of the sha256
-// index, and each read maps the 64 KiB around it (docs/architecture.md,
-// "The watcher's scan").
-const adoptChunk = 64
 
 // logReceiptDirs logs, once per folder, that it holds receipts the state
 // did not know.
