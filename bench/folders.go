@@ -84,6 +84,13 @@ func FolderFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	if err != nil {
 		return figs, fmt.Errorf("splatd adopt: %v: %s", err, out)
 	}
+	adoptBytes, err := fileSize(filepath.Join(cfg.StateDir, "splatd.db"))
+	if err != nil {
+		return figs, err
+	}
+	adoptPerJob := float64(adoptBytes) / float64(n)
+	figs = append(figs, Figure{Name: "folder_100k_adopt_db_bytes_per_job", Value: round(adoptPerJob, 0), Unit: "bytes", Target: "<= 1024", Met: met(adoptPerJob <= 1024),
+		Note: fmt.Sprintf("splatd.db %.1f MiB after `splatd adopt` of the folder on an empty state", float64(adoptBytes)/(1<<20))})
 	afterRSS, _, err := firstStart(ctx, o, cfgPath, cfg, n, false)
 	if err != nil {
 		return figs, fmt.Errorf("folders, first start after adopt: %w", err)
