@@ -30,14 +30,36 @@ type Adoption struct {
 	Receipt string
 }
 
+// AdoptChunk is how many adoptions AdoptBatch records in one transaction,
+// followed by its retention pass: each reads a random page of the sha256
+// index, and each read maps the 64 KiB around it (docs/architecture.md,
+// "The watcher's scan").
+const AdoptChunk = 64
+
 // AdoptBatch records each adoption as a done job (Adopted, Finalized: the
-// after-action already ran when the receipt was written) in one
+// after-action already ran when the receipt was written), AdoptChunk to a
 // transaction, unless the state already knows the path with this size and
 // mtime or holds an unpublished job for it. The adopted job owns its
 // content in the sha256 index when no live job does, so a copy of the file
 // elsewhere is a duplicate, not a publish. It returns, per adoption, the
-// job created (ID 0: none).
+// job created (ID 0: none); on an error, those of the transactions
+// committed before it.
 func (s *Store) AdoptBatch(ctx context.Context, as []Adoption) ([]state.Job, error) {
+	out := make([]state.Job, 0, len(as))
+	for lo := 0; lo < len(as); lo += AdoptChunk {
+		jobs, err := s.adoptChunk(ctx, as[lo:min(lo+AdoptChunk, len(as))])
+		if err != nil {
+			return out, err
+		}
+		out = append(out, jobs...)
+	}
+	return out, nil
+}
+
+// adoptChunk records as in one transaction, then runs retention, so that
+// a folder of receipts reuses the pages the last chunk freed instead of
+// growing the file.
+func (s *Store) adoptChunk(ctx context.Context, as []Adoption) ([]state.Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -57,8 +79,6 @@ func (s *Store) AdoptBatch(ctx context.Context, as []Adoption) ([]state.Job, err
 	if err != nil {
 		return nil, err
 	}
-	// Retention runs now, so that a folder of receipts adopted batch by
-	// batch reuses the pages the last batch freed instead of growing the file.
 	if _, err := s.Prune(); err != nil {
 		s.log.Error().Err(err).Msg("retention pass failed")
 	}

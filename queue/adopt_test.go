@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/splatd/splatd/state"
 )
 
@@ -130,5 +132,44 @@ func TestAdoptKeepsRetention(t *testing.T) {
 	}
 	if _, err := s.Get(uint64(n - keep)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("job %d (older than the newest %d) is kept: %v", n-keep, keep, err)
+	}
+}
+
+// TestAdoptBatchChunks: more adoptions than one transaction takes are
+// committed AdoptChunk at a time; an error in a later chunk leaves the
+// earlier chunks recorded and returned.
+func TestAdoptBatchChunks(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), Options{})
+	txid := func() (id int) {
+		_ = s.db.DB.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+		return id
+	}
+	var as []Adoption
+	for i := range 2*AdoptChunk + 3 {
+		as = append(as, Adoption{Path: fmt.Sprintf("/in/%03d.ply", i), Size: 1, ModTime: time.Unix(1, 0), SHA256: fmt.Sprintf("%064x", i)})
+	}
+	before := txid()
+	jobs, err := s.AdoptBatch(context.Background(), as)
+	if err != nil || len(jobs) != len(as) {
+		t.Fatalf("AdoptBatch: %d jobs, %v; want %d", len(jobs), err, len(as))
+	}
+	if commits := txid() - before; commits < 3 {
+		t.Errorf("%d commits for %d adoptions, want one per %d at least", commits, len(as), AdoptChunk)
+	}
+
+	var more []Adoption
+	for i := range 2*AdoptChunk + 3 {
+		more = append(more, Adoption{Path: fmt.Sprintf("/in/more-%03d.ply", i), Size: 1, ModTime: time.Unix(1, 0), SHA256: fmt.Sprintf("%064x", 1000+i)})
+	}
+	more[2*AdoptChunk+1].SHA256 = "" // the third chunk fails
+	jobs, err = s.AdoptBatch(context.Background(), more)
+	if err == nil || len(jobs) != 2*AdoptChunk {
+		t.Fatalf("AdoptBatch with a bad third chunk: %d jobs, %v; want the first two chunks' %d and an error", len(jobs), err, 2*AdoptChunk)
+	}
+	for i, a := range more {
+		if known := s.Known(a.Path, 1, time.Unix(1, 0)); known != (i < 2*AdoptChunk) {
+			t.Errorf("%s known %v after the failed batch", a.Path, known)
+		}
 	}
 }

@@ -25,7 +25,8 @@ import (
 type Ledger interface {
 	// Known reports whether the state knows path with this size and mtime.
 	Known(path string, size int64, mtime time.Time) bool
-	// AdoptBatch records adoptions as done jobs (ID 0: none was made).
+	// AdoptBatch records adoptions as done jobs (ID 0: none was made);
+	// on an error it returns the jobs of those it recorded before it.
 	AdoptBatch(ctx context.Context, as []queue.Adoption) ([]state.Job, error)
 }
 
@@ -119,27 +120,16 @@ func AdoptDir(ctx context.Context, st Ledger, dir string, o AdoptOptions) (Adopt
 	if len(found) == 0 {
 		return rep, nil
 	}
-	for lo := 0; lo < len(found); lo += AdoptChunk {
-		jobs, err := st.AdoptBatch(ctx, found[lo:min(lo+AdoptChunk, len(found))])
-		if err != nil {
-			return rep, err
+	jobs, err := st.AdoptBatch(ctx, found)
+	for _, j := range jobs {
+		if j.ID == 0 {
+			rep.Known++
+			continue
 		}
-		for _, j := range jobs {
-			if j.ID == 0 {
-				rep.Known++
-				continue
-			}
-			rep.Adopted = append(rep.Adopted, AdoptedFile{File: j.Path, Job: j.ID, Splat: j.SplatID, URL: j.ViewerURL})
-		}
+		rep.Adopted = append(rep.Adopted, AdoptedFile{File: j.Path, Job: j.ID, Splat: j.SplatID, URL: j.ViewerURL})
 	}
-	return rep, nil
+	return rep, err
 }
-
-// AdoptChunk is how many adoptions are recorded in one transaction,
-// followed by its retention pass: each reads a random page of the sha256
-// index, and each read maps the 64 KiB around it (docs/architecture.md,
-// "The watcher's scan").
-const AdoptChunk = 64
 
 // findAdoptions walks abs and returns the adoptions its receipts prove,
 // counting the known files and listing the receipts that are no evidence

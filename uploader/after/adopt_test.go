@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +19,12 @@ import (
 type fakeLedger struct {
 	known   map[string]bool
 	adopted []queue.Adoption
-	batches []int // the adoptions of each AdoptBatch call
 }
 
 func (l *fakeLedger) Known(path string, _ int64, _ time.Time) bool { return l.known[path] }
 
 func (l *fakeLedger) AdoptBatch(_ context.Context, as []queue.Adoption) ([]state.Job, error) {
 	l.adopted = append(l.adopted, as...)
-	l.batches = append(l.batches, len(as))
 	jobs := make([]state.Job, len(as))
 	for i, a := range as {
 		jobs[i] = state.Job{ID: uint64(len(l.adopted) - len(as) + i + 1), File: state.File{Path: a.Path}, Splat: state.Splat{SplatID: a.SplatID, ViewerURL: a.URL}}
@@ -107,32 +103,6 @@ func TestAdoptDir(t *testing.T) {
 		if _, err := AdoptDir(context.Background(), l, bad, o); err == nil {
 			t.Errorf("AdoptDir(%q) = nil error, want one", bad)
 		}
-	}
-}
-
-// TestAdoptDirChunks: a folder of more receipts than one transaction takes
-// is recorded AdoptChunk adoptions at a time, each file once.
-func TestAdoptDirChunks(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	n := 2*AdoptChunk + 3
-	for i := range n {
-		writePublished(t, filepath.Join(dir, fmt.Sprintf("take-%03d.ply", i)), fmt.Sprintf("take %d", i), "", "")
-	}
-	l := &fakeLedger{}
-	rep, err := AdoptDir(context.Background(), l, dir, AdoptOptions{Service: Service{Protocol: "v1"}, Roots: []string{dir}})
-	if err != nil || len(rep.Adopted) != n {
-		t.Fatalf("adopt: %d adopted, %v; want %d", len(rep.Adopted), err, n)
-	}
-	if want := []int{AdoptChunk, AdoptChunk, 3}; !slices.Equal(l.batches, want) {
-		t.Errorf("batches %v, want %v", l.batches, want)
-	}
-	seen := map[string]bool{}
-	for _, a := range l.adopted {
-		if seen[a.Path] {
-			t.Errorf("%s adopted twice", a.Path)
-		}
-		seen[a.Path] = true
 	}
 }
 

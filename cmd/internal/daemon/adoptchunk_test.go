@@ -16,7 +16,7 @@ import (
 )
 
 // TestAdoptFoundChunks: the intake records more receipts than one
-// transaction takes (after.AdoptChunk), each file adopted once, none queued.
+// transaction takes (queue.AdoptChunk), each file adopted once, none queued.
 func TestAdoptFoundChunks(t *testing.T) {
 	cfg := testConfig(t, "tok-"+strings.Repeat("c", 20), "rescan_interval: 0s\n")
 	d, err := Open(cfg, Options{Logger: zerolog.Nop()})
@@ -25,7 +25,7 @@ func TestAdoptFoundChunks(t *testing.T) {
 	}
 	defer d.Close()
 	root := cfg.Watch[0].Path
-	n := 2*after.AdoptChunk + 3
+	n := 2*queue.AdoptChunk + 3
 	var batch []queue.Candidate
 	for i := range n {
 		p := filepath.Join(root, fmt.Sprintf("f%03d.ply", i))

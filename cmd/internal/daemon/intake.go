@@ -72,26 +72,23 @@ func (d *Daemon) adoptFound(ctx context.Context, batch []queue.Candidate) []queu
 			adopt = append(adopt, after.AdoptionOf(ev, c.Root, d.cfg.TrustedViewerURL))
 		}
 	}
-	byDir := map[string]int{}
-	for lo := 0; lo < len(adopt); lo += after.AdoptChunk {
-		jobs, err := d.store.AdoptBatch(ctx, adopt[lo:min(lo+after.AdoptChunk, len(adopt))])
-		if err != nil {
-			// Queuing them instead would publish them again: the watcher
-			// hands them over again at its next rescan.
-			if ctx.Err() == nil {
-				d.log.Error().Err(err).Int("files", len(adopt)-lo).Msg("cannot record files proven published by their receipts; tried again at the next rescan")
-				d.intakeFailed(ctx, err)
-			}
-			for _, a := range adopt[lo:] {
-				d.watch.Forget(a.Path)
-			}
-			break
+	jobs, err := d.store.AdoptBatch(ctx, adopt)
+	if err != nil {
+		// Queuing them instead would publish them again: the watcher
+		// hands them over again at its next rescan.
+		if ctx.Err() == nil {
+			d.log.Error().Err(err).Int("files", len(adopt)-len(jobs)).Msg("cannot record files proven published by their receipts; tried again at the next rescan")
+			d.intakeFailed(ctx, err)
 		}
-		for _, j := range jobs {
-			if j.ID != 0 {
-				byDir[filepath.Dir(j.Path)]++
-				d.log.Debug().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
-			}
+		for _, a := range adopt[len(jobs):] {
+			d.watch.Forget(a.Path)
+		}
+	}
+	byDir := map[string]int{}
+	for _, j := range jobs {
+		if j.ID != 0 {
+			byDir[filepath.Dir(j.Path)]++
+			d.log.Debug().Uint64("job", j.ID).Str("path", state.Shown(j.Path)).Str("splat", j.SplatID).Msg("adopted from its receipt: not published again")
 		}
 	}
 	d.logReceiptDirs(byDir)
