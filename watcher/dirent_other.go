@@ -2,20 +2,45 @@
 
 package watcher
 
-import "os"
+import (
+	"io/fs"
+	"os"
+)
 
-// readDir lists the folder d is open on; every type is typeUnknown, so each
-// entry is stat'ed.
-func readDir(d *os.Root) ([]dirEntry, error) {
+// dirFile is one folder open for a scan.
+type dirFile struct {
+	d *os.Root
+	f *os.File
+}
+
+// openDir opens the folder d is open on.
+func openDir(d *os.Root) (*dirFile, error) {
 	f, err := d.Open(".")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	return &dirFile{d: d, f: f}, nil
+}
+
+func (d *dirFile) Close() error { return d.f.Close() }
+
+// readDir lists the folder; every type is typeUnknown, so each entry is
+// stat'ed.
+func (d *dirFile) readDir() ([]dirEntry, error) {
+	names, err := d.f.Readdirnames(-1)
 	out := make([]dirEntry, len(names))
 	for i, n := range names {
 		out[i] = dirEntry{name: n, typ: typeUnknown}
 	}
 	return out, err
+}
+
+// lstat sets infos[k] to the lstat of names[k] through the folder's
+// os.Root, nil where it failed (vanished since the listing).
+func (d *dirFile) lstat(names []string, infos []fs.FileInfo) {
+	for k, n := range names {
+		if fi, err := d.d.Lstat(n); err == nil {
+			infos[k] = fi
+		}
+	}
 }

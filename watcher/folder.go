@@ -3,40 +3,37 @@ package watcher
 import (
 	"errors"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/splatd/splatd/state"
 )
 
-// folder is one folder as load read it: its listing, with the Lstat of its
-// first statAhead wanted files (and of entries of unknown type).
+// folder is one folder as load read it: its listing, the files in it that
+// the scan looks at, and its looks at the first statAhead of them.
 type folder struct {
 	d        *os.Root // nil: it could not be opened
+	df       *dirFile // its listing's descriptor; nil: none
 	dir      string
 	ents     []dirEntry
-	infos    []fs.FileInfo // by ents' index, where read is readStat; nil: vanished
-	read     []readState   // by ents' index
+	pre      []fs.FileInfo // by ents' index: the stat that told an unknown type; nil: none
+	files    int           // entries the root's rules want by name
+	want     []int         // ents' index of the wanted files to look at, in listing order
+	ready    int           // want's entries stat'ed
+	looks    []look        // the candidates among the last ones stat'ed
+	lookAt   []int         // ents' index of each of looks
+	next     int           // looks handed on
 	err      error         // listing the top folder of a walk
 	limitHit bool          // its watch failed on an inotify limit
 }
 
-// readState is what load did with one entry of a folder.
-type readState uint8
+// maxAhead is how many folders a walk reads ahead of the one it visits;
+// with statAhead, it bounds the stat results the walk holds.
+const maxAhead = 8
 
-const (
-	readNone   readState = iota // nothing: visit stats it if it wants it
-	readStat                    // stat'ed (infos)
-	readUnseen                  // a light scan took it as unchanged, unstat'ed
-)
-
-// maxAhead bounds the folders a walk reads ahead of the one it visits, and
-// so, with statAhead, the stat results it holds.
-const maxAhead = 4
-
-// statAhead bounds the stats load takes ahead of visit in one folder, and
+// statAhead bounds the files load stats ahead of visit in one folder, and
 // so the memory a folder read ahead holds.
 const statAhead = 4096
 
@@ -52,38 +49,117 @@ func (w *Watcher) load(r *root, d *os.Root, dir string, st *scanState, top bool)
 	if st.tryWatch {
 		f.limitHit = w.watchDir(r, dir)
 	}
-	f.ents, f.err = w.listDir(d, dir, top)
-	f.infos, f.read = make([]fs.FileInfo, len(f.ents)), make([]readState, len(f.ents))
-	stats := 0
+	f.df, f.ents, f.err = w.listDir(d, dir, top)
+	f.typeUnknowns()
 	for i, e := range f.ents {
-		if e.typ == typeUnknown {
-			fi, err := d.Lstat(e.name)
-			if err != nil {
-				continue // vanished since the listing
-			}
-			if f.ents[i].typ = typeOther; fi.IsDir() {
-				f.ents[i].typ = typeDir
-			}
-			f.infos[i], f.read[i] = fi, readStat
+		if e.typ == typeDir || e.typ == typeUnknown || !r.wants(e.name) {
 			continue
 		}
-		if e.typ == typeDir || !r.wants(e.name) || stats >= statAhead {
+		f.files++
+		if light && (f.pre == nil || f.pre[i] == nil) && w.tr.seenUnchanged(r, dir, e.name, e.ino) {
 			continue
 		}
-		if light && w.tr.seenUnchanged(r, dir, e.name, e.ino) {
-			f.read[i] = readUnseen
-			continue
-		}
-		stats++
-		f.infos[i], _ = d.Lstat(e.name) // nil: vanished since the listing
-		f.read[i] = readStat
+		f.want = append(f.want, i)
 	}
+	f.prepare(r, statAhead)
 	return f
 }
 
-// lookahead loads a folder's subfolders in order, up to GOMAXPROCS (at
-// most maxAhead) ahead of the one visited, each on its own goroutine. A
-// light scan stats almost nothing and reads none ahead.
+// typeUnknowns stats the entries whose listing gave no type and sets it;
+// one that vanished since the listing stays typeUnknown.
+func (f *folder) typeUnknowns() {
+	var at []int
+	for i, e := range f.ents {
+		if e.typ == typeUnknown {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 || f.df == nil {
+		return
+	}
+	infos := f.lstat(at)
+	f.pre = make([]fs.FileInfo, len(f.ents))
+	for k, i := range at {
+		if fi := infos[k]; fi != nil {
+			if f.ents[i].typ = typeOther; fi.IsDir() {
+				f.ents[i].typ = typeDir
+			}
+			f.pre[i] = fi
+		}
+	}
+}
+
+// lstat is the lstat of the entries at (ents' indexes), nil where one
+// vanished; an entry typeUnknowns stat'ed is not stat'ed again.
+func (f *folder) lstat(at []int) []fs.FileInfo {
+	infos := make([]fs.FileInfo, len(at))
+	names, into := make([]string, 0, len(at)), make([]int, 0, len(at))
+	for k, i := range at {
+		if f.pre != nil && f.pre[i] != nil {
+			infos[k] = f.pre[i]
+			continue
+		}
+		names, into = append(names, f.ents[i].name), append(into, k)
+	}
+	if f.df == nil || len(names) == 0 {
+		return infos
+	}
+	got := make([]fs.FileInfo, len(names))
+	f.df.lstat(names, got)
+	for j, k := range into {
+		infos[k] = got[j]
+	}
+	return infos
+}
+
+// prepare stats the next n files of want and keeps the looks of the
+// candidates among them: regular files, and links the root follows.
+func (f *folder) prepare(r *root, n int) {
+	chunk := f.want[f.ready:min(f.ready+n, len(f.want))]
+	f.ready += len(chunk)
+	f.looks, f.lookAt, f.next = f.looks[:0], f.lookAt[:0], 0
+	for k, fi := range f.lstat(chunk) {
+		if fi == nil {
+			continue // vanished since the listing
+		}
+		i := chunk[k]
+		p := childPath(f.dir, f.ents[i].name)
+		if fi, ok := r.candidateInfo(p, fi); ok {
+			f.looks, f.lookAt = append(f.looks, look{path: p, fi: fi}), append(f.lookAt, i)
+		}
+	}
+}
+
+// looksBefore yields, in listing order, the looks at the files listed
+// before ents[limit]; it stats the rest of want in chunks of statAhead.
+func (f *folder) looksBefore(r *root, limit int) iter.Seq[look] {
+	return func(yield func(look) bool) {
+		for {
+			for ; f.next < len(f.looks) && f.lookAt[f.next] < limit; f.next++ {
+				if !yield(f.looks[f.next]) {
+					f.next++
+					return
+				}
+			}
+			if f.next < len(f.looks) || f.ready == len(f.want) || f.want[f.ready] >= limit {
+				return
+			}
+			f.prepare(r, statAhead)
+		}
+	}
+}
+
+// closeListing closes the listing's descriptor.
+func (f *folder) closeListing() {
+	if f.df != nil {
+		f.df.Close()
+		f.df = nil
+	}
+}
+
+// lookahead loads a folder's subfolders in order, up to maxAhead ahead of
+// the one visited, each on its own goroutine. A light scan stats almost
+// nothing and reads none ahead.
 type lookahead struct {
 	w     *Watcher
 	r     *root
@@ -96,7 +172,7 @@ type lookahead struct {
 
 func newLookahead(w *Watcher, r *root, f *folder, subs []int, st *scanState) *lookahead {
 	a := &lookahead{w: w, r: r, f: f, subs: subs, st: st}
-	window := min(runtime.GOMAXPROCS(0), maxAhead)
+	window := maxAhead
 	if st.light {
 		window = 0
 	}

@@ -202,18 +202,20 @@ const (
 // walkDir is walk in the folder dir, open as d.
 func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bool) error {
 	f := w.load(r, d, dir, st, top)
+	defer f.closeListing()
 	w.visit(r, f, st)
 	return f.err
 }
 
-// visit hands the tracker the wanted files of f, a folder load read, in
-// listing order, and walks its subfolders in turn, reading some of them
-// ahead (lookahead).
+// visit hands the tracker the looks of f, a folder load read, in listing
+// order, and walks its subfolders in turn, reading some of them ahead
+// (lookahead).
 func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 	if st.dirs != nil {
 		st.dirs[f.dir] = true
 	}
 	st.limitHit = st.limitHit || f.limitHit
+	st.files += f.files
 	var subs []int // f.ents' index of the subfolders to walk
 	for i, e := range f.ents {
 		if e.typ == typeDir && r.Recursive && !r.skipsDir(e.name) && !w.otherRoot(filepath.Join(f.dir, e.name), r) {
@@ -233,56 +235,44 @@ func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 			st.ctx = nil // gave up waiting: the rest of the scan is not throttled
 		}
 	}
-	defer flush()
-	for i, e := range f.ents {
-		if e.typ == typeDir {
-			if len(subs) > 0 && subs[0] == i {
-				subs = subs[1:]
-				flush()
-				if sub := ahead.next(); sub.d != nil {
-					w.visit(r, sub, st)
-					sub.d.Close()
-				}
-			}
-			continue
-		}
-		if e.typ == typeUnknown || !r.wants(e.name) {
-			continue // vanished, or receipts and sidecars: no path built for them
-		}
-		st.files++
-		if f.read[i] == readUnseen {
-			continue
-		}
-		p := childPath(f.dir, e.name)
-		fi := f.infos[i]
-		if f.read[i] == readNone {
-			fi, _ = f.d.Lstat(e.name)
-		}
-		if fi == nil {
-			continue // vanished since the listing
-		}
-		if fi, ok := r.candidateInfo(p, fi); ok {
-			if looks = append(looks, look{path: p, fi: fi}); len(looks) >= batch {
+	hand := func(before int) {
+		for l := range f.looksBefore(r, before) {
+			if looks = append(looks, l); len(looks) >= batch {
 				flush()
 			}
+		}
+		flush()
+	}
+	for _, i := range subs {
+		hand(i)
+		if sub := ahead.next(); sub.d != nil {
+			w.visit(r, sub, st)
+			sub.closeListing()
+			sub.d.Close()
 		}
 	}
+	hand(len(f.ents))
 }
 
-// listDir lists the folder d, sorted by name. A folder that cannot be read
-// is an error at the top of a walk and a log line below it.
-func (w *Watcher) listDir(d *os.Root, dir string, top bool) ([]dirEntry, error) {
-	ents, err := readDir(d)
+// listDir opens and lists the folder d, sorted by name. A folder that
+// cannot be read is an error at the top of a walk and a log line below
+// it. The listing's descriptor is returned open (nil if it failed).
+func (w *Watcher) listDir(d *os.Root, dir string, top bool) (*dirFile, []dirEntry, error) {
+	df, err := openDir(d)
+	var ents []dirEntry
+	if err == nil {
+		ents, err = df.readDir()
+	}
 	if err != nil {
 		if top {
-			return nil, err
+			return df, nil, err
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot read folder; skipping it")
 		}
 	}
 	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
-	return ents, nil
+	return df, ents, nil
 }
 
 // watching reports whether dir has an inotify watch.

@@ -153,8 +153,8 @@ func (t *tracker) observeAll(r *root, looks []look) {
 		}
 		return
 	}
-	var ask []Candidate
-	var inos []uint64 // of ask's looks
+	ask := make([]Candidate, 0, len(looks))
+	inos := make([]uint64, 0, len(looks)) // of ask's looks
 	t.mu.Lock()
 	for _, l := range looks {
 		st := stampOf(l.fi)
