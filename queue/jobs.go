@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -109,14 +110,16 @@ func (s *Store) Known(path string, size int64, mtime time.Time) bool {
 const knownDropEvery = 8
 
 // KnownBatch is Known for each of files (known[i] for files[i]), in one
-// read transaction: a scan asks it once per folder.
+// read transaction: a scan asks it once per folder, in path order.
 func (s *Store) KnownBatch(files []Candidate) []bool {
 	known := make([]bool, len(files))
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		paths := tx.Bucket(bucketPaths)
+		paths := seeker{c: tx.Bucket(bucketPaths).Cursor()}
+		var key []byte
 		for i, c := range files {
 			var pe pathEntry
-			raw := paths.Get([]byte(c.Path))
+			key = append(key[:0], c.Path...)
+			raw := paths.get(key)
 			known[i] = raw != nil && decodePath(raw, &pe) == nil && pe.Size == c.Size && pe.MTime == c.ModTime.UnixNano()
 		}
 		if s.batches.Add(1)%knownDropEvery == 0 {
@@ -125,6 +128,39 @@ func (s *Store) KnownBatch(files []Candidate) []bool {
 		return nil
 	})
 	return known
+}
+
+// seekSteps bounds the Next steps seeker.get takes before it seeks.
+const seekSteps = 4
+
+// seeker is Bucket.Get for keys asked in ascending order: a key a few
+// keys after the last one asked is reached by Next steps along the leaf,
+// any other by a Seek from the root.
+type seeker struct {
+	c    *bolt.Cursor
+	k, v []byte // where c is; k nil: nowhere yet, or past the end
+}
+
+// get is the bucket's Get(key).
+func (s *seeker) get(key []byte) []byte {
+	if s.k != nil && bytes.Compare(s.k, key) <= 0 {
+		for range seekSteps {
+			switch c := bytes.Compare(s.k, key); {
+			case c == 0:
+				return s.v
+			case c > 0:
+				return nil // the keys stepped over were all below key
+			}
+			if s.k, s.v = s.c.Next(); s.k == nil {
+				return nil // every key is below key
+			}
+		}
+	}
+	s.k, s.v = s.c.Seek(key)
+	if bytes.Equal(s.k, key) {
+		return s.v
+	}
+	return nil
 }
 
 // Get returns the job with id, or an error matching ErrNotFound.
