@@ -103,7 +103,7 @@ func (s *Store) adopt(tx *bolt.Tx, a Adoption, now time.Time) (state.Job, error)
 	if err := index(tx, j, true); err != nil {
 		return state.Job{}, err
 	}
-	if err := putJSON(tx.Bucket(bucketPaths), []byte(a.Path), pathEntry{V: 1, Job: id, Size: a.Size, MTime: a.ModTime.UnixNano()}); err != nil {
+	if err := putJSON(pathIndex(tx), []byte(a.Path), pathEntry{V: 1, Job: id, Size: a.Size, MTime: a.ModTime.UnixNano()}); err != nil {
 		return state.Job{}, err
 	}
 	if err := s.adoptContent(tx, a.SHA256, id); err != nil {

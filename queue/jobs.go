@@ -56,7 +56,7 @@ func (s *Store) enqueue(tx *bolt.Tx, c Candidate, now time.Time) (bool, error) {
 	if c.Path == "" {
 		return false, errors.New("enqueue: empty path")
 	}
-	paths := tx.Bucket(bucketPaths)
+	paths := pathIndex(tx)
 	var pe pathEntry
 	found, err := getJSON(paths, []byte(c.Path), &pe)
 	if err != nil {

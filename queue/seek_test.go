@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -73,5 +74,48 @@ func TestSeeker(t *testing.T) {
 	}
 	if found < 2000 {
 		t.Fatalf("only %d of the keys asked were stored: the test asks too few", found)
+	}
+}
+
+// TestPathIndexFill: files enqueued and adopted folder by folder, in name
+// order, fill the paths index's pages to about pathsFill, not half, and
+// KnownBatch answers as Known whatever the order it is asked in.
+func TestPathIndexFill(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), Options{})
+	ctx := context.Background()
+	var all []Candidate
+	for d := range 40 {
+		var batch []Candidate
+		var adopt []Adoption
+		for f := range 100 {
+			c := cand(fmt.Sprintf("/inbox/shoot-%04d/take-%03d.ply", d, f), int64(1000+f), 100)
+			all = append(all, c)
+			if d%2 == 0 {
+				batch = append(batch, c)
+			} else {
+				adopt = append(adopt, Adoption{Path: c.Path, Root: c.Root, Size: c.Size, ModTime: c.ModTime, SHA256: fmt.Sprintf("%064x", d*100+f)})
+			}
+		}
+		if _, err := s.EnqueueBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AdoptBatch(ctx, adopt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st bolt.BucketStats
+	_ = s.db.DB.View(func(tx *bolt.Tx) error { st = tx.Bucket(bucketPaths).Stats(); return nil })
+	if fill := float64(st.LeafInuse) / float64(st.LeafAlloc); st.KeyN != len(all) || fill < 0.8 {
+		t.Errorf("paths index: %d keys in %d leaf pages, %.0f%% full; want %d keys, at least 80%% full", st.KeyN, st.LeafPageN, 100*fill, len(all))
+	}
+
+	asked := append(slices.Clone(all), cand("/inbox/shoot-0003/take-050.ply", 7, 100), cand("/inbox/zz.ply", 1, 1), cand("/a.ply", 1, 1))
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(asked)-200, func(i, j int) { asked[200+i], asked[200+j] = asked[200+j], asked[200+i] })
+	known := s.KnownBatch(asked)
+	for i, c := range asked {
+		if want := s.Known(c.Path, c.Size, c.ModTime); known[i] != want {
+			t.Errorf("KnownBatch(%s, %d) = %v, Known %v", c.Path, c.Size, known[i], want)
+		}
 	}
 }

@@ -36,6 +36,18 @@ var (
 	keyTombstones = []byte("count/tombstones")
 )
 
+// pathsFill is how full a split leaves the paths index's pages. Its keys
+// arrive in ascending runs (a folder's files in name order), which
+// bbolt's default of half full would leave half empty.
+const pathsFill = 0.9
+
+// pathIndex is tx's paths bucket, its pages split at pathsFill.
+func pathIndex(tx *bolt.Tx) *bolt.Bucket {
+	b := tx.Bucket(bucketPaths)
+	b.FillPercent = pathsFill
+	return b
+}
+
 // stageCountKey is the meta key counting the jobs in stage.
 func stageCountKey(stage state.Stage) []byte { return []byte("count/" + stage) }
 
