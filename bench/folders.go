@@ -98,21 +98,40 @@ func FolderFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	figs = append(figs, Figure{Name: "folder_100k_first_start_after_adopt_peak_rss", Value: round(afterRSS, 1), Unit: "MiB", Target: "<= 64", Met: met(afterRSS <= 64),
 		Note: "`splatd adopt` on the folder, then the daemon's first start"})
 
+	firstFind, err := findOnce(ctx, cfg.Inbox)
+	if err != nil {
+		return figs, err
+	}
 	scan, err := restartScans(ctx, o, cfgPath, cfg)
 	if err != nil {
 		return figs, fmt.Errorf("folders, restart: %w", err)
 	}
-	startRatio := scan.startWall.Seconds() / findWall.Seconds()
+	pairs := []scanPair{{find: firstFind, scan: scan.startWall}}
+	for range startupPairs - 1 {
+		p, err := startupPair(ctx, o, cfgPath, cfg)
+		if err != nil {
+			return figs, fmt.Errorf("folders, restart: %w", err)
+		}
+		pairs = append(pairs, p)
+	}
+	var ratios []float64
+	var shown []string
+	for _, p := range pairs {
+		ratios = append(ratios, p.scan.Seconds()/p.find.Seconds())
+		shown = append(shown, fmt.Sprintf("%s/%s", p.scan.Round(time.Millisecond), p.find.Round(time.Millisecond)))
+	}
+	startRatio := median(ratios)
 	rescanRatio := scan.rescanCPU.Seconds() / findCPU.Seconds()
 	floor := fmt.Sprintf("find -type f of the same tree (%d files with their receipts): %s wall, %s CPU, median of 3 warm runs",
 		2*n, findWall.Round(time.Millisecond), findCPU.Round(time.Millisecond))
 	figs = append(figs,
 		Figure{Name: "folder_100k_restart_ready", Value: round(scan.ready.Seconds()*1000, 0), Unit: "ms", Note: "exec to /readyz 200 with 100,000 finished jobs"},
 		Figure{Name: "folder_100k_startup_scan_ratio_to_find", Value: round(startRatio, 2), Unit: "ratio", Target: "<= 3", Met: met(startRatio <= 3),
-			Note: fmt.Sprintf("the start-up scan's own wall time %s (the daemon's scan done log); %s", scan.startWall.Round(time.Millisecond), floor)},
+			Note: fmt.Sprintf("median of %d restarts, each right after a warm find -type f of the same tree (%d files with their receipts): the start-up scan's own wall time (the daemon's scan done log) / find's, %s",
+				len(pairs), 2*n, strings.Join(shown, ", "))},
 		Figure{Name: "folder_100k_rescan_cpu_ratio_to_find", Value: round(rescanRatio, 2), Unit: "ratio", Target: "<= 3", Met: met(rescanRatio <= 3),
-			Note: fmt.Sprintf("the daemon's CPU from the end of one scan to the end of the next (%s, idle time included; the rescan took %s wall)",
-				scan.rescanCPU.Round(time.Millisecond), scan.rescanWall.Round(time.Millisecond))},
+			Note: fmt.Sprintf("the daemon's CPU from the end of one scan to the end of the next (%s, idle time included; the rescan took %s wall); %s",
+				scan.rescanCPU.Round(time.Millisecond), scan.rescanWall.Round(time.Millisecond), floor)},
 		Figure{Name: "folder_100k_restart_peak_rss", Value: round(scan.rss, 1), Unit: "MiB", Target: "<= 64", Met: met(scan.rss <= 64),
 			Note: fmt.Sprintf("after the start-up scan and one rescan; then %.1f MiB anonymous, %.1f MiB file-backed (bbolt's mmap and the binary)", scan.anon, scan.file)})
 	return figs, nil
@@ -238,6 +257,41 @@ func mappedText(d *Daemon) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// startupPairs is how many restarts the start-up scan's figure is the
+// median of.
+const startupPairs = 3
+
+// scanPair is one warm `find -type f` and the start-up scan of the restart
+// right after it.
+type scanPair struct{ find, scan time.Duration }
+
+// findOnce is the wall time of one `find dir -type f`.
+func findOnce(ctx context.Context, dir string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, "find", dir, "-type", "f")
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("find: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// startupPair runs find once, then starts the daemon on a state that knows
+// every file until its start-up scan is done.
+func startupPair(ctx context.Context, o BenchOptions, cfgPath string, cfg DaemonConfig) (scanPair, error) {
+	var p scanPair
+	var err error
+	if p.find, err = findOnce(ctx, cfg.Inbox); err != nil {
+		return p, err
+	}
+	d, err := StartDaemon(o.Bin, cfgPath, filepath.Join(cfg.Dir, "splatd-restart.log"))
+	if err != nil {
+		return p, err
+	}
+	defer d.Stop(time.Minute)
+	p.scan, err = d.WaitScan(ctx, 1, 5*time.Minute)
+	return p, err
 }
 
 // scanFigures are what restartScans measured.
