@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ const (
 	direntReclen = 16
 	direntType   = 18
 	direntName   = 19
+	direntMin    = 24 // the shortest record: a name of up to 4 bytes, padded to 8
 )
 
 // dirFile is one folder open for a scan: its listing and the stats of its
@@ -143,6 +145,7 @@ func (s *statInfo) Mode() fs.FileMode {
 // "." and "..".
 func parseDirents(b []byte, out []dirEntry) []dirEntry {
 	all := string(b) // the names are slices of one copy of the buffer
+	out = slices.Grow(out, len(b)/direntMin)
 	off := 0
 	for len(b) >= direntName {
 		reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/splatd/splatd/state"
@@ -93,6 +94,14 @@ func (f *folder) typeUnknowns() {
 // vanished; an entry typeUnknowns stat'ed is not stat'ed again.
 func (f *folder) lstat(at []int) []fs.FileInfo {
 	infos := make([]fs.FileInfo, len(at))
+	if f.pre == nil && f.df != nil {
+		names := make([]string, len(at))
+		for k, i := range at {
+			names[k] = f.ents[i].name
+		}
+		f.df.lstat(names, infos)
+		return infos
+	}
 	names, into := make([]string, 0, len(at)), make([]int, 0, len(at))
 	for k, i := range at {
 		if f.pre != nil && f.pre[i] != nil {
@@ -117,7 +126,7 @@ func (f *folder) lstat(at []int) []fs.FileInfo {
 func (f *folder) prepare(r *root, n int) {
 	chunk := f.want[f.ready:min(f.ready+n, len(f.want))]
 	f.ready += len(chunk)
-	f.looks, f.lookAt, f.next = f.looks[:0], f.lookAt[:0], 0
+	f.looks, f.lookAt, f.next = slices.Grow(f.looks[:0], len(chunk)), slices.Grow(f.lookAt[:0], len(chunk)), 0
 	for k, fi := range f.lstat(chunk) {
 		if fi == nil {
 			continue // vanished since the listing

@@ -223,8 +223,8 @@ func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 		}
 	}
 	ahead := newLookahead(w, r, f, subs, st)
-	var looks []look // observed together (tracker.observeAll), in listing order
 	batch := min(scanBatch, max(w.tr.maxPending/16, 1))
+	looks := make([]look, 0, min(batch, len(f.want))) // observed together (tracker.observeAll), in listing order
 	flush := func() {
 		if len(looks) == 0 {
 			return
