@@ -116,8 +116,14 @@ func newRoot(cfg Root) (*root, error) {
 	return r, nil
 }
 
+// matchAny reports whether name, in any case, matches one of the patterns
+// (which are lower case).
 func matchAny(patterns []string, name string) bool {
-	name = strings.ToLower(name)
+	return matchLower(patterns, strings.ToLower(name))
+}
+
+// matchLower is matchAny of a name already in lower case.
+func matchLower(patterns []string, name string) bool {
 	for _, p := range patterns {
 		if ok := matchOne(p, name); ok {
 			return true
@@ -146,10 +152,11 @@ func matchOne(p, name string) bool {
 // own files (sidecars, folder settings, receipts) never are, whatever the
 // patterns say.
 func (r *root) wants(name string) bool {
-	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") || strings.HasSuffix(own, ".splatd-peer") {
+	lower := strings.ToLower(name)
+	if strings.HasSuffix(lower, sidecarSuffix) || strings.HasSuffix(lower, ".splat.json") || strings.HasSuffix(lower, ".splatd-peer") {
 		return false
 	}
-	return matchAny(r.include, name) && !matchAny(r.exclude, name)
+	return matchLower(r.include, lower) && !matchLower(r.exclude, lower)
 }
 
 // skipsDir reports whether a folder's base name keeps the walk out of it.
