@@ -76,8 +76,8 @@ func (d *dirFile) readDir() ([]dirEntry, error) {
 }
 
 // lstat sets infos[k] to the lstat of names[k], nil where it failed
-// (vanished since the listing). Each is one fstatat in the folder, which
-// follows no link; a name with a separator is refused.
+// (vanished since the listing) or the name is "". Each is one fstatat in
+// the folder, which follows no link; a name with a separator is refused.
 func (d *dirFile) lstat(names []string, infos []fs.FileInfo) {
 	sts := make([]statInfo, len(names))
 	_ = d.rc.Control(func(fd uintptr) {

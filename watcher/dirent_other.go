@@ -36,9 +36,13 @@ func (d *dirFile) readDir() ([]dirEntry, error) {
 }
 
 // lstat sets infos[k] to the lstat of names[k] through the folder's
-// os.Root, nil where it failed (vanished since the listing).
+// os.Root, nil where it failed (vanished since the listing) or the name
+// is "".
 func (d *dirFile) lstat(names []string, infos []fs.FileInfo) {
 	for k, n := range names {
+		if n == "" {
+			continue
+		}
 		if fi, err := d.d.Lstat(n); err == nil {
 			infos[k] = fi
 		}

@@ -94,29 +94,20 @@ func (f *folder) typeUnknowns() {
 // vanished; an entry typeUnknowns stat'ed is not stat'ed again.
 func (f *folder) lstat(at []int) []fs.FileInfo {
 	infos := make([]fs.FileInfo, len(at))
-	if f.pre == nil && f.df != nil {
-		names := make([]string, len(at))
-		for k, i := range at {
-			names[k] = f.ents[i].name
-		}
-		f.df.lstat(names, infos)
+	if f.df == nil {
 		return infos
 	}
-	names, into := make([]string, 0, len(at)), make([]int, 0, len(at))
+	names := make([]string, len(at)) // "": typeUnknowns has its stat
+	for k, i := range at {
+		if f.pre == nil || f.pre[i] == nil {
+			names[k] = f.ents[i].name
+		}
+	}
+	f.df.lstat(names, infos)
 	for k, i := range at {
 		if f.pre != nil && f.pre[i] != nil {
 			infos[k] = f.pre[i]
-			continue
 		}
-		names, into = append(names, f.ents[i].name), append(into, k)
-	}
-	if f.df == nil || len(names) == 0 {
-		return infos
-	}
-	got := make([]fs.FileInfo, len(names))
-	f.df.lstat(names, got)
-	for j, k := range into {
-		infos[k] = got[j]
 	}
 	return infos
 }
