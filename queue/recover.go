@@ -270,7 +270,7 @@ func newStore(dir string, sv *salvage) error {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		seq := sv.sequence
 		added := map[string]bool{}
-		jobs, shas, paths := tx.Bucket(bucketJobs), tx.Bucket(bucketSHA), tx.Bucket(bucketPaths)
+		jobs, shas, paths := tx.Bucket(bucketJobs), tx.Bucket(bucketSHA), pathIndex(tx)
 		for _, id := range slices.Sorted(maps.Keys(sv.jobs)) {
 			j, err := state.Unmarshal(sv.jobs[id])
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -78,11 +79,16 @@ func TestSeeker(t *testing.T) {
 }
 
 // TestPathIndexFill: files enqueued and adopted folder by folder, in name
-// order, fill the paths index's pages to about pathsFill, not half, and
-// KnownBatch answers as Known whatever the order it is asked in.
+// order, fill the paths index's pages to about pathsFill, not half, and so
+// does Recover's rebuild; KnownBatch answers as Known whatever the order it
+// is asked in.
 func TestPathIndexFill(t *testing.T) {
 	t.Parallel()
-	s := open(t, t.TempDir(), Options{})
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	var all []Candidate
 	for d := range 40 {
@@ -104,11 +110,26 @@ func TestPathIndexFill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var st bolt.BucketStats
-	_ = s.db.DB.View(func(tx *bolt.Tx) error { st = tx.Bucket(bucketPaths).Stats(); return nil })
-	if fill := float64(st.LeafInuse) / float64(st.LeafAlloc); st.KeyN != len(all) || fill < 0.8 {
-		t.Errorf("paths index: %d keys in %d leaf pages, %.0f%% full; want %d keys, at least 80%% full", st.KeyN, st.LeafPageN, 100*fill, len(all))
+	checkFill := func(when string) {
+		t.Helper()
+		var st bolt.BucketStats
+		_ = s.db.DB.View(func(tx *bolt.Tx) error { st = tx.Bucket(bucketPaths).Stats(); return nil })
+		if fill := float64(st.LeafInuse) / float64(st.LeafAlloc); st.KeyN != len(all) || fill < 0.8 {
+			t.Errorf("paths index %s: %d keys in %d leaf pages, %.0f%% full; want %d keys, at least 80%% full", when, st.KeyN, st.LeafPageN, 100*fill, len(all))
+		}
 	}
+	checkFill("after enqueue and adopt")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recover(dir, time.Second, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	checkFill("after Recover")
 
 	asked := append(slices.Clone(all), cand("/inbox/shoot-0003/take-050.ply", 7, 100), cand("/inbox/zz.ply", 1, 1), cand("/a.ply", 1, 1))
 	rand.New(rand.NewPCG(3, 4)).Shuffle(len(asked)-200, func(i, j int) { asked[200+i], asked[200+j] = asked[200+j], asked[200+i] })
