@@ -98,7 +98,7 @@ func FolderFigures(ctx context.Context, o BenchOptions) ([]Figure, error) {
 	figs = append(figs, Figure{Name: "folder_100k_first_start_after_adopt_peak_rss", Value: round(afterRSS, 1), Unit: "MiB", Target: "<= 64", Met: met(afterRSS <= 64),
 		Note: "`splatd adopt` on the folder, then the daemon's first start"})
 
-	firstFind, err := findOnce(ctx, cfg.Inbox)
+	firstFind, _, err := findOnce(ctx, cfg.Inbox)
 	if err != nil {
 		return figs, err
 	}
@@ -191,18 +191,25 @@ func samplePLY(buf *[]byte, tag string) ([]byte, error) {
 func findFloor(ctx context.Context, dir string) (wall, cpu time.Duration, err error) {
 	var walls, cpus []float64
 	for i := range 4 {
-		cmd := exec.CommandContext(ctx, "find", dir, "-type", "f")
-		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			return 0, 0, fmt.Errorf("find: %w", err)
+		w, c, err := findOnce(ctx, dir)
+		if err != nil {
+			return 0, 0, err
 		}
-		if i == 0 {
-			continue
+		if i > 0 {
+			walls, cpus = append(walls, w.Seconds()), append(cpus, c.Seconds())
 		}
-		walls = append(walls, time.Since(start).Seconds())
-		cpus = append(cpus, (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds())
 	}
 	return time.Duration(median(walls) * 1e9), time.Duration(median(cpus) * 1e9), nil
+}
+
+// findOnce is the wall and CPU (user + system) time of one `find dir -type f`.
+func findOnce(ctx context.Context, dir string) (wall, cpu time.Duration, err error) {
+	cmd := exec.CommandContext(ctx, "find", dir, "-type", "f")
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("find: %w", err)
+	}
+	return time.Since(start), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 // firstStart starts the daemon on cfg and waits until it has adopted n
@@ -267,22 +274,12 @@ const startupPairs = 3
 // right after it.
 type scanPair struct{ find, scan time.Duration }
 
-// findOnce is the wall time of one `find dir -type f`.
-func findOnce(ctx context.Context, dir string) (time.Duration, error) {
-	cmd := exec.CommandContext(ctx, "find", dir, "-type", "f")
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("find: %w", err)
-	}
-	return time.Since(start), nil
-}
-
 // startupPair runs find once, then starts the daemon on a state that knows
 // every file until its start-up scan is done.
 func startupPair(ctx context.Context, o BenchOptions, cfgPath string, cfg DaemonConfig) (scanPair, error) {
 	var p scanPair
 	var err error
-	if p.find, err = findOnce(ctx, cfg.Inbox); err != nil {
+	if p.find, _, err = findOnce(ctx, cfg.Inbox); err != nil {
 		return p, err
 	}
 	d, err := StartDaemon(o.Bin, cfgPath, filepath.Join(cfg.Dir, "splatd-restart.log"))
