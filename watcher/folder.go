@@ -27,6 +27,7 @@ type folder struct {
 	lookAt   []int         // ents' index of each of looks
 	next     int           // looks handed on
 	err      error         // listing the top folder of a walk
+	light    bool          // watched before a light scan: unchanged done files are not stat'ed
 	limitHit bool          // its watch failed on an inotify limit
 }
 
@@ -38,26 +39,50 @@ const maxAhead = 8
 // so the memory a folder read ahead holds.
 const statAhead = 4096
 
-// load reads the folder dir, open as d: it gets its watch first, then is
-// listed, then its wanted files are stat'ed. Only the listing and one
-// fstatat per wanted file (or entry of unknown type) touch the disk; a
-// light scan of a folder watched before it skips the fstatat of files the
-// tracker has as done under the same inode. load may run ahead of the walk,
-// on another goroutine: it changes nothing of st.
-func (w *Watcher) load(r *root, d *os.Root, dir string, st *scanState, top bool) *folder {
-	f := &folder{d: d, dir: dir}
-	light := st.light && w.watching(dir)
+// newFolder begins the load of the folder dir, open as d: it notes
+// whether dir was watched before the scan, then gets dir its watch when the
+// scan tries. The walk's own goroutine calls it, in walk order, so the
+// watches are added one at a time.
+func (w *Watcher) newFolder(r *root, d *os.Root, dir string, st *scanState) *folder {
+	f := &folder{d: d, dir: dir, light: st.light && w.watching(dir)}
 	if st.tryWatch {
 		f.limitHit = w.watchDir(r, dir)
 	}
-	f.df, f.ents, f.err = w.listDir(d, dir, top)
+	return f
+}
+
+// openSub opens the subfolder name of d, at path p, and begins its load;
+// its d is nil if it cannot be opened.
+func (w *Watcher) openSub(r *root, d *os.Root, p, name string, st *scanState) *folder {
+	sub, err := d.OpenRoot(name)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.log.Warn().Err(err).Str("path", state.Shown(p)).Msg("cannot read folder; skipping it")
+		}
+		return &folder{dir: p}
+	}
+	return w.newFolder(r, sub, p, st)
+}
+
+// load reads f, a folder newFolder began: it is listed, then its wanted
+// files are stat'ed; a folder that could not be opened is left as it is.
+// Only the listing and one fstatat per wanted file (or entry of unknown
+// type) touch the disk; a light scan of a folder watched before it skips
+// the fstatat of files the tracker has as done under the same inode. load
+// may run ahead of the walk, on another goroutine: it changes no scan
+// state.
+func (w *Watcher) load(r *root, f *folder, top bool) *folder {
+	if f.d == nil {
+		return f
+	}
+	f.df, f.ents, f.err = w.listDir(f.d, f.dir, top)
 	f.typeUnknowns()
 	for i, e := range f.ents {
 		if e.typ == typeDir || e.typ == typeUnknown || !r.wants(e.name) {
 			continue
 		}
 		f.files++
-		if light && (f.pre == nil || f.pre[i] == nil) && w.tr.seenUnchanged(r, dir, e.name, e.ino) {
+		if f.light && (f.pre == nil || f.pre[i] == nil) && w.tr.seenUnchanged(r, f.dir, e.name, e.ino) {
 			continue
 		}
 		f.want = append(f.want, i)
@@ -182,15 +207,16 @@ func newLookahead(w *Watcher, r *root, f *folder, subs []int, st *scanState) *lo
 	return a
 }
 
-// start loads the next subfolder on its own goroutine.
+// start opens the next subfolder, gets it its watch and loads it on its
+// own goroutine.
 func (a *lookahead) start() {
 	i := a.subs[a.n]
 	a.n++
+	name := a.f.ents[i].name
+	sub := a.w.openSub(a.r, a.f.d, filepath.Join(a.f.dir, name), name, a.st)
 	ch := make(chan *folder, 1)
 	a.ready = append(a.ready, ch)
-	go func() {
-		ch <- a.w.loadSub(a.r, a.f.d, filepath.Join(a.f.dir, a.f.ents[i].name), a.f.ents[i].name, a.st)
-	}()
+	go func() { ch <- a.w.load(a.r, sub, false) }()
 }
 
 // next is the next subfolder, loaded; it starts the one after the window.
@@ -198,7 +224,8 @@ func (a *lookahead) next() *folder {
 	if len(a.ready) == 0 { // no window
 		i := a.subs[a.n]
 		a.n++
-		return a.w.loadSub(a.r, a.f.d, filepath.Join(a.f.dir, a.f.ents[i].name), a.f.ents[i].name, a.st)
+		name := a.f.ents[i].name
+		return a.w.load(a.r, a.w.openSub(a.r, a.f.d, filepath.Join(a.f.dir, name), name, a.st), false)
 	}
 	ch := a.ready[0]
 	a.ready = a.ready[1:]
@@ -206,18 +233,6 @@ func (a *lookahead) next() *folder {
 		a.start()
 	}
 	return <-ch
-}
-
-// loadSub opens the subfolder name of d, at path p, and loads it.
-func (w *Watcher) loadSub(r *root, d *os.Root, p, name string, st *scanState) *folder {
-	sub, err := d.OpenRoot(name)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			w.log.Warn().Err(err).Str("path", state.Shown(p)).Msg("cannot read folder; skipping it")
-		}
-		return &folder{dir: p}
-	}
-	return w.load(r, sub, p, st, false)
 }
 
 // childPath is filepath.Join(dir, name) for a clean dir and a name from

@@ -201,7 +201,7 @@ const (
 
 // walkDir is walk in the folder dir, open as d.
 func (w *Watcher) walkDir(r *root, d *os.Root, dir string, st *scanState, top bool) error {
-	f := w.load(r, d, dir, st, top)
+	f := w.load(r, w.newFolder(r, d, dir, st), top)
 	defer f.closeListing()
 	w.visit(r, f, st)
 	return f.err
