@@ -18,7 +18,7 @@ type folder struct {
 	d        *os.Root // nil: it could not be opened
 	df       *dirFile // its listing's descriptor; nil: none
 	dir      string
-	ents     []dirEntry
+	ents     []dirEntry    // its listing, as listDir keeps it
 	pre      []fs.FileInfo // by ents' index: the stat that told an unknown type; nil: none
 	files    int           // entries the root's rules want by name
 	want     []int         // ents' index of the wanted files to look at, in listing order
@@ -75,20 +75,28 @@ func (w *Watcher) load(r *root, f *folder, top bool) *folder {
 	if f.d == nil {
 		return f
 	}
-	f.df, f.ents, f.err = w.listDir(f.d, f.dir, top)
+	f.df, f.ents, f.err = w.listDir(r, f.d, f.dir, top)
+	f.choose(r, w.tr)
+	f.prepare(r, statAhead)
+	return f
+}
+
+// choose types the entries the listing left untyped, counts the files the
+// rules want and picks those to stat: all of them, less (in a light scan)
+// the ones tr has as done under the same inode.
+func (f *folder) choose(r *root, tr *tracker) {
 	f.typeUnknowns()
 	for i, e := range f.ents {
-		if e.typ == typeDir || e.typ == typeUnknown || !r.wants(e.name) {
+		typed := f.pre != nil && f.pre[i] != nil // by typeUnknowns: listDir did not check its name
+		if e.typ != typeOther || typed && !r.wants(e.name) {
 			continue
 		}
 		f.files++
-		if f.light && (f.pre == nil || f.pre[i] == nil) && w.tr.seenUnchanged(r, f.dir, e.name, e.ino) {
+		if f.light && !typed && tr.seenUnchanged(r, f.dir, e.name, e.ino) {
 			continue
 		}
 		f.want = append(f.want, i)
 	}
-	f.prepare(r, statAhead)
-	return f
 }
 
 // typeUnknowns stats the entries whose listing gave no type and sets it;

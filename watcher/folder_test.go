@@ -73,3 +73,55 @@ func firstDiff(a, b []string) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestChooseUnknownTypes: entries a listing gave no type are stat'ed for
+// it; of those, only the files the rules want by name are looked at, one
+// gone since the listing is skipped, and a folder is typed as one.
+func TestChooseUnknownTypes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, n := range []string{"a.ply", "b.txt", "z.ply"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Options{Roots: []Root{{Path: dir, Recursive: true}}, Settle: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.roots[0]
+	d, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	df, err := openDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer df.Close()
+	f := &folder{d: d, df: df, dir: dir, ents: []dirEntry{
+		{name: "a.ply"}, {name: "b.txt"}, {name: "gone.ply"}, {name: "sub"}, {name: "z.ply", typ: typeOther},
+	}}
+	f.choose(r, w.tr)
+	types := []fileType{typeOther, typeOther, typeUnknown, typeDir, typeOther}
+	for i, e := range f.ents {
+		if e.typ != types[i] {
+			t.Errorf("%s: type %d, want %d", e.name, e.typ, types[i])
+		}
+	}
+	if !slices.Equal(f.want, []int{0, 4}) || f.files != 2 {
+		t.Fatalf("want %v of %d files, want [0 4] of 2", f.want, f.files)
+	}
+	f.prepare(r, statAhead)
+	var got []string
+	for _, l := range f.looks {
+		got = append(got, filepath.Base(l.path)+fmt.Sprint(l.fi.Size()))
+	}
+	if !slices.Equal(got, []string{"a.ply5", "z.ply5"}) {
+		t.Errorf("looks %v, want [a.ply5 z.ply5]", got)
+	}
+}

@@ -254,10 +254,11 @@ func (w *Watcher) visit(r *root, f *folder, st *scanState) {
 	hand(len(f.ents))
 }
 
-// listDir opens and lists the folder d, sorted by name. A folder that
-// cannot be read is an error at the top of a walk and a log line below
-// it. The listing's descriptor is returned open (nil if it failed).
-func (w *Watcher) listDir(d *os.Root, dir string, top bool) (*dirFile, []dirEntry, error) {
+// listDir opens and lists the folder d: its subfolders, its entries of
+// unknown type and the files r wants by name, sorted by name. A folder
+// that cannot be read is an error at the top of a walk and a log line
+// below it. The listing's descriptor is returned open (nil if it failed).
+func (w *Watcher) listDir(r *root, d *os.Root, dir string, top bool) (*dirFile, []dirEntry, error) {
 	df, err := openDir(d)
 	var ents []dirEntry
 	if err == nil {
@@ -271,6 +272,7 @@ func (w *Watcher) listDir(d *os.Root, dir string, top bool) (*dirFile, []dirEntr
 			w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot read folder; skipping it")
 		}
 	}
+	ents = slices.DeleteFunc(ents, func(e dirEntry) bool { return e.typ == typeOther && !r.wants(e.name) })
 	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 	return df, ents, nil
 }
