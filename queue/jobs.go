@@ -433,14 +433,14 @@ const unfinalizedDropEvery = 1024
 func (s *Store) Unfinalized() ([]state.Job, error) {
 	var out []state.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
-		jobs := tx.Bucket(bucketJobs)
 		n := 0
 		for _, stg := range []state.Stage{state.Done, state.Failed, state.Held, state.Canceled} {
+			jobs := seeker{c: tx.Bucket(bucketJobs).Cursor()} // a stage's ids ascend
 			for _, id := range stageIDs(tx, stg) {
 				if n++; n%unfinalizedDropEvery == 0 {
 					s.db.dropWithin(tx) // it reads every final job: keep a few pages mapped
 				}
-				if finalizedRecord(jobs.Get(u64(id))) {
+				if finalizedRecord(jobs.get(u64(id))) {
 					continue
 				}
 				j, err := getJob(tx, id)
