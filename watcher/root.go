@@ -49,6 +49,7 @@ func rootPaths(roots []*root) []string {
 // root is a Root with its derived, normalised settings and runtime state.
 type root struct {
 	Root
+	id               uint32      // distinct among the process's roots
 	path             string      // absolute and clean
 	fs               *trustfs.FS // every access under path goes through it
 	include, exclude []string
@@ -70,6 +71,9 @@ type root struct {
 	needFull     bool      // the next scan is full: a rescan was asked for
 }
 
+// rootIDs numbers the roots newRoot makes.
+var rootIDs atomic.Uint32
+
 func newRoot(cfg Root) (*root, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("empty path")
@@ -78,7 +82,7 @@ func newRoot(cfg Root) (*root, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &root{Root: cfg, path: abs, pollEvery: cfg.PollInterval}
+	r := &root{Root: cfg, id: rootIDs.Add(1), path: abs, pollEvery: cfg.PollInterval}
 	switch cfg.Mode {
 	case "", ModeNotify:
 	case ModePoll:

@@ -44,12 +44,14 @@ type entry struct {
 // the inode number of its look. The tracker keys it by the path's hash
 // (tracker.key): a folder of 100,000 files then costs about 5 MB, and a
 // collision could only skip a file whose other path has the same size and
-// mtime to the nanosecond (or, in a light scan, the same inode).
+// mtime to the nanosecond (or, in a light scan, the same inode). It holds
+// no pointer (root is the root's id), so the collector does not scan the
+// table.
 type doneEntry struct {
 	st   stamp
-	r    *root
-	seen uint32
 	ino  uint64
+	seen uint32
+	root uint32
 }
 
 func inoOf(fi fs.FileInfo) uint64 { return trustfs.IDOf(fi).Ino }
@@ -121,7 +123,7 @@ func (t *tracker) observe(r *root, path string, fi fs.FileInfo, fromEvent bool) 
 	if t.known != nil && t.known(path, st.size, fi.ModTime()) {
 		t.mu.Lock()
 		if t.pending[path] == nil {
-			t.done[key] = doneEntry{st: st, r: r, seen: r.scanNo.Load(), ino: inoOf(fi)}
+			t.done[key] = doneEntry{st: st, root: r.id, seen: r.scanNo.Load(), ino: inoOf(fi)}
 		}
 		t.mu.Unlock()
 		return
@@ -184,7 +186,7 @@ func (t *tracker) observeAll(r *root, looks []look) {
 		switch {
 		case i < len(known) && known[i]:
 			if e == nil {
-				t.done[t.key(c.Path)] = doneEntry{st: st, r: r, seen: r.scanNo.Load(), ino: inos[i]}
+				t.done[t.key(c.Path)] = doneEntry{st: st, root: r.id, seen: r.scanNo.Load(), ino: inos[i]}
 			}
 		case e != nil: // an event got here first
 			t.update(e, st, c.ModTime, false, time.Now())
@@ -293,7 +295,7 @@ func (t *tracker) seenUnchanged(r *root, dir, name string, ino uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d, ok := t.done[key]
-	if !ok || d.r != r || d.ino != ino {
+	if !ok || d.root != r.id || d.ino != ino {
 		return false
 	}
 	if len(t.pending) > 0 && t.pending[filepath.Join(dir, name)] != nil {
@@ -326,7 +328,7 @@ func (t *tracker) prune(r *root, scanNo uint32) {
 	var back []string // few: only while the daemon's store refuses files
 	t.mu.Lock()
 	for k, d := range t.done {
-		if d.r == r && d.seen != scanNo {
+		if d.root == r.id && d.seen != scanNo {
 			delete(t.done, k)
 		}
 	}
@@ -422,7 +424,7 @@ func (t *tracker) check(ctx context.Context, e *entry, gen uint64, out chan<- Ca
 	}
 	delete(t.pending, e.path)
 	t.left()
-	t.done[t.key(e.path)] = doneEntry{st: e.st, r: e.r, seen: e.r.scanNo.Load(), ino: inoOf(fi)}
+	t.done[t.key(e.path)] = doneEntry{st: e.st, root: e.r.id, seen: e.r.scanNo.Load(), ino: inoOf(fi)}
 	st, back := t.handedBack[e.path]
 	again := back && st == e.st
 	delete(t.handedBack, e.path)

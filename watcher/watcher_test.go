@@ -848,3 +848,30 @@ func TestKeyIn(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneOwnRoot: a root's scan forgets only its own files it did not
+// see; another root's stay done.
+func TestPruneOwnRoot(t *testing.T) {
+	a, err := newRoot(Root{Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newRoot(Root{Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker(time.Second, nil, nil)
+	pa, pb := filepath.Join(a.path, "x.ply"), filepath.Join(b.path, "x.ply")
+	tr.done[tr.key(pa)] = doneEntry{root: a.id, seen: 1, ino: 7}
+	tr.done[tr.key(pb)] = doneEntry{root: b.id, seen: 1, ino: 8}
+	tr.prune(a, 2)
+	if _, ok := tr.done[tr.key(pa)]; ok {
+		t.Error("a's file unseen by a's scan 2 is still done")
+	}
+	if _, ok := tr.done[tr.key(pb)]; !ok {
+		t.Error("b's file was forgotten by a's scan")
+	}
+	if !tr.seenUnchanged(b, b.path, "x.ply", 8) || tr.seenUnchanged(a, b.path, "x.ply", 8) {
+		t.Error("seenUnchanged does not hold b's file to b")
+	}
+}
