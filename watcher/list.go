@@ -103,11 +103,15 @@ func (r *root) unwanted(name string) string {
 	}
 	lower := strings.ToLower(name)
 	for _, p := range r.exclude {
-		if ok, _ := filepath.Match(p, lower); ok {
-			return fmt.Sprintf("excluded by the folder's pattern %q", p)
+		if p.match(lower) {
+			return fmt.Sprintf("excluded by the folder's pattern %q", p.glob)
 		}
 	}
-	return fmt.Sprintf("not matched by the folder's include patterns (%s)", strings.Join(r.include, ", "))
+	var include []string
+	for _, p := range r.include {
+		include = append(include, p.glob)
+	}
+	return fmt.Sprintf("not matched by the folder's include patterns (%s)", strings.Join(include, ", "))
 }
 
 // bounds says why a settled file of this size and mtime is not yet (or

@@ -52,7 +52,7 @@ type root struct {
 	id               uint32      // distinct among the process's roots
 	path             string      // absolute and clean
 	fs               *trustfs.FS // every access under path goes through it
-	include, exclude []string
+	include, exclude []pattern
 	poll             bool
 	pollEvery        time.Duration
 
@@ -112,44 +112,70 @@ func newRoot(cfg Root) (*root, error) {
 		}
 	}
 	for _, p := range include {
-		r.include = append(r.include, strings.ToLower(p))
+		r.include = append(r.include, compilePattern(strings.ToLower(p)))
 	}
 	for _, p := range exclude {
-		r.exclude = append(r.exclude, strings.ToLower(p))
+		r.exclude = append(r.exclude, compilePattern(strings.ToLower(p)))
 	}
 	return r, nil
 }
 
-// matchAny reports whether name, in any case, matches one of the patterns
-// (which are lower case).
-func matchAny(patterns []string, name string) bool {
+// pattern is one include or exclude pattern, in lower case, with its
+// shape found once: "*.ext", "prefix*" and a plain name are matched
+// without filepath.Match.
+type pattern struct {
+	glob  string
+	lit   string // the suffix, prefix or name of those shapes
+	shape uint8
+}
+
+const (
+	shapeGlob = iota
+	shapeSuffix
+	shapePrefix
+	shapeName
+)
+
+func compilePattern(p string) pattern {
+	const meta = `*?[\`
+	switch {
+	case len(p) > 1 && p[0] == '*' && !strings.ContainsAny(p[1:], meta):
+		return pattern{glob: p, lit: p[1:], shape: shapeSuffix}
+	case len(p) > 1 && p[len(p)-1] == '*' && !strings.ContainsAny(p[:len(p)-1], meta):
+		return pattern{glob: p, lit: p[:len(p)-1], shape: shapePrefix}
+	case !strings.ContainsAny(p, meta):
+		return pattern{glob: p, lit: p, shape: shapeName}
+	}
+	return pattern{glob: p}
+}
+
+// match is filepath.Match of the pattern and name.
+func (p pattern) match(name string) bool {
+	switch p.shape {
+	case shapeSuffix:
+		return strings.HasSuffix(name, p.lit)
+	case shapePrefix:
+		return strings.HasPrefix(name, p.lit)
+	case shapeName:
+		return name == p.lit
+	}
+	ok, _ := filepath.Match(p.glob, name)
+	return ok
+}
+
+// matchAny reports whether name, in any case, matches one of the patterns.
+func matchAny(patterns []pattern, name string) bool {
 	return matchLower(patterns, strings.ToLower(name))
 }
 
 // matchLower is matchAny of a name already in lower case.
-func matchLower(patterns []string, name string) bool {
+func matchLower(patterns []pattern, name string) bool {
 	for _, p := range patterns {
-		if ok := matchOne(p, name); ok {
+		if p.match(name) {
 			return true
 		}
 	}
 	return false
-}
-
-// matchOne is filepath.Match, with the common shapes "*.ext" and ".*"
-// answered without it.
-func matchOne(p, name string) bool {
-	const meta = `*?[\`
-	switch {
-	case len(p) > 1 && p[0] == '*' && !strings.ContainsAny(p[1:], meta):
-		return strings.HasSuffix(name, p[1:])
-	case len(p) > 1 && p[len(p)-1] == '*' && !strings.ContainsAny(p[:len(p)-1], meta):
-		return strings.HasPrefix(name, p[:len(p)-1])
-	case !strings.ContainsAny(p, meta):
-		return name == p
-	}
-	ok, _ := filepath.Match(p, name)
-	return ok
 }
 
 // wants reports whether a file's base name makes it a candidate. splatd's
