@@ -6,6 +6,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -41,8 +42,7 @@ const statAhead = 4096
 
 // newFolder begins the load of the folder dir, open as d: it notes
 // whether dir was watched before the scan, then gets dir its watch when the
-// scan tries. The walk's own goroutine calls it, in walk order, so the
-// watches are added one at a time.
+// scan tries.
 func (w *Watcher) newFolder(r *root, d *os.Root, dir string, st *scanState) *folder {
 	f := &folder{d: d, dir: dir, light: st.light && w.watching(dir)}
 	if st.tryWatch {
@@ -191,49 +191,76 @@ func (f *folder) closeListing() {
 }
 
 // lookahead loads a folder's subfolders in order, up to maxAhead ahead of
-// the one visited, each on its own goroutine. A light scan stats almost
-// nothing and reads none ahead.
+// the one visited, on a few loader goroutines that take them in turn. A
+// light scan stats almost nothing and reads none ahead.
 type lookahead struct {
 	w     *Watcher
 	r     *root
 	f     *folder
 	subs  []int
 	st    *scanState
-	ready []chan *folder
-	n     int // subfolders started
+	todo  chan loadJob   // for the loaders, in walk order
+	ready []chan *folder // the started subfolders, in walk order
+	n     int            // subfolders started
 }
+
+// loadJob is one subfolder for a loader: f.ents' index, and where its
+// folder goes once loaded.
+type loadJob struct {
+	i  int
+	ch chan *folder
+}
+
+// loaders is how many goroutines a lookahead loads on: as many as can run
+// at once. More would let the newest folders take the processors from the
+// oldest, which the walk waits for.
+func loaders() int { return runtime.GOMAXPROCS(0) }
 
 func newLookahead(w *Watcher, r *root, f *folder, subs []int, st *scanState) *lookahead {
 	a := &lookahead{w: w, r: r, f: f, subs: subs, st: st}
-	window := maxAhead
-	if st.light {
-		window = 0
+	window := min(maxAhead, len(subs))
+	if st.light || window == 0 {
+		return a
 	}
-	for range min(len(subs), window) {
+	a.todo = make(chan loadJob, window)
+	for range min(window, loaders()) {
+		go a.load()
+	}
+	for range window {
 		a.start()
 	}
 	return a
 }
 
-// start opens the next subfolder, gets it its watch and loads it on its
-// own goroutine.
-func (a *lookahead) start() {
-	i := a.subs[a.n]
-	a.n++
+// load is one loader: it opens each subfolder it takes, gets it its watch
+// and loads it.
+func (a *lookahead) load() {
+	for j := range a.todo {
+		j.ch <- a.loadSub(j.i)
+		runtime.Gosched() // the walk, which may wait for this folder, runs first
+	}
+}
+
+func (a *lookahead) loadSub(i int) *folder {
 	name := a.f.ents[i].name
-	sub := a.w.openSub(a.r, a.f.d, filepath.Join(a.f.dir, name), name, a.st)
+	return a.w.load(a.r, a.w.openSub(a.r, a.f.d, filepath.Join(a.f.dir, name), name, a.st), false)
+}
+
+// start hands the next subfolder to the loaders.
+func (a *lookahead) start() {
 	ch := make(chan *folder, 1)
 	a.ready = append(a.ready, ch)
-	go func() { ch <- a.w.load(a.r, sub, false) }()
+	a.todo <- loadJob{i: a.subs[a.n], ch: ch} // never blocks: todo holds the window
+	if a.n++; a.n == len(a.subs) {
+		close(a.todo)
+	}
 }
 
 // next is the next subfolder, loaded; it starts the one after the window.
 func (a *lookahead) next() *folder {
 	if len(a.ready) == 0 { // no window
-		i := a.subs[a.n]
 		a.n++
-		name := a.f.ents[i].name
-		return a.w.load(a.r, a.w.openSub(a.r, a.f.d, filepath.Join(a.f.dir, name), name, a.st), false)
+		return a.loadSub(a.subs[a.n-1])
 	}
 	ch := a.ready[0]
 	a.ready = a.ready[1:]
