@@ -17,7 +17,7 @@ import (
 // the scan looks at, and its looks at the first statAhead of them.
 type folder struct {
 	d        *os.Root // nil: it could not be opened
-	df       *dirFile // its listing's descriptor; nil: none
+	df       *dirFile // its listing's descriptor; nil: none, or closed once every stat was done
 	dir      string
 	ents     []dirEntry    // its listing, as listDir keeps it
 	pre      []fs.FileInfo // by ents' index: the stat that told an unknown type; nil: none
@@ -78,6 +78,9 @@ func (w *Watcher) load(r *root, f *folder, top bool) *folder {
 	f.df, f.ents, f.err = w.listDir(r, f.d, f.dir, top)
 	f.choose(r, w.tr)
 	f.prepare(r, statAhead)
+	if f.ready == len(f.want) {
+		f.closeListing() // every stat is done: the close, which frees the kernel's listing, is off the walk
+	}
 	return f
 }
 
