@@ -125,3 +125,48 @@ func TestChooseUnknownTypes(t *testing.T) {
 		t.Errorf("looks %v, want [a.ply5 z.ply5]", got)
 	}
 }
+
+// TestReadAheadOrder: folders read ahead by the loaders, more of them than
+// the window and nested, are handed on in walk order, each file once.
+func TestReadAheadOrder(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var want []string
+	add := func(p string) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, p)
+	}
+	for i := range 3*maxAhead + 1 {
+		d := filepath.Join(dir, fmt.Sprintf("d%02d", i))
+		add(filepath.Join(d, "a.ply"))
+		if i%5 == 0 {
+			for j := range maxAhead + 2 {
+				add(filepath.Join(d, "m", fmt.Sprintf("e%02d", j), "x.ply"))
+			}
+		}
+		add(filepath.Join(d, "z.ply"))
+	}
+	var asked []string
+	w, err := New(Options{Roots: []Root{{Path: dir, Recursive: true}}, Settle: time.Hour,
+		KnownBatch: func(cs []Candidate) []bool {
+			for _, c := range cs {
+				asked = append(asked, c.Path)
+			}
+			return make([]bool, len(cs))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &scanState{dirs: make(map[string]bool)}
+	if err := w.walk(w.roots[0], w.roots[0].path, st); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(asked, want) {
+		t.Fatalf("asked %d files, want %d in walk order (first difference at %d)", len(asked), len(want), firstDiff(asked, want))
+	}
+}
