@@ -161,7 +161,7 @@ func (f *fleet) refresh(root string, v *fleetView, beat bool) {
 		seen[key] = true
 		m, ok := v.members[key]
 		if ok && fi.ModTime().Equal(m.stamp) && fi.Size() == m.size {
-			if beat {
+			if beat && key != f.self { // its own file, rewritten within one mtime tick, is not missed
 				m.missed++
 			}
 			continue
