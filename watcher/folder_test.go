@@ -42,6 +42,19 @@ func TestLargeFolderOrder(t *testing.T) {
 	at := slices.Index(want, filepath.Join(dir, fmt.Sprintf("f-%05d.ply", statAhead+100)))
 	want = slices.Insert(want, at, filepath.Join(sub, "s-0.ply"), filepath.Join(sub, "s-1.ply"), filepath.Join(sub, "s-2.ply"))
 
+	asked, st := walkAsked(t, dir)
+	if !slices.Equal(asked, want) {
+		t.Fatalf("asked %d files, want %d in listing order (first difference at %d)", len(asked), len(want), firstDiff(asked, want))
+	}
+	if st.files != len(want) {
+		t.Errorf("the scan counted %d files, want %d", st.files, len(want))
+	}
+}
+
+// walkAsked walks dir as a full scan of a recursive root and returns the
+// paths asked of KnownBatch (all unknown), in order, and the scan state.
+func walkAsked(t *testing.T, dir string) ([]string, *scanState) {
+	t.Helper()
 	var asked []string
 	w, err := New(Options{Roots: []Root{{Path: dir, Recursive: true}}, Settle: time.Hour,
 		KnownBatch: func(cs []Candidate) []bool {
@@ -57,12 +70,7 @@ func TestLargeFolderOrder(t *testing.T) {
 	if err := w.walk(w.roots[0], w.roots[0].path, st); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(asked, want) {
-		t.Fatalf("asked %d files, want %d in listing order (first difference at %d)", len(asked), len(want), firstDiff(asked, want))
-	}
-	if st.files != len(want) {
-		t.Errorf("the scan counted %d files, want %d", st.files, len(want))
-	}
+	return asked, st
 }
 
 func firstDiff(a, b []string) int {
@@ -151,21 +159,7 @@ func TestReadAheadOrder(t *testing.T) {
 		}
 		add(filepath.Join(d, "z.ply"))
 	}
-	var asked []string
-	w, err := New(Options{Roots: []Root{{Path: dir, Recursive: true}}, Settle: time.Hour,
-		KnownBatch: func(cs []Candidate) []bool {
-			for _, c := range cs {
-				asked = append(asked, c.Path)
-			}
-			return make([]bool, len(cs))
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &scanState{dirs: make(map[string]bool)}
-	if err := w.walk(w.roots[0], w.roots[0].path, st); err != nil {
-		t.Fatal(err)
-	}
+	asked, _ := walkAsked(t, dir)
 	if !slices.Equal(asked, want) {
 		t.Fatalf("asked %d files, want %d in walk order (first difference at %d)", len(asked), len(want), firstDiff(asked, want))
 	}
