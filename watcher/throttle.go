@@ -11,10 +11,12 @@ import (
 const maxScanPending = 4096
 
 // throttle blocks the scan while t holds maxPending files or more, until
-// half of them are gone or ctx ends; it gives up when half are not gone
-// within twice the settle time plus a second (files held by min_age, or a
-// reader that stopped reading candidates). It returns false once it gave up: the rest of the scan then
-// goes on unthrottled, as scans did before.
+// half of them are gone or ctx ends. It gives up when no file leaves the
+// pending set for twice the settle time plus a second (files held by
+// min_age, or a reader that stopped reading candidates): a reader that is
+// slow but reading keeps the scan waiting, however long half of them take.
+// It returns false once it gave up: the rest of the scan then goes on
+// unthrottled.
 func (t *tracker) throttle(ctx context.Context) bool {
 	t.mu.Lock()
 	n := len(t.pending)
@@ -22,31 +24,32 @@ func (t *tracker) throttle(ctx context.Context) bool {
 	if n < t.maxPending {
 		return true
 	}
-	stall := time.NewTimer(2*t.settle + time.Second)
-	defer stall.Stop()
+	stallAfter := 2*t.settle + time.Second
+	stall := t.after(stallAfter)
 	for {
 		select {
 		case <-ctx.Done():
 			return true
-		case <-stall.C:
+		case <-stall:
 			return false
 		case <-t.drained:
 		}
 		t.mu.Lock()
-		n = len(t.pending)
+		m := len(t.pending)
 		t.mu.Unlock()
-		if n <= t.maxPending/2 {
+		if m <= t.maxPending/2 {
 			return true
+		}
+		if m < n { // files are leaving: the reader reads
+			n, stall = m, t.after(stallAfter)
 		}
 	}
 }
 
 // left tells a waiting scan that a file left the pending set; t.mu is held.
 func (t *tracker) left() {
-	if len(t.pending) <= t.maxPending/2 {
-		select {
-		case t.drained <- struct{}{}:
-		default:
-		}
+	select {
+	case t.drained <- struct{}{}:
+	default:
 	}
 }

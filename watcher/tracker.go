@@ -77,10 +77,11 @@ type tracker struct {
 	// back (Watcher.Forget: its store refused it), until it is emitted
 	// again: the same look emitted again is no new discovery.
 	handedBack map[string]stamp
-	armed      time.Time     // when the scheduler wakes next; zero while idle
-	wake       chan struct{} // tells the scheduler an earlier due time exists
-	maxPending int           // the pending files a scan waits at (throttle)
-	drained    chan struct{} // tells a waiting scan that files left pending
+	armed      time.Time                            // when the scheduler wakes next; zero while idle
+	wake       chan struct{}                        // tells the scheduler an earlier due time exists
+	maxPending int                                  // the pending files a scan waits at (throttle)
+	drained    chan struct{}                        // tells a waiting scan that files left pending
+	after      func(time.Duration) <-chan time.Time // time.After; a test's clock
 }
 
 func newTracker(settle time.Duration, known func(string, int64, time.Time) bool, obs Observer) *tracker {
@@ -95,6 +96,7 @@ func newTracker(settle time.Duration, known func(string, int64, time.Time) bool,
 		wake:       make(chan struct{}, 1),
 		maxPending: maxScanPending,
 		drained:    make(chan struct{}, 1),
+		after:      time.After,
 	}
 }
 
