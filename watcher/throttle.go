@@ -35,14 +35,12 @@ func (t *tracker) throttle(ctx context.Context) bool {
 		case <-t.drained:
 		}
 		t.mu.Lock()
-		m := len(t.pending)
+		n = len(t.pending)
 		t.mu.Unlock()
-		if m <= t.maxPending/2 {
+		if n <= t.maxPending/2 {
 			return true
 		}
-		if m < n { // files are leaving: the reader reads
-			n, stall = m, t.after(stallAfter)
-		}
+		stall = t.after(stallAfter) // a file left: the reader reads
 	}
 }
 
