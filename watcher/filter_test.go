@@ -193,3 +193,33 @@ func TestPatternIsFilepathMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestListOwnFilesSilent: a dry-run listing gives a reason for a file the
+// rules leave out, and none for splatd's own files (a sidecar, a receipt,
+// a fleet announcement), which are never candidates.
+func TestListOwnFilesSilent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, n := range []string{"a.ply", "notes.txt", "a.ply.splat.json", "b.splatd-peer"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := New(Options{Roots: []Root{{Path: dir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := w.listRoot(w.roots[0], time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := map[string]string{}
+	for _, l := range listed {
+		if l.Skip != "" {
+			skipped[filepath.Base(l.Path)] = l.Skip
+		}
+	}
+	if len(skipped) != 1 || !strings.HasPrefix(skipped["notes.txt"], "not matched") {
+		t.Errorf("skipped %v, want only notes.txt, not matched", skipped)
+	}
+}

@@ -95,13 +95,13 @@ func (w *Watcher) listRoot(r *root, now time.Time) ([]Listed, error) {
 }
 
 // unwanted says why the rules leave a file out by its name: an exclude
-// pattern, or no include pattern; "" for splatd's own files (sidecars,
-// folder settings, receipts), which are no candidates by design.
+// pattern, or no include pattern; "" for splatd's own files (ownFile),
+// which are no candidates by design.
 func (r *root) unwanted(name string) string {
-	if own := strings.ToLower(name); strings.HasSuffix(own, sidecarSuffix) || strings.HasSuffix(own, ".splat.json") {
+	lower := strings.ToLower(name)
+	if ownFile(lower) {
 		return ""
 	}
-	lower := strings.ToLower(name)
 	for _, p := range r.exclude {
 		if p.match(lower) {
 			return fmt.Sprintf("excluded by the folder's pattern %q", p.glob)

@@ -183,10 +183,13 @@ func matchLower(patterns []pattern, name string) bool {
 // patterns say.
 func (r *root) wants(name string) bool {
 	lower := strings.ToLower(name)
-	if strings.HasSuffix(lower, sidecarSuffix) || strings.HasSuffix(lower, ".splat.json") || strings.HasSuffix(lower, ".splatd-peer") {
-		return false
-	}
-	return matchLower(r.include, lower) && !matchLower(r.exclude, lower)
+	return !ownFile(lower) && matchLower(r.include, lower) && !matchLower(r.exclude, lower)
+}
+
+// ownFile reports whether a base name in lower case is one of splatd's own
+// files: a sidecar, a receipt or a fleet announcement.
+func ownFile(lower string) bool {
+	return strings.HasSuffix(lower, sidecarSuffix) || strings.HasSuffix(lower, ".splat.json") || strings.HasSuffix(lower, ".splatd-peer")
 }
 
 // skipsDir reports whether a folder's base name keeps the walk out of it.
