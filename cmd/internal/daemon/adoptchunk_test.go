@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/splatd/splatd/queue"
 	"github.com/splatd/splatd/uploader/after"
+	"github.com/splatd/splatd/watcher/trustfs"
 )
 
 // TestAdoptFoundChunks: the intake records more receipts than one
@@ -66,5 +67,29 @@ func TestAdoptFoundChunks(t *testing.T) {
 	}
 	if st, _ := d.store.Stats(); st.Jobs != n {
 		t.Errorf("%d jobs after adopting the same receipts again, want %d", st.Jobs, n)
+	}
+}
+
+// TestCountReceiptsInChunks counts every receipt of a folder whose listing
+// takes more than one chunk, and neither a folder named like one nor
+// another file.
+func TestCountReceiptsInChunks(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "shoot")
+	if err := os.MkdirAll(filepath.Join(dir, "folder.splat.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := 2*receiptChunk + 3
+	for i := range want {
+		for _, name := range []string{fmt.Sprintf("take-%05d.ply", i), fmt.Sprintf("take-%05d.ply.splat.json", i)} {
+			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fsys := new(trustfs.FS)
+	fsys.SetFolders([]string{root})
+	if got := countReceipts(fsys, dir); got != want {
+		t.Errorf("countReceipts = %d, want %d", got, want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -110,24 +109,35 @@ func (d *Daemon) logReceiptDirs(byDir map[string]int) {
 	}
 }
 
+// countReceipts counts the receipts in dir, reading its listing a chunk at
+// a time: a folder of 100,000 files is never held whole.
 func countReceipts(fsys *trustfs.FS, dir string) int {
 	r, err := fsys.OpenDir(fsys.RootOf(dir), dir)
 	if err != nil {
 		return 0
 	}
 	defer r.Close()
-	ents, err := fs.ReadDir(r.FS(), ".")
+	f, err := r.Open(".")
 	if err != nil {
 		return 0
 	}
+	defer f.Close()
 	n := 0
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".splat.json") && !e.IsDir() {
-			n++
+	for {
+		ents, err := f.ReadDir(receiptChunk)
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".splat.json") && !e.IsDir() {
+				n++
+			}
+		}
+		if err != nil || len(ents) == 0 {
+			return n
 		}
 	}
-	return n
 }
+
+// receiptChunk is how many entries countReceipts reads at a time.
+const receiptChunk = 1024
 
 // intakeFailed notes that the store refused found files (a full disk):
 // they were forgotten by the watcher, and once the store works again a
