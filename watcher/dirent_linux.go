@@ -49,10 +49,10 @@ func (d *dirFile) Close() error { return d.f.Close() }
 // direntBufs holds getdents buffers: a scan lists thousands of folders.
 var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// readDir lists the folder, each name with its type and inode number from
-// the directory entry itself (no stat); typeUnknown where the file system
-// does not say.
-func (d *dirFile) readDir() ([]dirEntry, error) {
+// readDir lists the entries of the folder that keep accepts, each name
+// with its type and inode number from the directory entry itself (no
+// stat); typeUnknown where the file system does not say.
+func (d *dirFile) readDir(keep func(dirEntry) bool) ([]dirEntry, error) {
 	var out []dirEntry
 	buf := direntBufs.Get().(*[]byte)
 	defer direntBufs.Put(buf)
@@ -69,9 +69,9 @@ func (d *dirFile) readDir() ([]dirEntry, error) {
 			return out, &fs.PathError{Op: "getdents", Path: d.f.Name(), Err: rerr}
 		}
 		if n <= 0 {
-			return out, nil
+			return compact(out), nil
 		}
-		out = parseDirents((*buf)[:n], out)
+		out = parseDirents((*buf)[:n], out, keep)
 	}
 }
 
@@ -141,11 +141,13 @@ func (s *statInfo) Mode() fs.FileMode {
 	return m
 }
 
-// parseDirents appends the entries of a getdents64 buffer to out, without
-// "." and "..".
-func parseDirents(b []byte, out []dirEntry) []dirEntry {
-	all := string(b) // the names are slices of one copy of the buffer
-	out = slices.Grow(out, len(b)/direntMin)
+// parseDirents appends the entries of a getdents64 buffer that keep
+// accepts to out, without "." and "..". Their names share one string of
+// their own, not a copy of the buffer: a folder of 100,000 files holds
+// only the names it wants.
+func parseDirents(b []byte, out []dirEntry, keep func(dirEntry) bool) []dirEntry {
+	all := string(b) // the names keep is shown are slices of one copy of the buffer
+	first, size := len(out), 0
 	off := 0
 	for len(b) >= direntName {
 		reclen := int(binary.NativeEndian.Uint16(b[direntReclen:]))
@@ -160,11 +162,33 @@ func parseDirents(b []byte, out []dirEntry) []dirEntry {
 			}
 		}
 		if s := all[off+direntName : off+direntName+len(name)]; s != "." && s != ".." && s != "" {
-			out = append(out, dirEntry{name: s, typ: typeOf(b[direntType]), ino: binary.NativeEndian.Uint64(b[direntIno:])})
+			e := dirEntry{name: s, typ: typeOf(b[direntType]), ino: binary.NativeEndian.Uint64(b[direntIno:])}
+			if keep(e) {
+				out, size = append(out, e), size+len(s)
+			}
 		}
 		b, off = b[reclen:], off+reclen
 	}
+	var names strings.Builder
+	names.Grow(size)
+	for _, e := range out[first:] {
+		names.WriteString(e.name)
+	}
+	kept, at := names.String(), 0
+	for i := range out[first:] {
+		n := len(out[first+i].name)
+		out[first+i].name, at = kept[at:at+n], at+n
+	}
 	return out
+}
+
+// compact returns ents in a slice of their own length when growing left it
+// much larger.
+func compact(ents []dirEntry) []dirEntry {
+	if cap(ents) > len(ents)+len(ents)/4+64 {
+		return slices.Clone(ents)
+	}
+	return ents
 }
 
 func typeOf(dt byte) fileType {

@@ -1,9 +1,11 @@
 package watcher
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -35,7 +37,7 @@ func TestDirFileLstat(t *testing.T) {
 	df, err := openDir(rt)
 	must(err)
 	defer df.Close()
-	ents, err := df.readDir()
+	ents, err := df.readDir(func(dirEntry) bool { return true })
 	must(err)
 	var names []string
 	for _, e := range ents {
@@ -69,5 +71,47 @@ func TestDirFileLstat(t *testing.T) {
 		if fi := infos[5+k]; fi != nil {
 			t.Errorf("%q: stat'ed as %v, want nil", n, fi.Mode())
 		}
+	}
+}
+
+// TestReadDirKeeps lists a folder longer than one getdents buffer and
+// keeps only the entries keep accepts, each under its own name.
+func TestReadDirKeeps(t *testing.T) {
+	dir := t.TempDir()
+	want := map[string]bool{}
+	for i := range 3000 {
+		name := fmt.Sprintf("take-%04d.ply", i)
+		if i%3 == 0 {
+			name += ".splat.json"
+		} else {
+			want[name] = true
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	df, err := openDir(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer df.Close()
+	ents, err := df.readDir(func(e dirEntry) bool { return strings.HasSuffix(e.name, ".ply") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range ents {
+		if !want[e.name] || got[e.name] {
+			t.Errorf("listed %q: not wanted or twice", e.name)
+		}
+		got[e.name] = true
+	}
+	if len(got) != len(want) {
+		t.Errorf("listed %d of the %d wanted entries", len(got), len(want))
 	}
 }

@@ -24,13 +24,15 @@ func openDir(d *os.Root) (*dirFile, error) {
 
 func (d *dirFile) Close() error { return d.f.Close() }
 
-// readDir lists the folder; every type is typeUnknown, so each entry is
-// stat'ed.
-func (d *dirFile) readDir() ([]dirEntry, error) {
+// readDir lists the entries of the folder that keep accepts; every type is
+// typeUnknown, so each entry is stat'ed.
+func (d *dirFile) readDir(keep func(dirEntry) bool) ([]dirEntry, error) {
 	names, err := d.f.Readdirnames(-1)
-	out := make([]dirEntry, len(names))
-	for i, n := range names {
-		out[i] = dirEntry{name: n, typ: typeUnknown}
+	out := make([]dirEntry, 0, len(names))
+	for _, n := range names {
+		if e := (dirEntry{name: n, typ: typeUnknown}); keep(e) {
+			out = append(out, e)
+		}
 	}
 	return out, err
 }

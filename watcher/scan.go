@@ -262,7 +262,7 @@ func (w *Watcher) listDir(r *root, d *os.Root, dir string, top bool) (*dirFile, 
 	df, err := openDir(d)
 	var ents []dirEntry
 	if err == nil {
-		ents, err = df.readDir()
+		ents, err = df.readDir(func(e dirEntry) bool { return e.typ != typeOther || r.wants(e.name) })
 	}
 	if err != nil {
 		if top {
@@ -272,7 +272,6 @@ func (w *Watcher) listDir(r *root, d *os.Root, dir string, top bool) (*dirFile, 
 			w.log.Warn().Err(err).Str("path", state.Shown(dir)).Msg("cannot read folder; skipping it")
 		}
 	}
-	ents = slices.DeleteFunc(ents, func(e dirEntry) bool { return e.typ == typeOther && !r.wants(e.name) })
 	slices.SortFunc(ents, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 	return df, ents, nil
 }
