@@ -31,12 +31,7 @@ func TestDirFileLstat(t *testing.T) {
 	must(os.Symlink("/etc/passwd", filepath.Join(dir, "link.ply")))
 	must(syscall.Mkfifo(filepath.Join(dir, "fifo.ply"), 0o600))
 
-	rt, err := os.OpenRoot(dir)
-	must(err)
-	defer rt.Close()
-	df, err := openDir(rt)
-	must(err)
-	defer df.Close()
+	_, df := openTestDir(t, dir)
 	ents, err := df.readDir(func(dirEntry) bool { return true })
 	must(err)
 	var names []string
@@ -90,16 +85,7 @@ func TestReadDirKeeps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	df, err := openDir(rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer df.Close()
+	_, df := openTestDir(t, dir)
 	ents, err := df.readDir(func(e dirEntry) bool { return strings.HasSuffix(e.name, ".ply") })
 	if err != nil {
 		t.Fatal(err)

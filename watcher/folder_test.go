@@ -101,16 +101,7 @@ func TestChooseUnknownTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := w.roots[0]
-	d, err := os.OpenRoot(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	df, err := openDir(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer df.Close()
+	d, df := openTestDir(t, dir)
 	f := &folder{d: d, df: df, dir: dir, ents: []dirEntry{
 		{name: "a.ply"}, {name: "b.txt"}, {name: "gone.ply"}, {name: "sub"}, {name: "z.ply", typ: typeOther},
 	}}
@@ -163,4 +154,20 @@ func TestReadAheadOrder(t *testing.T) {
 	if !slices.Equal(asked, want) {
 		t.Fatalf("asked %d files, want %d in walk order (first difference at %d)", len(asked), len(want), firstDiff(asked, want))
 	}
+}
+
+// openTestDir opens dir as a scan does, both closed at the test's end.
+func openTestDir(t *testing.T, dir string) (*os.Root, *dirFile) {
+	t.Helper()
+	d, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	df, err := openDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { df.Close() })
+	return d, df
 }
