@@ -344,7 +344,7 @@ func (r *powerRig) classify(op lazyfs.Op) string {
 		if base == queue.FileName {
 			kind = "store"
 		}
-	case strings.HasSuffix(base, ".splat.json") || strings.HasPrefix(base, ".splatd-tmp-"):
+	case strings.HasSuffix(base, after.ReceiptSuffix) || strings.HasPrefix(base, ".splatd-tmp-"):
 		kind = "receipt"
 	case op.FS == "b" || (op.Kind == "unlink" && strings.HasPrefix(op.Path, r.inCross+"/")):
 		kind = "move-xfs"

@@ -147,10 +147,10 @@ func findAdoptions(ctx context.Context, st Ledger, abs string, o AdoptOptions, r
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if de.IsDir() || !strings.HasSuffix(p, ".splat.json") {
+		if de.IsDir() || !strings.HasSuffix(p, ReceiptSuffix) {
 			return nil
 		}
-		file := strings.TrimSuffix(p, ".splat.json")
+		file := strings.TrimSuffix(p, ReceiptSuffix)
 		fi, err := o.FS.Lstat(abs, file)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

@@ -143,8 +143,11 @@ func receiptSplat(j state.Job) ReceiptSplat {
 	return r
 }
 
+// ReceiptSuffix ends the name of every receipt: the file's name and it.
+const ReceiptSuffix = ".splat.json"
+
 // ReceiptPath is where the receipt of a file is written.
-func ReceiptPath(file string) string { return file + ".splat.json" }
+func ReceiptPath(file string) string { return file + ReceiptSuffix }
 
 // The after-actions, as named in errors, `splatd jobs` and the
 // splatd_after_action_errors_total{action} metric.

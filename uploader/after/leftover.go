@@ -39,10 +39,10 @@ func Leftovers(ctx context.Context, fsys *trustfs.FS, dest string, lookup func(i
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if de.IsDir() || !de.Type().IsRegular() || !strings.HasSuffix(p, ".splat.json") {
+		if de.IsDir() || !de.Type().IsRegular() || !strings.HasSuffix(p, ReceiptSuffix) {
 			return nil
 		}
-		file := strings.TrimSuffix(p, ".splat.json")
+		file := strings.TrimSuffix(p, ReceiptSuffix)
 		if existsIn(fsys, dest, file) {
 			return nil
 		}

@@ -126,7 +126,7 @@ func countReceipts(fsys *trustfs.FS, dir string) int {
 	for {
 		ents, err := f.ReadDir(receiptChunk)
 		for _, e := range ents {
-			if strings.HasSuffix(e.Name(), ".splat.json") && !e.IsDir() {
+			if strings.HasSuffix(e.Name(), after.ReceiptSuffix) && !e.IsDir() {
 				n++
 			}
 		}
